@@ -1,0 +1,158 @@
+/// What an animation computes once its time is known: the value at eased progress y.
+enum Kernel: Sendable {
+  /// `from`/`to` are in `space`.
+  case basic(from: Double, to: Double, space: ValueSpace)
+  case keyframes(KeyframeCurve, space: ValueSpace)
+  /// `from`/`to` are in `space`; the spring runs in seconds over `duration`.
+  case spring(SpringMotion, from: Double, to: Double, duration: Double, space: ValueSpace)
+}
+
+/// Shared by the instances one `add` creates (several for a group), so the completion is
+/// reported once, with `finished` true when the active duration ends and false otherwise.
+final class CompletionToken: @unchecked Sendable {
+  let id: UInt64
+  let key: String
+  let keyPath: String
+  let handler: (@Sendable (Bool) -> Void)?
+  var reported = false
+
+  init(id: UInt64, key: String, keyPath: String, handler: (@Sendable (Bool) -> Void)?) {
+    self.id = id
+    self.key = key
+    self.keyPath = keyPath
+    self.handler = handler
+  }
+}
+
+/// An animation compiled onto one property: its chain of timing levels (a group's first, the
+/// animation's own last), the sample it begins at, and its kernel.
+final class AnimationInstance: @unchecked Sendable {
+  let key: String
+  let token: CompletionToken
+  let levels: [TimingLevel]
+  let beginSample: Int64
+  /// The first sample at which the outermost active duration is over (Int64.max: never).
+  let endSample: Int64
+  let removedOnCompletion: Bool
+  let isAdditive: Bool
+  let curve: TimingFunction
+  let kernel: Kernel
+  let cumulativeStep: Double
+  /// A group curve bends time, so runs of linear time are one sample long.
+  let sampleBySample: Bool
+  /// Amplitude added as c·u(1−u)² over the first cycle (u its linear progress): it matches the
+  /// slope of what was audible before this animation replaced it and fades out by the end.
+  var slopeCorrection = 0.0
+
+  init(
+    key: String, token: CompletionToken, levels: [TimingLevel], beginSample: Int64, sampleRate: Double,
+    removedOnCompletion: Bool, isAdditive: Bool, curve: TimingFunction, kernel: Kernel, cumulativeStep: Double
+  ) {
+    self.key = key
+    self.token = token
+    self.levels = levels
+    self.beginSample = beginSample
+    let end = levels[0].activeEndInParent * sampleRate
+    endSample = end.isFinite && end < 9e18 ? beginSample + Int64(Sample.count(end)) : .max
+    self.removedOnCompletion = removedOnCompletion
+    self.isAdditive = isAdditive
+    self.curve = curve
+    self.kernel = kernel
+    self.cumulativeStep = cumulativeStep
+    sampleBySample = levels.contains { $0.groupCurve != nil }
+  }
+
+  /// Seconds of the innermost simple duration.
+  var innerDuration: Double { levels[levels.count - 1].duration }
+
+  /// Local progress at `seconds` after `beginSample`, composed through every level.
+  func span(at seconds: Double) -> (active: Bool, x: Double, dxPerSecond: Double, iteration: Int, length: Double) {
+    var parent = seconds
+    var rate = 1.0
+    var length = Double.infinity
+    for index in levels.indices {
+      let level = levels[index]
+      let span = level.span(at: parent)
+      length = min(length, rate == 0 ? .infinity : span.length / abs(rate))
+      if !span.active { return (false, 0, 0, 0, length) }
+      if index == levels.count - 1 {
+        return (true, span.time / level.duration, rate * span.rate / level.duration, span.iteration, length)
+      }
+      if let groupCurve = level.groupCurve {
+        parent = groupCurve.value(at: span.time / level.duration) * level.duration
+        rate = 0
+      } else {
+        parent = span.time
+        rate *= span.rate
+      }
+    }
+    return (false, 0, 0, 0, length)
+  }
+
+  /// Writes (or, if additive, adds) this animation's value for samples [start, start+count)
+  /// into `out`, leaving samples where it is inactive untouched. Does not allocate.
+  func render(
+    start: Int64, count: Int, sampleRate: Double, into out: UnsafeMutablePointer<Double>,
+    scratch: UnsafeMutablePointer<Double>
+  ) {
+    var i = 0
+    while i < count {
+      let seconds = Double(start + Int64(i) - beginSample) / sampleRate
+      let span = span(at: seconds)
+      var run = count - i
+      if sampleBySample {
+        run = 1
+      } else if span.length.isFinite {
+        run = min(run, max(1, Sample.count(span.length * sampleRate)))
+      }
+      if span.active {
+        apply(
+          x0: span.x, dx: span.dxPerSecond / sampleRate, count: run, iteration: span.iteration,
+          into: out + i, scratch: scratch)
+      }
+      i += run
+    }
+  }
+
+  private func apply(
+    x0: Double, dx: Double, count: Int, iteration: Int, into out: UnsafeMutablePointer<Double>,
+    scratch y: UnsafeMutablePointer<Double>
+  ) {
+    curve.fill(x0: x0, dx: dx, count: count, into: y)
+    let offset = cumulativeStep == 0 ? 0 : Double(iteration) * cumulativeStep
+    switch kernel {
+    case .basic(let from, let to, .amplitude):
+      let span = to - from
+      for j in 0..<count { y[j] = from + span * y[j] + offset }
+    case .basic(let from, let to, let space):
+      let span = to - from
+      for j in 0..<count { y[j] = space.decode(from + span * y[j]) + offset }
+    case .keyframes(let keyframes, let space):
+      var segment = 0
+      for j in 0..<count { y[j] = space.decode(keyframes.value(at: y[j], segment: &segment)) + offset }
+    case .spring(let motion, let from, let to, let duration, let space):
+      let span = to - from
+      for j in 0..<count { y[j] = space.decode(from + span * motion.progress(y[j] * duration)) + offset }
+    }
+    if slopeCorrection != 0 && iteration == 0 {
+      for j in 0..<count {
+        let u = x0 + Double(j) * dx
+        if u > 0 && u < 1 { y[j] += slopeCorrection * u * (1 - u) * (1 - u) }
+      }
+    }
+    if isAdditive {
+      for j in 0..<count { out[j] += y[j] }
+    } else {
+      for j in 0..<count { out[j] = y[j] }
+    }
+  }
+}
+
+enum Sample {
+  /// Samples in a span of `samples` (fractional): those at offsets j with j < samples, allowing
+  /// for rounding so that a span of exactly N samples is N and not N + 1.
+  @inline(__always) static func count(_ samples: Double) -> Int {
+    let whole = (samples - 1e-7).rounded(.up)
+    return whole >= Double(Int.max / 2) ? Int.max / 2 : max(Int(whole), 0)
+  }
+}

@@ -1,0 +1,65 @@
+/// Every way the engine refuses input. Each error names the field at fault, so the
+/// protocol and the CLI can pass the message on unchanged.
+public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
+  public enum Code: String, Sendable {
+    /// A number is NaN, infinite where that is not allowed, negative, or out of range.
+    case invalidValue = "invalid-value"
+    /// A timing-function or fade-shape string that does not parse.
+    case invalidTimingFunction = "invalid-curve"
+    /// A key path that is not well formed.
+    case invalidKeyPath = "invalid-key-path"
+    /// A well-formed key path that names no property.
+    case unknownKeyPath = "unknown-key-path"
+    /// An animation whose fields do not fit together (empty keyframes, mismatched keyTimes, …).
+    case invalidAnimation = "invalid-animation"
+    /// A configured limit was reached (animations per key path, …).
+    case limitExceeded = "limit-exceeded"
+    /// No animation under that key.
+    case unknownAnimation = "unknown-animation"
+  }
+
+  public let code: Code
+  /// The field the message is about, as it is spelled in the protocol (`duration`, `keyTimes[2]`).
+  public let field: String?
+  public let message: String
+
+  public init(_ code: Code, field: String? = nil, _ message: String) {
+    self.code = code
+    self.field = field
+    self.message = message
+  }
+
+  public var description: String {
+    if let field { return "\(field): \(message)" }
+    return message
+  }
+}
+
+/// Validation helpers shared by every type that takes numbers from the outside world.
+enum Check {
+  static func finite(_ value: Double, _ field: String) throws(EngineError) {
+    guard value.isFinite else {
+      throw EngineError(.invalidValue, field: field, "must be a finite number, got \(value)")
+    }
+  }
+
+  static func nonNegative(_ value: Double, _ field: String) throws(EngineError) {
+    try finite(value, field)
+    guard value >= 0 else {
+      throw EngineError(.invalidValue, field: field, "must not be negative, got \(value)")
+    }
+  }
+
+  static func positive(_ value: Double, _ field: String) throws(EngineError) {
+    try finite(value, field)
+    guard value > 0 else {
+      throw EngineError(.invalidValue, field: field, "must be greater than zero, got \(value)")
+    }
+  }
+
+  static func nonNegativeOrInfinite(_ value: Double, _ field: String) throws(EngineError) {
+    guard !value.isNaN, value >= 0 else {
+      throw EngineError(.invalidValue, field: field, "must be zero, positive or infinity, got \(value)")
+    }
+  }
+}

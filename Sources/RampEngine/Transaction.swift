@@ -1,0 +1,85 @@
+/// How a retarget treats what was audible before it.
+public enum Continuity: String, CaseIterable, Sendable {
+  /// The value is continuous: the new animation starts from the presentation value.
+  case value
+  /// The slope is continuous too: a correction that fades out over the new animation carries
+  /// the old rate of change into it (the additive trick UIKit adopted), so a retarget is inaudible.
+  case slope
+}
+
+/// `CATransaction`: the implicit animation a model change gets.
+public struct Transaction: Sendable {
+  /// Seconds. 0, like `disableActions`, makes the change instant.
+  public var duration: Double
+  public var timingFunction: TimingFunction
+  public var disableActions: Bool
+  public var valueSpace: ValueSpace
+  public var continuity: Continuity
+  public var completion: (@Sendable (Bool) -> Void)?
+
+  public init(
+    duration: Double = 0.25, timingFunction: TimingFunction = .default, disableActions: Bool = false,
+    valueSpace: ValueSpace = .amplitude, continuity: Continuity = .value,
+    completion: (@Sendable (Bool) -> Void)? = nil
+  ) {
+    self.duration = duration
+    self.timingFunction = timingFunction
+    self.disableActions = disableActions
+    self.valueSpace = valueSpace
+    self.continuity = continuity
+    self.completion = completion
+  }
+
+  /// Changes apply at the next sample, with no animation.
+  public static let instant = Transaction(duration: 0, disableActions: true)
+}
+
+/// An animation's end, as a completion block or a delegate would hear of it.
+public struct CompletionReport: Sendable, Equatable {
+  /// The id `add` returned.
+  public let id: UInt64
+  public let key: String
+  public let keyPath: String
+  /// True when the active duration ran out; false when it was removed or replaced first.
+  public let finished: Bool
+  /// The engine sample at which it ended.
+  public let sample: Int64
+}
+
+/// One animation in flight, for `list`.
+public struct AnimationStatus: Sendable, Equatable {
+  public let id: UInt64
+  public let key: String
+  public let keyPath: String
+  public let kind: String
+  public let isAdditive: Bool
+  public let beginSample: Int64
+  /// Nil when it never ends (infinite repeat or speed 0).
+  public let endSample: Int64?
+  /// Fraction of the active duration elapsed, 0 to 1 (nil when it never ends).
+  public let progress: Double?
+}
+
+/// Key paths: dot-separated names of letters, digits, `_` and `-`, like `streams.s1.gain`.
+public enum KeyPath {
+  public static let maximumLength = 256
+
+  public static func validate(_ keyPath: String) throws(EngineError) {
+    guard !keyPath.isEmpty, keyPath.utf8.count <= maximumLength else {
+      throw EngineError(
+        .invalidKeyPath, field: "key", "a key path must have 1 to \(maximumLength) characters")
+    }
+    for component in keyPath.split(separator: ".", omittingEmptySubsequences: false) {
+      guard !component.isEmpty,
+        component.utf8.allSatisfy({ byte in
+          (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+            || byte == 0x5F || byte == 0x2D
+        })
+      else {
+        throw EngineError(
+          .invalidKeyPath, field: "key",
+          "'\(keyPath)' is not a key path: use dot-separated names of letters, digits, '_' and '-'")
+      }
+    }
+  }
+}
