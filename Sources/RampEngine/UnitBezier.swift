@@ -57,7 +57,7 @@ public struct UnitBezier: Sendable, Hashable {
     var t = min(max(guess ?? x, 0), 1)
     for _ in 0..<8 {
       let error = curveX(t) - x
-      if abs(error) < 1e-15 { return t }
+      if abs(error) < 1e-15 { return polished(t, forX: x) }
       let slope = slopeX(t)
       if abs(slope) < 1e-12 { break }
       let next = t - error / slope
@@ -70,13 +70,39 @@ public struct UnitBezier: Sendable, Hashable {
     t = x
     for _ in 0..<64 {
       let value = curveX(t)
-      if value == x { return t }
+      if value == x { break }
       if value < x { low = t } else { high = t }
       let next = 0.5 * (low + high)
       if next == t { break }
       t = next
     }
-    return t
+    return polished(t, forX: x)
+  }
+
+  /// Where x(t) is nearly flat, rounding in x(t) − x (half an ulp of x) moves the root by its
+  /// cube root, far more than 1e-6 in y. There the root is refined with the residual computed
+  /// in double-double arithmetic, which pins t to the nearest double.
+  private func polished(_ t: Double, forX x: Double) -> Double {
+    guard abs(slopeX(t)) < 1e-6 else { return t }
+    let a = DoubleDouble.one - cxExact - bxExact
+    func above(_ t: Double) -> Bool {
+      (((a * t + bxExact) * t + cxExact) * t - x).sign > 0
+    }
+    var low = max(t - 1e-4, 0)
+    var high = min(t + 1e-4, 1)
+    if above(low) { low = 0 }
+    if !above(high) { high = 1 }
+    for _ in 0..<80 {
+      let mid = 0.5 * (low + high)
+      if mid == low || mid == high { break }
+      if above(mid) { high = mid } else { low = mid }
+    }
+    return 0.5 * (low + high)
+  }
+
+  private var cxExact: DoubleDouble { DoubleDouble.product(3, x1) }
+  private var bxExact: DoubleDouble {
+    DoubleDouble.sum(x2, -x1) * 3 - cxExact
   }
 
   /// y at x, clamped to the curve's ends outside [0, 1] (Apple's behaviour).
@@ -101,7 +127,7 @@ public struct UnitBezier: Sendable, Hashable {
       t[i] = ti
       previousX[i] = x
       let s = slopeX(ti)
-      inverseSlope[i] = s > 1e-9 ? 1 / s : 0
+      inverseSlope[i] = s > 1e-6 ? 1 / s : 0
       y[i] = x <= 0 ? 0 : (x >= 1 ? 1 : curveY(ti))
       i += 1
     }
@@ -118,7 +144,7 @@ public struct UnitBezier: Sendable, Hashable {
     let ax3 = Lanes(repeating: 3 * ax)
     let bx2 = Lanes(repeating: 2 * bx)
     let tolerance = Lanes(repeating: 1e-8)
-    let tinySlope = Lanes(repeating: 1e-9)
+    let tinySlope = Lanes(repeating: 1e-6)
     while i + lanes <= count {
       let index: Lanes = Lanes(repeating: Double(i)) + laneOffsets
       var x: Lanes = Lanes(repeating: x0) + index * dx
@@ -146,7 +172,7 @@ public struct UnitBezier: Sendable, Hashable {
         }
         for lane in 0..<lanes {
           let exact = slopeX(tn[lane])
-          inverseSlope[lane] = exact > 1e-9 ? 1 / exact : 0
+          inverseSlope[lane] = exact > 1e-6 ? 1 / exact : 0
         }
       } else {
         inverseSlope = one / slope
@@ -175,4 +201,45 @@ public struct UnitBezier: Sendable, Hashable {
   @inline(__always) static func clampUnit(_ x: Double) -> Double {
     x > 0 ? (x < 1 ? x : 1) : 0
   }
+}
+
+/// A double-double number (hi + lo, |lo| ≤ ulp(hi)/2): about 106 bits, enough to evaluate a
+/// cubic's residual exactly where the cubic is flat.
+struct DoubleDouble {
+  var hi: Double
+  var lo: Double
+
+  static let one = DoubleDouble(hi: 1, lo: 0)
+
+  static func sum(_ a: Double, _ b: Double) -> DoubleDouble {
+    let s = a + b
+    let bb = s - a
+    return DoubleDouble(hi: s, lo: (a - (s - bb)) + (b - bb))
+  }
+
+  static func product(_ a: Double, _ b: Double) -> DoubleDouble {
+    let p = a * b
+    return DoubleDouble(hi: p, lo: (-p).addingProduct(a, b))
+  }
+
+  private static func normalized(_ hi: Double, _ lo: Double) -> DoubleDouble {
+    let s = hi + lo
+    return DoubleDouble(hi: s, lo: lo - (s - hi))
+  }
+
+  static func + (a: DoubleDouble, b: DoubleDouble) -> DoubleDouble {
+    let s = sum(a.hi, b.hi)
+    return normalized(s.hi, s.lo + a.lo + b.lo)
+  }
+
+  static prefix func - (a: DoubleDouble) -> DoubleDouble { DoubleDouble(hi: -a.hi, lo: -a.lo) }
+  static func - (a: DoubleDouble, b: DoubleDouble) -> DoubleDouble { a + (-b) }
+  static func - (a: DoubleDouble, b: Double) -> DoubleDouble { a + DoubleDouble(hi: -b, lo: 0) }
+
+  static func * (a: DoubleDouble, b: Double) -> DoubleDouble {
+    let p = product(a.hi, b)
+    return normalized(p.hi, p.lo + a.lo * b)
+  }
+
+  var sign: Double { hi != 0 ? hi : lo }
 }
