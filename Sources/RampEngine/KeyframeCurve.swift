@@ -24,7 +24,7 @@ struct KeyframeCurve: Sendable {
     case .paced:
       // Times proportional to the distance travelled, so the value moves at one speed.
       var distances = [0.0]
-      for index in 1..<max(count, 1) where count > 1 {
+      for index in encoded.indices.dropFirst() {
         distances.append(distances[index - 1] + abs(encoded[index] - encoded[index - 1]))
       }
       let total = distances.last ?? 0
@@ -38,7 +38,7 @@ struct KeyframeCurve: Sendable {
             .invalidAnimation, field: "keyTimes",
             "discrete mode needs \(count) or \(count + 1) key times for \(count) values, got \(keyTimes.count)")
         }
-        try Self.validate(keyTimes)
+        try Self.validate(keyTimes, mustEndAtOne: keyTimes.count == count + 1)
         times = keyTimes.count == count ? keyTimes + [1] : keyTimes
       } else {
         times = (0...count).map { Double($0) / Double(count) }
@@ -50,7 +50,7 @@ struct KeyframeCurve: Sendable {
           throw EngineError(
             .invalidAnimation, field: "keyTimes", "needs one key time per value (\(count)), got \(keyTimes.count)")
         }
-        try Self.validate(keyTimes)
+        try Self.validate(keyTimes, mustEndAtOne: count > 1)
         times = keyTimes
       } else {
         times = Self.evenTimes(count)
@@ -108,7 +108,7 @@ struct KeyframeCurve: Sendable {
     count == 1 ? [0] : (0..<count).map { Double($0) / Double(count - 1) }
   }
 
-  private static func validate(_ keyTimes: [Double]) throws(EngineError) {
+  private static func validate(_ keyTimes: [Double], mustEndAtOne: Bool) throws(EngineError) {
     for (index, time) in keyTimes.enumerated() {
       let field = "keyTimes[\(index)]"
       try Check.finite(time, field)
@@ -119,8 +119,11 @@ struct KeyframeCurve: Sendable {
         throw EngineError(.invalidAnimation, field: field, "key times must not decrease (\(keyTimes[index - 1]) then \(time))")
       }
     }
-    guard keyTimes.first == 0, keyTimes.last == 1 || keyTimes.count == 1 else {
-      throw EngineError(.invalidAnimation, field: "keyTimes", "must start at 0 and end at 1")
+    guard keyTimes.first == 0 else {
+      throw EngineError(.invalidAnimation, field: "keyTimes", "must start at 0")
+    }
+    guard !mustEndAtOne || keyTimes.last == 1 else {
+      throw EngineError(.invalidAnimation, field: "keyTimes", "must end at 1")
     }
   }
 
