@@ -16,10 +16,14 @@ let package = Package(
   targets: [
     // The animation engine: pure Swift, no I/O. Everything a unit test can reach without a sound card.
     .target(name: "RampEngine"),
+    // What the command-line tools share and a unit test can check without a terminal: parsing
+    // human units (2s, -6dB, 48k) and drawing plots. No ArgumentParser, no RampEngine.
+    .target(name: "RampCLI"),
     .executableTarget(
       name: "rampctl",
       dependencies: [
         "RampEngine",
+        "RampCLI",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
@@ -35,5 +39,6 @@ let package = Package(
         .product(name: "PropertyBased", package: "swift-property-based"),
       ]
     ),
+    .testTarget(name: "RampCLITests", dependencies: ["RampCLI"]),
   ]
 )

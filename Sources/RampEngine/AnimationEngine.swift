@@ -165,6 +165,7 @@ public final class AnimationEngine {
     }
     let transaction = transaction ?? defaultTransaction
     try Check.nonNegative(transaction.duration, "duration")
+    try transaction.timingFunction.validate()
     if transaction.disableActions || transaction.duration == 0 {
       removeInstances(of: property, key: Self.implicitActionKey)
       property.model = value
@@ -416,6 +417,17 @@ public final class AnimationEngine {
 
   private func validate(_ animation: Animation, prefix: String) throws(EngineError) {
     try animation.timing.validate(prefix)
+    try animation.timingFunction.validate(field: prefix + "timingFunction")
+    if case .keyframes(let keyframes) = animation.content {
+      for (index, curve) in (keyframes.timingFunctions ?? []).enumerated() {
+        try curve.validate(field: "\(prefix)timingFunctions[\(index)]")
+      }
+    }
+    if case .decibels(let floor) = animation.valueSpace {
+      guard floor.isFinite, floor < 0 else {
+        throw EngineError(.invalidValue, field: prefix + "space", "the dB floor must be a finite negative number, got \(floor)")
+      }
+    }
     if case .group(let children) = animation.content {
       guard !children.isEmpty else {
         throw EngineError(.invalidAnimation, field: prefix + "animations", "a group needs at least one animation")
@@ -458,9 +470,6 @@ public final class AnimationEngine {
     // Only the outermost animation decides whether it is removed when its active time ends.
     let removedOnCompletion = outermostRemovedOnCompletion ?? animation.timing.removedOnCompletion
     let space = animation.valueSpace
-    if case .decibels(let floor) = space {
-      try Check.finite(floor, "space floor")
-    }
 
     if case .group(let children) = animation.content {
       let level = TimingLevel(animation.timing, duration: duration, begin: begin, groupCurve: animation.timingFunction)

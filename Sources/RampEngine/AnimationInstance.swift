@@ -132,7 +132,12 @@ final class AnimationInstance: @unchecked Sendable {
       for j in 0..<count { y[j] = space.decode(keyframes.value(at: y[j], segment: &segment)) + offset }
     case .spring(let motion, let from, let to, let duration, let space):
       let span = to - from
-      for j in 0..<count { y[j] = space.decode(from + span * motion.progress(y[j] * duration)) + offset }
+      // A curve that undershoots 0 would ask for the spring before it was released, where the
+      // fast decaying root grows without bound: it is held at rest there.
+      for j in 0..<count {
+        let seconds = y[j] > 0 ? y[j] * duration : 0
+        y[j] = space.decode(from + span * motion.progress(seconds)) + offset
+      }
     }
     if slopeCorrection != 0 && iteration == 0 {
       for j in 0..<count {

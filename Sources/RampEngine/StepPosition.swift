@@ -16,6 +16,7 @@ public enum StepPosition: String, CaseIterable, Sendable {
     case .jumpNone: jumps = Double(count - 1)
     case .jumpBoth: jumps = Double(count + 1)
     }
+    guard jumps > 0 else { return x >= 1 ? 1 : 0 }
     return min(step, jumps) / jumps
   }
 }

@@ -62,6 +62,19 @@ public enum TimingFunction: Sendable, Hashable, CustomStringConvertible {
     return .steps(count, position)
   }
 
+  /// Checks a curve built directly from its cases, as `bezier(…)` and `stepped(…)` do.
+  public func validate(field: String = "curve") throws(EngineError) {
+    do {
+      switch self {
+      case .cubicBezier(let b): _ = try Self.bezier(b.x1, b.y1, b.x2, b.y2)
+      case .steps(let count, let position): _ = try Self.stepped(count, position)
+      case .fade: break
+      }
+    } catch {
+      throw EngineError(error.code, field: field, "\(error.field.map { "\($0): " } ?? "")\(error.message)")
+    }
+  }
+
   /// Parses a curve string such as `ease-in`, `cubic-bezier(0.1, 1, 1, 0.2)`, `steps(4, jump-none)` or `qsin`.
   public init(parsing text: String) throws(EngineError) {
     let source = text.trimmingWhitespace().lowercased()

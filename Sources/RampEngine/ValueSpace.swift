@@ -13,6 +13,7 @@ public enum ValueSpace: Sendable, Hashable, CustomStringConvertible {
   case power
 
   public static let defaultDecibelFloor = -60.0
+  public static let ceilingDecibels = 400.0
   public static let decibels = ValueSpace.decibels(floor: defaultDecibelFloor)
 
   /// Parses `amplitude`, `db`, `db(-80)` or `power`.
@@ -63,7 +64,9 @@ public enum ValueSpace: Sendable, Hashable, CustomStringConvertible {
     case .power: return value >= 0 ? value.squareRoot() : -(-value).squareRoot()
     case .decibels(let floor):
       guard value > floor else { return 0 }
-      return pow(10, value / 20)
+      // A spring or an overshooting curve can swing far above its endpoints; in dB that is an
+      // exponent, so it is capped where the amplitude is still finite (+400 dB).
+      return pow(10, min(value, Self.ceilingDecibels) / 20)
     }
   }
 }

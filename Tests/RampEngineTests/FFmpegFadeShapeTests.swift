@@ -96,7 +96,6 @@ struct FFmpegFadeShapeTests {
       let error = comparisons.filter { $0.path == path }.map(\.error).max()!
       return "\(path) \(error)"
     }
-    print("afade t=\(type) curve=\(shape.rawValue): max abs error \(maxima.joined(separator: ", "))")
     let failing = comparisons.filter { !($0.error <= tolerance) }  // NaN counts as failing
     guard !failing.isEmpty else { return }
     var probes = Set([0, n / 10, n / 4, n / 2, 3 * n / 4, 9 * n / 10, n - 1, n, worst.k])
@@ -107,7 +106,7 @@ struct FFmpegFadeShapeTests {
     Issue.record(
       """
       FadeShape.\(shape.rawValue) differs from afade=t=\(type):curve=\(shape.rawValue) at \
-      \(failing.count) of \(comparisons.count) comparisons (tolerance \(tolerance)):
+      \(failing.count) of \(comparisons.count) comparisons (tolerance \(tolerance)); worst per path: \(maxima.joined(separator: ", ")):
       \(table.joined(separator: "\n"))
       """)
   }
