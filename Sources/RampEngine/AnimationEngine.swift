@@ -192,7 +192,9 @@ public final class AnimationEngine {
     _ animation: Animation, forKey key: String, to keyPath: String, continuity: Continuity = .value,
     completion: (@Sendable (Bool) -> Void)? = nil
   ) throws(EngineError) -> UInt64 {
-    guard !key.isEmpty else { throw EngineError(.invalidAnimation, field: "name", "an animation key must not be empty") }
+    guard !key.isEmpty else {
+      throw EngineError(.invalidAnimation, field: "name", "an animation key must not be empty")
+    }
     let target = try property(keyPath)
     try validate(animation, prefix: "")
     let beginSample: Int64
@@ -425,7 +427,8 @@ public final class AnimationEngine {
     }
     if case .decibels(let floor) = animation.valueSpace {
       guard floor.isFinite, floor < 0 else {
-        throw EngineError(.invalidValue, field: prefix + "space", "the dB floor must be a finite negative number, got \(floor)")
+        throw EngineError(
+          .invalidValue, field: prefix + "space", "the dB floor must be a finite negative number, got \(floor)")
       }
     }
     if case .group(let children) = animation.content {
@@ -447,10 +450,11 @@ public final class AnimationEngine {
       return settling.isFinite && settling > 0 ? settling : defaultDurationOrOneSample
     case .group(let children):
       // A group without a duration lasts as long as its longest child.
-      let end = children.map { child -> Double in
-        let level = TimingLevel(child.timing, duration: resolvedDuration(child), begin: child.timing.beginTime ?? 0)
-        return level.activeEndInParent
-      }.max() ?? 0
+      let end =
+        children.map { child -> Double in
+          let level = TimingLevel(child.timing, duration: resolvedDuration(child), begin: child.timing.beginTime ?? 0)
+          return level.activeEndInParent
+        }.max() ?? 0
       return end.isFinite && end > 0 ? end : defaultDurationOrOneSample
     default:
       return defaultDurationOrOneSample
@@ -500,7 +504,8 @@ public final class AnimationEngine {
       let (from, to) = try basic.resolve(presentation: presentation, model: model)
       if space == .power || isDecibels(space) {
         guard from >= 0, to >= 0 else {
-          throw EngineError(.invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
+          throw EngineError(
+            .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
         }
       }
       kernel = .basic(from: space.encode(from), to: space.encode(to), space: space)
@@ -519,11 +524,13 @@ public final class AnimationEngine {
         .resolve(presentation: presentation, model: model)
       if space == .power || isDecibels(space) {
         guard from >= 0, to >= 0 else {
-          throw EngineError(.invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
+          throw EngineError(
+            .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
         }
       }
       kernel = .spring(
-        SpringMotion(spring.parameters), from: space.encode(from), to: space.encode(to), duration: duration, space: space)
+        SpringMotion(spring.parameters), from: space.encode(from), to: space.encode(to), duration: duration,
+        space: space)
       step = to - from
     case .group:
       return

@@ -116,7 +116,8 @@ struct KeyframeCurve: Sendable {
         throw EngineError(.invalidAnimation, field: field, "must be in [0, 1], got \(time)")
       }
       if index > 0 && time < keyTimes[index - 1] {
-        throw EngineError(.invalidAnimation, field: field, "key times must not decrease (\(keyTimes[index - 1]) then \(time))")
+        throw EngineError(
+          .invalidAnimation, field: field, "key times must not decrease (\(keyTimes[index - 1]) then \(time))")
       }
     }
     guard keyTimes.first == 0 else {

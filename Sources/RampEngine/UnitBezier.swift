@@ -162,10 +162,10 @@ public struct UnitBezier: Sendable, Hashable {
       tn = tn - step
       let negativeTolerance = zero - tolerance
       var suspicious = (step .> tolerance) .| (step .< negativeTolerance)
-      suspicious = suspicious .| (slope .< tinySlope)
-      suspicious = suspicious .| (tn .< zero)
-      suspicious = suspicious .| (tn .> one)
-      suspicious = suspicious .| (inverseSlope .== zero)
+      suspicious .|= (slope .< tinySlope)
+      suspicious .|= (tn .< zero)
+      suspicious .|= (tn .> one)
+      suspicious .|= (inverseSlope .== zero)
       if any(suspicious) {
         for lane in 0..<lanes where suspicious[lane] {
           tn[lane] = solveT(forX: x[lane], guess: t[lane])

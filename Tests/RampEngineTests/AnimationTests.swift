@@ -161,7 +161,9 @@ import Testing
     #expect(abs(v[333] - 0.4995) < 1e-12)
     #expect(abs(v[667] - 0.9995) < 2e-3)
     // One speed everywhere but the sample where it turns back and the filled end.
-    let steps = zip(v, v.dropFirst()).map { abs($1 - $0) }.enumerated().filter { abs($0.offset - 666) > 1 && $0.offset < 999 }
+    let steps = zip(v, v.dropFirst()).map { abs($1 - $0) }.enumerated().filter {
+      abs($0.offset - 666) > 1 && $0.offset < 999
+    }
     #expect(steps.allSatisfy { abs($0.element - 0.0015) < 1e-9 })
   }
 
@@ -171,7 +173,8 @@ import Testing
     #expect(abs(v[0]) < 1e-12)
     #expect(abs(v[333] - 1) < 0.01)
     // Uneven key times scale the tangents so the speed matches across a key.
-    let uneven = try run(KeyframeAnimation(values: [0, 1, 3, 3], keyTimes: [0, 0.25, 0.75, 1], calculationMode: .cubic))
+    let uneven = try run(
+      KeyframeAnimation(values: [0, 1, 3, 3], keyTimes: [0, 0.25, 0.75, 1], calculationMode: .cubic))
     #expect(abs((uneven[251] - uneven[250]) - (uneven[250] - uneven[249])) < 1e-4)
     #expect(abs(v[500] - 2.0625) < 1e-12)
     v = try run(KeyframeAnimation(values: [0, 1, 3, 3], calculationMode: .cubic, tensionValues: [1, 1, 1, 1]))
@@ -265,7 +268,8 @@ import Testing
   }
 
   @Test func initialVelocityIsInDistancePerSecond() throws {
-    let v = try springValues(SpringParameters(stiffness: 100, damping: 20, initialVelocity: 5), count: 10, sampleRate: 100_000)
+    let v = try springValues(
+      SpringParameters(stiffness: 100, damping: 20, initialVelocity: 5), count: 10, sampleRate: 100_000)
     #expect(abs((v[1] - v[0]) * 100_000 - 5) < 0.01)
   }
 
@@ -282,7 +286,8 @@ import Testing
         let t = settling + Double(k) * 0.005
         #expect(abs(motion.progress(t) - 1) <= 1.0001e-3, "\(parameters) at \(t)")
       }
-      if case .underdamped = motion.regime {} else {
+      if case .underdamped = motion.regime {
+      } else {
         #expect(abs(motion.progress(settling * 0.999) - 1) > 1e-3 * 0.99)
       }
     }

@@ -154,7 +154,8 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
   @Test func outputIsClampedToThePropertyRange() throws {
     let engine = try AnimationEngine(sampleRate: 1000)
     try engine.define("master.gain", value: 0.5, range: 0...1)
-    try engine.add(.spring(to: 1, parameters: SpringParameters(stiffness: 100, damping: 2)), forKey: "s", to: "master.gain")
+    try engine.add(
+      .spring(to: 1, parameters: SpringParameters(stiffness: 100, damping: 2)), forKey: "s", to: "master.gain")
     let v = try values(engine, "master.gain", count: 3000)
     #expect(v.allSatisfy { (0...1).contains($0) })
     #expect(v.contains(1))
@@ -187,8 +188,14 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
       ("NaN value", { try engine.set("g", to: .nan) }, .invalidValue, "value"),
       ("infinite value", { try engine.set("g", to: .infinity) }, .invalidValue, "value"),
       ("out of range", { try engine.set("g", to: 1.5) }, .invalidValue, "value"),
-      ("negative duration", { try engine.set("g", to: 1, transaction: Transaction(duration: -1)) }, .invalidValue, "duration"),
-      ("NaN duration", { try engine.set("g", to: 1, transaction: Transaction(duration: .nan)) }, .invalidValue, "duration"),
+      (
+        "negative duration", { try engine.set("g", to: 1, transaction: Transaction(duration: -1)) }, .invalidValue,
+        "duration"
+      ),
+      (
+        "NaN duration", { try engine.set("g", to: 1, transaction: Transaction(duration: .nan)) }, .invalidValue,
+        "duration"
+      ),
       ("empty key", { try engine.add(.basic(to: 1), forKey: "", to: "g") }, .invalidAnimation, "name"),
       ("remove unknown", { try engine.removeAnimation(forKey: "x", from: "g") }, .unknownAnimation, "name"),
       ("NaN declick", { try engine.removeAllAnimations(from: "g", declick: .nan) }, .invalidValue, "declick"),
@@ -238,11 +245,16 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
     let engine = try makeEngine()
     let bad: [(TimingFunction, String)] = [
       (.steps(1, .jumpNone), "timingFunction"), (.steps(0, .jumpEnd), "timingFunction"),
-      (.cubicBezier(UnitBezier(2, 0, 1, 1)), "timingFunction"), (.cubicBezier(UnitBezier(0, .nan, 1, 1)), "timingFunction"),
+      (.cubicBezier(UnitBezier(2, 0, 1, 1)), "timingFunction"),
+      (.cubicBezier(UnitBezier(0, .nan, 1, 1)), "timingFunction"),
     ]
     for (curve, field) in bad {
-      #expect(throws: EngineError.self) { try engine.add(.basic(to: 1, duration: 1, timingFunction: curve), forKey: "a", to: "p") }
-      do { try engine.add(.basic(to: 1, timingFunction: curve), forKey: "a", to: "p") } catch { #expect(error.field == field) }
+      #expect(throws: EngineError.self) {
+        try engine.add(.basic(to: 1, duration: 1, timingFunction: curve), forKey: "a", to: "p")
+      }
+      do { try engine.add(.basic(to: 1, timingFunction: curve), forKey: "a", to: "p") } catch {
+        #expect(error.field == field)
+      }
       #expect(throws: EngineError.self) { try engine.set("p", to: 1, transaction: Transaction(timingFunction: curve)) }
       let keyframes = KeyframeAnimation(values: [0, 1], timingFunctions: [curve])
       do { try engine.add(Animation(.keyframes(keyframes)), forKey: "a", to: "p") } catch {

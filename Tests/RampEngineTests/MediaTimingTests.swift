@@ -33,9 +33,23 @@ import Testing
     try engine.define("f", value: 0.5, range: 0...2)
     try engine.define("both", value: 0.5, range: 0...2)
     let late: (inout MediaTiming) -> Void = { $0.beginTime = 0.1 }
-    try engine.add(ramp { late(&$0); $0.fillMode = .backwards }, forKey: "a", to: "b")
-    try engine.add(ramp { late(&$0); $0.fillMode = .forwards; $0.removedOnCompletion = false }, forKey: "a", to: "f")
-    try engine.add(ramp { late(&$0); $0.fillMode = .both; $0.removedOnCompletion = false }, forKey: "a", to: "both")
+    try engine.add(
+      ramp {
+        late(&$0)
+        $0.fillMode = .backwards
+      }, forKey: "a", to: "b")
+    try engine.add(
+      ramp {
+        late(&$0)
+        $0.fillMode = .forwards
+        $0.removedOnCompletion = false
+      }, forKey: "a", to: "f")
+    try engine.add(
+      ramp {
+        late(&$0)
+        $0.fillMode = .both
+        $0.removedOnCompletion = false
+      }, forKey: "a", to: "both")
     try engine.add(ramp { late(&$0) }, forKey: "a", to: "p")
     // Before the begin time only backwards fill applies the animation.
     #expect(try value(engine, "p", at: 50) == 0.5)
@@ -57,7 +71,11 @@ import Testing
 
   @Test func fractionalRepeatCount() throws {
     let engine = try makeEngine(model: -1)
-    try engine.add(ramp { $0.repeatCount = 2.5; $0.fillMode = .forwards }, forKey: "a", to: "p")
+    try engine.add(
+      ramp {
+        $0.repeatCount = 2.5
+        $0.fillMode = .forwards
+      }, forKey: "a", to: "p")
     let v = try values(engine, count: 2600)
     #expect(abs(v[1250] - 0.25) < 1e-12)
     #expect(abs(v[2250] - 0.25) < 1e-12)
@@ -87,7 +105,11 @@ import Testing
 
   @Test func autoreversesPlaysBackAndCountsAsOneCycle() throws {
     let engine = try makeEngine(model: 9)
-    try engine.add(ramp { $0.autoreverses = true; $0.fillMode = .forwards }, forKey: "a", to: "p")
+    try engine.add(
+      ramp {
+        $0.autoreverses = true
+        $0.fillMode = .forwards
+      }, forKey: "a", to: "p")
     let v = try values(engine, count: 2100)
     #expect(abs(v[250] - 0.25) < 1e-12)
     #expect(abs(v[1000] - 1) < 1e-12)
@@ -116,7 +138,11 @@ import Testing
 
   @Test func speedZeroFreezesAtTheOffset() throws {
     let engine = try makeEngine(model: 9)
-    try engine.add(ramp { $0.speed = 0; $0.timeOffset = 0.4 }, forKey: "a", to: "p")
+    try engine.add(
+      ramp {
+        $0.speed = 0
+        $0.timeOffset = 0.4
+      }, forKey: "a", to: "p")
     #expect(abs(try value(engine, at: 0) - 0.4) < 1e-12)
     #expect(abs(try value(engine, at: 123_456) - 0.4) < 1e-12)
   }
@@ -136,12 +162,18 @@ import Testing
   @Test func invalidTimingIsRefusedWithTheFieldNamed() throws {
     let engine = try makeEngine()
     let cases: [((inout MediaTiming) -> Void, String)] = [
-      ({ $0.duration = .nan }, "duration"), ({ $0.duration = -1 }, "duration"), ({ $0.duration = .infinity }, "duration"),
+      ({ $0.duration = .nan }, "duration"), ({ $0.duration = -1 }, "duration"),
+      ({ $0.duration = .infinity }, "duration"),
       ({ $0.speed = -1 }, "speed"), ({ $0.speed = .nan }, "speed"), ({ $0.beginTime = .infinity }, "beginTime"),
       ({ $0.beginTime = 1e300 }, "beginTime"), ({ $0.timeOffset = .nan }, "timeOffset"),
       ({ $0.repeatCount = -2 }, "repeatCount"), ({ $0.repeatCount = .nan }, "repeatCount"),
       ({ $0.repeatDuration = -.infinity }, "repeatDuration"),
-      ({ $0.repeatCount = 2; $0.repeatDuration = 3 }, "repeatDuration"),
+      (
+        {
+          $0.repeatCount = 2
+          $0.repeatDuration = 3
+        }, "repeatDuration"
+      ),
     ]
     for (change, field) in cases {
       #expect(throws: EngineError.self) { try engine.add(ramp(change), forKey: "a", to: "p") }

@@ -51,7 +51,8 @@ struct AnimationRecipe {
     switch pick(depth < 2 ? [0, 1, 2, 3] : [0, 1, 2]) {
     case 0:
       content = .basic(
-        BasicAnimation(from: next() < 0.5 ? value() : nil, to: next() < 0.5 ? value() : nil, by: next() < 0.3 ? value() : nil))
+        BasicAnimation(
+          from: next() < 0.5 ? value() : nil, to: next() < 0.5 ? value() : nil, by: next() < 0.3 ? value() : nil))
     case 1:
       let count = 1 + Int(next() * 6)
       let values = (0..<count).map { _ in value() }

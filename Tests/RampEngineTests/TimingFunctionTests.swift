@@ -113,7 +113,9 @@ import Testing
     #expect(try TimingFunction(parsing: "ease-out") == .cubicBezier(UnitBezier(0, 0, 0.58, 1)))
     #expect(try TimingFunction(parsing: "ease-in-out") == .cubicBezier(UnitBezier(0.42, 0, 0.58, 1)))
     #expect(try TimingFunction(parsing: "default") == .cubicBezier(UnitBezier(0.25, 0.1, 0.25, 1)))
-    #expect(try TimingFunction(parsing: " Cubic-Bezier( 0.1 , 0.2,0.3 ,0.4 ) ") == .cubicBezier(UnitBezier(0.1, 0.2, 0.3, 0.4)))
+    #expect(
+      try TimingFunction(parsing: " Cubic-Bezier( 0.1 , 0.2,0.3 ,0.4 ) ")
+        == .cubicBezier(UnitBezier(0.1, 0.2, 0.3, 0.4)))
     for shape in FadeShape.allCases {
       #expect(try TimingFunction(parsing: shape.rawValue) == .fade(shape))
     }
