@@ -6,6 +6,7 @@ let package = Package(
   platforms: [.macOS(.v14)],
   products: [
     .library(name: "RampEngine", targets: ["RampEngine"]),
+    .library(name: "RampAudio", targets: ["RampAudio"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
     .executable(name: "rampbench", targets: ["rampbench"]),
   ],
@@ -16,6 +17,13 @@ let package = Package(
   targets: [
     // The animation engine: pure Swift, no I/O. Everything a unit test can reach without a sound card.
     .target(name: "RampEngine"),
+    // C libraries, found through pkg-config (script/setup installs their -dev packages).
+    .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
+    .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
+    .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
+    // The audio path: decoding, resampling, gain and mix kernels, ALSA output, offline render.
+    // Knows the engine, not the protocol.
+    .target(name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr"]),
     // What the command-line tools share and a unit test can check without a terminal: parsing
     // human units (2s, -6dB, 48k) and drawing plots. No ArgumentParser, no RampEngine.
     .target(name: "RampCLI"),
@@ -23,6 +31,7 @@ let package = Package(
       name: "rampctl",
       dependencies: [
         "RampEngine",
+        "RampAudio",
         "RampCLI",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
@@ -40,5 +49,6 @@ let package = Package(
       ]
     ),
     .testTarget(name: "RampCLITests", dependencies: ["RampCLI"]),
+    .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine"]),
   ]
 )
