@@ -24,9 +24,9 @@ let package = Package(
     // The audio path: decoding, resampling, gain and mix kernels, ALSA output, offline render.
     // Knows the engine, not the protocol.
     .target(name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr"]),
-    // What the command-line tools share and a unit test can check without a terminal: parsing
-    // human units (2s, -6dB, 48k) and drawing plots. No ArgumentParser, no RampEngine.
-    .target(name: "RampCLI"),
+    // What the command-line tools share and a unit test can check without a terminal: human
+    // units (2s, -6dB, 48k), terminal plots, timeline scripts. No ArgumentParser.
+    .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio"]),
     .executableTarget(
       name: "rampctl",
       dependencies: [
@@ -48,7 +48,7 @@ let package = Package(
         .product(name: "PropertyBased", package: "swift-property-based"),
       ]
     ),
-    .testTarget(name: "RampCLITests", dependencies: ["RampCLI"]),
+    .testTarget(name: "RampCLITests", dependencies: ["RampCLI", "RampEngine", "RampAudio"]),
     .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine"]),
   ]
 )

@@ -1,0 +1,467 @@
+import CALSA
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// What the daemon asks of its ALSA output. `validate()` checks ranges; the device may still
+/// negotiate different values (see `AlsaPCMOutput.Negotiated`).
+public struct OutputConfiguration: Sendable, Equatable {
+  /// The sample format written to ALSA. `.auto` takes the first of float, s32, s24, s16 the device accepts.
+  public enum SampleFormat: String, CaseIterable, Sendable {
+    case auto
+    case float32 = "float"
+    case s32
+    /// 24 bits in a 32-bit little-endian container (ALSA `S24_LE`).
+    case s24
+    case s16
+  }
+
+  /// How `write` keeps time. `.device` relies on the blocking device; `.clock` sleeps so that writes
+  /// never run more than one buffer ahead of wall-clock time (for sinks that swallow samples as fast as
+  /// they come, like ALSA's `null`); `.auto` is `.clock` when the PCM chain ends in a null PCM.
+  public enum Pacing: String, CaseIterable, Sendable {
+    case auto
+    case clock
+    case device
+  }
+
+  /// ALSA PCM name (`default`, `hw:0,0`, `plughw:1`, a name from asound.conf, …).
+  public var device = "default"
+  /// Frames per second.
+  public var sampleRate = 48_000
+  public var channels = 2
+  public var format: SampleFormat = .auto
+  /// Period (wake-up interval) in seconds.
+  public var periodTime: Double = 0.010
+  /// Buffer (total latency the device holds) in seconds.
+  public var bufferTime: Double = 0.050
+  public var pacing: Pacing = .auto
+
+  public init(
+    device: String = "default", sampleRate: Int = 48_000, channels: Int = 2, format: SampleFormat = .auto,
+    periodTime: Double = 0.010, bufferTime: Double = 0.050, pacing: Pacing = .auto
+  ) {
+    self.device = device
+    self.sampleRate = sampleRate
+    self.channels = channels
+    self.format = format
+    self.periodTime = periodTime
+    self.bufferTime = bufferTime
+    self.pacing = pacing
+  }
+
+  /// Checks ranges. Every message starts with the configuration key it concerns (`output.rate: …`).
+  public func validate() throws(AudioError) {
+    if device.isEmpty {
+      throw AudioError(.invalidParameter, "output.device: must not be empty")
+    }
+    if !(8_000...384_000).contains(sampleRate) {
+      throw AudioError(.invalidParameter, "output.rate: \(sampleRate) Hz is outside 8000...384000")
+    }
+    if !(1...32).contains(channels) {
+      throw AudioError(.invalidParameter, "output.channels: \(channels) is outside 1...32")
+    }
+    if !periodTime.isFinite || !(0.001...1).contains(periodTime) {
+      throw AudioError(.invalidParameter, "output.period: \(periodTime) s is outside 0.001...1 s")
+    }
+    if !bufferTime.isFinite || bufferTime < 2 * periodTime {
+      throw AudioError(
+        .invalidParameter, "output.buffer: \(bufferTime) s is less than two periods (2 × \(periodTime) s)")
+    }
+    if bufferTime > 10 {
+      throw AudioError(.invalidParameter, "output.buffer: \(bufferTime) s is more than 10 s")
+    }
+  }
+}
+
+/// Blocking ALSA playback of interleaved float audio, converted to whatever the device takes.
+///
+/// Owned by one thread (the render thread): not `Sendable`, no locks. `write` does not allocate,
+/// lock or log. To reopen after a device error, `close()` this one and create a new one.
+public final class AlsaPCMOutput {
+  /// What the device actually gave us.
+  public struct Negotiated: Sendable, Equatable {
+    public var device: String
+    /// Never `.auto`.
+    public var format: OutputConfiguration.SampleFormat
+    /// May differ from the requested rate (`snd_pcm_hw_params_set_rate_near`): render at this rate.
+    public var rate: Int
+    public var channels: Int
+    public var periodFrames: Int
+    public var bufferFrames: Int
+    /// Never `.auto`.
+    public var pacing: OutputConfiguration.Pacing
+  }
+
+  public let negotiated: Negotiated
+  /// Underruns (-EPIPE) and suspends (-ESTRPIPE) recovered from in `write`.
+  public private(set) var underruns = 0
+
+  /// Frames converted per `snd_pcm_writei` call: the conversion buffer holds this many frames.
+  /// Equal to the period size (at least 64 frames); larger writes are done in blocks of this size.
+  public let blockFrames: Int
+
+  private var pcm: OpaquePointer?
+  private let buffer: UnsafeMutableRawPointer
+  private let bytesPerFrame: Int
+  private var rng = XorShift64(seed: 0x9E37_79B9_7F4A_7C15)
+
+  // Clock pacing: wall-clock anchor (CLOCK_MONOTONIC ns) and frames written since.
+  private var clockStarted = false
+  private var clockAnchor: Int64 = 0
+  private var clockFrames: Int64 = 0
+
+  public init(_ configuration: OutputConfiguration) throws(AudioError) {
+    try configuration.validate()
+    let device = configuration.device
+
+    var handle: OpaquePointer?
+    var err = snd_pcm_open(&handle, device, SND_PCM_STREAM_PLAYBACK, 0)
+    guard err >= 0, let pcm = handle else {
+      throw AudioError(.device, "ALSA device '\(device)': cannot open for playback: \(alsaError(err))")
+    }
+    var ownsPCM = true
+    defer { if ownsPCM { snd_pcm_close(pcm) } }
+
+    func fail(_ what: String, _ code: Int32) -> AudioError {
+      AudioError(.device, "ALSA device '\(device)': \(what): \(alsaError(code))")
+    }
+
+    // Hardware parameters.
+    var hwOptional: OpaquePointer?
+    err = snd_pcm_hw_params_malloc(&hwOptional)
+    guard err >= 0, let hw = hwOptional else { throw fail("cannot allocate hardware parameters", err) }
+    defer { snd_pcm_hw_params_free(hw) }
+
+    err = snd_pcm_hw_params_any(pcm, hw)
+    if err < 0 { throw fail("cannot read hardware parameters", err) }
+    err = snd_pcm_hw_params_set_access(pcm, hw, SND_PCM_ACCESS_RW_INTERLEAVED)
+    if err < 0 { throw fail("interleaved access not supported", err) }
+
+    let format: OutputConfiguration.SampleFormat
+    if configuration.format == .auto {
+      var chosen: OutputConfiguration.SampleFormat?
+      for candidate in [OutputConfiguration.SampleFormat.float32, .s32, .s24, .s16]
+      where snd_pcm_hw_params_test_format(pcm, hw, candidate.alsaFormat) == 0 {
+        err = snd_pcm_hw_params_set_format(pcm, hw, candidate.alsaFormat)
+        if err >= 0 {
+          chosen = candidate
+          break
+        }
+      }
+      guard let chosen else {
+        throw AudioError(.device, "ALSA device '\(device)': accepts none of FLOAT_LE, S32_LE, S24_LE, S16_LE")
+      }
+      format = chosen
+    } else {
+      format = configuration.format
+      err = snd_pcm_hw_params_set_format(pcm, hw, format.alsaFormat)
+      if err < 0 {
+        throw fail("does not accept format \(format.rawValue) (\(format.alsaName))", err)
+      }
+    }
+
+    err = snd_pcm_hw_params_set_channels(pcm, hw, UInt32(configuration.channels))
+    if err < 0 {
+      var lo: UInt32 = 0
+      var hi: UInt32 = 0
+      snd_pcm_hw_params_get_channels_min(hw, &lo)
+      snd_pcm_hw_params_get_channels_max(hw, &hi)
+      throw fail("does not support \(configuration.channels) channels (it takes \(lo)...\(hi))", err)
+    }
+
+    var rate = UInt32(configuration.sampleRate)
+    err = snd_pcm_hw_params_set_rate_near(pcm, hw, &rate, nil)
+    if err < 0 { throw fail("cannot set a rate near \(configuration.sampleRate) Hz", err) }
+
+    var periodMicros = UInt32((configuration.periodTime * 1e6).rounded())
+    err = snd_pcm_hw_params_set_period_time_near(pcm, hw, &periodMicros, nil)
+    if err < 0 { throw fail("cannot set a period near \(configuration.periodTime) s", err) }
+    var bufferMicros = UInt32((configuration.bufferTime * 1e6).rounded())
+    err = snd_pcm_hw_params_set_buffer_time_near(pcm, hw, &bufferMicros, nil)
+    if err < 0 { throw fail("cannot set a buffer near \(configuration.bufferTime) s", err) }
+
+    err = snd_pcm_hw_params(pcm, hw)
+    if err < 0 { throw fail("cannot apply hardware parameters", err) }
+
+    var periodSize: snd_pcm_uframes_t = 0
+    var bufferSize: snd_pcm_uframes_t = 0
+    err = snd_pcm_hw_params_get_period_size(hw, &periodSize, nil)
+    if err < 0 { throw fail("cannot read the period size", err) }
+    err = snd_pcm_hw_params_get_buffer_size(hw, &bufferSize)
+    if err < 0 { throw fail("cannot read the buffer size", err) }
+
+    // Software parameters: start when the buffer is full but for one period; wake per period.
+    var swOptional: OpaquePointer?
+    err = snd_pcm_sw_params_malloc(&swOptional)
+    guard err >= 0, let sw = swOptional else { throw fail("cannot allocate software parameters", err) }
+    defer { snd_pcm_sw_params_free(sw) }
+    err = snd_pcm_sw_params_current(pcm, sw)
+    if err < 0 { throw fail("cannot read software parameters", err) }
+    let startThreshold = bufferSize > periodSize ? bufferSize - periodSize : bufferSize
+    err = snd_pcm_sw_params_set_start_threshold(pcm, sw, startThreshold)
+    if err < 0 { throw fail("cannot set the start threshold", err) }
+    err = snd_pcm_sw_params_set_avail_min(pcm, sw, periodSize)
+    if err < 0 { throw fail("cannot set avail_min", err) }
+    err = snd_pcm_sw_params(pcm, sw)
+    if err < 0 { throw fail("cannot apply software parameters", err) }
+
+    err = snd_pcm_prepare(pcm)
+    if err < 0 { throw fail("cannot prepare", err) }
+
+    let pacing: OutputConfiguration.Pacing
+    switch configuration.pacing {
+    case .clock, .device:
+      pacing = configuration.pacing
+    case .auto:
+      pacing = Self.automaticPacing(setupDump: Self.setupDump(pcm))
+    }
+
+    negotiated = Negotiated(
+      device: device, format: format, rate: Int(rate), channels: configuration.channels,
+      periodFrames: Int(periodSize), bufferFrames: Int(bufferSize), pacing: pacing)
+    blockFrames = max(Int(periodSize), 64)
+    bytesPerFrame = format.bytesPerSample * configuration.channels
+    buffer = UnsafeMutableRawPointer.allocate(byteCount: blockFrames * bytesPerFrame, alignment: 16)
+    self.pcm = pcm
+    ownsPCM = false
+  }
+
+  deinit {
+    close()
+    buffer.deallocate()
+  }
+
+  /// Closes the PCM without draining. Idempotent; `write` throws afterwards.
+  public func close() {
+    if let pcm {
+      snd_pcm_close(pcm)
+      self.pcm = nil
+    }
+  }
+
+  public var isOpen: Bool { pcm != nil }
+
+  /// Writes `frames` frames of interleaved float samples (`negotiated.channels` per frame), converting
+  /// to the negotiated format in blocks of `blockFrames`. Blocks until the device (or, with clock
+  /// pacing, the clock) has room. Recovers from underruns and suspends; any other failure throws
+  /// `AudioError(.device)`, after which the caller should close and reopen.
+  public func write(_ interleaved: UnsafePointer<Float>, frames: Int) throws(AudioError) {
+    guard let pcm else {
+      throw AudioError(.device, "ALSA device '\(negotiated.device)': write after close")
+    }
+    let channels = negotiated.channels
+    var done = 0
+    while done < frames {
+      let count = min(blockFrames, frames - done)
+      convert(interleaved + done * channels, samples: count * channels)
+      if negotiated.pacing == .clock { waitForClock(frames: count) }
+      var offset = 0
+      while offset < count {
+        let result = snd_pcm_writei(
+          pcm, buffer + offset * bytesPerFrame, snd_pcm_uframes_t(count - offset))
+        if result >= 0 {
+          offset += Int(result)
+          continue
+        }
+        let code = Int32(truncatingIfNeeded: result)
+        if code == -EPIPE || code == -ESTRPIPE {
+          underruns += 1
+        }
+        let recovered = snd_pcm_recover(pcm, code, 1)
+        if recovered < 0 {
+          throw AudioError(.device, "ALSA device '\(negotiated.device)': write failed: \(alsaError(code))")
+        }
+      }
+      clockFrames += Int64(count)
+      done += count
+    }
+  }
+
+  /// Plays out what has been written (`snd_pcm_drain`; with clock pacing, also sleeps until the
+  /// wall clock has caught up with the frames written), then prepares the PCM for further writes.
+  public func drain() {
+    guard let pcm else { return }
+    if negotiated.pacing == .clock && clockStarted {
+      sleep(untilNanoseconds: clockAnchor + nanoseconds(frames: clockFrames))
+    }
+    snd_pcm_drain(pcm)
+    snd_pcm_prepare(pcm)
+    clockStarted = false
+    clockFrames = 0
+  }
+
+  /// Frames written but not yet heard, for latency reporting: `snd_pcm_delay` (0 on error); with clock
+  /// pacing, the frames written ahead of the wall clock (a null PCM reports no delay of its own).
+  public var delayFrames: Int {
+    guard let pcm else { return 0 }
+    var delay: snd_pcm_sframes_t = 0
+    let device = snd_pcm_delay(pcm, &delay) < 0 ? 0 : max(Int(delay), 0)
+    guard negotiated.pacing == .clock, clockStarted else { return device }
+    let elapsed = framesElapsed(now: monotonicNanoseconds())
+    return max(device, Int(max(clockFrames - elapsed, 0)))
+  }
+
+  // MARK: Conversion
+
+  private func convert(_ source: UnsafePointer<Float>, samples: Int) {
+    switch negotiated.format {
+    case .float32, .auto:
+      let out = buffer.assumingMemoryBound(to: Float.self)
+      for i in 0..<samples {
+        let x = source[i]
+        out[i] = x.isNaN ? 0 : (x < -1 ? -1 : (x > 1 ? 1 : x))
+      }
+    case .s32:
+      let out = buffer.assumingMemoryBound(to: Int32.self)
+      for i in 0..<samples {
+        out[i] = Int32(littleEndian: quantize(source[i], scale: 2_147_483_648, dither: 0))
+      }
+    case .s24:
+      let out = buffer.assumingMemoryBound(to: Int32.self)
+      for i in 0..<samples {
+        out[i] = Int32(littleEndian: quantize(source[i], scale: 8_388_608, dither: rng.tpdf()))
+      }
+    case .s16:
+      let out = buffer.assumingMemoryBound(to: Int16.self)
+      for i in 0..<samples {
+        out[i] = Int16(littleEndian: Int16(truncatingIfNeeded: quantize(source[i], scale: 32_768, dither: rng.tpdf())))
+      }
+    }
+  }
+
+  /// Scales to `scale` LSB per unit, adds `dither` LSB, rounds and saturates to [-scale, scale - 1].
+  /// Input at or beyond ±1 gives exactly full scale (no dither on the rails), never a wrap; NaN gives 0.
+  @inline(__always)
+  private func quantize(_ sample: Float, scale: Double, dither: Double) -> Int32 {
+    let x = Double(sample)
+    if x >= 1 { return Int32(scale - 1) }
+    if x <= -1 { return Int32(-scale) }
+    if x.isNaN { return 0 }
+    var y = (x * scale + dither).rounded()
+    y = y < -scale ? -scale : (y > scale - 1 ? scale - 1 : y)
+    return Int32(y)
+  }
+
+  // MARK: Clock pacing
+
+  /// Sleeps until writing `frames` more keeps the frames written at most one buffer ahead of the wall
+  /// clock since the first write. If the writer fell behind the clock (a virtual underrun), re-anchors.
+  private func waitForClock(frames: Int) {
+    let now = monotonicNanoseconds()
+    if !clockStarted {
+      clockStarted = true
+      clockAnchor = now
+      clockFrames = 0
+      return
+    }
+    if framesElapsed(now: now) > clockFrames {
+      clockAnchor = now - nanoseconds(frames: clockFrames)
+    }
+    let ahead = clockFrames + Int64(frames) - Int64(negotiated.bufferFrames)
+    if ahead > 0 {
+      sleep(untilNanoseconds: clockAnchor + nanoseconds(frames: ahead))
+    }
+  }
+
+  private func nanoseconds(frames: Int64) -> Int64 {
+    let rate = Int64(negotiated.rate)
+    return frames / rate * 1_000_000_000 + frames % rate * 1_000_000_000 / rate
+  }
+
+  private func framesElapsed(now: Int64) -> Int64 {
+    let ns = now - clockAnchor
+    let rate = Int64(negotiated.rate)
+    return ns / 1_000_000_000 * rate + ns % 1_000_000_000 * rate / 1_000_000_000
+  }
+
+  private func sleep(untilNanoseconds deadline: Int64) {
+    while true {
+      let remaining = deadline - monotonicNanoseconds()
+      if remaining <= 0 { return }
+      var request = timespec(tv_sec: Int(remaining / 1_000_000_000), tv_nsec: Int(remaining % 1_000_000_000))
+      nanosleep(&request, nil)
+    }
+  }
+
+  // MARK: Setup inspection
+
+  /// `snd_pcm_dump` of the configured PCM chain (e.g. "Plug PCM: …\nSlave: File PCM …\nSlave: Null PCM").
+  static func setupDump(_ pcm: OpaquePointer) -> String {
+    var outOptional: OpaquePointer?
+    guard snd_output_buffer_open(&outOptional) >= 0, let out = outOptional else { return "" }
+    defer { snd_output_close(out) }
+    guard snd_pcm_dump(pcm, out) >= 0 else { return "" }
+    var text: UnsafeMutablePointer<CChar>?
+    let length = snd_output_buffer_string(out, &text)
+    guard let text, length > 0 else { return "" }
+    return text.withMemoryRebound(to: UInt8.self, capacity: length) {
+      String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
+    }
+  }
+
+  /// `.clock` when the chain ends in ALSA's null PCM (which swallows samples without blocking), else
+  /// `.device`. The dump names it "Null PCM" for `null`, as the slave of `file`, and under `plug`.
+  static func automaticPacing(setupDump: String) -> OutputConfiguration.Pacing {
+    setupDump.contains("Null PCM") ? .clock : .device
+  }
+}
+
+extension OutputConfiguration.SampleFormat {
+  var alsaFormat: snd_pcm_format_t {
+    switch self {
+    case .auto, .float32: SND_PCM_FORMAT_FLOAT_LE
+    case .s32: SND_PCM_FORMAT_S32_LE
+    case .s24: SND_PCM_FORMAT_S24_LE
+    case .s16: SND_PCM_FORMAT_S16_LE
+    }
+  }
+
+  var alsaName: String {
+    switch self {
+    case .auto, .float32: "FLOAT_LE"
+    case .s32: "S32_LE"
+    case .s24: "S24_LE"
+    case .s16: "S16_LE"
+    }
+  }
+
+  var bytesPerSample: Int { self == .s16 ? 2 : 4 }
+}
+
+/// xorshift64 (Marsaglia): deterministic, allocation-free noise for dither.
+private struct XorShift64 {
+  var state: UInt64
+
+  init(seed: UInt64) { state = seed == 0 ? 0x2545_F491_4F6C_DD1D : seed }
+
+  @inline(__always)
+  mutating func next() -> UInt64 {
+    state ^= state << 13
+    state ^= state >> 7
+    state ^= state << 17
+    return state
+  }
+
+  /// Triangular dither in LSB: the sum of two uniforms in [-0.5, 0.5), one from each 32-bit half.
+  @inline(__always)
+  mutating func tpdf() -> Double {
+    let r = next()
+    let a = Double(r >> 40) * 0x1p-24
+    let b = Double((r & 0xFFFF_FFFF) >> 8) * 0x1p-24
+    return a + b - 1
+  }
+}
+
+private func alsaError(_ code: Int32) -> String {
+  String(cString: snd_strerror(code))
+}
+
+private func monotonicNanoseconds() -> Int64 {
+  var now = timespec()
+  clock_gettime(CLOCK_MONOTONIC, &now)
+  return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+}

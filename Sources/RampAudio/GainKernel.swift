@@ -1,0 +1,66 @@
+/// The per-sample arithmetic of the render path: gain times signal, summed over streams, and a
+/// safety clamp. Interleaved float frames; one gain value per frame. None of these allocate,
+/// lock or branch per sample beyond the loop itself, so the compiler vectorises them.
+public enum GainKernel {
+  /// gains[i] *= other[i]: a stream's gain times the master gain.
+  @inlinable
+  public static func multiply(_ gains: UnsafeMutablePointer<Float>, by other: UnsafePointer<Float>, count: Int) {
+    for i in 0..<count { gains[i] *= other[i] }
+  }
+
+  /// output[f·c + k] = input[f·c + k] × gain[f].
+  @inlinable
+  public static func apply(
+    _ input: UnsafePointer<Float>, gain: UnsafePointer<Float>, frames: Int, channels: Int,
+    into output: UnsafeMutablePointer<Float>
+  ) {
+    switch channels {
+    case 1:
+      for f in 0..<frames { output[f] = input[f] * gain[f] }
+    case 2:
+      for f in 0..<frames {
+        let g = gain[f]
+        output[2 * f] = input[2 * f] * g
+        output[2 * f + 1] = input[2 * f + 1] * g
+      }
+    default:
+      for f in 0..<frames {
+        let g = gain[f]
+        for k in 0..<channels { output[f * channels + k] = input[f * channels + k] * g }
+      }
+    }
+  }
+
+  /// output[f·c + k] += input[f·c + k] × gain[f]: mixes one stream into the sum.
+  @inlinable
+  public static func accumulate(
+    _ input: UnsafePointer<Float>, gain: UnsafePointer<Float>, frames: Int, channels: Int,
+    into output: UnsafeMutablePointer<Float>
+  ) {
+    switch channels {
+    case 1:
+      for f in 0..<frames { output[f] += input[f] * gain[f] }
+    case 2:
+      for f in 0..<frames {
+        let g = gain[f]
+        output[2 * f] += input[2 * f] * g
+        output[2 * f + 1] += input[2 * f + 1] * g
+      }
+    default:
+      for f in 0..<frames {
+        let g = gain[f]
+        for k in 0..<channels { output[f * channels + k] += input[f * channels + k] * g }
+      }
+    }
+  }
+
+  /// Limits every sample to [−limit, limit] so that a sum of loud streams saturates instead of
+  /// wrapping in an integer format; NaN becomes silence.
+  @inlinable
+  public static func clamp(_ buffer: UnsafeMutablePointer<Float>, count: Int, limit: Float = 1) {
+    for i in 0..<count {
+      let v = buffer[i]
+      buffer[i] = v >= -limit ? (v <= limit ? v : limit) : (v < -limit ? -limit : 0)
+    }
+  }
+}
