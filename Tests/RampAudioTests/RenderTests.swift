@@ -125,7 +125,9 @@ func readAll(_ path: String) throws -> (samples: [Float], channels: Int, rate: I
   @Test func rendersIntoEveryWritableFormat() throws {
     let directory = try temporaryDirectory()
     let input = directory.appendingPathComponent("tone.wav").path
-    try writeSignal(input, frames: 48_000, encoding: .pcm24) { f, _ in Float(sin(Double(f) * 2 * .pi * 440 / 48_000) * 0.5) }
+    try writeSignal(input, frames: 48_000, encoding: .pcm24) { f, _ in
+      Float(sin(Double(f) * 2 * .pi * 440 / 48_000) * 0.5)
+    }
     #expect(SoundFileWriter.writableExtensions.count >= 5)
     for ext in SoundFileWriter.writableExtensions {
       let output = directory.appendingPathComponent("out.\(ext)").path
@@ -146,7 +148,8 @@ func readAll(_ path: String) throws -> (samples: [Float], channels: Int, rate: I
     let directory = try temporaryDirectory()
     let missing = directory.appendingPathComponent("missing.wav").path
     do {
-      _ = try OfflineRenderer.render(input: missing, output: directory.appendingPathComponent("o.wav").path, options: RenderOptions())
+      _ = try OfflineRenderer.render(
+        input: missing, output: directory.appendingPathComponent("o.wav").path, options: RenderOptions())
       Issue.record("rendered a missing file")
     } catch let error as AudioError {
       #expect(error.code == .unreadableFile)

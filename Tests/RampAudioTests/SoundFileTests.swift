@@ -75,12 +75,18 @@ private func correlation(_ a: [Float], _ b: [Float], lag: Int) -> Double {
   var ab = 0.0
   var aa = 0.0
   var bb = 0.0
-  for i in 0..<a.count {
-    let j = i + lag
-    guard j >= 0, j < b.count else { continue }
-    ab += Double(a[i]) * Double(b[j])
-    aa += Double(a[i]) * Double(a[i])
-    bb += Double(b[j]) * Double(b[j])
+  a.withUnsafeBufferPointer { a in
+    b.withUnsafeBufferPointer { b in
+      for i in 0..<a.count {
+        let j = i + lag
+        guard j >= 0, j < b.count else { continue }
+        let x = Double(a[i])
+        let y = Double(b[j])
+        ab += x * y
+        aa += x * x
+        bb += y * y
+      }
+    }
   }
   return aa > 0 && bb > 0 ? ab / (aa * bb).squareRoot() : 0
 }
@@ -97,8 +103,9 @@ struct RoundTripCase: Sendable, CustomTestStringConvertible {
   var testDescription: String { ".\(ext) \(encoding.rawValue)" }
 }
 
+// Lossy codecs ignore the encoding, so each is tried once.
 private let roundTripCases: [RoundTripCase] = SoundFileWriter.writableExtensions.flatMap { ext in
-  validEncodings(for: ext).map { RoundTripCase(ext: ext, encoding: $0) }
+  (lossyExtensions.contains(ext) ? [.pcm16] : validEncodings(for: ext)).map { RoundTripCase(ext: ext, encoding: $0) }
 }
 
 @Suite struct SoundFileTests {
