@@ -56,11 +56,11 @@ public enum GainKernel {
 
   /// Limits every sample to [−limit, limit] so that a sum of loud streams saturates instead of
   /// wrapping in an integer format; NaN becomes silence.
-  @inlinable
   public static func clamp(_ buffer: UnsafeMutablePointer<Float>, count: Int, limit: Float = 1) {
     for i in 0..<count {
       let v = buffer[i]
-      buffer[i] = v >= -limit ? (v <= limit ? v : limit) : (v < -limit ? -limit : 0)
+      let low = v >= -limit ? v : (v < -limit ? -limit : 0)
+      buffer[i] = low <= limit ? low : limit
     }
   }
 }

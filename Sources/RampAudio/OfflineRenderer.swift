@@ -31,7 +31,7 @@ public struct RenderOptions {
 
   public init(
     fadeIn: Double? = nil, fadeOut: Double? = nil, curve: TimingFunction = .linear, valueSpace: ValueSpace = .amplitude,
-    encoding: SampleEncoding? = nil, changes: [ScheduledChange] = [], blockFrames: Int = 4096
+    encoding: SampleEncoding? = nil, changes: [ScheduledChange] = [], blockFrames: Int = 32_768
   ) {
     self.fadeIn = fadeIn
     self.fadeOut = fadeOut

@@ -101,6 +101,11 @@ public final class SoundFileReader {
   public var encoding: SampleEncoding? { SampleEncoding(sndfileSubtype: sndfileFormat) }
 
   private var file: OpaquePointer
+  /// 16-bit files are read as integers and converted here: libsndfile's own conversion goes
+  /// through a small internal buffer, one system call per 8 KiB.
+  private let readsShorts: Bool
+  private var shorts: UnsafeMutablePointer<Int16>?
+  private var shortCapacity = 0
 
   /// Opens `path` for reading.
   ///
@@ -138,21 +143,37 @@ public final class SoundFileReader {
     self.seekable = info.seekable != 0
     self.sndfileFormat = info.format
     self.formatName = majorFormatName(info.format)
+    self.readsShorts = info.format & Int32(SF_FORMAT_SUBMASK) == Int32(SF_FORMAT_PCM_16)
   }
 
   deinit {
     sf_close(file)
+    shorts?.deallocate()
   }
 
   /// Reads up to `frames` interleaved frames (`frames × channels` floats) into `buffer`.
   ///
   /// Returns the frames read: fewer than asked near the end, 0 at the end of the file. Does not
-  /// allocate (except to build the error it throws).
+  /// allocate, except the first time a 16-bit file is read with a larger block than before (and
+  /// to build the error it throws). 16-bit samples s become s / 32768 exactly.
   ///
   /// - Throws: ``AudioError/Code/unreadableFile`` when libsndfile reports a read error.
   public func read(into buffer: UnsafeMutablePointer<Float>, frames: Int) throws(AudioError) -> Int {
     guard frames > 0 else { return 0 }
-    let got = sf_readf_float(file, buffer, sf_count_t(frames))
+    let got: sf_count_t
+    if readsShorts {
+      let count = frames * channels
+      if count > shortCapacity {
+        shorts?.deallocate()
+        shorts = .allocate(capacity: count)
+        shortCapacity = count
+      }
+      let integers = shorts!
+      got = sf_readf_short(file, integers, sf_count_t(frames))
+      SampleConversion.float(from: integers, count: Int(max(got, 0)) * channels, into: buffer)
+    } else {
+      got = sf_readf_float(file, buffer, sf_count_t(frames))
+    }
     if got < sf_count_t(frames), sf_error(file) != 0 {
       throw AudioError(.unreadableFile, "cannot read '\(path)': \(String(cString: sf_strerror(file)))")
     }
@@ -328,11 +349,20 @@ public final class SoundFileWriter {
     // Float → integer conversion clips instead of wrapping around.
     sf_command(file, Int32(SFC_SET_CLIPPING), nil, Int32(SF_TRUE))
     self.file = file
+    self.writesShorts = encoding == .pcm16 && container.lossySubtype == nil
   }
 
   deinit {
     if let file { sf_close(file) }
+    shorts?.deallocate()
   }
+
+  /// 16-bit PCM is converted here and written as integers, for the reason `SoundFileReader`
+  /// reads them so: x becomes round(x × 32768) clipped to the 16-bit range, the exact inverse of
+  /// reading, so a file copied at unity gain is bit-identical.
+  private let writesShorts: Bool
+  private var shorts: UnsafeMutablePointer<Int16>?
+  private var shortCapacity = 0
 
   /// Appends `frames` interleaved frames (`frames × channels` floats).
   ///
@@ -343,7 +373,20 @@ public final class SoundFileWriter {
       throw AudioError(.unwritableFile, "cannot write '\(path)': the file is already closed.")
     }
     guard frames > 0 else { return }
-    let written = sf_writef_float(file, interleaved, sf_count_t(frames))
+    let written: sf_count_t
+    if writesShorts {
+      let count = frames * channels
+      if count > shortCapacity {
+        shorts?.deallocate()
+        shorts = .allocate(capacity: count)
+        shortCapacity = count
+      }
+      let integers = shorts!
+      SampleConversion.int16(from: interleaved, count: count, into: integers)
+      written = sf_writef_short(file, integers, sf_count_t(frames))
+    } else {
+      written = sf_writef_float(file, interleaved, sf_count_t(frames))
+    }
     if written != sf_count_t(frames) {
       throw AudioError(
         .unwritableFile,

@@ -317,11 +317,21 @@ public final class AnimationEngine {
 
   /// Fills `out` with the presentation value of `handle` for samples [start, start+count).
   public func render(_ handle: PropertyHandle, start: Int64, count: Int, into out: UnsafeMutablePointer<Float>) {
+    let property = handle.property
+    if property.instances.isEmpty {
+      // Nothing in flight, the usual case between fades: the model value, clamped.
+      let range = property.range
+      out.update(repeating: Float(min(max(property.model, range.lowerBound), range.upperBound)), count: count)
+      return
+    }
     var done = 0
     while done < count {
       let n = min(count - done, maxBlockSize)
-      evaluate(handle.property, start: start + Int64(done), count: n, into: block)
-      for i in 0..<n { out[done + i] = Float(block[i]) }
+      if evaluate(property, start: start + Int64(done), count: n, into: block) {
+        for i in 0..<n { out[done + i] = Float(block[i]) }
+      } else {
+        (out + done).update(repeating: Float(block[0]), count: n)
+      }
       done += n
     }
   }
@@ -336,14 +346,25 @@ public final class AnimationEngine {
     }
   }
 
-  private func evaluate(_ property: Property, start: Int64, count: Int, into out: UnsafeMutablePointer<Double>) {
+  /// Returns false when no animation touched the block, which then holds the model value.
+  @discardableResult
+  private func evaluate(_ property: Property, start: Int64, count: Int, into out: UnsafeMutablePointer<Double>)
+    -> Bool
+  {
     out.update(repeating: property.model, count: count)
+    var touched = false
     // Non-additive animations replace the value in the order added; additive ones sum on top.
     for instance in property.instances where !instance.isAdditive {
-      instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch)
+      touched =
+        instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch) || touched
     }
     for instance in property.instances where instance.isAdditive {
-      instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch)
+      touched =
+        instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch) || touched
+    }
+    if !touched {
+      out[0] = min(max(property.model, property.range.lowerBound), property.range.upperBound)
+      return false
     }
     if property.clamps {
       let low = property.range.lowerBound
@@ -354,6 +375,7 @@ public final class AnimationEngine {
         out[i] = v >= low ? (v <= high ? v : high) : low
       }
     }
+    return true
   }
 
   /// Moves the clock forward by `count` samples and retires what has ended: each completion is

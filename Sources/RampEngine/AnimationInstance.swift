@@ -90,11 +90,14 @@ final class AnimationInstance: @unchecked Sendable {
   }
 
   /// Writes (or, if additive, adds) this animation's value for samples [start, start+count)
-  /// into `out`, leaving samples where it is inactive untouched. Does not allocate.
+  /// into `out`, leaving samples where it is inactive untouched. Returns whether it wrote any.
+  /// Does not allocate.
+  @discardableResult
   func render(
     start: Int64, count: Int, sampleRate: Double, into out: UnsafeMutablePointer<Double>,
     scratch: UnsafeMutablePointer<Double>
-  ) {
+  ) -> Bool {
+    var wrote = false
     var i = 0
     while i < count {
       let seconds = Double(start + Int64(i) - beginSample) / sampleRate
@@ -106,12 +109,14 @@ final class AnimationInstance: @unchecked Sendable {
         run = min(run, max(1, Sample.count(span.length * sampleRate)))
       }
       if span.active {
+        wrote = true
         apply(
           x0: span.x, dx: span.dxPerSecond / sampleRate, count: run, iteration: span.iteration,
           into: out + i, scratch: scratch)
       }
       i += run
     }
+    return wrote
   }
 
   private func apply(
