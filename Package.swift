@@ -38,7 +38,7 @@ let package = Package(
     ),
     .executableTarget(
       name: "rampbench",
-      dependencies: ["RampEngine"],
+      dependencies: ["RampEngine", "RampAudio"],
       path: "Benchmarks/rampbench"
     ),
     .testTarget(

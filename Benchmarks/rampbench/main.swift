@@ -8,6 +8,7 @@
 // the whole ramp once in double precision and compares every sample with a slow exact solve
 // (ReferenceBezier, double-double bisection) or the analytic keyframe line.
 import Foundation
+import RampAudio
 import RampEngine
 
 let arguments = CommandLine.arguments
@@ -108,3 +109,44 @@ for benchCase in cases {
 }
 print("")
 print("target: ≥ 1e8 values/s per core, worst error ≤ 1e-6\(failed ? "  — ACCURACY TARGET MISSED" : "")")
+
+// Gain kernel against a plain memory copy of the same buffer: 4096 stereo float frames (32 KiB,
+// in cache, as a render block is), one gain value per frame.
+func bandwidth(_ body: () -> Void, bytes: Int) -> Double {
+  let clock = ContinuousClock()
+  var best = Double.infinity
+  for _ in 0..<5 {
+    let start = clock.now
+    for _ in 0..<20_000 { body() }
+    let elapsed = clock.now - start
+    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) * 1e-18
+    best = min(best, seconds)
+  }
+  return Double(bytes) * 20_000 / best
+}
+
+let frames = 4096
+let input = UnsafeMutablePointer<Float>.allocate(capacity: frames * 2)
+let output = UnsafeMutablePointer<Float>.allocate(capacity: frames * 2)
+let gains = UnsafeMutablePointer<Float>.allocate(capacity: frames)
+for i in 0..<(frames * 2) { input[i] = Float(i % 97) / 97 - 0.5 }
+for i in 0..<frames { gains[i] = Float(i) / Float(frames) }
+let bytes = frames * 2 * MemoryLayout<Float>.size
+let copy = bandwidth({ output.update(from: input, count: frames * 2) }, bytes: bytes)
+let apply = bandwidth({ GainKernel.apply(input, gain: gains, frames: frames, channels: 2, into: output) }, bytes: bytes)
+let mix = bandwidth(
+  { GainKernel.accumulate(input, gain: gains, frames: frames, channels: 2, into: output) }, bytes: bytes)
+let clampRate = bandwidth({ GainKernel.clamp(output, count: frames * 2) }, bytes: bytes)
+print("")
+print("gain kernel, 4096 stereo float frames per call     GB/s    × copy")
+print(String(repeating: "-", count: 70))
+for (name, rate) in [
+  ("memory copy", copy), ("apply (out = in × gain)", apply), ("accumulate (out += in × gain)", mix),
+  ("clamp", clampRate),
+] {
+  print(
+    "\(name.padding(toLength: 48, withPad: " ", startingAt: 0)) \(String(format: "%7.2f", rate / 1e9))   \(String(format: "%5.2f", rate / copy))"
+  )
+}
+print("")
+print("target: the gain kernel at least half the copy's bandwidth")

@@ -146,7 +146,7 @@ public final class AnimationEngine {
 
   private func value(of property: Property, at sample: Int64) -> Double {
     var result = 0.0
-    withUnsafeMutablePointer(to: &result) { evaluate(property, start: sample, count: 1, into: $0) }
+    _ = withUnsafeMutablePointer(to: &result) { evaluate(property, start: sample, count: 1, into: $0) }
     return result
   }
 
