@@ -1,0 +1,65 @@
+import Synchronization
+
+/// A single-producer, single-consumer ring of floats: the decoder thread writes, the render
+/// thread reads, neither waits for the other, neither allocates or locks. Positions only grow;
+/// the capacity is a power of two so a position maps to a slot with a mask.
+public final class RingBuffer: @unchecked Sendable {
+  public let capacity: Int
+  private let mask: Int
+  private let storage: UnsafeMutablePointer<Float>
+  private let written = Atomic<Int>(0)
+  private let read = Atomic<Int>(0)
+
+  /// At least `minimumCapacity` samples (rounded up to a power of two).
+  public init(minimumCapacity: Int) {
+    var capacity = 1
+    while capacity < max(minimumCapacity, 2) { capacity <<= 1 }
+    self.capacity = capacity
+    mask = capacity - 1
+    storage = .allocate(capacity: capacity)
+    storage.initialize(repeating: 0, count: capacity)
+  }
+
+  deinit { storage.deallocate() }
+
+  /// Samples waiting to be read (consumer side).
+  public var available: Int { written.load(ordering: .acquiring) - read.load(ordering: .relaxed) }
+
+  /// Room for samples (producer side).
+  public var space: Int { capacity - (written.load(ordering: .relaxed) - read.load(ordering: .acquiring)) }
+
+  /// Producer: copies up to `count` samples in; returns how many fitted.
+  @discardableResult
+  public func write(_ samples: UnsafePointer<Float>, count: Int) -> Int {
+    let head = written.load(ordering: .relaxed)
+    let tail = read.load(ordering: .acquiring)
+    let n = min(count, capacity - (head - tail))
+    guard n > 0 else { return 0 }
+    let start = head & mask
+    let first = min(n, capacity - start)
+    (storage + start).update(from: samples, count: first)
+    if n > first { storage.update(from: samples + first, count: n - first) }
+    written.store(head + n, ordering: .releasing)
+    return n
+  }
+
+  /// Consumer: copies up to `count` samples out; returns how many there were.
+  @discardableResult
+  public func read(into samples: UnsafeMutablePointer<Float>, count: Int) -> Int {
+    let tail = read.load(ordering: .relaxed)
+    let head = written.load(ordering: .acquiring)
+    let n = min(count, head - tail)
+    guard n > 0 else { return 0 }
+    let start = tail & mask
+    let first = min(n, capacity - start)
+    samples.update(from: storage + start, count: first)
+    if n > first { (samples + first).update(from: storage, count: n - first) }
+    read.store(tail + n, ordering: .releasing)
+    return n
+  }
+
+  /// Consumer: drops everything written so far (a seek). The producer must be paused.
+  public func discardAll() {
+    read.store(written.load(ordering: .acquiring), ordering: .releasing)
+  }
+}

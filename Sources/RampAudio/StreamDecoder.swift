@@ -1,0 +1,131 @@
+import Foundation
+import Synchronization
+
+/// Decodes a file ahead of playback on a thread of its own, so disk reads never stall the render
+/// thread: libsndfile → libsoxr (when the file's rate differs from the output's) → channel map →
+/// a `RingBuffer` of interleaved output frames. The render thread only ever reads the ring.
+public final class StreamDecoder: @unchecked Sendable {
+  public let path: String
+  public let outputChannels: Int
+  public let outputRate: Int
+  /// The file's own rate and channels.
+  public let fileRate: Int
+  public let fileChannels: Int
+  public let ring: RingBuffer
+  public let loops: Bool
+
+  private let reader: SoundFileReader
+  private let resampler: Resampler?
+  private let channelMap: ChannelMap
+  private let state = Atomic<Int>(State.running.rawValue)
+  private let failure = Mutex<AudioError?>(nil)
+  private var thread: Thread?
+
+  enum State: Int { case running, finished, failed, cancelled }
+
+  /// Opens `path` (errors name it) and starts decoding into a ring holding `bufferSeconds`.
+  public init(
+    path: String, outputRate: Int, outputChannels: Int, bufferSeconds: Double = 1, loops: Bool = false,
+    start: Bool = true
+  ) throws(AudioError) {
+    reader = try SoundFileReader(path: path)
+    self.path = path
+    self.outputRate = outputRate
+    self.outputChannels = outputChannels
+    self.loops = loops
+    fileRate = reader.sampleRate
+    fileChannels = reader.channels
+    resampler =
+      reader.sampleRate == outputRate
+      ? nil
+      : try Resampler(inputRate: Double(reader.sampleRate), outputRate: Double(outputRate), channels: reader.channels)
+    channelMap = try ChannelMap(inputChannels: reader.channels, outputChannels: outputChannels)
+    ring = RingBuffer(minimumCapacity: Int(Double(outputRate) * bufferSeconds) * outputChannels)
+    if start { self.start() }
+  }
+
+  public func start() {
+    guard thread == nil else { return }
+    let thread = Thread { [self] in run() }
+    thread.name = "rampd-decoder"
+    self.thread = thread
+    thread.start()
+  }
+
+  /// True once the whole file is in the ring (or decoding stopped); the stream ends when the ring
+  /// is empty too.
+  public var isFinished: Bool { state.load(ordering: .acquiring) != State.running.rawValue }
+
+  /// The error that stopped decoding, if one did (a read error mid-file).
+  public var error: AudioError? { failure.withLock { $0 } }
+
+  /// Stops the thread soon; safe from any thread.
+  public func cancel() {
+    _ = state.compareExchange(
+      expected: State.running.rawValue, desired: State.cancelled.rawValue, ordering: .acquiringAndReleasing)
+  }
+
+  private func run() {
+    let block = 2048
+    let fileFrames = UnsafeMutablePointer<Float>.allocate(capacity: block * fileChannels)
+    let resampledCapacity = resampler.map { 2 * Int(Double(block) * Double(outputRate) / $0.inputRate) + 256 } ?? block
+    let resampled = UnsafeMutablePointer<Float>.allocate(capacity: resampledCapacity * fileChannels)
+    let mapped = UnsafeMutablePointer<Float>.allocate(capacity: resampledCapacity * outputChannels)
+    defer {
+      fileFrames.deallocate()
+      resampled.deallocate()
+      mapped.deallocate()
+    }
+    var pending = 0  // mapped samples not yet in the ring
+    var pendingOffset = 0
+    var endOfFile = false
+    while state.load(ordering: .acquiring) == State.running.rawValue {
+      if pending > 0 {
+        let written = ring.write(mapped + pendingOffset, count: pending)
+        pending -= written
+        pendingOffset += written
+        if pending > 0 {
+          usleep(2_000)  // the ring is full: playback is a second ahead
+          continue
+        }
+      }
+      if endOfFile {
+        state.store(State.finished.rawValue, ordering: .releasing)
+        break
+      }
+      do {
+        var frames = try reader.read(into: fileFrames, frames: block)
+        if frames == 0 && loops {
+          try reader.seek(toFrame: 0)
+          frames = try reader.read(into: fileFrames, frames: block)
+        }
+        var source = UnsafePointer(fileFrames)
+        if let resampler {
+          // soxr may take the input in parts; offer the rest until it is all in.
+          var offered = 0
+          var produced = 0
+          repeat {
+            let result = try resampler.process(
+              input: frames > 0 ? UnsafePointer(fileFrames + offered * fileChannels) : nil,
+              inputFrames: frames - offered, output: resampled + produced * fileChannels,
+              outputCapacity: resampledCapacity - produced)
+            offered += result.consumed
+            produced += result.produced
+          } while frames > 0 && offered < frames && produced < resampledCapacity
+          source = UnsafePointer(resampled)
+          if frames == 0 && produced == 0 { endOfFile = true }
+          frames = produced
+        } else if frames == 0 {
+          endOfFile = true
+        }
+        channelMap.map(source, frames: frames, into: mapped)
+        pending = frames * outputChannels
+        pendingOffset = 0
+      } catch {
+        failure.withLock { $0 = error }
+        state.store(State.failed.rawValue, ordering: .releasing)
+        break
+      }
+    }
+  }
+}
