@@ -52,6 +52,16 @@ public final class StreamDecoder: @unchecked Sendable {
     thread.start()
   }
 
+  /// Waits (on the calling thread, never the render thread) until the ring holds `seconds` of
+  /// audio, is full, or decoding is over, so a stream starts without an underrun.
+  public func waitUntilPrefilled(seconds: Double = 0.2, timeout: Double = 2) {
+    let wanted = min(Int(seconds * Double(outputRate)) * outputChannels, ring.capacity)
+    let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeout * 1e9)
+    while ring.available < wanted && !isFinished && DispatchTime.now().uptimeNanoseconds < deadline {
+      usleep(500)
+    }
+  }
+
   /// True once the whole file is in the ring (or decoding stopped); the stream ends when the ring
   /// is empty too.
   public var isFinished: Bool { state.load(ordering: .acquiring) != State.running.rawValue }
