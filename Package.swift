@@ -49,6 +49,8 @@ let package = Package(
       ]
     ),
     .testTarget(name: "RampCLITests", dependencies: ["RampCLI", "RampEngine", "RampAudio"]),
-    .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine"]),
+    // Counts heap allocations per thread, so tests can prove the render path makes none.
+    .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
+    .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationCounter"]),
   ]
 )

@@ -183,6 +183,28 @@ public final class Player: @unchecked Sendable {
     }
   }
 
+  /// Runs the queued commands now, on the calling thread: for tests that drive `renderBlock`
+  /// themselves instead of starting the render thread.
+  func applyPendingCommands() {
+    while let command = commands.pop() { command(state) }
+  }
+
+  /// True while a stream's ring holds less than a block (tests pace themselves with it).
+  func streamsBehind(frames: Int) -> Bool {
+    var index = 0
+    while index < state.streams.count {
+      let decoder = state.streams[index].decoder
+      if !decoder.isFinished && decoder.ring.available < frames * output.channels { return true }
+      index += 1
+    }
+    return false
+  }
+
+  /// Writes one rendered block to the device, as the render loop does.
+  func writeToDevice(_ mix: UnsafePointer<Float>, frames: Int) throws(AudioError) {
+    try device.write(mix, frames: frames)
+  }
+
   private func renderLoop() {
     let frames = output.periodFrames
     let channels = output.channels
@@ -220,7 +242,12 @@ public final class Player: @unchecked Sendable {
     let engine = state.engine
     let now = engine.now
     mix.update(repeating: 0, count: frames * channels)
-    for stream in state.streams where !stream.ended {
+    // Index loop, not for-in: an unspecialised iterator allocates in a debug build.
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      if stream.ended { continue }
       if stream.paused {
         // Paused: the position holds once the ramp to silence is over.
         engine.render(stream.transport, start: now, count: 1, into: ramp)

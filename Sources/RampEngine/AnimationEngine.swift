@@ -354,13 +354,18 @@ public final class AnimationEngine {
     out.update(repeating: property.model, count: count)
     var touched = false
     // Non-additive animations replace the value in the order added; additive ones sum on top.
-    for instance in property.instances where !instance.isAdditive {
-      touched =
-        instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch) || touched
-    }
-    for instance in property.instances where instance.isAdditive {
-      touched =
-        instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch) || touched
+    // Index loops, not for-in: an unspecialised iterator allocates in a debug build.
+    let instances = property.instances
+    for pass in 0..<2 {
+      var index = 0
+      while index < instances.count {
+        let instance = instances[index]
+        if instance.isAdditive == (pass == 1) {
+          touched =
+            instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch) || touched
+        }
+        index += 1
+      }
     }
     if !touched {
       out[0] = min(max(property.model, property.range.lowerBound), property.range.upperBound)
@@ -383,7 +388,10 @@ public final class AnimationEngine {
   /// allocate as long as fewer than 1024 reports wait to be drained.
   public func advance(by count: Int) {
     now += Int64(count)
-    for property in ordered {
+    var propertyIndex = 0
+    while propertyIndex < ordered.count {
+      let property = ordered[propertyIndex]
+      propertyIndex += 1
       var index = property.instances.count - 1
       while index >= 0 {
         let instance = property.instances[index]
@@ -405,15 +413,18 @@ public final class AnimationEngine {
   /// Hands each queued completion report to `body` (oldest first) after calling the
   /// animation's own completion handler, and releases retired animations.
   public func drainCompletions(_ body: (CompletionReport) -> Void = { _ in }) {
-    let pending = reports
-    let tokens = retired
-    reports.removeAll(keepingCapacity: true)
-    retired.removeAll(keepingCapacity: true)
-    graveyard.removeAll(keepingCapacity: true)
-    for (report, token) in zip(pending, tokens) {
-      token.handler?(report.finished)
-      body(report)
+    // In place, so the buffers stay uniquely referenced and keep their capacity: no allocation.
+    if !reports.isEmpty {
+      var index = 0
+      while index < reports.count {
+        retired[index].handler?(reports[index].finished)
+        body(reports[index])
+        index += 1
+      }
+      reports.removeAll(keepingCapacity: true)
+      retired.removeAll(keepingCapacity: true)
     }
+    if !graveyard.isEmpty { graveyard.removeAll(keepingCapacity: true) }
   }
 
   /// True when completion reports are waiting.

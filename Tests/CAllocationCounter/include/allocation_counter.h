@@ -1,0 +1,7 @@
+#ifndef RAMPD_ALLOCATION_COUNTER_H
+#define RAMPD_ALLOCATION_COUNTER_H
+/// Heap allocations (malloc, calloc, realloc, memalign and friends) made so far by the calling
+/// thread. Linked into the test binary only: it replaces the allocator's entry points with
+/// counting wrappers around glibc's own.
+long rampd_allocations_on_this_thread(void);
+#endif
