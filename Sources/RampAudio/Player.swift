@@ -49,6 +49,10 @@ final class PlayingStream {
   let transport: PropertyHandle
   var paused: Bool
   var stopping = false
+  /// A seek waiting for the ramp to silence (then the decoder is asked) or for the decoder.
+  var pendingSeek: Int?
+  var seekRequested = false
+  var resumeAfterSeek = false
   var ended = false
 
   init(id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, paused: Bool) {
@@ -172,6 +176,19 @@ public final class Player: @unchecked Sendable {
     }
   }
 
+  /// Moves stream `id` to `seconds` into its file: a ramp to silence, the jump, a ramp back.
+  public func seek(_ id: String, to seconds: Double) {
+    let declick = declick
+    let frame = Int(max(seconds, 0) * Double(output.rate))
+    perform { state in
+      guard let stream = state.streams.first(where: { $0.id == id }) else { return }
+      _ = try? state.engine.set(
+        "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
+      stream.pendingSeek = frame
+      stream.seekRequested = false
+    }
+  }
+
   /// Stops stream `id` after a fade to silence over `fade` seconds (at least the declick ramp).
   public func stop(_ id: String, fade: Double = 0, curve: TimingFunction = .linear) {
     let seconds = max(fade, declick)
@@ -222,6 +239,7 @@ public final class Player: @unchecked Sendable {
     }
     while running.load(ordering: .acquiring) {
       while let command = commands.pop() { command(state) }
+      resumeStreamsAfterSeek()
       renderBlock(frames: frames, channels: channels, mix: mix, audio: audio, gain: gain, ramp: ramp)
       do {
         try device.write(mix, frames: frames)
@@ -248,6 +266,24 @@ public final class Player: @unchecked Sendable {
       let stream = state.streams[index]
       index += 1
       if stream.ended { continue }
+      if let frame = stream.pendingSeek {
+        // Seeking: once silent, ask the decoder; once it has sought, drop the stale audio and
+        // ramp back in. Until then the stream holds its place, silent.
+        engine.render(stream.transport, start: now, count: 1, into: ramp)
+        if ramp[0] == 0 {
+          if !stream.seekRequested {
+            stream.decoder.requestSeek(toOutputFrame: frame)
+            stream.seekRequested = true
+          }
+          if let mark = stream.decoder.takeSeekMark() {
+            stream.decoder.ring.discard(upTo: mark)
+            stream.pendingSeek = nil
+            stream.seekRequested = false
+            if !stream.paused { stream.resumeAfterSeek = true }
+          }
+          continue
+        }
+      }
       if stream.paused {
         // Paused: the position holds once the ramp to silence is over.
         engine.render(stream.transport, start: now, count: 1, into: ramp)
@@ -271,13 +307,26 @@ public final class Player: @unchecked Sendable {
     engine.drainCompletions { report in _ = state.events.push(.animationFinished(report)) }
   }
 
+  /// Ramps streams back in after a seek (between blocks: starting an animation allocates).
+  private func resumeStreamsAfterSeek() {
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      guard stream.resumeAfterSeek else { continue }
+      stream.resumeAfterSeek = false
+      _ = try? state.engine.set(
+        "streams.\(stream.id).transport", to: 1, transaction: Transaction(duration: declick, timingFunction: .linear))
+    }
+  }
+
   /// Streams whose file ended (ring empty) or whose stop ramp is over leave the mix.
   private func finishStreams() {
     let engine = state.engine
     var index = state.streams.count - 1
     while index >= 0 {
       let stream = state.streams[index]
-      let drained = stream.decoder.isFinished && stream.decoder.ring.available == 0
+      let drained = stream.decoder.isFinished && stream.decoder.ring.available == 0 && stream.pendingSeek == nil
       var stopped = false
       if stream.stopping {
         var level: Float = 1

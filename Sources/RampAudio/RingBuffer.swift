@@ -58,8 +58,13 @@ public final class RingBuffer: @unchecked Sendable {
     return n
   }
 
-  /// Consumer: drops everything written so far (a seek). The producer must be paused.
-  public func discardAll() {
-    read.store(written.load(ordering: .acquiring), ordering: .releasing)
+  /// Producer side: how many samples have ever been written (a mark for `discard(upTo:)`).
+  public var writePosition: Int { written.load(ordering: .acquiring) }
+
+  /// Consumer: drops what was written before `position` (a seek: everything older than the
+  /// producer's mark), leaving what came after.
+  public func discard(upTo position: Int) {
+    let tail = read.load(ordering: .relaxed)
+    if position > tail { read.store(position, ordering: .releasing) }
   }
 }

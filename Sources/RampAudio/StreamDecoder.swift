@@ -20,6 +20,10 @@ public final class StreamDecoder: @unchecked Sendable {
   private let state = Atomic<Int>(State.running.rawValue)
   private let failure = Mutex<AudioError?>(nil)
   private var thread: Thread?
+  /// A seek the consumer asked for (frame in the file), −1 when none.
+  private let seekRequest = Atomic<Int>(-1)
+  /// The ring's write position when the last seek took effect: data before it is stale.
+  private let seekMark = Atomic<Int>(-1)
 
   enum State: Int { case running, finished, failed, cancelled }
 
@@ -69,10 +73,28 @@ public final class StreamDecoder: @unchecked Sendable {
   /// The error that stopped decoding, if one did (a read error mid-file).
   public var error: AudioError? { failure.withLock { $0 } }
 
+  /// Consumer: asks the decoder to continue from `frame` of the file (output-rate frames are
+  /// converted to the file's rate). Until `takeSeekMark()` returns a mark, the ring still holds
+  /// audio from before the seek.
+  public func requestSeek(toOutputFrame frame: Int) {
+    let fileFrame = Int((Double(frame) * Double(fileRate) / Double(outputRate)).rounded())
+    seekMark.store(-1, ordering: .releasing)
+    seekRequest.store(max(fileFrame, 0), ordering: .releasing)
+  }
+
+  /// Consumer: once the decoder has sought, the ring position from which its data is the new
+  /// position's (discard up to it); nil while the seek is still pending.
+  public func takeSeekMark() -> Int? {
+    let mark = seekMark.exchange(-1, ordering: .acquiringAndReleasing)
+    return mark >= 0 ? mark : nil
+  }
+
   /// Stops the thread soon; safe from any thread.
   public func cancel() {
-    _ = state.compareExchange(
-      expected: State.running.rawValue, desired: State.cancelled.rawValue, ordering: .acquiringAndReleasing)
+    for from in [State.running, .finished] {
+      _ = state.compareExchange(
+        expected: from.rawValue, desired: State.cancelled.rawValue, ordering: .acquiringAndReleasing)
+    }
   }
 
   private func run() {
@@ -89,7 +111,26 @@ public final class StreamDecoder: @unchecked Sendable {
     var pending = 0  // mapped samples not yet in the ring
     var pendingOffset = 0
     var endOfFile = false
-    while state.load(ordering: .acquiring) == State.running.rawValue {
+    // Runs until cancelled or failed; a finished decoder waits for a seek back.
+    while true {
+      let current = state.load(ordering: .acquiring)
+      if current == State.cancelled.rawValue || current == State.failed.rawValue { break }
+      let requested = seekRequest.exchange(-1, ordering: .acquiringAndReleasing)
+      if requested >= 0 {
+        do {
+          try reader.seek(toFrame: Int64(requested))
+          resampler?.reset()
+        } catch {
+          failure.withLock { $0 = error }
+          state.store(State.failed.rawValue, ordering: .releasing)
+          break
+        }
+        pending = 0
+        endOfFile = false
+        _ = state.compareExchange(
+          expected: State.finished.rawValue, desired: State.running.rawValue, ordering: .acquiringAndReleasing)
+        seekMark.store(ring.writePosition, ordering: .releasing)
+      }
       if pending > 0 {
         let written = ring.write(mapped + pendingOffset, count: pending)
         pending -= written
@@ -100,8 +141,10 @@ public final class StreamDecoder: @unchecked Sendable {
         }
       }
       if endOfFile {
-        state.store(State.finished.rawValue, ordering: .releasing)
-        break
+        _ = state.compareExchange(
+          expected: State.running.rawValue, desired: State.finished.rawValue, ordering: .acquiringAndReleasing)
+        usleep(2_000)
+        continue
       }
       do {
         var frames = try reader.read(into: fileFrames, frames: block)

@@ -4,8 +4,9 @@ import Testing
 
 @testable import RampAudio
 
-/// Live playback through real ALSA: a `file` PCM over `null` records every sample as raw float.
-/// Pacing `device` runs as fast as ALSA takes samples, so seconds of audio take milliseconds.
+/// Live playback through real ALSA: a `file` PCM over `null` records every sample as raw float,
+/// paced to the clock as the daemon's embedded output is, so the decoders run ahead as they would
+/// in real time (pacing `device` would outrun them and record underruns).
 @Suite struct PlayerTests {
   func player(_ number: Int, pacing: OutputConfiguration.Pacing = .device) throws -> (Player, String) {
     let path = AlsaTestConfig.path("player\(number).raw")
@@ -43,7 +44,7 @@ import Testing
   }
 
   @Test func fadeInOfConstantInputIsTheCurveAtEverySample() throws {
-    let (player, path) = try player(1)
+    let (player, path) = try player(1, pacing: .clock)
     player.start()
     try player.play(try constantFile(1, seconds: 0.5), id: "a", fadeIn: 0.1, curve: .easeInEaseOut)
     waitFor(player) { $0 == .streamEnded(id: "a", reason: .finished) }
@@ -92,8 +93,10 @@ import Testing
     #expect(abs(both - 0.5) < 1e-6)
   }
 
+  /// In real time: with device pacing the render thread would outrun the decoder of a looping
+  /// file, and an underrun's silence is a click of its own.
   @Test func stopPauseAndResumeRampInsteadOfClicking() throws {
-    let (player, path) = try player(3)
+    let (player, path) = try player(3, pacing: .clock)
     player.start()
     try player.play(try constantFile(1, seconds: 0.2), id: "s", loop: true)
     usleep(30_000)
@@ -108,7 +111,36 @@ import Testing
     // The steepest legal step is the 10 ms declick's: 1 / 480 per sample.
     #expect(Double(largestStep(left.map(Double.init))) <= 1 / 480 + 1e-6)
     #expect(left.contains(1))
-    #expect(left.last == 0)
+    #expect(left.last! < 1 / 2_400 + 1e-6, "ends on the fade's last steps")
+  }
+
+  /// A seek ramps out, jumps and ramps back in: no step larger than the declick allows, and the
+  /// audio after it is the file's audio at the new position.
+  @Test func seekIsClickFreeAndLandsWhereAsked() throws {
+    let (player, path) = try player(6, pacing: .clock)
+    player.start()
+    let file = try temporaryDirectory().appendingPathComponent("slope.wav").path
+    // The signal says where in the file it is: 0.5 at the start rising to 0.9 at one second.
+    try writeSignal(file, frames: 48_000, channels: 2) { f, _ in 0.5 + 0.4 * Float(f) / 48_000 }
+    try player.play(file, id: "s")
+    usleep(150_000)
+    player.seek("s", to: 0.8)
+    waitFor(player) { $0 == .streamEnded(id: "s", reason: .finished) }
+    player.shutdown()
+    let left = try recorded(path).enumerated().filter { $0.offset % 2 == 0 }.map(\.element).map(Double.init)
+    // Up to the file's own end (which ends at 0.9, as the file does).
+    let end = try #require(left.lastIndex { $0 != 0 })
+    #expect(largestStep(Array(left[...end])) <= 0.9 / 480 + 1e-5)
+    // Silence in the middle of the stream: the seek's gap.
+    let start = try #require(left.firstIndex { $0 != 0 })
+    let gap = try #require(left[start...].firstIndex { $0 == 0 })
+    let resumed = try #require(left[gap...].firstIndex { $0 != 0 })
+    // 10 ms after it resumed the ramp is over: the file's audio at 0.8 s + 10 ms.
+    let after = left[resumed + 480]
+    #expect(abs(after - (0.5 + 0.4 * (0.8 + 0.01))) < 0.002, "\(after)")
+    // About 0.2 s of the file is left to play after the seek.
+    let rest = (left[resumed...].firstIndex { $0 == 0 } ?? left.count) - resumed
+    #expect(abs(rest - 9_600) < 200, "\(rest) samples after the seek")
   }
 
   /// In real time (clock pacing), as a daemon plays: not one underrun while a bad file is refused.
