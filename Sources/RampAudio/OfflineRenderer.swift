@@ -92,14 +92,11 @@ public enum OfflineRenderer {
     var nextChange = 0
 
     let block = options.blockFrames
-    let audio = UnsafeMutablePointer<Float>.allocate(capacity: block * channels)
-    let gain = UnsafeMutablePointer<Float>.allocate(capacity: block)
-    let masterBlock = UnsafeMutablePointer<Float>.allocate(capacity: block)
-    defer {
-      audio.deallocate()
-      gain.deallocate()
-      masterBlock.deallocate()
-    }
+    let buffers = RenderBuffers(frames: block, channels: channels)
+    defer { buffers.deallocate() }
+    let audio = buffers.audio
+    let gain = buffers.gain
+    let masterBlock = buffers.ramp
     var total: Int64 = 0
     while true {
       while nextChange < changes.count && changes[nextChange].sample <= engine.now {

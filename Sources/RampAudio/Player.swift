@@ -223,26 +223,18 @@ public final class Player: @unchecked Sendable {
   }
 
   private func renderLoop() {
-    let frames = output.periodFrames
-    let channels = output.channels
-    let mix = UnsafeMutablePointer<Float>.allocate(capacity: frames * channels)
-    let audio = UnsafeMutablePointer<Float>.allocate(capacity: frames * channels)
-    let gain = UnsafeMutablePointer<Float>.allocate(capacity: frames)
-    let ramp = UnsafeMutablePointer<Float>.allocate(capacity: frames)
+    let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
     defer {
-      mix.deallocate()
-      audio.deallocate()
-      gain.deallocate()
-      ramp.deallocate()
+      buffers.deallocate()
       device.drain()
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {
       while let command = commands.pop() { command(state) }
       resumeStreamsAfterSeek()
-      renderBlock(frames: frames, channels: channels, mix: mix, audio: audio, gain: gain, ramp: ramp)
+      renderBlock(buffers)
       do {
-        try device.write(mix, frames: frames)
+        try device.write(buffers.mix, frames: buffers.frames)
       } catch {
         _ = events.push(.deviceFailed(error.message))
         running.store(false, ordering: .releasing)
@@ -252,11 +244,14 @@ public final class Player: @unchecked Sendable {
     }
   }
 
-  /// One block into `mix`. Allocation-free: the render thread's hot path.
-  func renderBlock(
-    frames: Int, channels: Int, mix: UnsafeMutablePointer<Float>, audio: UnsafeMutablePointer<Float>,
-    gain: UnsafeMutablePointer<Float>, ramp: UnsafeMutablePointer<Float>
-  ) {
+  /// One block into `buffers.mix`. Allocation-free: the render thread's hot path.
+  func renderBlock(_ buffers: RenderBuffers) {
+    let frames = buffers.frames
+    let channels = buffers.channels
+    let mix = buffers.mix
+    let audio = buffers.audio
+    let gain = buffers.gain
+    let ramp = buffers.ramp
     let engine = state.engine
     let now = engine.now
     mix.update(repeating: 0, count: frames * channels)
@@ -342,5 +337,34 @@ public final class Player: @unchecked Sendable {
       }
       index -= 1
     }
+  }
+}
+
+/// The render thread's working memory for one block, allocated once before it starts.
+struct RenderBuffers {
+  let frames: Int
+  let channels: Int
+  /// The sum of the streams, then the output block.
+  let mix: UnsafeMutablePointer<Float>
+  /// One stream's decoded audio.
+  let audio: UnsafeMutablePointer<Float>
+  /// Per-frame gains.
+  let gain: UnsafeMutablePointer<Float>
+  let ramp: UnsafeMutablePointer<Float>
+
+  init(frames: Int, channels: Int) {
+    self.frames = frames
+    self.channels = channels
+    mix = .allocate(capacity: frames * channels)
+    audio = .allocate(capacity: frames * channels)
+    gain = .allocate(capacity: frames)
+    ramp = .allocate(capacity: frames)
+  }
+
+  func deallocate() {
+    mix.deallocate()
+    audio.deallocate()
+    gain.deallocate()
+    ramp.deallocate()
   }
 }

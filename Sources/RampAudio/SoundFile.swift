@@ -104,8 +104,7 @@ public final class SoundFileReader {
   /// 16-bit files are read as integers and converted here: libsndfile's own conversion goes
   /// through a small internal buffer, one system call per 8 KiB.
   private let readsShorts: Bool
-  private var shorts: UnsafeMutablePointer<Int16>?
-  private var shortCapacity = 0
+  private let shorts = ScratchBuffer<Int16>()
 
   /// Opens `path` for reading.
   ///
@@ -148,7 +147,6 @@ public final class SoundFileReader {
 
   deinit {
     sf_close(file)
-    shorts?.deallocate()
   }
 
   /// Reads up to `frames` interleaved frames (`frames × channels` floats) into `buffer`.
@@ -162,13 +160,7 @@ public final class SoundFileReader {
     guard frames > 0 else { return 0 }
     let got: sf_count_t
     if readsShorts {
-      let count = frames * channels
-      if count > shortCapacity {
-        shorts?.deallocate()
-        shorts = .allocate(capacity: count)
-        shortCapacity = count
-      }
-      let integers = shorts!
+      let integers = shorts.pointer(capacity: frames * channels)
       got = sf_readf_short(file, integers, sf_count_t(frames))
       SampleConversion.float(from: integers, count: Int(max(got, 0)) * channels, into: buffer)
     } else {
@@ -354,15 +346,13 @@ public final class SoundFileWriter {
 
   deinit {
     if let file { sf_close(file) }
-    shorts?.deallocate()
   }
 
   /// 16-bit PCM is converted here and written as integers, for the reason `SoundFileReader`
   /// reads them so: x becomes round(x × 32768) clipped to the 16-bit range, the exact inverse of
   /// reading, so a file copied at unity gain is bit-identical.
   private let writesShorts: Bool
-  private var shorts: UnsafeMutablePointer<Int16>?
-  private var shortCapacity = 0
+  private let shorts = ScratchBuffer<Int16>()
 
   /// Appends `frames` interleaved frames (`frames × channels` floats).
   ///
@@ -376,12 +366,7 @@ public final class SoundFileWriter {
     let written: sf_count_t
     if writesShorts {
       let count = frames * channels
-      if count > shortCapacity {
-        shorts?.deallocate()
-        shorts = .allocate(capacity: count)
-        shortCapacity = count
-      }
-      let integers = shorts!
+      let integers = shorts.pointer(capacity: count)
       SampleConversion.int16(from: interleaved, count: count, into: integers)
       written = sf_writef_short(file, integers, sf_count_t(frames))
     } else {
@@ -408,3 +393,21 @@ public final class SoundFileWriter {
 
 @available(*, unavailable)
 extension SoundFileWriter: Sendable {}
+
+/// Memory that grows to the largest size asked of it and is reused: conversion space for a
+/// reader or writer, allocated once per size increase instead of once per block.
+final class ScratchBuffer<Element> {
+  private var storage: UnsafeMutablePointer<Element>?
+  private var capacity = 0
+
+  func pointer(capacity wanted: Int) -> UnsafeMutablePointer<Element> {
+    if wanted > capacity || storage == nil {
+      storage?.deallocate()
+      storage = .allocate(capacity: max(wanted, 1))
+      capacity = max(wanted, 1)
+    }
+    return storage!
+  }
+
+  deinit { storage?.deallocate() }
+}

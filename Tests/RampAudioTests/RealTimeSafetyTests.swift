@@ -31,20 +31,11 @@ import Testing
     player.applyPendingCommands()
 
     let frames = player.output.periodFrames
-    let channels = player.output.channels
-    let mix = UnsafeMutablePointer<Float>.allocate(capacity: frames * channels)
-    let audio = UnsafeMutablePointer<Float>.allocate(capacity: frames * channels)
-    let gain = UnsafeMutablePointer<Float>.allocate(capacity: frames)
-    let ramp = UnsafeMutablePointer<Float>.allocate(capacity: frames)
-    defer {
-      mix.deallocate()
-      audio.deallocate()
-      gain.deallocate()
-      ramp.deallocate()
-    }
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
     func block() throws {
-      player.renderBlock(frames: frames, channels: channels, mix: mix, audio: audio, gain: gain, ramp: ramp)
-      try player.writeToDevice(mix, frames: frames)
+      player.renderBlock(buffers)
+      try player.writeToDevice(buffers.mix, frames: frames)
     }
     // Warm up: first calls may size libsndfile and ALSA buffers.
     for _ in 0..<10 { try block() }
@@ -54,7 +45,7 @@ import Testing
       // Keep the decoders ahead, as they would be in real time.
       while player.streamsBehind(frames: frames) { usleep(100) }
       try block()
-      loud = max(loud, mix[0])
+      loud = max(loud, buffers.mix[0])
     }
     let after = rampd_allocations_on_this_thread()
     #expect(after - before == 0, "\(after - before) allocations in 200 blocks")
