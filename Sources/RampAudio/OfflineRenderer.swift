@@ -51,7 +51,7 @@ public struct RenderSummary: Sendable {
 }
 
 /// Renders a file through the same engine and kernels as live playback: the input plays as
-/// stream `main` (`streams.main.gain`, `streams.main.pan`), under `master.gain`, and the output
+/// stream `main` (`streams.main.gain`), under `master.gain`, and the output
 /// is written block by block. Deterministic: the same input, options and script give the same
 /// bytes.
 public enum OfflineRenderer {
@@ -67,7 +67,6 @@ public enum OfflineRenderer {
     let engine = try AnimationEngine(sampleRate: Double(rate), maxBlockSize: options.blockFrames)
     let master = try engine.define(masterGain, value: 1, range: 0...1)
     let stream = try engine.define(streamGain, value: 1, range: 0...1)
-    try engine.define("streams.main.pan", value: 0, range: -1...1)
 
     if let fadeIn = options.fadeIn, fadeIn > 0 {
       var fade = Animation.basic(from: 0, to: 1, duration: fadeIn, timingFunction: options.curve)

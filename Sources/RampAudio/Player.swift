@@ -137,7 +137,6 @@ public final class Player: @unchecked Sendable {
       do {
         let engine = state.engine
         let gainHandle = try engine.define("streams.\(id).gain", value: gain, range: 0...1)
-        try engine.define("streams.\(id).pan", value: 0, range: -1...1)
         let transport = try engine.define("streams.\(id).transport", value: paused ? 0 : 1, range: 0...1)
         if fadeIn > 0 {
           try engine.add(

@@ -60,10 +60,10 @@ struct RenderCommand: ParsableCommand {
       if let fadeIn { options.fadeIn = try HumanUnits.duration(fadeIn, option: "--fade-in") }
       if let fadeOut { options.fadeOut = try HumanUnits.duration(fadeOut, option: "--fade-out") }
     } catch { throw ValidationError(error.description) }
-    do {
-      options.curve = try TimingFunction(parsing: curve)
-      options.valueSpace = try ValueSpace(parsing: space)
-    } catch { throw ValidationError("--\(error.field == "space" ? "space" : "curve"): \(error.message)") }
+    do { options.curve = try TimingFunction(parsing: curve) } catch { throw ValidationError("--curve: \(error)") }
+    do { options.valueSpace = try ValueSpace(parsing: space) } catch {
+      throw ValidationError("--space: \(error.message)")
+    }
     if let encoding {
       guard let parsed = SampleEncoding(rawValue: encoding) else {
         throw ValidationError(
