@@ -7,12 +7,17 @@ let package = Package(
   products: [
     .library(name: "RampEngine", targets: ["RampEngine"]),
     .library(name: "RampAudio", targets: ["RampAudio"]),
+    .library(name: "RampProtocol", targets: ["RampProtocol"]),
+    .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
     .executable(name: "rampbench", targets: ["rampbench"]),
   ],
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+    .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+    .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
   ],
   targets: [
     // The animation engine: pure Swift, no I/O. Everything a unit test can reach without a sound card.
@@ -26,13 +31,38 @@ let package = Package(
     .target(name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr"]),
     // What the command-line tools share and a unit test can check without a terminal: human
     // units (2s, -6dB, 48k), terminal plots, timeline scripts. No ArgumentParser.
-    .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio"]),
+    .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio", "RampProtocol"]),
+    // The wire format shared by daemon and client: JSON values, requests, replies, events, error
+    // codes. Knows the engine's types (curves, animations), does no I/O.
+    .target(name: "RampProtocol", dependencies: ["RampEngine"]),
+    // The daemon: configuration, the socket server, sessions, command dispatch onto the player.
+    .target(
+      name: "RampDaemon",
+      dependencies: [
+        "RampEngine",
+        "RampAudio",
+        "RampProtocol",
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "TOMLKit", package: "TOMLKit"),
+      ]
+    ),
+    .executableTarget(
+      name: "rampd",
+      dependencies: [
+        "RampDaemon",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
     .executableTarget(
       name: "rampctl",
       dependencies: [
         "RampEngine",
         "RampAudio",
         "RampCLI",
+        "RampProtocol",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
@@ -49,6 +79,15 @@ let package = Package(
       ]
     ),
     .testTarget(name: "RampCLITests", dependencies: ["RampCLI", "RampEngine", "RampAudio"]),
+    .testTarget(
+      name: "RampProtocolTests",
+      dependencies: [
+        "RampProtocol",
+        "RampEngine",
+        .product(name: "PropertyBased", package: "swift-property-based"),
+      ]
+    ),
+    .testTarget(name: "RampDaemonTests", dependencies: ["RampDaemon", "RampProtocol", "RampEngine", "RampAudio"]),
     // Counts heap allocations per thread, so tests can prove the render path makes none.
     .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
     .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationCounter"]),

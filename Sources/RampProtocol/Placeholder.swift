@@ -1,0 +1,1 @@
+// The wire protocol. See PROTOCOL.md.
