@@ -6,8 +6,13 @@ import Synchronization
 public enum PlayerEvent: Sendable, Equatable {
   case animationFinished(CompletionReport)
   case streamEnded(id: String, reason: StreamEndReason)
+  case streamStarted(id: String, path: String)
   case underrun(stream: String)
+  /// The device failed; the message says how. Rendering goes on against the wall clock while the
+  /// device is reopened with backoff.
   case deviceFailed(String)
+  /// A new device is open and playing again; the name of the ALSA device.
+  case deviceRecovered(String)
 }
 
 public enum StreamEndReason: String, Sendable {
@@ -27,6 +32,8 @@ public final class RenderState: @unchecked Sendable {
   let master: PropertyHandle
   var streams: [PlayingStream] = []
   fileprivate let events: SPSCQueue<PlayerEvent>
+  /// Set when an event was posted in this block, so the loop rings the doorbell once.
+  fileprivate var posted = false
 
   init(engine: AnimationEngine, sampleRate: Int, channels: Int, events: SPSCQueue<PlayerEvent>) throws {
     self.engine = engine
@@ -38,6 +45,34 @@ public final class RenderState: @unchecked Sendable {
   }
 
   public var streamIDs: [String] { streams.map(\.id) }
+
+  /// The streams in the mix, for status replies (off the hot path: allocates).
+  public var streamSnapshots: [StreamSnapshot] {
+    streams.filter { !$0.ended }.map { stream in
+      StreamSnapshot(
+        id: stream.id, path: stream.decoder.path, paused: stream.paused, stopping: stream.stopping,
+        loops: stream.decoder.loops, seconds: Double(stream.position) / Double(sampleRate))
+    }
+  }
+
+  public func contains(stream id: String) -> Bool { streams.contains { $0.id == id && !$0.ended } }
+
+  /// Posts an event for the control side (never blocks: a full queue drops it).
+  public func post(_ event: PlayerEvent) {
+    _ = events.push(event)
+    posted = true
+  }
+}
+
+/// A stream as a status reply shows it.
+public struct StreamSnapshot: Sendable, Equatable {
+  public let id: String
+  public let path: String
+  public let paused: Bool
+  public let stopping: Bool
+  public let loops: Bool
+  /// Seconds of the file's audio played so far (at the output rate, after a seek: from there).
+  public let seconds: Double
 }
 
 /// A stream on the render thread: its decoder's ring, its gain, and the transport gain that
@@ -54,6 +89,8 @@ final class PlayingStream {
   var seekRequested = false
   var resumeAfterSeek = false
   var ended = false
+  /// Output frames of this stream's audio consumed, counted from the file's start.
+  var position = 0
 
   init(id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, paused: Bool) {
     self.id = id
@@ -64,38 +101,94 @@ final class PlayingStream {
   }
 }
 
+/// A command for the render thread: run `body` between blocks, at `sample` (exactly: the block is
+/// split there) or, when nil, before the next block.
+struct PlayerCommand {
+  let sample: Int64?
+  let body: @Sendable (RenderState) -> Void
+}
+
 /// Plays files through ALSA with per-sample gain from the animation engine. A real OS thread
 /// renders one period at a time: it applies queued commands, pulls each stream's decoded audio
 /// from its ring, multiplies by `streams.<id>.gain` × the stream's transport ramp, sums, applies
 /// `master.gain`, clamps, and writes to the device; completions and stream ends go back as
-/// events.
+/// events, and an eventfd doorbell wakes whoever waits for them.
 ///
-/// Commands run on the render thread between blocks (the engine belongs to that thread); the
+/// Commands run on the render thread between blocks (the engine belongs to that thread); a
+/// command scheduled for a sample splits the block there, so it lands on that exact sample. The
 /// block rendering itself does not allocate, lock or log.
+///
+/// When the device fails, rendering goes on against the wall clock (animations and streams keep
+/// time) while a recovery thread closes the dead device and reopens the configured one with
+/// backoff; `deviceFailed` and `deviceRecovered` events say so.
 public final class Player: @unchecked Sendable {
   public let output: AlsaPCMOutput.Negotiated
+  public let configuration: OutputConfiguration
   /// Seconds of the ramp that starts, pauses, resumes and stops a stream.
   public let declick: Double
-  private let device: AlsaPCMOutput
+  private var device: AlsaPCMOutput?
   private let state: RenderState
-  private let commands = SPSCQueue<@Sendable (RenderState) -> Void>(minimumCapacity: 1024)
+  private let commands = SPSCQueue<PlayerCommand>(minimumCapacity: 4096)
+  /// Several control threads may submit; the render thread is the only consumer and never locks.
+  private let submitLock = Mutex<Void>(())
   private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 4096)
+  /// A pipe: the render thread writes a byte after posting events, waiters poll the read end.
+  private let doorbell: (read: Int32, write: Int32)
   private let running = Atomic<Bool>(false)
   private let finished = Atomic<Bool>(false)
   private var thread: Thread?
+  /// Commands waiting for their sample, soonest first (render thread only).
+  private var scheduled: ContiguousArray<PlayerCommand> = []
+  public static let maximumScheduled = 4096
+
+  // Device loss: the render thread hands the dead device over, the recovery thread hands a new one back.
+  private let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  private let freshDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  private var recoveryThread: Thread?
+  private let recoveryFinished = Atomic<Bool>(false)
+  /// Seconds between reopen attempts: doubling from the first to the last.
+  public var recoveryBackoff: (first: Double, last: Double) = (0.1, 2)
+  private var idleClock = WallClockPacer()
+
   /// Blocks rendered, for status and tests.
   public var blocksRendered: Int { blockCount.load(ordering: .relaxed) }
   private let blockCount = Atomic<Int>(0)
+  /// The sample the next block starts at, published after each block: what `at` times count from.
+  public var currentSample: Int64 { published.load(ordering: .acquiring) }
+  private let published = Atomic<Int64>(0)
+  /// Device underruns recovered so far.
+  public var deviceUnderruns: Int { underrunCount.load(ordering: .relaxed) }
+  private let underrunCount = Atomic<Int>(0)
+  /// False while the device is lost and being reopened.
+  public var deviceIsHealthy: Bool { healthy.load(ordering: .relaxed) }
+  private let healthy = Atomic<Bool>(true)
 
   public init(output configuration: OutputConfiguration, declick: Double = 0.010) throws {
-    device = try AlsaPCMOutput(configuration)
+    let device = try AlsaPCMOutput(configuration)
+    self.device = device
+    self.configuration = configuration
     output = device.negotiated
     self.declick = declick
     let engine = try AnimationEngine(sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64))
     state = try RenderState(engine: engine, sampleRate: output.rate, channels: output.channels, events: events)
+    scheduled.reserveCapacity(Self.maximumScheduled)
+    var ends: [Int32] = [-1, -1]
+    guard pipe(&ends) == 0 else {
+      throw AudioError(.device, "cannot create the event pipe: \(String(cString: strerror(errno)))")
+    }
+    for end in ends {
+      _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+      _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+    }
+    doorbell = (ends[0], ends[1])
   }
 
-  /// Starts the render thread.
+  deinit {
+    Glibc.close(doorbell.read)
+    Glibc.close(doorbell.write)
+  }
+
+  /// Starts the render thread (and the thread that reopens a lost device).
   public func start() {
     guard thread == nil else { return }
     running.store(true, ordering: .releasing)
@@ -103,40 +196,81 @@ public final class Player: @unchecked Sendable {
     thread.name = "rampd-render"
     thread.qualityOfService = .userInteractive
     self.thread = thread
+    let recovery = Thread { [self] in recoveryLoop() }
+    recovery.name = "rampd-recovery"
+    recoveryThread = recovery
+    recovery.start()
     thread.start()
   }
 
-  /// Stops rendering after the current block and waits for the thread; the device is drained.
+  /// Stops rendering after the current block and waits for the threads; the device is drained.
   public func shutdown() {
     guard thread != nil else { return }
     running.store(false, ordering: .releasing)
-    while !finished.load(ordering: .acquiring) { usleep(1_000) }
+    while !finished.load(ordering: .acquiring) || !recoveryFinished.load(ordering: .acquiring) { usleep(1_000) }
     thread = nil
+    recoveryThread = nil
   }
 
-  /// Runs `body` on the render thread before the next block. False when the queue is full.
+  /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split
+  /// there), or before the next block when nil or already past. False when the queue is full.
   @discardableResult
-  public func perform(_ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
-    commands.push(body)
+  public func perform(at sample: Int64? = nil, _ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
+    submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
   }
 
   /// The next event from the render thread, if any.
   public func nextEvent() -> PlayerEvent? { events.pop() }
 
+  /// Blocks until the render thread posts an event or `timeout` seconds pass. True when rung.
+  @discardableResult
+  public func waitForEvents(timeout: Double) -> Bool {
+    var descriptor = pollfd(fd: doorbell.read, events: Int16(POLLIN), revents: 0)
+    let ready = poll(&descriptor, 1, Int32(min(max(timeout, 0), 3600) * 1000))
+    guard ready > 0 else { return false }
+    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+    while read(doorbell.read, &bytes, 32) == 32 {}
+    return true
+  }
+
+  private func ringDoorbell() {
+    var byte: UInt8 = 1
+    _ = write(doorbell.write, &byte, 1)
+  }
+
   /// Opens `path` now (so a bad file is refused here, with its name), then starts it as stream
   /// `id`: its gain at `gain`, faded in over `fadeIn` seconds with `curve` (or the declick ramp).
+  /// Blocks until the decoder has a head start: call it off the event loop.
   public func play(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
-    loop: Bool = false, paused: Bool = false
+    loop: Bool = false, paused: Bool = false, at sample: Int64? = nil,
+    completion: (@Sendable (Result<Void, EngineError>) -> Void)? = nil
   ) throws {
+    let start = try prepare(path, id: id, gain: gain, fadeIn: fadeIn, curve: curve, loop: loop, paused: paused)
+    perform(at: sample) { state in
+      // Not `completion?(start(state))`: optional chaining would skip the start without a completion.
+      let result = start(state)
+      completion?(result)
+    }
+  }
+
+  /// The part of `play` that may block (opening, prefilling), done on the calling thread; the
+  /// returned closure joins the stream to the mix on the render thread, or fails if `id` is taken.
+  public func prepare(
+    _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
+    loop: Bool = false, paused: Bool = false
+  ) throws -> @Sendable (RenderState) -> Result<Void, EngineError> {
     let decoder = try StreamDecoder(
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop)
     decoder.waitUntilPrefilled()
     let declick = declick
-    perform { state in
+    return { state in
       do {
+        if state.contains(stream: id) {
+          throw EngineError(.invalidValue, field: "stream", "a stream '\(id)' is already playing")
+        }
         let engine = state.engine
-        let gainHandle = try engine.define("streams.\(id).gain", value: gain, range: 0...1)
+        let gainHandle = try engine.define("streams.\(id).gain", value: gain, range: 0...max(gain, 1))
         let transport = try engine.define("streams.\(id).transport", value: paused ? 0 : 1, range: 0...1)
         if fadeIn > 0 {
           try engine.add(
@@ -147,62 +281,94 @@ public final class Player: @unchecked Sendable {
         }
         state.streams.append(
           PlayingStream(id: id, decoder: decoder, gain: gainHandle, transport: transport, paused: paused))
+        state.post(.streamStarted(id: id, path: path))
+        return .success(())
+      } catch let error as EngineError {
+        decoder.cancel()
+        return .failure(error)
       } catch {
         decoder.cancel()
-        _ = state.events.push(.streamEnded(id: id, reason: .failed))
+        return .failure(EngineError(.invalidValue, "\(error)"))
       }
     }
   }
 
-  /// Pauses stream `id` after a ramp to silence; `resume` ramps back.
-  public func pause(_ id: String) {
-    let declick = declick
-    perform { state in
-      guard let stream = state.streams.first(where: { $0.id == id }) else { return }
-      _ = try? state.engine.set(
-        "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
-      stream.paused = true
-    }
+  /// Pauses stream `id` (every stream when nil) after a ramp to silence over `fade` seconds (at
+  /// least the declick ramp); `resume` ramps back.
+  public func pause(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, at sample: Int64? = nil) {
+    perform(at: sample) { [self] state in pause(id, fade: fade, curve: curve, in: state) }
   }
 
-  public func resume(_ id: String) {
-    let declick = declick
-    perform { state in
-      guard let stream = state.streams.first(where: { $0.id == id }) else { return }
-      stream.paused = false
-      _ = try? state.engine.set(
-        "streams.\(id).transport", to: 1, transaction: Transaction(duration: declick, timingFunction: .linear))
-    }
+  public func resume(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, at sample: Int64? = nil) {
+    perform(at: sample) { [self] state in resume(id, fade: fade, curve: curve, in: state) }
+  }
+
+  /// Stops stream `id` (every stream when nil) after a fade to silence over `fade` seconds (at
+  /// least the declick ramp).
+  public func stop(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, at sample: Int64? = nil) {
+    perform(at: sample) { [self] state in stop(id, fade: fade, curve: curve, in: state) }
   }
 
   /// Moves stream `id` to `seconds` into its file: a ramp to silence, the jump, a ramp back.
-  public func seek(_ id: String, to seconds: Double) {
-    let declick = declick
-    let frame = Int(max(seconds, 0) * Double(output.rate))
-    perform { state in
-      guard let stream = state.streams.first(where: { $0.id == id }) else { return }
-      _ = try? state.engine.set(
-        "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
-      stream.pendingSeek = frame
-      stream.seekRequested = false
+  public func seek(_ id: String, to seconds: Double, at sample: Int64? = nil) {
+    perform(at: sample) { [self] state in _ = seek(id, to: seconds, in: state) }
+  }
+
+  // The same, for commands already on the render thread (a daemon's batch). Each returns the
+  // streams it acted on.
+
+  @discardableResult
+  public func pause(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, in state: RenderState)
+    -> [String]
+  {
+    transport(id, to: 0, fade: fade, curve: curve, in: state) { $0.paused = true }
+  }
+
+  @discardableResult
+  public func resume(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, in state: RenderState)
+    -> [String]
+  {
+    transport(id, to: 1, fade: fade, curve: curve, in: state, only: { $0.paused && !$0.stopping }) {
+      $0.paused = false
     }
   }
 
-  /// Stops stream `id` after a fade to silence over `fade` seconds (at least the declick ramp).
-  public func stop(_ id: String, fade: Double = 0, curve: TimingFunction = .linear) {
-    let seconds = max(fade, declick)
-    perform { state in
-      guard let stream = state.streams.first(where: { $0.id == id }) else { return }
-      _ = try? state.engine.set(
-        "streams.\(id).transport", to: 0, transaction: Transaction(duration: seconds, timingFunction: curve))
-      stream.stopping = true
+  @discardableResult
+  public func stop(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, in state: RenderState)
+    -> [String]
+  {
+    transport(id, to: 0, fade: fade, curve: curve, in: state) { $0.stopping = true }
+  }
+
+  @discardableResult
+  public func seek(_ id: String, to seconds: Double, in state: RenderState) -> Bool {
+    guard let stream = state.streams.first(where: { $0.id == id && !$0.ended }) else { return false }
+    let frame = Int(max(seconds, 0) * Double(output.rate))
+    _ = try? state.engine.set(
+      "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
+    stream.pendingSeek = frame
+    stream.seekRequested = false
+    return true
+  }
+
+  private func transport(
+    _ id: String?, to level: Double, fade: Double, curve: TimingFunction, in state: RenderState,
+    only include: (PlayingStream) -> Bool = { !$0.stopping }, change: (PlayingStream) -> Void
+  ) -> [String] {
+    let transaction = Transaction(duration: max(fade, declick), timingFunction: curve)
+    var acted: [String] = []
+    for stream in state.streams where !stream.ended && (id == nil || stream.id == id) && include(stream) {
+      _ = try? state.engine.set("streams.\(stream.id).transport", to: level, transaction: transaction)
+      change(stream)
+      acted.append(stream.id)
     }
+    return acted
   }
 
   /// Runs the queued commands now, on the calling thread: for tests that drive `renderBlock`
   /// themselves instead of starting the render thread.
   func applyPendingCommands() {
-    while let command = commands.pop() { command(state) }
+    while let command = commands.pop() { command.body(state) }
   }
 
   /// True while a stream's ring holds less than a block (tests pace themselves with it).
@@ -218,6 +384,7 @@ public final class Player: @unchecked Sendable {
 
   /// Writes one rendered block to the device, as the render loop does.
   func writeToDevice(_ mix: UnsafePointer<Float>, frames: Int) throws(AudioError) {
+    guard let device else { throw AudioError(.device, "no device") }
     try device.write(mix, frames: frames)
   }
 
@@ -225,29 +392,118 @@ public final class Player: @unchecked Sendable {
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
     defer {
       buffers.deallocate()
-      device.drain()
+      device?.drain()
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {
-      while let command = commands.pop() { command(state) }
+      takeCommands()
       resumeStreamsAfterSeek()
-      renderBlock(buffers)
-      do {
-        try device.write(buffers.mix, frames: buffers.frames)
-      } catch {
-        _ = events.push(.deviceFailed(error.message))
-        running.store(false, ordering: .releasing)
-      }
+      renderScheduled(buffers)
+      writeOrKeepTime(buffers)
       blockCount.add(1, ordering: .relaxed)
       finishStreams()
+      published.store(state.engine.now, ordering: .releasing)
+      if state.posted {
+        state.posted = false
+        ringDoorbell()
+      }
+    }
+  }
+
+  /// Moves submitted commands into the schedule (soonest first) or runs them now.
+  private func takeCommands() {
+    let now = state.engine.now
+    while let command = commands.pop() {
+      guard let sample = command.sample, sample > now else {
+        command.body(state)
+        continue
+      }
+      if scheduled.count == scheduled.capacity {
+        // Beyond the limit the daemon enforces: run it late rather than allocate here.
+        command.body(state)
+        continue
+      }
+      var position = scheduled.count
+      while position > 0, let earlier = scheduled[position - 1].sample, earlier > sample { position -= 1 }
+      scheduled.insert(command, at: position)
+    }
+  }
+
+  /// Renders one block, split at each scheduled command's sample so it lands exactly there.
+  private func renderScheduled(_ buffers: RenderBuffers) {
+    var offset = 0
+    while offset < buffers.frames {
+      let now = state.engine.now
+      while let first = scheduled.first, (first.sample ?? now) <= now {
+        scheduled.removeFirst().body(state)
+      }
+      var span = buffers.frames - offset
+      if let first = scheduled.first, let sample = first.sample { span = min(span, Int(sample - now)) }
+      renderSpan(buffers, offset: offset, frames: span)
+      offset += span
+    }
+  }
+
+  private func writeOrKeepTime(_ buffers: RenderBuffers) {
+    if device == nil, let fresh = freshDevices.pop() {
+      device = fresh
+      healthy.store(true, ordering: .relaxed)
+      state.post(.deviceRecovered(fresh.negotiated.device))
+    }
+    guard let device else {
+      idleClock.wait(frames: buffers.frames, rate: output.rate)
+      return
+    }
+    do {
+      try device.write(buffers.mix, frames: buffers.frames)
+      underrunCount.store(device.underruns, ordering: .relaxed)
+    } catch {
+      state.post(.deviceFailed(error.message))
+      healthy.store(false, ordering: .relaxed)
+      self.device = nil
+      idleClock.reset()
+      _ = deadDevices.push(device)
+    }
+  }
+
+  /// Closes dead devices and opens new ones, off the render thread: opening a device allocates
+  /// and may block.
+  private func recoveryLoop() {
+    defer { recoveryFinished.store(true, ordering: .releasing) }
+    var wanted = false
+    var delay = recoveryBackoff.first
+    var nextAttempt = 0.0
+    while running.load(ordering: .acquiring) {
+      if let dead = deadDevices.pop() {
+        dead.close()
+        wanted = true
+        delay = recoveryBackoff.first
+        nextAttempt = monotonicSeconds() + delay
+      }
+      if wanted, monotonicSeconds() >= nextAttempt {
+        if let fresh = try? AlsaPCMOutput(configuration),
+          fresh.negotiated.rate == output.rate, fresh.negotiated.channels == output.channels
+        {
+          _ = freshDevices.push(fresh)
+          wanted = false
+        } else {
+          delay = min(delay * 2, recoveryBackoff.last)
+          nextAttempt = monotonicSeconds() + delay
+        }
+      }
+      usleep(10_000)
     }
   }
 
   /// One block into `buffers.mix`. Allocation-free: the render thread's hot path.
   func renderBlock(_ buffers: RenderBuffers) {
-    let frames = buffers.frames
+    renderSpan(buffers, offset: 0, frames: buffers.frames)
+  }
+
+  /// Frames [offset, offset + frames) of the block. Allocation-free.
+  private func renderSpan(_ buffers: RenderBuffers, offset: Int, frames: Int) {
     let channels = buffers.channels
-    let mix = buffers.mix
+    let mix = buffers.mix + offset * channels
     let audio = buffers.audio
     let gain = buffers.gain
     let ramp = buffers.ramp
@@ -273,6 +529,7 @@ public final class Player: @unchecked Sendable {
             stream.decoder.ring.discard(upTo: mark)
             stream.pendingSeek = nil
             stream.seekRequested = false
+            stream.position = frame
             if !stream.paused { stream.resumeAfterSeek = true }
           }
           continue
@@ -285,9 +542,10 @@ public final class Player: @unchecked Sendable {
       }
       let wanted = frames * channels
       let got = stream.decoder.ring.read(into: audio, count: wanted)
+      stream.position += got / channels
       if got < wanted {
         (audio + got).update(repeating: 0, count: wanted - got)
-        if !stream.decoder.isFinished { _ = state.events.push(.underrun(stream: stream.id)) }
+        if !stream.decoder.isFinished { state.post(.underrun(stream: stream.id)) }
       }
       engine.render(stream.gain, start: now, count: frames, into: gain)
       engine.render(stream.transport, start: now, count: frames, into: ramp)
@@ -298,7 +556,7 @@ public final class Player: @unchecked Sendable {
     GainKernel.apply(mix, gain: gain, frames: frames, channels: channels, into: mix)
     GainKernel.clamp(mix, count: frames * channels)
     engine.advance(by: frames)
-    engine.drainCompletions { report in _ = state.events.push(.animationFinished(report)) }
+    engine.drainCompletions { report in state.post(.animationFinished(report)) }
   }
 
   /// Ramps streams back in after a seek (between blocks: starting an animation allocates).
@@ -329,14 +587,41 @@ public final class Player: @unchecked Sendable {
       }
       if drained || stopped {
         stream.decoder.cancel()
+        stream.ended = true
         let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.error != nil ? .failed : .finished)
-        _ = state.events.push(.streamEnded(id: stream.id, reason: reason))
+        state.post(.streamEnded(id: stream.id, reason: reason))
         engine.undefine("streams.\(stream.id)")
         state.streams.remove(at: index)
       }
       index -= 1
     }
   }
+}
+
+/// Keeps time against the monotonic clock when there is no device to block on.
+struct WallClockPacer {
+  private var anchor: Double?
+  private var frames = 0
+
+  mutating func reset() { anchor = nil }
+
+  mutating func wait(frames count: Int, rate: Int) {
+    let now = monotonicSeconds()
+    guard let anchor else {
+      anchor = now
+      frames = count
+      return
+    }
+    frames += count
+    let due = anchor + Double(frames) / Double(rate)
+    if due > now { usleep(UInt32((due - now) * 1e6)) }
+  }
+}
+
+func monotonicSeconds() -> Double {
+  var time = timespec()
+  clock_gettime(CLOCK_MONOTONIC, &time)
+  return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
 }
 
 /// The render thread's working memory for one block, allocated once before it starts.

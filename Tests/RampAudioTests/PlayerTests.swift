@@ -157,6 +157,29 @@ import Testing
   }
 }
 
+extension PlayerTests {
+  /// A command scheduled for a sample splits the block there: the output changes on exactly that
+  /// sample, not at the next period boundary. The doorbell rings for the events that follow.
+  @Test func aScheduledCommandLandsOnItsExactSample() throws {
+    let (player, path) = try player(7, pacing: .clock)
+    player.start()
+    try player.play(try constantFile(1, seconds: 0.3), id: "c")
+    #expect(player.waitForEvents(timeout: 5), "stream-started rings the doorbell")
+    // Deliberately not on a period boundary (periods are 240 frames here).
+    let target = player.currentSample + 4_800 + 123
+    #expect(target % Int64(player.output.periodFrames) != 0)
+    player.perform(at: target) { state in
+      _ = try? state.engine.set("master.gain", to: 0.5, transaction: .instant)
+    }
+    waitFor(player) { $0 == .streamEnded(id: "c", reason: .finished) }
+    player.shutdown()
+    let left = try recorded(path).enumerated().filter { $0.offset % 2 == 0 }.map(\.element)
+    let at = Int(target)
+    #expect(left[at - 1] == 1 && left[at] == 0.5, "\(left[at - 1]) then \(left[at])")
+    #expect(left[(at - 2_000)..<at].allSatisfy { $0 == 1 } && left[at..<(at + 2_000)].allSatisfy { $0 == 0.5 })
+  }
+}
+
 func largestStep(_ samples: [Double]) -> Double {
   zip(samples, samples.dropFirst()).map { abs($1 - $0) }.max() ?? 0
 }
