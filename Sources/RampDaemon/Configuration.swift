@@ -1,0 +1,241 @@
+import Foundation
+import Logging
+import RampAudio
+import RampEngine
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// Everything `rampd` reads from its configuration file, the environment and its flags.
+///
+/// Layers, lowest first: built-in defaults < the file (`--config`) < environment variables
+/// (`RAMPD_SECTION_KEY`) < overrides (flags). `init()` is the defaults; `load` and `parse` validate
+/// every value and throw a `ConfigurationError` naming the source, the line and the key.
+/// `config/rampd.toml` documents every key with its default, and `config/README.md` the rules.
+public struct DaemonConfiguration: Sendable, Equatable {
+  /// `[socket]`: where clients connect.
+  public var socket = SocketSettings()
+  /// `[output]`: the ALSA PCM (device, rate, channels, format, period, buffer, pacing).
+  public var output = OutputConfiguration()
+  /// `[embedded-output]`: the fallback when the configured device cannot be opened.
+  public var embeddedOutput = EmbeddedOutputSettings()
+  /// `[fade]`: what `fade`, `fade-in` and `fade-out` use when a request leaves a field out.
+  public var fades = FadeDefaults()
+  /// `[implicit]`: the transaction a `set` without an animation gets (the implicit action).
+  public var transaction = Transaction()
+  /// `[gain] max`: the highest gain any key path may reach, in dB (0 dB unless raised, up to +24 dB).
+  public var maxGainDecibels: Double = 0
+  /// `[gain] declick`: seconds over which `remove`, `cancel` and other jumps are smoothed.
+  public var declick: Double = 0.010
+  /// `[[mixer]]`: ALSA simple mixer elements driven by `mixers.<name>.volume`.
+  public var mixers: [MixerBindingConfiguration] = []
+  /// `[limits]`: what one daemon accepts from its clients.
+  public var limits = Limits()
+  /// `[media]`: which files `play` may open.
+  public var media = MediaSettings()
+  /// `[log]`.
+  public var log = LogSettings()
+  /// `[state]`: where state is persisted.
+  public var state = StateSettings()
+
+  /// The defaults.
+  public init() {}
+
+  /// `maxGainDecibels` as a linear amplitude (1 at 0 dB).
+  public var maxGain: Double { pow(10, maxGainDecibels / 20) }
+
+  public static func == (lhs: DaemonConfiguration, rhs: DaemonConfiguration) -> Bool {
+    lhs.socket == rhs.socket && lhs.output == rhs.output && lhs.embeddedOutput == rhs.embeddedOutput
+      && lhs.fades == rhs.fades && lhs.transaction.duration == rhs.transaction.duration
+      && lhs.transaction.timingFunction == rhs.transaction.timingFunction
+      && lhs.transaction.disableActions == rhs.transaction.disableActions
+      && lhs.transaction.valueSpace == rhs.transaction.valueSpace
+      && lhs.transaction.continuity == rhs.transaction.continuity && lhs.maxGainDecibels == rhs.maxGainDecibels
+      && lhs.declick == rhs.declick && lhs.mixers == rhs.mixers && lhs.limits == rhs.limits && lhs.media == rhs.media
+      && lhs.log == rhs.log && lhs.state == rhs.state
+  }
+}
+
+/// `[socket]`.
+public struct SocketSettings: Sendable, Equatable {
+  /// Nil (or `""` in the file): `runtimeDirectory/rampd.sock` (see `DaemonConfiguration.runtimeDirectory`).
+  public var path: String?
+  /// Permission bits of the socket file (`"0660"` in the file).
+  public var mode: UInt16 = 0o660
+  /// Group owning the socket file; nil (or `""`) keeps the daemon's group. Existence is checked when
+  /// the socket is created, not here, so a file can be checked on another machine.
+  public var group: String?
+
+  public init(path: String? = nil, mode: UInt16 = 0o660, group: String? = nil) {
+    self.path = path
+    self.mode = mode
+    self.group = group
+  }
+
+  /// `path`, or the default for this process.
+  public func resolvedPath(
+    environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
+  ) -> String {
+    path ?? DaemonConfiguration.runtimeDirectory(environment: environment, isRoot: isRoot) + "/rampd.sock"
+  }
+}
+
+/// `[embedded-output]`: on a machine with no usable sound card, play into a WAV file through ALSA's
+/// `file` plugin, paced in real time, rather than fail.
+public struct EmbeddedOutputSettings: Sendable, Equatable {
+  /// False: a device that cannot be opened is an error, as with any other player.
+  public var enabled = true
+  /// Nil (or `""`): `runtimeDirectory/output.wav`.
+  public var path: String?
+
+  public init(enabled: Bool = true, path: String? = nil) {
+    self.enabled = enabled
+    self.path = path
+  }
+
+  /// `path`, or the default for this process.
+  public func resolvedPath(
+    environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
+  ) -> String {
+    path ?? DaemonConfiguration.runtimeDirectory(environment: environment, isRoot: isRoot) + "/output.wav"
+  }
+}
+
+/// `[fade]`: the defaults of `fade`, `fade-in` and `fade-out`.
+public struct FadeDefaults: Sendable, Equatable {
+  /// Seconds.
+  public var duration: Double = 1.0
+  public var curve: TimingFunction = .easeInEaseOut
+  public var space: ValueSpace = .amplitude
+  /// The floor of the `db` value space when a request (or `space`, here or in `[implicit]`) says
+  /// `db` without one: amplitudes at or below it are silence.
+  public var decibelFloor: Double = ValueSpace.defaultDecibelFloor
+
+  public init(
+    duration: Double = 1.0, curve: TimingFunction = .easeInEaseOut, space: ValueSpace = .amplitude,
+    decibelFloor: Double = ValueSpace.defaultDecibelFloor
+  ) {
+    self.duration = duration
+    self.curve = curve
+    self.space = space
+    self.decibelFloor = decibelFloor
+  }
+
+  /// `db` at the configured floor.
+  public var decibels: ValueSpace { .decibels(floor: decibelFloor) }
+}
+
+/// `[limits]`.
+public struct Limits: Sendable, Equatable {
+  /// Connections open at once; more are refused.
+  public var clients = 64
+  /// Longest request line, in bytes (newline excluded).
+  public var lineLength = 65_536
+  /// Streams playing (or paused) at once.
+  public var streams = 16
+  /// `observe` subscriptions per connection.
+  public var observersPerClient = 16
+  /// Highest `observe` rate, in Hz.
+  public var maxObserveRate: Double = 200
+  /// Commands scheduled with `at` and not yet applied, over all connections.
+  public var pendingScheduled = 1024
+
+  public init(
+    clients: Int = 64, lineLength: Int = 65_536, streams: Int = 16, observersPerClient: Int = 16,
+    maxObserveRate: Double = 200, pendingScheduled: Int = 1024
+  ) {
+    self.clients = clients
+    self.lineLength = lineLength
+    self.streams = streams
+    self.observersPerClient = observersPerClient
+    self.maxObserveRate = maxObserveRate
+    self.pendingScheduled = pendingScheduled
+  }
+}
+
+/// `[media]`.
+public struct MediaSettings: Sendable, Equatable {
+  /// Absolute directories `play` may open files under. Empty: any absolute path.
+  public var roots: [String] = []
+
+  public init(roots: [String] = []) { self.roots = roots }
+}
+
+/// `[log]`.
+public struct LogSettings: Sendable, Equatable {
+  public var level: Logger.Level = .info
+
+  public init(level: Logger.Level = .info) { self.level = level }
+}
+
+/// `[state]`.
+public struct StateSettings: Sendable, Equatable {
+  /// Nil (or `""`): see `resolvedPath`.
+  public var path: String?
+
+  public init(path: String? = nil) { self.path = path }
+
+  /// `path`, or `$XDG_STATE_HOME/rampd/state.json` (else `$HOME/.local/state/rampd/state.json`) for
+  /// a user, `/var/lib/rampd/state.json` for root or when neither variable is set.
+  public func resolvedPath(
+    environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
+  ) -> String {
+    if let path { return path }
+    if !isRoot {
+      if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/rampd/state.json" }
+      if let home = environment["HOME"], home.hasPrefix("/"), home != "/" {
+        return home + "/.local/state/rampd/state.json"
+      }
+    }
+    return "/var/lib/rampd/state.json"
+  }
+}
+
+extension DaemonConfiguration {
+  /// Where the socket and the embedded output go by default: `$XDG_RUNTIME_DIR/rampd` when not
+  /// root and `XDG_RUNTIME_DIR` is an absolute path, else `/run/rampd`.
+  public static func runtimeDirectory(
+    environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
+  ) -> String {
+    if !isRoot, let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") {
+      return (runtime.hasSuffix("/") ? String(runtime.dropLast()) : runtime) + "/rampd"
+    }
+    return "/run/rampd"
+  }
+
+  /// Environment variables starting with `RAMPD_` that are not configuration keys. `RAMPD_CONFIG`
+  /// is left to `rampd` (a configuration file path); every other `RAMPD_*` must name a key.
+  public static let reservedEnvironmentVariables: Set<String> = ["RAMPD_CONFIG"]
+}
+
+/// A configuration value refused, naming where it came from.
+///
+/// `description`: `/etc/rampd/rampd.toml:12: output.rate: 1000 Hz is outside 8000...384000`,
+/// `environment (RAMPD_OUTPUT_RATE): output.rate: expected an integer, got string "fast"`.
+public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
+  /// The file path, `environment (RAMPD_OUTPUT_RATE)`, or the flag (`--device`).
+  public var source: String
+  /// The line in the file, when known.
+  public var line: Int?
+  /// The key, `section.key` (`output.rate`, `mixer.master.card`), when the error concerns one.
+  public var key: String?
+  public var message: String
+
+  public init(source: String, line: Int? = nil, key: String? = nil, message: String) {
+    self.source = source
+    self.line = line
+    self.key = key
+    self.message = message
+  }
+
+  public var description: String {
+    var text = source
+    if let line { text += ":\(line)" }
+    text += ": "
+    if let key { text += "\(key): " }
+    return text + message
+  }
+}

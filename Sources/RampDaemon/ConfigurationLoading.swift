@@ -1,0 +1,428 @@
+import Foundation
+import RampAudio
+import TOMLKit
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+extension DaemonConfiguration {
+  /// The configuration from its layers, lowest first: built-in defaults < `file` < `environment`
+  /// (`RAMPD_SECTION_KEY`: `RAMPD_OUTPUT_DEVICE`, `RAMPD_LIMITS_LINE_LENGTH`) < `overrides`
+  /// (`"section.key": "value"`, e.g. `["output.device": "hw:1"]`, from flags).
+  ///
+  /// - `file`: nil reads no file (defaults, environment and overrides only); a file that was
+  ///   asked for and cannot be read is an error.
+  /// - `environment`: the whole process environment may be passed; only `RAMPD_*` variables are
+  ///   read, and every one of them must name a key (but `reservedEnvironmentVariables`).
+  /// - `flags`: the flag that set an override key, for messages (`["output.device": "--device"]`);
+  ///   without one the source is `command line (output.device)`.
+  ///
+  /// Environment values and overrides are strings read by the same rules as TOML strings.
+  /// Mixer bindings come from the file only.
+  public static func load(
+    file: String?, environment: [String: String], overrides: [String: String], flags: [String: String] = [:]
+  ) throws(ConfigurationError) -> DaemonConfiguration {
+    var layers = ConfigLayers()
+    if let file {
+      try layers.applyFile(toml: readFile(file), source: file)
+    }
+    try layers.applyEnvironment(environment)
+    try layers.applyOverrides(overrides, flags: flags)
+    return try layers.finish()
+  }
+
+  /// Defaults < the TOML text. `source` names it in errors (a path, `test`).
+  public static func parse(toml: String, source: String) throws(ConfigurationError) -> DaemonConfiguration {
+    var layers = ConfigLayers()
+    try layers.applyFile(toml: toml, source: source)
+    return try layers.finish()
+  }
+
+  /// The file's contents as UTF-8 text, or an error naming the file and the reason.
+  static func readFile(_ path: String) throws(ConfigurationError) -> String {
+    func fail(_ what: String, _ code: Int32) -> ConfigurationError {
+      ConfigurationError(source: path, message: "\(what): \(String(cString: strerror(code)))")
+    }
+    guard let handle = fopen(path, "r") else { throw fail("cannot open the configuration file", errno) }
+    defer { fclose(handle) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65_536)
+    while true {
+      let count = chunk.withUnsafeMutableBytes { fread($0.baseAddress, 1, $0.count, handle) }
+      let code = errno
+      if count < chunk.count && ferror(handle) != 0 { throw fail("cannot read the configuration file", code) }
+      bytes += chunk[0..<count]
+      if bytes.count > 16 << 20 {
+        throw ConfigurationError(source: path, message: "the configuration file is larger than 16 MiB")
+      }
+      if count < chunk.count { break }
+    }
+    guard let text = String(validating: bytes, as: UTF8.self) else {
+      throw ConfigurationError(source: path, message: "the configuration file is not UTF-8 text")
+    }
+    return text
+  }
+}
+
+/// Where a value came from; `rank` orders the layers (file 1, environment 2, overrides 3).
+struct ConfigOrigin: Sendable, Equatable {
+  var source: String
+  var line: Int?
+  var rank: Int
+}
+
+/// The layers read so far, applied in order onto the defaults.
+struct ConfigLayers {
+  var builder = ConfigBuilder()
+  /// The last layer that set each key (`output.buffer`).
+  var origins: [String: ConfigOrigin] = [:]
+
+  mutating func apply(_ key: ConfigKey, _ value: ConfigValue, _ origin: ConfigOrigin) throws(ConfigurationError) {
+    do {
+      try key.apply(&builder, value)
+    } catch {
+      throw ConfigurationError(source: origin.source, line: origin.line, key: key.path, message: error.message)
+    }
+    origins[key.path] = origin
+  }
+
+  /// The combined configuration, after the checks that involve more than one key.
+  func finish() throws(ConfigurationError) -> DaemonConfiguration {
+    let result = builder.finished()
+    do {
+      try result.output.validate()
+    } catch {
+      let (key, message) = ConfigSchema.splitKeyedMessage(error.message) ?? ("output", error.message)
+      // The buffer is checked against the period: blame the later layer of the two.
+      let involved = key == "output.buffer" ? ["output.buffer", "output.period"] : [key]
+      let origin =
+        involved.compactMap { origins[$0] }.max(by: { $0.rank < $1.rank })
+        ?? ConfigOrigin(source: "defaults", line: nil, rank: 0)
+      throw ConfigurationError(source: origin.source, line: origin.line, key: key, message: message)
+    }
+    return result
+  }
+
+  // MARK: Environment and overrides
+
+  mutating func applyEnvironment(_ environment: [String: String]) throws(ConfigurationError) {
+    for name in environment.keys.sorted()
+    where name.hasPrefix("RAMPD_") && !DaemonConfiguration.reservedEnvironmentVariables.contains(name) {
+      let source = "environment (\(name))"
+      guard let key = ConfigSchema.keysByEnvironmentName[name] else {
+        if name.hasPrefix("RAMPD_MIXER_") {
+          throw ConfigurationError(
+            source: source, message: "mixer bindings are configured in the file only ([[mixer]] tables)")
+        }
+        let known = ConfigSchema.keys.map(\.environmentName)
+        let hint = Suggestions.closest(to: name, among: known).map { " (did you mean \($0)?)" } ?? ""
+        throw ConfigurationError(source: source, message: "not a configuration variable\(hint)")
+      }
+      try apply(key, .string(environment[name]!), ConfigOrigin(source: source, line: nil, rank: 2))
+    }
+  }
+
+  mutating func applyOverrides(_ overrides: [String: String], flags: [String: String]) throws(ConfigurationError) {
+    for path in overrides.keys.sorted() {
+      let source = flags[path] ?? "command line (\(path))"
+      guard let key = ConfigSchema.keysByPath[path] else {
+        if path == "mixer" || path.hasPrefix("mixer.") {
+          throw ConfigurationError(
+            source: source, key: path, message: "mixer bindings are configured in the file only ([[mixer]] tables)")
+        }
+        let hint =
+          Suggestions.closest(to: path, among: ConfigSchema.keys.map(\.path)).map { " (did you mean \($0)?)" } ?? ""
+        throw ConfigurationError(source: source, key: path, message: "unknown key\(hint)")
+      }
+      try apply(key, .string(overrides[path]!), ConfigOrigin(source: source, line: nil, rank: 3))
+    }
+  }
+
+  // MARK: The file
+
+  private enum FileEntry {
+    case set(ConfigKey, ConfigValue)
+    case mixer(Int, TOMLTable)
+    case problem(key: String?, message: String)
+  }
+
+  mutating func applyFile(toml: String, source: String) throws(ConfigurationError) {
+    let root: TOMLTable
+    do {
+      root = try TOMLTable(string: toml)
+    } catch let error as TOMLParseError {
+      throw ConfigurationError(
+        source: source, line: error.source.begin.line, message: "not valid TOML: \(error.description)")
+    } catch {
+      throw ConfigurationError(source: source, message: "not valid TOML: \(error)")
+    }
+    let index = SourceIndex(toml)
+
+    // Everything the file says, checked in the order of its lines so the first error reported is
+    // the first one in the file.
+    var entries: [(line: Int?, entry: FileEntry)] = []
+    for name in root.keys {
+      guard let value = root[name] else { continue }
+      if ConfigSchema.arraySections.contains(name) {
+        guard value.type == .array, let array = value.array else {
+          entries.append(
+            (
+              index.keyLines[name] ?? index.headerLines[name],
+              .problem(key: name, message: "expected [[\(name)]] tables, got \(Self.convert(value).described)")
+            ))
+          continue
+        }
+        for (position, element) in array.enumerated() {
+          if element.type == .table, let table = element.table {
+            entries.append((index.headerLines["\(name)#\(position)"] ?? index.keyLines[name], .mixer(position, table)))
+          } else {
+            entries.append(
+              (
+                index.keyLines[name],
+                .problem(
+                  key: "\(name) #\(position + 1)", message: "expected a table, got \(Self.convert(element).described)")
+              ))
+          }
+        }
+      } else if ConfigSchema.sections.contains(name) {
+        guard value.type == .table, let table = value.table else {
+          entries.append(
+            (
+              index.keyLines[name],
+              .problem(key: name, message: "expected a table [\(name)], got \(Self.convert(value).described)")
+            ))
+          continue
+        }
+        for keyName in table.keys {
+          guard let keyValue = table[keyName] else { continue }
+          let line = index.keyLines["\(name).\(keyName)"] ?? index.headerLines["\(name).\(keyName)"]
+          if let key = ConfigSchema.keysByPath["\(name).\(keyName)"] {
+            entries.append((line, .set(key, Self.convert(keyValue))))
+          } else {
+            entries.append(
+              (
+                line,
+                .problem(
+                  key: "\(name).\(keyName)",
+                  message: Suggestions.unknownKey(
+                    keyName, section: name, known: ConfigSchema.keys(in: name).map(\.name)))
+              ))
+          }
+        }
+      } else if value.type == .table {
+        let hint =
+          Suggestions.closest(to: name, among: ConfigSchema.sections).map { " (did you mean [\($0)]?)" } ?? ""
+        let sections = ConfigSchema.sections.map { ConfigSchema.arraySections.contains($0) ? "[[\($0)]]" : "[\($0)]" }
+        entries.append(
+          (
+            index.headerLines[name] ?? index.firstLine(under: name),
+            .problem(
+              key: nil,
+              message: "unknown section [\(name)]\(hint)"
+                + (hint.isEmpty ? "; the sections are \(sections.joined(separator: ", "))" : ""))
+          ))
+      } else {
+        let owners = ConfigSchema.keys.filter { $0.name == name }.map(\.path)
+        let hint = owners.isEmpty ? "" : " (did you mean \(owners.joined(separator: " or "))?)"
+        entries.append(
+          (
+            index.keyLines[name],
+            .problem(key: name, message: "unknown key at the top level: keys belong in a [section]\(hint)")
+          ))
+      }
+    }
+
+    var mixers: [(MixerBindingConfiguration, ConfigOrigin)] = []
+    for (line, entry) in entries.sorted(by: { ($0.line ?? .max) < ($1.line ?? .max) }) {
+      let origin = ConfigOrigin(source: source, line: line, rank: 1)
+      switch entry {
+      case .set(let key, let value):
+        try apply(key, value, origin)
+      case .problem(let key, let message):
+        throw ConfigurationError(source: source, line: line, key: key, message: message)
+      case .mixer(let position, let table):
+        let mixer = try Self.mixer(position, table, index: index, origin: origin)
+        if let (_, earlier) = mixers.first(where: { $0.0.name == mixer.name }) {
+          throw ConfigurationError(
+            source: source, line: index.keyLines["mixer#\(position).name"] ?? line, key: "mixer.\(mixer.name).name",
+            message: "a mixer named '\(mixer.name)' is already bound" + (earlier.line.map { " (line \($0))" } ?? ""))
+        }
+        mixers.append((mixer, origin))
+      }
+    }
+    builder.configuration.mixers = mixers.map(\.0)
+  }
+
+  /// One `[[mixer]]` table: every key known, `name` and `element` present, `validate()` passed.
+  private static func mixer(_ position: Int, _ table: TOMLTable, index: SourceIndex, origin: ConfigOrigin)
+    throws(ConfigurationError) -> MixerBindingConfiguration
+  {
+    var mixer = MixerBindingConfiguration(name: "", card: "default", element: "")
+    let prefix = "mixer#\(position)"
+    var label = "mixer #\(position + 1)"
+    func line(_ key: String) -> Int? { index.keyLines["\(prefix).\(key)"] ?? origin.line }
+    func fail(_ key: String?, _ message: String) -> ConfigurationError {
+      ConfigurationError(
+        source: origin.source, line: key.map(line) ?? origin.line, key: key.map { "\(label).\($0)" } ?? label,
+        message: message)
+    }
+
+    // `name` first, so the other errors can say which binding they concern.
+    let names = table.keys.sorted { name1, name2 in
+      if (name1 == "name") != (name2 == "name") { return name1 == "name" }
+      return (line(name1) ?? .max) < (line(name2) ?? .max)
+    }
+    for name in names {
+      guard let value = table[name] else { continue }
+      guard let key = ConfigSchema.mixerKeys.first(where: { $0.name == name }) else {
+        throw fail(
+          name, Suggestions.unknownKey(name, section: "[mixer]", known: ConfigSchema.mixerKeys.map(\.name)))
+      }
+      do {
+        try key.apply(&mixer, convert(value))
+      } catch {
+        throw fail(name, error.message)
+      }
+      if name == "name" && Self.isKeyPathComponent(mixer.name) { label = "mixer.\(mixer.name)" }
+    }
+    if table["name"] == nil {
+      throw fail(nil, "missing key 'name' (the binding's key path is mixers.<name>.volume)")
+    }
+    if table["element"] == nil {
+      throw fail(nil, "missing key 'element' (a simple mixer element, as `amixer scontrols` lists it)")
+    }
+    do {
+      try mixer.validate()
+    } catch {
+      // "mixers.<name>.<field>: message" → the file's key.
+      let prefix = "mixers.\(mixer.name)."
+      guard error.message.hasPrefix(prefix), let colon = error.message.range(of: ": ") else {
+        throw fail(nil, error.message)
+      }
+      let field = String(
+        error.message[error.message.index(error.message.startIndex, offsetBy: prefix.count)..<colon.lowerBound])
+      throw fail(ConfigSchema.mixerFieldNames[field] ?? field, String(error.message[colon.upperBound...]))
+    }
+    return mixer
+  }
+
+  private static func isKeyPathComponent(_ name: String) -> Bool {
+    !name.isEmpty && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }
+  }
+
+  static func convert(_ value: TOMLValueConvertible) -> ConfigValue {
+    switch value.type {
+    case .string: return .string(value.string ?? "")
+    case .int: return .integer(value.int ?? 0)
+    case .double: return .float(value.double ?? .nan)
+    case .bool: return .boolean(value.bool ?? false)
+    case .array: return .array(value.array.map { $0.map(convert) } ?? [])
+    case .table: return .other("table")
+    case .date: return .other("date")
+    case .time: return .other("time")
+    case .dateTime: return .other("date-time")
+    }
+  }
+}
+
+/// Lines of keys and headers in TOML text, found by scanning (TOMLKit keeps no positions).
+///
+/// `keyLines["output.rate"]` for `rate = …` under `[output]` (or `output.rate = …` at the top);
+/// `[[mixer]]` tables are numbered: `headerLines["mixer#0"]`, `keyLines["mixer#0.card"]`.
+struct SourceIndex {
+  var keyLines: [String: Int] = [:]
+  var headerLines: [String: Int] = [:]
+
+  init(_ text: String) {
+    var current = ""
+    var arrayCounts: [String: Int] = [:]
+    var lineNumber = 0
+    for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
+      lineNumber += 1
+      let line = raw.trimmingCharacters(in: .whitespaces.union(CharacterSet(charactersIn: "\r")))
+      if line.isEmpty || line.hasPrefix("#") { continue }
+      if line.hasPrefix("[[") {
+        guard let end = line.range(of: "]]") else { continue }
+        let name = Self.normalizedKey(line[line.index(line.startIndex, offsetBy: 2)..<end.lowerBound])
+        let count = arrayCounts[name, default: 0]
+        arrayCounts[name] = count + 1
+        current = "\(name)#\(count)"
+        if headerLines[current] == nil { headerLines[current] = lineNumber }
+        if headerLines[name] == nil { headerLines[name] = lineNumber }
+        continue
+      }
+      if line.hasPrefix("[") {
+        guard let end = line.firstIndex(of: "]") else { continue }
+        current = Self.normalizedKey(line[line.index(after: line.startIndex)..<end])
+        if headerLines[current] == nil { headerLines[current] = lineNumber }
+        continue
+      }
+      guard let equals = line.firstIndex(of: "=") else { continue }
+      let key = Self.normalizedKey(line[..<equals])
+      let full = current.isEmpty ? key : "\(current).\(key)"
+      if keyLines[full] == nil { keyLines[full] = lineNumber }
+    }
+  }
+
+  /// The first key line under a table named by dotted keys only (`ouput.rate = 1` at the top).
+  func firstLine(under name: String) -> Int? {
+    keyLines.filter { $0.key.hasPrefix(name + ".") }.map(\.value).min()
+  }
+
+  /// `output . "rate"` → `output.rate`.
+  static func normalizedKey(_ text: Substring) -> String {
+    text.split(separator: ".", omittingEmptySubsequences: false)
+      .map { $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"'")) }
+      .joined(separator: ".")
+  }
+}
+
+/// "Did you mean …?": a typo must not be silently ignored, and the error should say what was meant.
+enum Suggestions {
+  /// The candidate nearest `word` (Levenshtein distance, case-insensitive) when within 2 edits.
+  static func closest(to word: String, among candidates: [String]) -> String? {
+    var best: (String, Int)?
+    for candidate in candidates {
+      let distance = editDistance(word.lowercased(), candidate.lowercased())
+      if distance <= 2, best == nil || distance < best!.1 { best = (candidate, distance) }
+    }
+    return best?.0
+  }
+
+  /// The message for `name`, unknown in `section` (`output`, or `[mixer]` for a mixer table).
+  static func unknownKey(_ name: String, section: String, known: [String]) -> String {
+    let isMixer = section == "[mixer]"
+    if let near = closest(to: name, among: known) {
+      return "unknown key (did you mean \(isMixer ? near : "\(section).\(near)")?)"
+    }
+    if !isMixer {
+      let elsewhere = ConfigSchema.keys.filter { $0.name == name && $0.section != section }.map(\.path)
+      if !elsewhere.isEmpty {
+        return "unknown key in [\(section)] (did you mean \(elsewhere.joined(separator: " or "))?)"
+      }
+    }
+    let header = isMixer ? "[[mixer]]" : "[\(section)]"
+    return "unknown key; the keys of \(header) are \(known.joined(separator: ", "))"
+  }
+
+  static func editDistance(_ a: String, _ b: String) -> Int {
+    let a = Array(a)
+    let b = Array(b)
+    if a.isEmpty { return b.count }
+    if b.isEmpty { return a.count }
+    var previous = Array(0...b.count)
+    var current = [Int](repeating: 0, count: b.count + 1)
+    for i in 1...a.count {
+      current[0] = i
+      for j in 1...b.count {
+        current[j] = Swift.min(
+          previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+      }
+      swap(&previous, &current)
+    }
+    return previous[b.count]
+  }
+}

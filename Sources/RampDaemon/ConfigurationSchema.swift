@@ -1,0 +1,394 @@
+import Foundation
+import Logging
+import RampAudio
+import RampEngine
+
+/// What a layer sets before the layers are combined: the configuration, plus the value spaces
+/// written as plain `db`, whose floor is `fade.db-floor` once every layer has been read.
+struct ConfigBuilder {
+  enum Space: Equatable {
+    case fixed(ValueSpace)
+    /// `db` without a floor: `fade.db-floor`.
+    case decibelsAtDefaultFloor
+  }
+
+  var configuration = DaemonConfiguration()
+  var fadeSpace = Space.fixed(.amplitude)
+  var implicitSpace = Space.fixed(.amplitude)
+
+  init() {}
+
+  func finished() -> DaemonConfiguration {
+    var result = configuration
+    let floor = configuration.fades.decibelFloor
+    func resolve(_ space: Space) -> ValueSpace {
+      switch space {
+      case .fixed(let space): return space
+      case .decibelsAtDefaultFloor: return .decibels(floor: floor)
+      }
+    }
+    result.fades.space = resolve(fadeSpace)
+    result.transaction.valueSpace = resolve(implicitSpace)
+    return result
+  }
+}
+
+/// One key of the file, `section.name`, with how to read it and how to write it back.
+struct ConfigKey: Sendable {
+  let section: String
+  let name: String
+  let apply: @Sendable (inout ConfigBuilder, ConfigValue) throws(ValueProblem) -> Void
+  /// The value as TOML text.
+  let render: @Sendable (DaemonConfiguration) -> String
+  /// The value may be `""` for a default computed at run time (a path under `$XDG_RUNTIME_DIR`).
+  var computedDefault = false
+
+  var path: String { "\(section).\(name)" }
+  /// `RAMPD_OUTPUT_DEVICE`, `RAMPD_LIMITS_LINE_LENGTH`.
+  var environmentName: String {
+    "RAMPD_" + "\(section)_\(name)".uppercased().replacingOccurrences(of: "-", with: "_")
+  }
+}
+
+/// Every section and key, in the order of `config/rampd.toml`.
+enum ConfigSchema {
+  static let sections = [
+    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "limits", "media", "log", "state",
+  ]
+  /// Sections that are arrays of tables (`[[mixer]]`).
+  static let arraySections: Set<String> = ["mixer"]
+
+  static let keys: [ConfigKey] =
+    socket + output + embeddedOutput + fade + implicit + gain + limits + media + log + state
+
+  static let keysByPath: [String: ConfigKey] = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0) })
+  static let keysByEnvironmentName: [String: ConfigKey] = Dictionary(
+    uniqueKeysWithValues: keys.map { ($0.environmentName, $0) })
+
+  static func keys(in section: String) -> [ConfigKey] { keys.filter { $0.section == section } }
+
+  // MARK: Sections
+
+  static let socket: [ConfigKey] = [
+    ConfigKey(
+      section: "socket", name: "path",
+      apply: { builder, value throws(ValueProblem) in
+        let path = try ConfigParse.optionalAbsolutePath(value)
+        if let path, path.utf8.count > 107 {
+          throw ValueProblem("\(path.utf8.count) bytes is longer than a Unix socket path can be (107 bytes)")
+        }
+        builder.configuration.socket.path = path
+      },
+      render: { ConfigText.quoted($0.socket.path ?? "") }, computedDefault: true),
+    ConfigKey(
+      section: "socket", name: "mode",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.socket.mode = try ConfigParse.fileMode(value)
+      },
+      render: { ConfigText.quoted(ConfigText.mode($0.socket.mode)) }),
+    ConfigKey(
+      section: "socket", name: "group",
+      apply: { builder, value throws(ValueProblem) in
+        let group = try ConfigParse.optionalString(value)
+        if let group, group.contains(where: { $0 == "/" || $0 == ":" || $0.isWhitespace || $0 == "\0" }) {
+          throw ValueProblem("\(ConfigText.quoted(group)) is not a group name")
+        }
+        builder.configuration.socket.group = group
+      },
+      render: { ConfigText.quoted($0.socket.group ?? "") }, computedDefault: true),
+  ]
+
+  static let output: [ConfigKey] = [
+    outputKey(
+      "device", render: { ConfigText.quoted($0.device) },
+      set: { output, value throws(ValueProblem) in
+        output.device = try ConfigParse.string(value)
+      }),
+    outputKey(
+      "rate", render: { "\($0.sampleRate)" },
+      set: { output, value throws(ValueProblem) in
+        output.sampleRate = try ConfigParse.sampleRate(value)
+      }),
+    outputKey(
+      "channels", render: { "\($0.channels)" },
+      set: { output, value throws(ValueProblem) in
+        output.channels = try ConfigParse.integer(value)
+      }),
+    outputKey(
+      "format", render: { ConfigText.quoted($0.format.rawValue) },
+      set: { output, value throws(ValueProblem) in
+        output.format = try ConfigParse.choice(
+          value, OutputConfiguration.SampleFormat.allCases.map { ($0.rawValue, $0) })
+      }),
+    outputKey(
+      "period", render: { ConfigText.durationValue($0.periodTime) },
+      set: { output, value throws(ValueProblem) in
+        output.periodTime = try ConfigParse.duration(value)
+      }),
+    outputKey(
+      "buffer", render: { ConfigText.durationValue($0.bufferTime) },
+      set: { output, value throws(ValueProblem) in
+        output.bufferTime = try ConfigParse.duration(value)
+      }),
+    outputKey(
+      "pacing", render: { ConfigText.quoted($0.pacing.rawValue) },
+      set: { output, value throws(ValueProblem) in
+        output.pacing = try ConfigParse.choice(value, OutputConfiguration.Pacing.allCases.map { ($0.rawValue, $0) })
+      }),
+  ]
+
+  /// An `[output]` key: sets the field, then checks it alone with `OutputConfiguration.validate()`
+  /// (so its messages are the audio layer's). The buffer against two periods is checked once every
+  /// layer has been read.
+  private static func outputKey(
+    _ name: String, render: @escaping @Sendable (OutputConfiguration) -> String,
+    set: @escaping @Sendable (inout OutputConfiguration, ConfigValue) throws(ValueProblem) -> Void
+  ) -> ConfigKey {
+    ConfigKey(
+      section: "output", name: name,
+      apply: { builder, value throws(ValueProblem) in
+        try set(&builder.configuration.output, value)
+        // The field alone, on a probe whose other fields cannot fail the cross checks.
+        var probe = OutputConfiguration(periodTime: 0.001, bufferTime: 10)
+        try set(&probe, value)
+        if name == "buffer" && probe.bufferTime < 2 * probe.periodTime { probe.periodTime = probe.bufferTime / 2 }
+        if name == "period" { probe.bufferTime = 10 }
+        do throws(AudioError) {
+          try probe.validate()
+        } catch {
+          if let (key, message) = splitKeyedMessage(error.message), key == "output.\(name)" {
+            throw ValueProblem(message)
+          }
+        }
+      },
+      render: { render($0.output) })
+  }
+
+  static let embeddedOutput: [ConfigKey] = [
+    ConfigKey(
+      section: "embedded-output", name: "enabled",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.embeddedOutput.enabled = try ConfigParse.boolean(value)
+      },
+      render: { "\($0.embeddedOutput.enabled)" }),
+    ConfigKey(
+      section: "embedded-output", name: "path",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.embeddedOutput.path = try ConfigParse.optionalAbsolutePath(value)
+      },
+      render: { ConfigText.quoted($0.embeddedOutput.path ?? "") }, computedDefault: true),
+  ]
+
+  static let fade: [ConfigKey] = [
+    ConfigKey(
+      section: "fade", name: "duration",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.fades.duration = try ConfigParse.duration(value, in: 0...86_400)
+      },
+      render: { ConfigText.durationValue($0.fades.duration) }),
+    ConfigKey(
+      section: "fade", name: "curve",
+      apply: { builder, value throws(ValueProblem) in builder.configuration.fades.curve = try curve(value) },
+      render: { ConfigText.quoted($0.fades.curve.description) }),
+    ConfigKey(
+      section: "fade", name: "space",
+      apply: { builder, value throws(ValueProblem) in builder.fadeSpace = try space(value) },
+      render: { renderSpace($0.fades.space, $0) }),
+    ConfigKey(
+      section: "fade", name: "db-floor",
+      apply: { builder, value throws(ValueProblem) in
+        let floor = try ConfigParse.decibels(value)
+        guard floor >= -200 && floor < 0 else {
+          throw ValueProblem("\(ConfigText.number(floor)) dB is outside -200 dB..<0 dB")
+        }
+        builder.configuration.fades.decibelFloor = floor
+      },
+      render: { ConfigText.decibelValue($0.fades.decibelFloor) }),
+  ]
+
+  static let implicit: [ConfigKey] = [
+    ConfigKey(
+      section: "implicit", name: "duration",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.transaction.duration = try ConfigParse.duration(value, in: 0...3600)
+      },
+      render: { ConfigText.durationValue($0.transaction.duration) }),
+    ConfigKey(
+      section: "implicit", name: "curve",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.transaction.timingFunction = try curve(value)
+      },
+      render: { ConfigText.quoted($0.transaction.timingFunction.description) }),
+    ConfigKey(
+      section: "implicit", name: "space",
+      apply: { builder, value throws(ValueProblem) in builder.implicitSpace = try space(value) },
+      render: { renderSpace($0.transaction.valueSpace, $0) }),
+    ConfigKey(
+      section: "implicit", name: "continuity",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.transaction.continuity = try ConfigParse.choice(
+          value, Continuity.allCases.map { ($0.rawValue, $0) })
+      },
+      render: { ConfigText.quoted($0.transaction.continuity.rawValue) }),
+    ConfigKey(
+      section: "implicit", name: "instant",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.transaction.disableActions = try ConfigParse.boolean(value)
+      },
+      render: { "\($0.transaction.disableActions)" }),
+  ]
+
+  static let gain: [ConfigKey] = [
+    ConfigKey(
+      section: "gain", name: "max",
+      apply: { builder, value throws(ValueProblem) in
+        let decibels = try ConfigParse.decibels(value)
+        guard decibels <= 24 else {
+          throw ValueProblem("+\(ConfigText.number(decibels)) dB is above the +24 dB ceiling")
+        }
+        guard decibels >= -60 else {
+          throw ValueProblem("\(ConfigText.number(decibels)) dB is below -60 dB (nothing would be audible)")
+        }
+        builder.configuration.maxGainDecibels = decibels
+      },
+      render: { ConfigText.decibelValue($0.maxGainDecibels) }),
+    ConfigKey(
+      section: "gain", name: "declick",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.declick = try ConfigParse.duration(value, in: 0.001...0.5)
+      },
+      render: { ConfigText.durationValue($0.declick) }),
+  ]
+
+  static let limits: [ConfigKey] = [
+    limitKey("clients", 1...4096, \.clients),
+    ConfigKey(
+      section: "limits", name: "line-length",
+      apply: { builder, value throws(ValueProblem) in
+        let bytes = try ConfigParse.byteCount(value)
+        try ConfigParse.check(bytes, in: 1024...16_777_216, unit: " bytes")
+        builder.configuration.limits.lineLength = bytes
+      },
+      render: { "\($0.limits.lineLength)" }),
+    limitKey("streams", 1...256, \.streams),
+    limitKey("observers-per-client", 0...1024, \.observersPerClient),
+    ConfigKey(
+      section: "limits", name: "max-observe-rate",
+      apply: { builder, value throws(ValueProblem) in
+        let rate = try ConfigParse.hertz(value)
+        guard rate >= 1 && rate <= 1000 else {
+          throw ValueProblem("\(ConfigText.number(rate)) Hz is outside 1...1000 Hz")
+        }
+        builder.configuration.limits.maxObserveRate = rate
+      },
+      render: { ConfigText.number($0.limits.maxObserveRate) }),
+    limitKey("pending-scheduled", 0...1_000_000, \.pendingScheduled),
+  ]
+
+  private static func limitKey(
+    _ name: String, _ range: ClosedRange<Int>, _ field: WritableKeyPath<Limits, Int> & Sendable
+  ) -> ConfigKey {
+    ConfigKey(
+      section: "limits", name: name,
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.limits[keyPath: field] = try ConfigParse.integer(value, in: range)
+      },
+      render: { "\($0.limits[keyPath: field])" })
+  }
+
+  static let media: [ConfigKey] = [
+    ConfigKey(
+      section: "media", name: "roots",
+      apply: { builder, value throws(ValueProblem) in
+        let roots = try ConfigParse.stringList(value)
+        for (index, root) in roots.enumerated() {
+          guard !root.isEmpty else { throw ValueProblem("item \(index + 1) is empty") }
+          do throws(ValueProblem) {
+            try ConfigParse.checkAbsolutePath(root)
+          } catch {
+            throw ValueProblem("item \(index + 1): \(error.message)")
+          }
+        }
+        builder.configuration.media.roots = roots
+      },
+      render: { "[" + $0.media.roots.map(ConfigText.quoted).joined(separator: ", ") + "]" })
+  ]
+
+  static let log: [ConfigKey] = [
+    ConfigKey(
+      section: "log", name: "level",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.log.level = try ConfigParse.choice(value, Logger.Level.allCases.map { ($0.rawValue, $0) })
+      },
+      render: { ConfigText.quoted($0.log.level.rawValue) })
+  ]
+
+  static let state: [ConfigKey] = [
+    ConfigKey(
+      section: "state", name: "path",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.state.path = try ConfigParse.optionalAbsolutePath(value)
+      },
+      render: { ConfigText.quoted($0.state.path ?? "") }, computedDefault: true)
+  ]
+
+  // MARK: [[mixer]]
+
+  /// The keys of one `[[mixer]]` table.
+  static let mixerKeys:
+    [(name: String, apply: @Sendable (inout MixerBindingConfiguration, ConfigValue) throws(ValueProblem) -> Void)] = [
+      ("name", { mixer, value throws(ValueProblem) in mixer.name = try ConfigParse.string(value) }),
+      ("card", { mixer, value throws(ValueProblem) in mixer.card = try ConfigParse.string(value) }),
+      ("element", { mixer, value throws(ValueProblem) in mixer.element = try ConfigParse.string(value) }),
+      ("index", { mixer, value throws(ValueProblem) in mixer.index = try ConfigParse.integer(value) }),
+      ("rate", { mixer, value throws(ValueProblem) in mixer.controlRate = try ConfigParse.hertz(value) }),
+      ("min-db", { mixer, value throws(ValueProblem) in mixer.minimumDecibels = try ConfigParse.decibels(value) }),
+    ]
+  /// `MixerBindingConfiguration.validate()` names fields its own way; these are the file's keys.
+  static let mixerFieldNames = ["minimum-db": "min-db"]
+
+  static func renderMixer(_ mixer: MixerBindingConfiguration) -> [(String, String)] {
+    [
+      ("name", ConfigText.quoted(mixer.name)), ("card", ConfigText.quoted(mixer.card)),
+      ("element", ConfigText.quoted(mixer.element)), ("index", "\(mixer.index)"),
+      ("rate", ConfigText.number(mixer.controlRate)), ("min-db", ConfigText.decibelValue(mixer.minimumDecibels)),
+    ]
+  }
+
+  // MARK: Helpers
+
+  static func curve(_ value: ConfigValue) throws(ValueProblem) -> TimingFunction {
+    let text = try ConfigParse.string(value)
+    do {
+      return try TimingFunction(parsing: text)
+    } catch {
+      throw ValueProblem(error.field == "curve" || error.field == nil ? error.message : error.description)
+    }
+  }
+
+  static func space(_ value: ConfigValue) throws(ValueProblem) -> ConfigBuilder.Space {
+    let text = try ConfigParse.string(value)
+    let plain = text.trimmingCharacters(in: .whitespaces).lowercased()
+    if plain == "db" || plain == "decibels" { return .decibelsAtDefaultFloor }
+    do {
+      return .fixed(try ValueSpace(parsing: text))
+    } catch {
+      throw ValueProblem(error.message)
+    }
+  }
+
+  static func renderSpace(_ space: ValueSpace, _ configuration: DaemonConfiguration) -> String {
+    if case .decibels(let floor) = space {
+      return ConfigText.quoted(floor == configuration.fades.decibelFloor ? "db" : "db(\(ConfigText.number(floor)))")
+    }
+    return ConfigText.quoted(space.description)
+  }
+
+  /// `("output.rate", "1000 Hz is outside …")` from `"output.rate: 1000 Hz is outside …"`.
+  static func splitKeyedMessage(_ message: String) -> (String, String)? {
+    guard let colon = message.range(of: ": ") else { return nil }
+    let key = message[..<colon.lowerBound]
+    guard !key.isEmpty, !key.contains(" ") else { return nil }
+    return (String(key), String(message[colon.upperBound...]))
+  }
+}

@@ -1,0 +1,389 @@
+import Foundation
+
+/// One configuration value as a layer gave it: TOML values keep their type; environment variables
+/// and overrides are always `.string`, and every parser below accepts the string form too.
+enum ConfigValue: Sendable, Equatable {
+  case string(String)
+  case integer(Int)
+  case float(Double)
+  case boolean(Bool)
+  case array([ConfigValue])
+  /// A table, a date or a time, where a scalar was expected: only named in messages.
+  case other(String)
+
+  /// `string "fast"`, `integer 5`, `floating-point number 1.5`, `boolean true`, `array`, `table`.
+  var described: String {
+    switch self {
+    case .string(let text): return "string \(ConfigText.quoted(text))"
+    case .integer(let value): return "integer \(value)"
+    case .float(let value): return "floating-point number \(value)"
+    case .boolean(let value): return "boolean \(value)"
+    case .array: return "an array"
+    case .other(let kind): return "a \(kind)"
+    }
+  }
+}
+
+/// Why a value was refused; the key and source are added by the caller.
+struct ValueProblem: Error, Sendable, Equatable {
+  let message: String
+  init(_ message: String) { self.message = message }
+}
+
+/// The value parsers shared by every layer. Strings follow the same rules whatever layer they come
+/// from, so `RAMPD_OUTPUT_RATE=44100` and `rate = "44100"` mean `rate = 44100`.
+enum ConfigParse {
+  static let durationForms = "a duration (a number of seconds, or a string such as \"10ms\", \"2s\", \"1m30s\")"
+  static let decibelForms = "a gain in dB (a number, or a string such as \"-6dB\", \"0dB\", \"+6dB\")"
+
+  static func string(_ value: ConfigValue) throws(ValueProblem) -> String {
+    guard case .string(let text) = value else { throw ValueProblem("expected a string, got \(value.described)") }
+    return text
+  }
+
+  /// A string; `""` means nil (the computed default).
+  static func optionalString(_ value: ConfigValue) throws(ValueProblem) -> String? {
+    let text = try string(value)
+    return text.isEmpty ? nil : text
+  }
+
+  /// An absolute path, or `""` for nil.
+  static func optionalAbsolutePath(_ value: ConfigValue) throws(ValueProblem) -> String? {
+    guard let path = try optionalString(value) else { return nil }
+    try checkAbsolutePath(path)
+    return path
+  }
+
+  static func checkAbsolutePath(_ path: String) throws(ValueProblem) {
+    guard path.hasPrefix("/") else {
+      throw ValueProblem("\(ConfigText.quoted(path)) is not an absolute path (it must start with '/')")
+    }
+    guard !path.utf8.contains(0) else { throw ValueProblem("a path must not contain a NUL character") }
+  }
+
+  static func integer(_ value: ConfigValue) throws(ValueProblem) -> Int {
+    switch value {
+    case .integer(let number): return number
+    case .float(let number) where number.isFinite && number.rounded() == number && abs(number) < 9e15:
+      return Int(number)
+    case .string(let text):
+      if let number = plainInteger(text.trimmingCharacters(in: .whitespaces)) { return number }
+    default: break
+    }
+    throw ValueProblem("expected an integer, got \(value.described)")
+  }
+
+  /// An integer within `range`; `unit` is appended to the number in the message (` Hz`, ` bytes`).
+  static func integer(_ value: ConfigValue, in range: ClosedRange<Int>, unit: String = "") throws(ValueProblem)
+    -> Int
+  {
+    let number = try integer(value)
+    try check(number, in: range, unit: unit)
+    return number
+  }
+
+  static func check(_ number: Int, in range: ClosedRange<Int>, unit: String = "") throws(ValueProblem) {
+    guard range.contains(number) else {
+      throw ValueProblem("\(number)\(unit) is outside \(range.lowerBound)...\(range.upperBound)\(unit)")
+    }
+  }
+
+  /// A byte count: an integer, or a string with `KiB` or `MiB` (`"64KiB"`).
+  static func byteCount(_ value: ConfigValue) throws(ValueProblem) -> Int {
+    if case .string(let raw) = value {
+      let text = raw.trimmingCharacters(in: .whitespaces)
+      for (suffix, factor) in [("kib", 1024), ("mib", 1024 * 1024)] where text.lowercased().hasSuffix(suffix) {
+        let digits = text.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)
+        if let number = plainInteger(digits), number >= 0, number <= Int.max / factor { return number * factor }
+      }
+    }
+    do {
+      return try integer(value)
+    } catch {
+      throw ValueProblem(
+        "expected a number of bytes (an integer, or a string such as \"64KiB\"), got \(value.described)")
+    }
+  }
+
+  /// A sample rate in Hz: an integer, or a string such as `"48000"`, `"48k"`, `"44.1kHz"`.
+  static func sampleRate(_ value: ConfigValue) throws(ValueProblem) -> Int {
+    if case .string(let raw) = value {
+      var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
+      var factor = 1.0
+      if text.hasSuffix("hz") { text = text.dropLast(2).trimmingCharacters(in: .whitespaces) }
+      if text.hasSuffix("k") {
+        text = text.dropLast().trimmingCharacters(in: .whitespaces)
+        factor = 1000
+      }
+      if let number = plainNumber(text) {
+        let hertz = number * factor
+        if hertz.rounded() == hertz && abs(hertz) < 1e9 { return Int(hertz) }
+        throw ValueProblem("\(ConfigText.quoted(raw)) is not a whole number of Hz")
+      }
+    }
+    return try integer(value)
+  }
+
+  /// A frequency in Hz: a number, or a string such as `"200"` or `"200Hz"`.
+  static func hertz(_ value: ConfigValue) throws(ValueProblem) -> Double {
+    let number: Double?
+    switch value {
+    case .integer(let n): number = Double(n)
+    case .float(let n): number = n
+    case .string(let raw):
+      var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
+      if text.hasSuffix("hz") { text = text.dropLast(2).trimmingCharacters(in: .whitespaces) }
+      number = plainNumber(text)
+    default: number = nil
+    }
+    guard let number else {
+      throw ValueProblem("expected a frequency in Hz (a number, or a string such as \"200Hz\"), got \(value.described)")
+    }
+    guard number.isFinite else { throw ValueProblem("must be a finite number of Hz, got \(number)") }
+    return number
+  }
+
+  static func boolean(_ value: ConfigValue) throws(ValueProblem) -> Bool {
+    switch value {
+    case .boolean(let flag): return flag
+    case .string(let text):
+      switch text.trimmingCharacters(in: .whitespaces).lowercased() {
+      case "true", "yes", "on", "1": return true
+      case "false", "no", "off", "0": return false
+      default: break
+      }
+    default: break
+    }
+    throw ValueProblem("expected true or false, got \(value.described)")
+  }
+
+  /// Seconds, finite and >= 0: a TOML number, or a string `"10ms"`, `"2s"`, `"1m30s"`, `"1h"`,
+  /// `"1.5"`. Units `h`, `m` (or `min`), `s`, `ms`, largest first, each at most once.
+  static func duration(_ value: ConfigValue) throws(ValueProblem) -> Double {
+    let seconds: Double
+    switch value {
+    case .integer(let number): seconds = Double(number)
+    case .float(let number): seconds = number
+    case .string(let text):
+      guard let parsed = durationText(text) else {
+        throw ValueProblem("expected \(durationForms), got \(value.described)")
+      }
+      seconds = parsed
+    default:
+      throw ValueProblem("expected \(durationForms), got \(value.described)")
+    }
+    guard seconds.isFinite else { throw ValueProblem("must be a finite number of seconds, got \(seconds)") }
+    guard seconds >= 0 else { throw ValueProblem("must not be negative, got \(ConfigText.duration(seconds))") }
+    return seconds == 0 ? 0 : seconds
+  }
+
+  /// A duration within `range` seconds.
+  static func duration(_ value: ConfigValue, in range: ClosedRange<Double>) throws(ValueProblem) -> Double {
+    let seconds = try duration(value)
+    guard range.contains(seconds) else {
+      throw ValueProblem(
+        "\(ConfigText.duration(seconds)) is outside \(ConfigText.duration(range.lowerBound))"
+          + "...\(ConfigText.duration(range.upperBound))")
+    }
+    return seconds
+  }
+
+  /// Parses `"10ms"`, `"1m30s"`, `"-2s"` (negative, refused by the caller), `"1.5"`; nil when malformed.
+  static func durationText(_ raw: String) -> Double? {
+    var text = Substring(raw.trimmingCharacters(in: .whitespaces).lowercased())
+    guard !text.isEmpty else { return nil }
+    var sign = 1.0
+    if text.first == "-" || text.first == "+" {
+      if text.first == "-" { sign = -1 }
+      text = text.dropFirst()
+    }
+    if let number = plainNumber(String(text)) { return sign * number }
+    let units: [(name: String, rank: Int, seconds: Double)] = [
+      ("h", 0, 3600), ("min", 1, 60), ("m", 1, 60), ("s", 2, 1), ("ms", 3, 0.001),
+    ]
+    var total = 0.0
+    var lastRank = -1
+    while !text.isEmpty {
+      text = text.drop(while: { $0 == " " })
+      let digits = text.prefix(while: { $0.isASCII && ($0.isNumber || $0 == ".") })
+      guard let number = Double(digits), digits.contains(where: \.isNumber) else { return nil }
+      text = text.dropFirst(digits.count).drop(while: { $0 == " " })
+      let letters = String(text.prefix(while: { $0.isASCII && $0.isLetter }))
+      guard let unit = units.first(where: { $0.name == letters }), unit.rank > lastRank else { return nil }
+      lastRank = unit.rank
+      // Milliseconds divide, so "10ms" is exactly 0.01 (10 × 0.001 need not be).
+      total += unit.name == "ms" ? number / 1000 : number * unit.seconds
+      text = text.dropFirst(letters.count).drop(while: { $0 == " " })
+    }
+    return sign * total
+  }
+
+  /// Decibels, finite: a number, or a string `"-6dB"`, `"-6 dB"`, `"+6dB"`, `"0"`.
+  static func decibels(_ value: ConfigValue) throws(ValueProblem) -> Double {
+    let number: Double?
+    switch value {
+    case .integer(let n): number = Double(n)
+    case .float(let n): number = n
+    case .string(let raw):
+      var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
+      if text.hasSuffix("db") { text = text.dropLast(2).trimmingCharacters(in: .whitespaces) }
+      number = plainNumber(text)
+    default: number = nil
+    }
+    guard let number else { throw ValueProblem("expected \(decibelForms), got \(value.described)") }
+    guard number.isFinite else { throw ValueProblem("must be a finite number of dB, got \(number)") }
+    return number == 0 ? 0 : number
+  }
+
+  /// A list of strings: a TOML array of strings, or one string of `:`-separated items (`""` is the
+  /// empty list), as `PATH` is written.
+  static func stringList(_ value: ConfigValue) throws(ValueProblem) -> [String] {
+    switch value {
+    case .array(let items):
+      var strings: [String] = []
+      for (index, item) in items.enumerated() {
+        guard case .string(let text) = item else {
+          throw ValueProblem("expected an array of strings, but item \(index + 1) is \(item.described)")
+        }
+        strings.append(text)
+      }
+      return strings
+    case .string(let text):
+      return text.isEmpty ? [] : text.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+    default:
+      throw ValueProblem("expected an array of strings (or one string of ':'-separated items), got \(value.described)")
+    }
+  }
+
+  /// One of `choices` (case-insensitive).
+  static func choice<T>(_ value: ConfigValue, _ choices: [(String, T)]) throws(ValueProblem) -> T {
+    let names = choices.map(\.0).joined(separator: ", ")
+    guard case .string(let raw) = value else {
+      throw ValueProblem("expected one of \(names), got \(value.described)")
+    }
+    let text = raw.trimmingCharacters(in: .whitespaces).lowercased()
+    guard let match = choices.first(where: { $0.0 == text }) else {
+      throw ValueProblem("\(ConfigText.quoted(raw)) is not one of \(names)")
+    }
+    return match.1
+  }
+
+  /// Permission bits as an octal string: `"0660"`, `"660"`, `"0o660"`.
+  static func fileMode(_ value: ConfigValue) throws(ValueProblem) -> UInt16 {
+    guard case .string(let raw) = value else {
+      if case .integer = value {
+        throw ValueProblem(
+          "expected an octal mode as a string such as \"0660\", got \(value.described) "
+            + "(an integer is ambiguous: write the octal digits in quotes)")
+      }
+      throw ValueProblem("expected an octal mode as a string such as \"0660\", got \(value.described)")
+    }
+    var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
+    if text.hasPrefix("0o") { text.removeFirst(2) }
+    guard !text.isEmpty, text.count <= 5, text.allSatisfy({ ("0"..."7").contains($0) }),
+      let mode = UInt16(text, radix: 8)
+    else {
+      throw ValueProblem("\(ConfigText.quoted(raw)) is not an octal mode such as \"0660\"")
+    }
+    guard mode <= 0o777 else {
+      throw ValueProblem(
+        "\(ConfigText.mode(mode)) has bits above 0777 (setuid, setgid, sticky) that a socket cannot use")
+    }
+    guard mode & 0o600 == 0o600 else {
+      throw ValueProblem("\(ConfigText.mode(mode)) does not let the daemon's own user read and write the socket (0600)")
+    }
+    return mode
+  }
+
+  /// A plain decimal integer with an optional sign (`"44100"`, `"-3"`); not `"0x10"`, `"1e3"` or `"4 4"`.
+  static func plainInteger(_ text: String) -> Int? {
+    var digits = Substring(text)
+    if digits.first == "+" || digits.first == "-" { digits = digits.dropFirst() }
+    guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+    return Int(text.hasPrefix("+") ? String(text.dropFirst()) : text)
+  }
+
+  /// A plain decimal number (`"12"`, `"-1.5"`, `".5"`, `"1e3"`); not `"inf"`, `"nan"` or hexadecimal.
+  static func plainNumber(_ text: String) -> Double? {
+    guard !text.isEmpty, text.contains(where: { $0.isASCII && $0.isNumber }),
+      text.allSatisfy({ $0.isASCII && ($0.isNumber || ".eE+-".contains($0)) })
+    else { return nil }
+    return Double(text)
+  }
+}
+
+/// Formatting shared by messages and rendering.
+enum ConfigText {
+  /// A TOML basic string: `"a \"b\""`.
+  static func quoted(_ text: String) -> String {
+    var out = "\""
+    for scalar in text.unicodeScalars {
+      switch scalar {
+      case "\"": out += "\\\""
+      case "\\": out += "\\\\"
+      case "\n": out += "\\n"
+      case "\t": out += "\\t"
+      case "\r": out += "\\r"
+      default:
+        if scalar.value < 0x20 || scalar.value == 0x7F {
+          out += String(format: "\\u%04X", scalar.value)
+        } else {
+          out.unicodeScalars.append(scalar)
+        }
+      }
+    }
+    return out + "\""
+  }
+
+  /// Seconds for a message: `0.5 s`, `10 ms`.
+  static func duration(_ seconds: Double) -> String {
+    if seconds != 0 && abs(seconds) < 1 {
+      let millis = seconds * 1000
+      if millis.rounded() == millis { return "\(Int(millis)) ms" }
+    }
+    if seconds.rounded() == seconds && abs(seconds) < 1e15 { return "\(Int(seconds)) s" }
+    return "\(seconds) s"
+  }
+
+  /// A number as short as it reads back exactly: `48000`, `0.25`, `-6`.
+  static func number(_ value: Double) -> String {
+    if value.rounded() == value && abs(value) < 1e15 { return "\(Int(value))" }
+    return "\(value)"
+  }
+
+  /// `0660`.
+  static func mode(_ mode: UInt16) -> String {
+    let octal = String(mode, radix: 8)
+    return String(repeating: "0", count: max(0, 4 - octal.count)) + octal
+  }
+
+  /// A duration as a TOML value that parses back to exactly `seconds`: `"10ms"`, `"2s"`, `"1m30s"`, or a number.
+  static func durationValue(_ seconds: Double) -> String {
+    var candidates: [String] = []
+    if seconds == 0 { return "\"0s\"" }
+    let millis = seconds * 1000
+    if seconds < 1, millis.rounded() == millis { candidates.append("\(Int(millis))ms") }
+    if seconds < 1 { candidates.append("\(number(millis))ms") }
+    if seconds >= 60, seconds < 86_400 * 366 {
+      let whole = Int(seconds.rounded(.down))
+      let rest = Double(whole % 60) + (seconds - Double(whole))
+      var text = ""
+      if whole >= 3600 { text += "\(whole / 3600)h" }
+      if whole % 3600 >= 60 { text += "\((whole % 3600) / 60)m" }
+      if rest > 0 { text += "\(number(rest))s" }
+      candidates.append(text)
+    }
+    candidates.append("\(number(seconds))s")
+    for candidate in candidates where !candidate.contains("e") && ConfigParse.durationText(candidate) == seconds {
+      return quoted(candidate)
+    }
+    return "\(seconds)"
+  }
+
+  /// dB as a TOML string that parses back exactly: `"0dB"`, `"+6dB"`, `"-3.5dB"`.
+  static func decibelValue(_ decibels: Double) -> String {
+    let text = number(decibels)
+    guard !text.contains("e") else { return "\(decibels)" }
+    return quoted((decibels > 0 ? "+" : "") + text + "dB")
+  }
+}

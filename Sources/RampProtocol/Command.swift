@@ -1,0 +1,272 @@
+import RampEngine
+
+/// One request line: an optional id the reply echoes, an optional schedule, and a command.
+public struct Request: Sendable, Equatable {
+  /// Any JSON scalar the client chose (a number or a string, usually); echoed in the reply.
+  public var id: JSONValue?
+  public var at: Schedule?
+  public var command: Command
+
+  public init(id: JSONValue? = nil, at: Schedule? = nil, _ command: Command) {
+    self.id = id
+    self.at = at
+    self.command = command
+  }
+}
+
+public enum Command: Sendable, Equatable {
+  case ping
+  case version
+  case status
+  case play(Play)
+  case stop(Transport)
+  case pause(Transport)
+  case resume(Transport)
+  case seek(Seek)
+  /// `fade`, `fade-in` and `fade-out` all parse to this; `Fade.kind` says which was sent.
+  case fade(Fade)
+  case set(SetValue)
+  case get(key: String)
+  case animate(Animate)
+  case cancel(key: String)
+  /// `name` nil removes every animation on the key path.
+  case remove(key: String, name: String?)
+  case list(prefix: String?)
+  /// `events` nil means every kind.
+  case subscribe(events: [EventKind]?)
+  case unsubscribe(events: [EventKind]?)
+  /// `rate` in Hz: how often the value is reported.
+  case observe(key: String, rate: Double)
+  /// `key` nil stops every observation of the connection.
+  case unobserve(key: String?)
+  /// Applied at one sample, all or nothing. Inner requests carry neither an id nor an `at`.
+  case batch([Request])
+  case wait(Wait)
+
+  /// The name on the wire (`fade-out`, `unobserve`).
+  public var name: String {
+    switch self {
+    case .ping: return "ping"
+    case .version: return "version"
+    case .status: return "status"
+    case .play: return "play"
+    case .stop: return "stop"
+    case .pause: return "pause"
+    case .resume: return "resume"
+    case .seek: return "seek"
+    case .fade(let fade): return fade.kind.rawValue
+    case .set: return "set"
+    case .get: return "get"
+    case .animate: return "animate"
+    case .cancel: return "cancel"
+    case .remove: return "remove"
+    case .list: return "list"
+    case .subscribe: return "subscribe"
+    case .unsubscribe: return "unsubscribe"
+    case .observe: return "observe"
+    case .unobserve: return "unobserve"
+    case .batch: return "batch"
+    case .wait: return "wait"
+    }
+  }
+
+  /// Every command name the protocol knows, in PROTOCOL.md's order.
+  public static let names = [
+    "ping", "version", "status", "play", "stop", "pause", "resume", "seek", "fade", "fade-in", "fade-out", "set",
+    "get", "animate", "cancel", "remove", "list", "subscribe", "unsubscribe", "observe", "unobserve", "batch", "wait",
+  ]
+
+  /// Commands a batch cannot hold: they are about the connection or about time passing, not
+  /// about one sample.
+  public static let notInBatch: Set<String> = ["batch", "wait", "subscribe", "unsubscribe", "observe", "unobserve"]
+}
+
+/// `play`: start a file as a new stream.
+public struct Play: Sendable, Equatable {
+  public var path: String
+  /// The stream id (a key-path component, `[A-Za-z0-9_-]{1,64}`); nil lets the daemon choose one.
+  public var stream: String?
+  /// The stream's gain (`streams.<id>.gain`); nil keeps the configured default.
+  public var gain: Double?
+  /// Seconds of fade-in on the stream's transport level; nil starts at once (with a declick).
+  public var fadeIn: Double?
+  public var curve: TimingFunction?
+  public var loop: Bool
+  /// Load and hold at the start, waiting for `resume`.
+  public var paused: Bool
+
+  public init(
+    path: String, stream: String? = nil, gain: Double? = nil, fadeIn: Double? = nil, curve: TimingFunction? = nil,
+    loop: Bool = false, paused: Bool = false
+  ) {
+    self.path = path
+    self.stream = stream
+    self.gain = gain
+    self.fadeIn = fadeIn
+    self.curve = curve
+    self.loop = loop
+    self.paused = paused
+  }
+}
+
+/// `stop`, `pause` and `resume`.
+public struct Transport: Sendable, Equatable {
+  /// Nil means every stream.
+  public var stream: String?
+  /// Seconds of fade on the transport level; nil means the configured default.
+  public var fade: Double?
+  public var curve: TimingFunction?
+
+  public init(stream: String? = nil, fade: Double? = nil, curve: TimingFunction? = nil) {
+    self.stream = stream
+    self.fade = fade
+    self.curve = curve
+  }
+}
+
+public struct Seek: Sendable, Equatable {
+  public var stream: String
+  /// Seconds from the start of the file.
+  public var position: Double
+
+  public init(stream: String, position: Double) {
+    self.stream = stream
+    self.position = position
+  }
+}
+
+/// `fade`, `fade-in` and `fade-out`: an explicit ramp of one key path to a value.
+public struct Fade: Sendable, Equatable {
+  public enum Kind: String, Sendable, CaseIterable {
+    case fade
+    case fadeIn = "fade-in"
+    case fadeOut = "fade-out"
+  }
+
+  /// What a fade-out does to the transport when it ends.
+  public enum Then: String, Sendable, CaseIterable {
+    case stop, pause
+  }
+
+  public static let defaultKey = "master.gain"
+  public static let defaultName = "fade"
+
+  public var kind: Kind
+  public var key: String
+  /// Nil starts from the value audible when the fade takes effect.
+  public var from: Double?
+  public var to: Double
+  /// Seconds; nil means the configured default, 0 a jump.
+  public var duration: Double?
+  public var curve: TimingFunction?
+  public var space: ValueSpace?
+  public var continuity: Continuity
+  /// The animation's name on the key path; nil means `defaultName`.
+  public var name: String?
+  /// Only for `fade-out`.
+  public var then: Then?
+
+  public init(
+    kind: Kind, key: String = Fade.defaultKey, from: Double? = nil, to: Double? = nil, duration: Double? = nil,
+    curve: TimingFunction? = nil, space: ValueSpace? = nil, continuity: Continuity = .value, name: String? = nil,
+    then: Then? = nil
+  ) {
+    self.kind = kind
+    self.key = key
+    self.from = from
+    self.to = to ?? kind.defaultTarget ?? 0
+    self.duration = duration
+    self.curve = curve
+    self.space = space
+    self.continuity = continuity
+    self.name = name
+    self.then = then
+  }
+}
+
+extension Fade.Kind {
+  /// `fade-in` goes to 1 and `fade-out` to 0 unless told otherwise; `fade` must be told.
+  public var defaultTarget: Double? {
+    switch self {
+    case .fade: return nil
+    case .fadeIn: return 1
+    case .fadeOut: return 0
+    }
+  }
+}
+
+/// `set`: change a model value through the implicit action (Core Animation's `actionForKey:`).
+public struct SetValue: Sendable, Equatable {
+  public var key: String
+  public var value: Double
+  /// Seconds; nil means the configured default transaction, 0 an instant change.
+  public var duration: Double?
+  public var curve: TimingFunction?
+  public var space: ValueSpace?
+  public var continuity: Continuity?
+
+  public init(
+    key: String, value: Double, duration: Double? = nil, curve: TimingFunction? = nil, space: ValueSpace? = nil,
+    continuity: Continuity? = nil
+  ) {
+    self.key = key
+    self.value = value
+    self.duration = duration
+    self.curve = curve
+    self.space = space
+    self.continuity = continuity
+  }
+}
+
+/// `animate`: an explicit animation with every field of Core Animation's model.
+///
+/// The animation's top-level `timing.beginTime` is, as sent, seconds RELATIVE to the moment the
+/// command takes effect (nil: at once); the daemon adds its clock before handing it to the
+/// engine, which takes absolute times. Inside a group, begin times are relative to the group.
+public struct Animate: Sendable, Equatable {
+  public static let defaultName = "animation"
+
+  public var key: String
+  public var name: String
+  public var animation: Animation
+  public var continuity: Continuity
+
+  public init(key: String, name: String = Animate.defaultName, animation: Animation, continuity: Continuity = .value) {
+    self.key = key
+    self.name = name
+    self.animation = animation
+    self.continuity = continuity
+  }
+
+  public static func == (a: Animate, b: Animate) -> Bool {
+    a.key == b.key && a.name == b.name && a.continuity == b.continuity
+      && AnimationWire.same(a.animation, b.animation)
+  }
+}
+
+/// `wait`: reply when animations end (or the timeout passes).
+public struct Wait: Sendable, Equatable {
+  /// Ids from the replies of `fade`, `animate` and `set`.
+  public var animations: [UInt64]?
+  /// Wait for every animation on this key path when the wait takes effect.
+  public var key: String?
+  /// Seconds; nil means the configured default.
+  public var timeout: Double?
+
+  public init(animations: [UInt64]? = nil, key: String? = nil, timeout: Double? = nil) {
+    self.animations = animations
+    self.key = key
+    self.timeout = timeout
+  }
+}
+
+public enum EventKind: String, Sendable, CaseIterable {
+  case animationStarted = "animation-started"
+  case animationFinished = "animation-finished"
+  case streamStarted = "stream-started"
+  case streamEnded = "stream-ended"
+  case deviceFailed = "device-failed"
+  case deviceRecovered = "device-recovered"
+  case configReloaded = "config-reloaded"
+  case underrun
+}

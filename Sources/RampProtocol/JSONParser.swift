@@ -1,0 +1,306 @@
+/// Strict RFC 8259 JSON, parsed by hand.
+///
+/// Foundation's `JSONSerialization` is not used: on Linux it hands back `NSNumber`s that answer
+/// both `as? Bool` and `as? Double`, so `true` and `1` cannot be told apart, and it accepts
+/// what the RFC does not. Here every deviation is refused as `bad-json`: NaN and Infinity tokens,
+/// numbers that overflow to infinity, trailing commas and garbage, raw control characters in
+/// strings, unpaired surrogate escapes, duplicate keys (which would otherwise make "which value
+/// wins" an accident of the parser), and nesting deeper than `maxDepth`.
+public enum JSON {
+  public static let defaultMaxDepth = 32
+
+  public static func parse(_ text: some StringProtocol, maxDepth: Int = defaultMaxDepth) throws(ProtocolError)
+    -> JSONValue
+  {
+    var parser = JSONParser(bytes: Array(text.utf8), maxDepth: maxDepth)
+    return try parser.parseDocument()
+  }
+
+  /// Parses raw bytes, refusing any that are not valid UTF-8 (a `String` would have replaced them).
+  public static func parse(utf8 bytes: some Collection<UInt8>, maxDepth: Int = defaultMaxDepth) throws(ProtocolError)
+    -> JSONValue
+  {
+    guard let text = String(validating: bytes, as: UTF8.self) else {
+      throw ProtocolError(.badJSON, "the line is not valid UTF-8")
+    }
+    return try parse(text, maxDepth: maxDepth)
+  }
+}
+
+private struct JSONParser {
+  let bytes: [UInt8]
+  let maxDepth: Int
+  var index = 0
+  var depth = 0
+
+  init(bytes: [UInt8], maxDepth: Int) {
+    self.bytes = bytes
+    self.maxDepth = maxDepth
+  }
+
+  mutating func parseDocument() throws(ProtocolError) -> JSONValue {
+    skipWhitespace()
+    guard index < bytes.count else { throw ProtocolError(.badJSON, "the line is empty") }
+    let value = try parseValue()
+    skipWhitespace()
+    guard index == bytes.count else { throw failure("unexpected \(found) after the JSON value") }
+    return value
+  }
+
+  private func failure(_ message: String) -> ProtocolError {
+    ProtocolError(.badJSON, "bad JSON at column \(index + 1): \(message)")
+  }
+
+  /// The byte at the cursor, for messages.
+  private var found: String {
+    guard index < bytes.count else { return "end of line" }
+    let byte = bytes[index]
+    if byte >= 0x20 && byte < 0x7F { return "'\(Character(Unicode.Scalar(byte)))'" }
+    return "byte 0x\(String(byte, radix: 16))"
+  }
+
+  private mutating func skipWhitespace() {
+    while index < bytes.count {
+      switch bytes[index] {
+      case 0x20, 0x09, 0x0A, 0x0D: index += 1
+      default: return
+      }
+    }
+  }
+
+  private mutating func parseValue() throws(ProtocolError) -> JSONValue {
+    guard index < bytes.count else { throw failure("expected a value, got end of line") }
+    switch bytes[index] {
+    case UInt8(ascii: "{"): return try parseObject()
+    case UInt8(ascii: "["): return try parseArray()
+    case UInt8(ascii: "\""): return .string(try parseString())
+    case UInt8(ascii: "t"): return try parseLiteral("true", .bool(true))
+    case UInt8(ascii: "f"): return try parseLiteral("false", .bool(false))
+    case UInt8(ascii: "n"): return try parseLiteral("null", .null)
+    case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try parseNumber()
+    default:
+      if bytes[index] == UInt8(ascii: "N") || bytes[index] == UInt8(ascii: "I") {
+        throw failure("NaN and Infinity are not JSON; numbers must be finite")
+      }
+      throw failure("expected a value, got \(found)")
+    }
+  }
+
+  private mutating func parseLiteral(_ word: String, _ value: JSONValue) throws(ProtocolError) -> JSONValue {
+    for byte in word.utf8 {
+      guard index < bytes.count, bytes[index] == byte else { throw failure("expected '\(word)'") }
+      index += 1
+    }
+    return value
+  }
+
+  private mutating func enter() throws(ProtocolError) {
+    depth += 1
+    guard depth <= maxDepth else { throw failure("nested deeper than \(maxDepth) levels") }
+  }
+
+  private mutating func parseArray() throws(ProtocolError) -> JSONValue {
+    try enter()
+    index += 1
+    var elements: [JSONValue] = []
+    skipWhitespace()
+    if index < bytes.count && bytes[index] == UInt8(ascii: "]") {
+      index += 1
+      depth -= 1
+      return .array(elements)
+    }
+    while true {
+      skipWhitespace()
+      elements.append(try parseValue())
+      skipWhitespace()
+      guard index < bytes.count else { throw failure("expected ',' or ']', got end of line") }
+      if bytes[index] == UInt8(ascii: ",") {
+        index += 1
+        skipWhitespace()
+        if index < bytes.count && bytes[index] == UInt8(ascii: "]") { throw failure("trailing comma in array") }
+        continue
+      }
+      guard bytes[index] == UInt8(ascii: "]") else { throw failure("expected ',' or ']', got \(found)") }
+      index += 1
+      depth -= 1
+      return .array(elements)
+    }
+  }
+
+  private mutating func parseObject() throws(ProtocolError) -> JSONValue {
+    try enter()
+    index += 1
+    var object = JSONObject()
+    var seen = Set<String>()
+    skipWhitespace()
+    if index < bytes.count && bytes[index] == UInt8(ascii: "}") {
+      index += 1
+      depth -= 1
+      return .object(object)
+    }
+    while true {
+      skipWhitespace()
+      guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+        throw failure("expected a key in double quotes, got \(found)")
+      }
+      let keyStart = index
+      let key = try parseString()
+      guard seen.insert(key).inserted else {
+        index = keyStart
+        throw failure("duplicate key \"\(key)\"")
+      }
+      skipWhitespace()
+      guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else {
+        throw failure("expected ':' after the key, got \(found)")
+      }
+      index += 1
+      skipWhitespace()
+      object.appendUnchecked(key, try parseValue())
+      skipWhitespace()
+      guard index < bytes.count else { throw failure("expected ',' or '}', got end of line") }
+      if bytes[index] == UInt8(ascii: ",") {
+        index += 1
+        skipWhitespace()
+        if index < bytes.count && bytes[index] == UInt8(ascii: "}") { throw failure("trailing comma in object") }
+        continue
+      }
+      guard bytes[index] == UInt8(ascii: "}") else { throw failure("expected ',' or '}', got \(found)") }
+      index += 1
+      depth -= 1
+      return .object(object)
+    }
+  }
+
+  private mutating func parseString() throws(ProtocolError) -> String {
+    index += 1  // the opening quote
+    var utf8: [UInt8] = []
+    while true {
+      guard index < bytes.count else { throw failure("unterminated string") }
+      let byte = bytes[index]
+      switch byte {
+      case UInt8(ascii: "\""):
+        index += 1
+        return String(decoding: utf8, as: UTF8.self)
+      case UInt8(ascii: "\\"):
+        index += 1
+        try parseEscape(into: &utf8)
+      case 0x00..<0x20:
+        throw failure("raw control character 0x\(String(byte, radix: 16)) in a string; escape it")
+      default:
+        utf8.append(byte)
+        index += 1
+      }
+    }
+  }
+
+  private mutating func parseEscape(into utf8: inout [UInt8]) throws(ProtocolError) {
+    guard index < bytes.count else { throw failure("unterminated escape") }
+    let byte = bytes[index]
+    index += 1
+    let simple: UInt8
+    switch byte {
+    case UInt8(ascii: "\""): simple = 0x22
+    case UInt8(ascii: "\\"): simple = 0x5C
+    case UInt8(ascii: "/"): simple = 0x2F
+    case UInt8(ascii: "b"): simple = 0x08
+    case UInt8(ascii: "f"): simple = 0x0C
+    case UInt8(ascii: "n"): simple = 0x0A
+    case UInt8(ascii: "r"): simple = 0x0D
+    case UInt8(ascii: "t"): simple = 0x09
+    case UInt8(ascii: "u"):
+      let unit = try parseHex4()
+      var scalarValue = UInt32(unit)
+      if (0xD800...0xDBFF).contains(unit) {
+        // A high surrogate is only half a character: the low half must follow at once.
+        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+        else { throw failure("unpaired surrogate \\u\(hex(unit))") }
+        index += 2
+        let low = try parseHex4()
+        guard (0xDC00...0xDFFF).contains(low) else { throw failure("unpaired surrogate \\u\(hex(unit))") }
+        scalarValue = 0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00)
+      } else if (0xDC00...0xDFFF).contains(unit) {
+        throw failure("unpaired surrogate \\u\(hex(unit))")
+      }
+      // Every value left is a valid scalar: surrogates were paired or refused above.
+      utf8.append(contentsOf: Array(String(Character(Unicode.Scalar(scalarValue)!)).utf8))
+      return
+    default:
+      index -= 1
+      throw failure("invalid escape \\\(found.trimmingQuotes)")
+    }
+    utf8.append(simple)
+  }
+
+  private func hex(_ unit: UInt16) -> String {
+    let digits = String(unit, radix: 16, uppercase: false)
+    return String(repeating: "0", count: 4 - digits.count) + digits
+  }
+
+  private mutating func parseHex4() throws(ProtocolError) -> UInt16 {
+    var value: UInt16 = 0
+    for _ in 0..<4 {
+      guard index < bytes.count else { throw failure("\\u needs four hex digits") }
+      let byte = bytes[index]
+      let digit: UInt8
+      switch byte {
+      case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+      case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+      case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+      default: throw failure("\\u needs four hex digits, got \(found)")
+      }
+      value = value << 4 | UInt16(digit)
+      index += 1
+    }
+    return value
+  }
+
+  /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, checked here because the
+  /// standard library's conversion also accepts hex floats, "inf" and "nan".
+  private mutating func parseNumber() throws(ProtocolError) -> JSONValue {
+    let start = index
+    if bytes[index] == UInt8(ascii: "-") { index += 1 }
+    guard index < bytes.count, isDigit(bytes[index]) else {
+      if index < bytes.count && bytes[index] == UInt8(ascii: "I") {
+        throw failure("NaN and Infinity are not JSON; numbers must be finite")
+      }
+      throw failure("expected a digit, got \(found)")
+    }
+    if bytes[index] == UInt8(ascii: "0") {
+      index += 1
+      if index < bytes.count && isDigit(bytes[index]) { throw failure("numbers must not have leading zeros") }
+    } else {
+      skipDigits()
+    }
+    if index < bytes.count && bytes[index] == UInt8(ascii: ".") {
+      index += 1
+      guard index < bytes.count, isDigit(bytes[index]) else { throw failure("expected a digit after '.'") }
+      skipDigits()
+    }
+    if index < bytes.count && (bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E")) {
+      index += 1
+      if index < bytes.count && (bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-")) {
+        index += 1
+      }
+      guard index < bytes.count, isDigit(bytes[index]) else { throw failure("expected a digit in the exponent") }
+      skipDigits()
+    }
+    let text = String(decoding: bytes[start..<index], as: UTF8.self)
+    guard let number = Double(text), number.isFinite else {
+      index = start
+      throw failure("the number \(text) is too large for a double")
+    }
+    return .number(number)
+  }
+
+  private func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+
+  private mutating func skipDigits() {
+    while index < bytes.count && isDigit(bytes[index]) { index += 1 }
+  }
+}
+
+extension String {
+  fileprivate var trimmingQuotes: String {
+    hasPrefix("'") && hasSuffix("'") && count >= 2 ? String(dropFirst().dropLast()) : self
+  }
+}

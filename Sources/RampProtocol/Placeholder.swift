@@ -1,1 +1,0 @@
-// The wire protocol. See PROTOCOL.md.

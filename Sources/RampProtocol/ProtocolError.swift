@@ -1,0 +1,59 @@
+/// The stable error codes of the wire protocol. Clients branch on these, so a code is never
+/// renamed or reused; PROTOCOL.md lists when each is sent.
+public enum ErrorCode: String, Sendable, CaseIterable {
+  /// The line is not valid JSON (or not valid UTF-8).
+  case badJSON = "bad-json"
+  /// Valid JSON, but not an object, or without a string "cmd", or with an id that is not a scalar.
+  case badRequest = "bad-request"
+  case lineTooLong = "line-too-long"
+  case unknownCommand = "unknown-command"
+  case missingField = "missing-field"
+  /// Wrong type, NaN or infinity, a negative duration, a curve string that does not parse…
+  case invalidField = "invalid-field"
+  /// A key the command does not take, which catches typos such as "durtion".
+  case unknownField = "unknown-field"
+  /// A value outside what the property or the configuration allows (a gain above its maximum).
+  case outOfRange = "out-of-range"
+  case unknownKeyPath = "unknown-key-path"
+  case unknownStream = "unknown-stream"
+  case unknownAnimation = "unknown-animation"
+  case streamExists = "stream-exists"
+  /// A file that is missing, unreadable or cannot be decoded.
+  case fileError = "file-error"
+  /// A path outside the configured media roots.
+  case forbiddenPath = "forbidden-path"
+  case limitExceeded = "limit-exceeded"
+  case timeout
+  case shuttingDown = "shutting-down"
+  case internalError = "internal-error"
+}
+
+/// An error as it travels in a reply: a stable code, the field at fault (spelled as on the wire,
+/// with its full path such as `commands[2].animation.keyTimes[1]`) and a message for people.
+///
+/// Messages the protocol writes start with the field path, so a client can print the message
+/// alone and still say where the problem is.
+public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible {
+  public var code: ErrorCode
+  public var field: String?
+  public var message: String
+
+  public init(_ code: ErrorCode, field: String? = nil, _ message: String) {
+    self.code = code
+    self.field = field
+    self.message = message
+  }
+
+  public var description: String { "\(code.rawValue): \(message)" }
+
+  /// An error about `field`, with the field path in front of the message.
+  static func at(_ field: String, _ code: ErrorCode, _ message: String) -> ProtocolError {
+    ProtocolError(code, field: field, "\(field): \(message)")
+  }
+}
+
+/// The version of the wire protocol, sent in the greeting. It changes only when a change would
+/// break a client written against the previous one; new commands and fields do not change it.
+public enum ProtocolVersion {
+  public static let current = 1
+}

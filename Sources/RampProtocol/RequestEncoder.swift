@@ -1,0 +1,81 @@
+import RampEngine
+
+extension Request {
+  /// The request as a client sends it: `Request.parse(request.json) == request`. Options at
+  /// their defaults are left out, so lines stay short.
+  public var json: JSONValue {
+    var object = JSONObject()
+    if let id { object["id"] = id }
+    if let at { object["at"] = at.json }
+    object["cmd"] = .string(command.name)
+    command.encodeFields(into: &object)
+    return .object(object)
+  }
+}
+
+extension Command {
+  fileprivate func encodeFields(into object: inout JSONObject) {
+    switch self {
+    case .ping, .version, .status: break
+    case .play(let play):
+      object["path"] = .string(play.path)
+      object["stream"] = play.stream.map(JSONValue.string)
+      object["gain"] = play.gain.map(JSONValue.number)
+      object["fadeIn"] = play.fadeIn.map(JSONValue.number)
+      object["curve"] = play.curve.map(Self.curve)
+      if play.loop { object["loop"] = true }
+      if play.paused { object["paused"] = true }
+    case .stop(let transport), .pause(let transport), .resume(let transport):
+      object["stream"] = transport.stream.map(JSONValue.string)
+      object["fade"] = transport.fade.map(JSONValue.number)
+      object["curve"] = transport.curve.map(Self.curve)
+    case .seek(let seek):
+      object["stream"] = .string(seek.stream)
+      object["position"] = .number(seek.position)
+    case .fade(let fade):
+      object["key"] = .string(fade.key)
+      object["from"] = fade.from.map(JSONValue.number)
+      object["to"] = .number(fade.to)
+      object["duration"] = fade.duration.map(JSONValue.number)
+      object["curve"] = fade.curve.map(Self.curve)
+      if let space = fade.space { AnimationWire.encodeSpace(space, key: "space", into: &object) }
+      if fade.continuity != .value { object["continuity"] = .string(fade.continuity.rawValue) }
+      object["name"] = fade.name.map(JSONValue.string)
+      object["then"] = fade.then.map { .string($0.rawValue) }
+    case .set(let set):
+      object["key"] = .string(set.key)
+      object["value"] = .number(set.value)
+      object["duration"] = set.duration.map(JSONValue.number)
+      object["curve"] = set.curve.map(Self.curve)
+      if let space = set.space { AnimationWire.encodeSpace(space, key: "space", into: &object) }
+      object["continuity"] = set.continuity.map { .string($0.rawValue) }
+    case .get(let key), .cancel(let key):
+      object["key"] = .string(key)
+    case .animate(let animate):
+      object["key"] = .string(animate.key)
+      object["name"] = .string(animate.name)
+      object["animation"] = AnimationWire.json(animate.animation, isChild: false)
+      if animate.continuity != .value { object["continuity"] = .string(animate.continuity.rawValue) }
+    case .remove(let key, let name):
+      object["key"] = .string(key)
+      object["name"] = name.map(JSONValue.string)
+    case .list(let prefix):
+      object["prefix"] = prefix.map(JSONValue.string)
+    case .subscribe(let events), .unsubscribe(let events):
+      object["events"] = events.map { .array($0.map { .string($0.rawValue) }) }
+    case .observe(let key, let rate):
+      object["key"] = .string(key)
+      object["rate"] = .number(rate)
+    case .unobserve(let key):
+      object["key"] = key.map(JSONValue.string)
+    case .batch(let requests):
+      object["commands"] = .array(requests.map(\.json))
+    case .wait(let wait):
+      object["animations"] = wait.animations.map { .array($0.map { .integer($0) }) }
+      object["key"] = wait.key.map(JSONValue.string)
+      object["timeout"] = wait.timeout.map(JSONValue.number)
+    }
+  }
+
+  private static func curve(_ curve: TimingFunction) -> JSONValue { .string(AnimationWire.curveName(curve)) }
+}

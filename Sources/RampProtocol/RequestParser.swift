@@ -1,0 +1,252 @@
+import RampEngine
+
+extension Request {
+  /// Parses one line. The id comes back even when the request is refused, as long as the line
+  /// was an object with a scalar `"id"`, so that the error reply can echo it.
+  public static func parse(line: some StringProtocol) -> (id: JSONValue?, result: Result<Request, ProtocolError>) {
+    let value: JSONValue
+    do { value = try JSON.parse(line) } catch { return (nil, .failure(error)) }
+    return parse(document: value)
+  }
+
+  /// Parses one line of raw bytes, refusing bytes that are not UTF-8 as `bad-json`.
+  public static func parse(utf8 line: some Collection<UInt8>) -> (
+    id: JSONValue?, result: Result<Request, ProtocolError>
+  ) {
+    let value: JSONValue
+    do { value = try JSON.parse(utf8: line) } catch { return (nil, .failure(error)) }
+    return parse(document: value)
+  }
+
+  private static func parse(document value: JSONValue) -> (id: JSONValue?, result: Result<Request, ProtocolError>) {
+    let id = value.objectValue.flatMap { object in try? RequestParser.id(object) } ?? nil
+    do { return (id, .success(try parse(value))) } catch { return (id, .failure(error)) }
+  }
+
+  public static func parse(_ value: JSONValue) throws(ProtocolError) -> Request {
+    guard case .object(let object) = value else {
+      throw ProtocolError(.badRequest, "a request must be a JSON object, got \(describe(value))")
+    }
+    return try RequestParser(prefix: "").request(object, inBatch: false)
+  }
+}
+
+/// Turns request objects into `Request`s. `prefix` leads to the object being read, so that an
+/// error inside a batch names `commands[2].duration`.
+struct RequestParser {
+  let prefix: String
+
+  static let commonKeys = ["id", "cmd", "at"]
+
+  static func id(_ object: JSONObject) throws(ProtocolError) -> JSONValue? {
+    guard let id = object["id"], id != .null else { return nil }
+    guard id.isScalar else {
+      throw ProtocolError(.badRequest, field: "id", "id: expected a number or a string, got \(describe(id))")
+    }
+    if case .string(let text) = id, text.utf8.count > ProtocolLimits.stringBytes {
+      throw ProtocolError(
+        .badRequest, field: "id", "id: at most \(ProtocolLimits.stringBytes) bytes, got \(text.utf8.count)")
+    }
+    return id
+  }
+
+  func request(_ object: JSONObject, inBatch: Bool) throws(ProtocolError) -> Request {
+    let name = try commandName(object)
+    if inBatch {
+      for key in ["id", "at"] where object.contains(key) {
+        throw .at(prefix + key, .invalidField, "commands in a batch take no \(key); give it to the batch")
+      }
+      if Command.notInBatch.contains(name) {
+        throw .at(prefix + "cmd", .invalidField, "\(name) cannot be part of a batch")
+      }
+    }
+    let id = inBatch ? nil : try Self.id(object)
+    let at = try object["at"].flatMap { $0 == .null ? nil : $0 }.map { value throws(ProtocolError) in
+      try Schedule.parse(value, field: prefix + "at")
+    }
+    return Request(id: id, at: at, try command(name, object))
+  }
+
+  private func commandName(_ object: JSONObject) throws(ProtocolError) -> String {
+    let field = prefix + "cmd"
+    guard let value = object["cmd"] else {
+      throw ProtocolError(.badRequest, field: field, "\(field): missing; every request names its command")
+    }
+    guard case .string(let name) = value else {
+      throw ProtocolError(.badRequest, field: field, "\(field): expected a command name, got \(describe(value))")
+    }
+    guard Command.names.contains(name) else {
+      var message = "\(field): unknown command \(describe(value))"
+      if let match = Suggestion.closest(to: name, among: Command.names) { message += "; did you mean \(match)?" }
+      throw ProtocolError(.unknownCommand, field: field, message)
+    }
+    return name
+  }
+
+  private func reader(_ object: JSONObject, _ name: String, _ keys: [String]) throws(ProtocolError) -> FieldReader {
+    try FieldReader(object, prefix: prefix, allowed: Self.commonKeys + keys, context: name)
+  }
+
+  private func command(_ name: String, _ object: JSONObject) throws(ProtocolError) -> Command {
+    switch name {
+    case "ping", "version", "status":
+      _ = try reader(object, name, [])
+      return name == "ping" ? .ping : name == "version" ? .version : .status
+    case "play": return .play(try play(object))
+    case "stop": return .stop(try transport(object, name))
+    case "pause": return .pause(try transport(object, name))
+    case "resume": return .resume(try transport(object, name))
+    case "seek":
+      let r = try reader(object, name, ["stream", "position"])
+      return .seek(
+        Seek(
+          stream: try r.required(try r.identifier("stream"), "stream"),
+          position: try r.required(try r.seconds("position"), "position")))
+    case "fade", "fade-in", "fade-out": return .fade(try fade(object, Fade.Kind(rawValue: name)!))
+    case "set": return .set(try set(object))
+    case "get":
+      let r = try reader(object, name, ["key"])
+      return .get(key: try r.required(try r.keyPath("key"), "key"))
+    case "animate": return .animate(try animate(object))
+    case "cancel":
+      let r = try reader(object, name, ["key"])
+      return .cancel(key: try r.required(try r.keyPath("key"), "key"))
+    case "remove":
+      let r = try reader(object, name, ["key", "name"])
+      return .remove(key: try r.required(try r.keyPath("key"), "key"), name: try r.identifier("name"))
+    case "list":
+      let r = try reader(object, name, ["prefix"])
+      return .list(prefix: try r.string("prefix"))
+    case "subscribe": return .subscribe(events: try events(object, name))
+    case "unsubscribe": return .unsubscribe(events: try events(object, name))
+    case "observe":
+      let r = try reader(object, name, ["key", "rate"])
+      let key = try r.required(try r.keyPath("key"), "key")
+      let rate = try r.number("rate") ?? Self.defaultObserveRate
+      guard rate > 0, rate <= Self.maximumObserveRate else {
+        throw .at(
+          r.path("rate"), .outOfRange,
+          "must be above 0 and at most \(JSONValue.format(Self.maximumObserveRate)) Hz, got \(JSONValue.format(rate))")
+      }
+      return .observe(key: key, rate: rate)
+    case "unobserve":
+      let r = try reader(object, name, ["key"])
+      return .unobserve(key: try r.keyPath("key"))
+    case "batch": return .batch(try batch(object))
+    case "wait": return .wait(try wait(object))
+    default:
+      // `commandName` admits only the names above.
+      throw ProtocolError(.internalError, field: prefix + "cmd", "\(prefix)cmd: \(name) has no parser")
+    }
+  }
+
+  static let defaultObserveRate = 20.0
+  static let maximumObserveRate = 1000.0
+
+  private func play(_ object: JSONObject) throws(ProtocolError) -> Play {
+    let r = try reader(object, "play", ["path", "stream", "gain", "fadeIn", "curve", "loop", "paused"])
+    let path = try r.required(try r.string("path", limit: ProtocolLimits.pathBytes), "path")
+    guard !path.isEmpty else { throw r.invalid("path", "must not be empty") }
+    return Play(
+      path: path, stream: try r.identifier("stream"), gain: try r.number("gain"), fadeIn: try r.seconds("fadeIn"),
+      curve: try r.curve("curve"), loop: try r.bool("loop") ?? false, paused: try r.bool("paused") ?? false)
+  }
+
+  private func transport(_ object: JSONObject, _ name: String) throws(ProtocolError) -> Transport {
+    let r = try reader(object, name, ["stream", "fade", "curve"])
+    return Transport(stream: try r.identifier("stream"), fade: try r.seconds("fade"), curve: try r.curve("curve"))
+  }
+
+  private func fade(_ object: JSONObject, _ kind: Fade.Kind) throws(ProtocolError) -> Fade {
+    let r = try reader(
+      object, kind.rawValue,
+      ["key", "from", "to", "duration", "curve", "space", "dbFloor", "continuity", "name", "then"])
+    let to = try r.number("to") ?? kind.defaultTarget
+    let then = try r.choice("then", Fade.Then.self)
+    if then != nil && kind != .fadeOut {
+      throw r.invalid("then", "only fade-out takes then (stop or pause when the fade ends)")
+    }
+    return Fade(
+      kind: kind, key: try r.keyPath("key") ?? Fade.defaultKey, from: try r.number("from"),
+      to: try r.required(to, "to"), duration: try r.seconds("duration"), curve: try r.curve("curve"),
+      space: try r.space("space"), continuity: try r.choice("continuity", Continuity.self) ?? .value,
+      name: try r.identifier("name"), then: then)
+  }
+
+  private func set(_ object: JSONObject) throws(ProtocolError) -> SetValue {
+    // "to" is accepted for "value", as timeline scripts write it.
+    let r = try reader(object, "set", ["key", "value", "to", "duration", "curve", "space", "dbFloor", "continuity"])
+    if r.has("value") && r.has("to") { throw r.invalid("to", "give value or to, not both") }
+    let to = try r.number("to")
+    let value = try r.number("value") ?? to
+    return SetValue(
+      key: try r.required(try r.keyPath("key"), "key"), value: try r.required(value, "value"),
+      duration: try r.seconds("duration"), curve: try r.curve("curve"), space: try r.space("space"),
+      continuity: try r.choice("continuity", Continuity.self))
+  }
+
+  private func animate(_ object: JSONObject) throws(ProtocolError) -> Animate {
+    let r = try reader(object, "animate", ["key", "name", "animation", "continuity"])
+    let key = try r.required(try r.keyPath("key"), "key")
+    let description = try r.required(try r.object("animation"), "animation")
+    let animation = try AnimationWire.parse(description, prefix: r.path("animation."), isChild: false)
+    try AnimationWire.checkWithEngine(animation, keyPath: key, field: r.path("animation"))
+    return Animate(
+      key: key, name: try r.identifier("name") ?? Animate.defaultName, animation: animation,
+      continuity: try r.choice("continuity", Continuity.self) ?? .value)
+  }
+
+  private func events(_ object: JSONObject, _ name: String) throws(ProtocolError) -> [EventKind]? {
+    let r = try reader(object, name, ["events"])
+    guard let elements = try r.array("events") else { return nil }
+    guard !elements.isEmpty else { throw r.invalid("events", "name at least one event kind, or leave events out for all") }
+    var kinds: [EventKind] = []
+    for (index, element) in elements.enumerated() {
+      guard case .string(let text) = element, let kind = EventKind(rawValue: text) else {
+        let names = EventKind.allCases.map(\.rawValue).joined(separator: ", ")
+        throw .at(r.path("events[\(index)]"), .invalidField, "expected one of \(names), got \(describe(element))")
+      }
+      kinds.append(kind)
+    }
+    return kinds
+  }
+
+  private func batch(_ object: JSONObject) throws(ProtocolError) -> [Request] {
+    let r = try reader(object, "batch", ["commands"])
+    let elements = try r.required(try r.array("commands", limit: ProtocolLimits.batchCount), "commands")
+    guard !elements.isEmpty else { throw r.invalid("commands", "a batch needs at least one command") }
+    var requests: [Request] = []
+    for (index, element) in elements.enumerated() {
+      let inner = r.path("commands[\(index)]")
+      guard case .object(let innerObject) = element else {
+        throw .at(inner, .invalidField, "expected a command object, got \(describe(element))")
+      }
+      requests.append(try RequestParser(prefix: inner + ".").request(innerObject, inBatch: true))
+    }
+    return requests
+  }
+
+  private func wait(_ object: JSONObject) throws(ProtocolError) -> Wait {
+    let r = try reader(object, "wait", ["animations", "key", "timeout"])
+    var ids: [UInt64]?
+    if let elements = try r.array("animations") {
+      guard !elements.isEmpty else { throw r.invalid("animations", "name at least one animation id") }
+      ids = []
+      for (index, element) in elements.enumerated() {
+        guard case .number(let number) = element, number >= 0, number < 9_007_199_254_740_992,
+          number == number.rounded()
+        else {
+          throw .at(
+            r.path("animations[\(index)]"), .invalidField,
+            "expected an animation id (a whole number, not negative), got \(describe(element))")
+        }
+        ids?.append(UInt64(number))
+      }
+    }
+    let key = try r.keyPath("key")
+    guard (ids == nil) != (key == nil) else {
+      throw r.invalid("animations", "give exactly one of animations (ids) and key")
+    }
+    return Wait(animations: ids, key: key, timeout: try r.seconds("timeout"))
+  }
+}
