@@ -64,7 +64,7 @@ enum AnimationWire {
   private static func kind(of object: JSONObject, prefix: String) throws(ProtocolError) -> Kind {
     let field = prefix + "type"
     guard let value = object["type"], value != .null else {
-      throw .at(field, .missingField, "missing; expected one of basic, keyframe, spring, group")
+      throw .at(field, .missingField, "missing; this field is required")
     }
     guard case .string(let text) = value, let kind = Kind(rawValue: text) else {
       throw .at(field, .invalidField, "expected one of basic, keyframe, spring, group, got \(describe(value))")

@@ -87,8 +87,12 @@ private struct JSONParser {
   }
 
   private mutating func parseLiteral(_ word: String, _ value: JSONValue) throws(ProtocolError) -> JSONValue {
+    let start = index
     for byte in word.utf8 {
-      guard index < bytes.count, bytes[index] == byte else { throw failure("expected '\(word)'") }
+      guard index < bytes.count, bytes[index] == byte else {
+        index = start
+        throw failure("expected '\(word)'")
+      }
       index += 1
     }
     return value

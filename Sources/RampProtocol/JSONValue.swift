@@ -50,10 +50,11 @@ public indirect enum JSONValue: Sendable, Equatable {
   public static func integer(_ value: some BinaryInteger) -> JSONValue { .number(Double(value)) }
 }
 
-extension JSONValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
+// Not ExpressibleByNilLiteral: with `JSONValue?` everywhere, a bare `nil` would silently become
+// `.null` wherever the compiler can make it so.
+extension JSONValue: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
   ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral
 {
-  public init(nilLiteral: ()) { self = .null }
   public init(booleanLiteral value: Bool) { self = .bool(value) }
   public init(integerLiteral value: Int) { self = .number(Double(value)) }
   public init(floatLiteral value: Double) { self = .number(value) }

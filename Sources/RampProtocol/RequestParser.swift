@@ -19,7 +19,8 @@ extension Request {
   }
 
   private static func parse(document value: JSONValue) -> (id: JSONValue?, result: Result<Request, ProtocolError>) {
-    let id = value.objectValue.flatMap { object in try? RequestParser.id(object) } ?? nil
+    var id: JSONValue?
+    if case .object(let object) = value, let recovered = try? RequestParser.id(object) { id = recovered }
     do { return (id, .success(try parse(value))) } catch { return (id, .failure(error)) }
   }
 

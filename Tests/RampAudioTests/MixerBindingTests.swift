@@ -40,25 +40,11 @@ enum MixerTestConfig {
     }
     atexit { try? FileManager.default.removeItem(atPath: "/tmp/rampd-mixer-tests-\(getpid())") }
 
-    // Outside the test target: SwiftPM refuses C sources in a Swift target.
-    let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-      .appendingPathComponent("Fixtures/ctl_recorder.c").path
     let library = "\(dir)/libasound_module_ctl_recorder.so"
-    let compiler = Process()
-    compiler.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    compiler.arguments = ["cc", "-shared", "-fPIC", "-o", library, source, "-lasound"]
-    let output = Pipe()
-    compiler.standardOutput = output
-    compiler.standardError = output
     do {
-      try compiler.run()
+      try CPluginFixture.compile("ctl_recorder.c", to: library)
     } catch {
-      return .failure(TestSetupError(message: "cannot run cc: \(error)"))
-    }
-    let diagnostics = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    compiler.waitUntilExit()
-    guard compiler.terminationStatus == 0 else {
-      return .failure(TestSetupError(message: "cc \(source) failed:\n\(diagnostics)"))
+      return .failure(error as? TestSetupError ?? TestSetupError(message: "\(error)"))
     }
 
     var config = "ctl_type.recorder { lib \"\(library)\" }\n"

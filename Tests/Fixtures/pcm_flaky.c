@@ -1,0 +1,236 @@
+/*
+ * pcm_flaky: an ALSA external PCM plugin (snd_pcm_ioplug) for tests: a playback device that can be
+ * unplugged on demand, no sound card needed.
+ *
+ * Why: the daemon must survive losing its output device (a USB card pulled out): the write fails
+ * with -ENODEV, every reopen fails until the device comes back, then playback resumes. ALSA's own
+ * plugins (null, file) never fail, so this plugin lets the tests exercise that path through real
+ * ALSA, the same calls the daemon makes on a real card.
+ *
+ * Behaviour:
+ *   - playback only; interleaved FLOAT_LE, S32_LE, S24_LE or S16_LE; 1..8 channels; 8000..192000 Hz;
+ *   - every frame written is appended, as raw bytes, to `file` (created if missing);
+ *   - consumes instantly, like the null PCM: once started, everything written counts as played, so
+ *     writes never block (the player paces itself to the wall clock);
+ *   - while the file named by `flag` exists, opening fails with -ENODEV, and a write to an open
+ *     PCM fails with -ENODEV and leaves the PCM DISCONNECTED: like a real unplugged card, that
+ *     handle stays dead (write, start and prepare keep failing) even after the flag is removed;
+ *     only a new open gets a working device.
+ *
+ *   pcm_type.rampd_flaky { lib "/path/to/libasound_module_pcm_rampd_flaky.so" }
+ *   pcm.name {
+ *     type rampd_flaky
+ *     file "/tmp/x/out.raw"   # required
+ *     flag "/tmp/x/fail"      # optional: without it the device never fails
+ *   }
+ *
+ * Build: cc -shared -fPIC -o libasound_module_pcm_rampd_flaky.so pcm_flaky.c -lasound
+ */
+/* A shared object: without PIC, <alsa/global.h> builds the plugin symbol for static linking into
+ * alsa-lib (a reference to snd_dlsym_start) and dlopen fails. */
+#ifndef PIC
+#define PIC
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <alsa/asoundlib.h>
+#include <alsa/pcm_external.h>
+
+typedef struct {
+	snd_pcm_ioplug_t io;
+	int fd;      /* the output file, O_APPEND; also the poll descriptor (always writable) */
+	char *flag;  /* NULL: never fails */
+	int dead;    /* set by the first failed write; never cleared */
+} flaky_t;
+
+static int unplugged(flaky_t *f)
+{
+	return f->flag != NULL && access(f->flag, F_OK) == 0;
+}
+
+/* Marks the handle as gone, as the kernel does for a disconnected card. Called in the PCM lock:
+ * snd_pcm_ioplug_set_state only sets the field. */
+static int disconnect(flaky_t *f)
+{
+	f->dead = 1;
+	snd_pcm_ioplug_set_state(&f->io, SND_PCM_STATE_DISCONNECTED);
+	return -ENODEV;
+}
+
+static int flaky_start(snd_pcm_ioplug_t *io)
+{
+	flaky_t *f = io->private_data;
+	return f->dead ? -ENODEV : 0;
+}
+
+static int flaky_stop(snd_pcm_ioplug_t *io)
+{
+	(void)io;
+	return 0;
+}
+
+static int flaky_prepare(snd_pcm_ioplug_t *io)
+{
+	flaky_t *f = io->private_data;
+	return f->dead ? -ENODEV : 0;
+}
+
+/* With SND_PCM_IOPLUG_FLAG_BOUNDARY_WA the position runs up to the boundary, like appl_ptr, so
+ * "all consumed" is simply appl_ptr, however much was written since the last call. Before start
+ * nothing is consumed (hw_ptr stays put), so the start threshold is reached as on a real device. */
+static snd_pcm_sframes_t flaky_pointer(snd_pcm_ioplug_t *io)
+{
+	if (io->state == SND_PCM_STATE_RUNNING || io->state == SND_PCM_STATE_DRAINING)
+		return io->appl_ptr;
+	return io->hw_ptr;
+}
+
+static snd_pcm_sframes_t flaky_transfer(snd_pcm_ioplug_t *io, const snd_pcm_channel_area_t *areas,
+					snd_pcm_uframes_t offset, snd_pcm_uframes_t size)
+{
+	flaky_t *f = io->private_data;
+	if (f->dead || unplugged(f))
+		return disconnect(f);
+
+	/* Interleaved (the only access offered): one area layout, frames contiguous from channel 0. */
+	const char *data = (const char *)areas[0].addr + (areas[0].first + areas[0].step * offset) / 8;
+	size_t bytes = size * (areas[0].step / 8);
+	while (bytes > 0) {
+		ssize_t n = write(f->fd, data, bytes);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		data += n;
+		bytes -= (size_t)n;
+	}
+	return size;
+}
+
+static int flaky_close(snd_pcm_ioplug_t *io)
+{
+	flaky_t *f = io->private_data;
+	close(f->fd);
+	free(f->flag);
+	free(f);
+	return 0;
+}
+
+static const snd_pcm_ioplug_callback_t flaky_callback = {
+	.start = flaky_start,
+	.stop = flaky_stop,
+	.pointer = flaky_pointer,
+	.transfer = flaky_transfer,
+	.close = flaky_close,
+	.prepare = flaky_prepare,
+};
+
+static int set_constraints(snd_pcm_ioplug_t *io)
+{
+	static const unsigned int access[] = { SND_PCM_ACCESS_RW_INTERLEAVED };
+	static const unsigned int formats[] = {
+		SND_PCM_FORMAT_FLOAT_LE, SND_PCM_FORMAT_S32_LE, SND_PCM_FORMAT_S24_LE, SND_PCM_FORMAT_S16_LE,
+	};
+	int err;
+	if ((err = snd_pcm_ioplug_set_param_list(io, SND_PCM_IOPLUG_HW_ACCESS, 1, access)) < 0 ||
+	    (err = snd_pcm_ioplug_set_param_list(io, SND_PCM_IOPLUG_HW_FORMAT, 4, formats)) < 0 ||
+	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_CHANNELS, 1, 8)) < 0 ||
+	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_RATE, 8000, 192000)) < 0 ||
+	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_PERIOD_BYTES, 64, 16 << 20)) < 0 ||
+	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_BUFFER_BYTES, 128, 64 << 20)) < 0 ||
+	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_PERIODS, 2, 1024)) < 0)
+		return err;
+	return 0;
+}
+
+SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
+{
+	snd_config_iterator_t it, next;
+	const char *file = NULL, *flag = NULL;
+	flaky_t *f;
+	int err;
+	(void)root;
+
+	snd_config_for_each(it, next, conf) {
+		snd_config_t *n = snd_config_iterator_entry(it);
+		const char *id;
+		if (snd_config_get_id(n, &id) < 0)
+			continue;
+		if (strcmp(id, "comment") == 0 || strcmp(id, "type") == 0 || strcmp(id, "hint") == 0)
+			continue;
+		if (strcmp(id, "file") == 0 || strcmp(id, "flag") == 0) {
+			const char *s;
+			if (snd_config_get_string(n, &s) < 0) {
+				SNDERR("rampd_flaky: %s must be a string", id);
+				return -EINVAL;
+			}
+			if (id[1] == 'i')
+				file = s;
+			else
+				flag = s;
+			continue;
+		}
+		SNDERR("rampd_flaky: unknown field %s", id);
+		return -EINVAL;
+	}
+	if (file == NULL) {
+		SNDERR("rampd_flaky: file is not defined");
+		return -EINVAL;
+	}
+	if (stream != SND_PCM_STREAM_PLAYBACK) {
+		SNDERR("rampd_flaky: playback only");
+		return -EINVAL;
+	}
+	if (flag != NULL && access(flag, F_OK) == 0)
+		return -ENODEV; /* unplugged: no device to open */
+
+	f = calloc(1, sizeof(*f));
+	if (f == NULL)
+		return -ENOMEM;
+	f->flag = flag != NULL ? strdup(flag) : NULL;
+	if (flag != NULL && f->flag == NULL) {
+		free(f);
+		return -ENOMEM;
+	}
+	f->fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (f->fd < 0) {
+		err = -errno;
+		SNDERR("rampd_flaky: cannot open %s: %s", file, strerror(errno));
+		free(f->flag);
+		free(f);
+		return err;
+	}
+
+	f->io.version = SND_PCM_IOPLUG_VERSION;
+	f->io.name = "rampd flaky PCM (test device that fails on demand)";
+	f->io.flags = SND_PCM_IOPLUG_FLAG_BOUNDARY_WA;
+	f->io.poll_fd = f->fd;
+	f->io.poll_events = POLLOUT;
+	f->io.mmap_rw = 0;
+	f->io.callback = &flaky_callback;
+	f->io.private_data = f;
+
+	err = snd_pcm_ioplug_create(&f->io, name, stream, mode);
+	if (err < 0) {
+		close(f->fd);
+		free(f->flag);
+		free(f);
+		return err;
+	}
+	err = set_constraints(&f->io);
+	if (err < 0) {
+		snd_pcm_ioplug_delete(&f->io); /* calls flaky_close */
+		return err;
+	}
+	*pcmp = f->io.pcm;
+	return 0;
+}
+
+SND_PCM_PLUGIN_SYMBOL(rampd_flaky);
