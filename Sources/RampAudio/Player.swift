@@ -13,6 +13,38 @@ public enum PlayerEvent: Sendable, Equatable {
   case deviceFailed(String)
   /// A new device is open and playing again; the name of the ALSA device.
   case deviceRecovered(String)
+  /// A command's ticket, posted by `RenderState.complete` after the command ran: its results
+  /// travel in the ticket, in order with the events around it.
+  case commandCompleted(CommandTicket)
+}
+
+/// What a command hands back from the render thread. Subclass it to carry results; the render
+/// thread writes them before posting the ticket, the event consumer reads them after.
+open class CommandTicket: @unchecked Sendable, Equatable {
+  public init() {}
+  public static func == (a: CommandTicket, b: CommandTicket) -> Bool { a === b }
+}
+
+/// A key path's presentation value, published by the render thread at the start of every block
+/// for threads that must not touch the engine (mixer bindings, observers).
+public final class PublishedValue: @unchecked Sendable {
+  public let keyPath: String
+  private let bits = Atomic<UInt64>(Double.nan.bitPattern)
+  private let at = Atomic<Int64>(-1)
+  fileprivate var retired = false
+
+  init(keyPath: String) { self.keyPath = keyPath }
+
+  /// The value and the output sample it applies to; NaN while the key path does not exist.
+  public var latest: (value: Double, sample: Int64) {
+    let sample = at.load(ordering: .acquiring)
+    return (Double(bitPattern: bits.load(ordering: .relaxed)), sample)
+  }
+
+  fileprivate func store(_ value: Double, sample: Int64) {
+    bits.store(value.bitPattern, ordering: .relaxed)
+    at.store(sample, ordering: .releasing)
+  }
 }
 
 public enum StreamEndReason: String, Sendable {
@@ -34,14 +66,20 @@ public final class RenderState: @unchecked Sendable {
   fileprivate let events: SPSCQueue<PlayerEvent>
   /// Set when an event was posted in this block, so the loop rings the doorbell once.
   fileprivate var posted = false
+  fileprivate var published: ContiguousArray<PublishedValue> = []
 
-  init(engine: AnimationEngine, sampleRate: Int, channels: Int, events: SPSCQueue<PlayerEvent>) throws {
+  /// The highest gain a `*.gain` property may take (linear; 1 is 0 dB).
+  public let maxGain: Double
+
+  init(engine: AnimationEngine, sampleRate: Int, channels: Int, maxGain: Double, events: SPSCQueue<PlayerEvent>) throws {
     self.engine = engine
     self.sampleRate = sampleRate
     self.channels = channels
     self.events = events
-    master = try engine.define("master.gain", value: 1, range: 0...1)
+    master = try engine.define("master.gain", value: 1, range: 0...maxGain)
+    self.maxGain = maxGain
     streams.reserveCapacity(64)
+    published.reserveCapacity(256)
   }
 
   public var streamIDs: [String] { streams.map(\.id) }
@@ -56,6 +94,11 @@ public final class RenderState: @unchecked Sendable {
   }
 
   public func contains(stream id: String) -> Bool { streams.contains { $0.id == id && !$0.ended } }
+
+  /// Hands a command's ticket back to the control side, after the events the command caused.
+  public func complete(_ ticket: CommandTicket) {
+    post(.commandCompleted(ticket))
+  }
 
   /// Posts an event for the control side (never blocks: a full queue drops it).
   public func post(_ event: PlayerEvent) {
@@ -99,6 +142,12 @@ final class PlayingStream {
     self.transport = transport
     self.paused = paused
   }
+}
+
+/// A stream a transport command acted on, and the id of its ramp (for waiting on it).
+public struct TransportChange: Sendable, Equatable {
+  public let stream: String
+  public let animation: UInt64?
 }
 
 /// A command for the render thread: run `body` between blocks, at `sample` (exactly: the block is
@@ -163,14 +212,15 @@ public final class Player: @unchecked Sendable {
   public var deviceIsHealthy: Bool { healthy.load(ordering: .relaxed) }
   private let healthy = Atomic<Bool>(true)
 
-  public init(output configuration: OutputConfiguration, declick: Double = 0.010) throws {
+  public init(output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1) throws {
     let device = try AlsaPCMOutput(configuration)
     self.device = device
     self.configuration = configuration
     output = device.negotiated
     self.declick = declick
     let engine = try AnimationEngine(sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64))
-    state = try RenderState(engine: engine, sampleRate: output.rate, channels: output.channels, events: events)
+    state = try RenderState(
+      engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: events)
     scheduled.reserveCapacity(Self.maximumScheduled)
     var ends: [Int32] = [-1, -1]
     guard pipe(&ends) == 0 else {
@@ -217,6 +267,18 @@ public final class Player: @unchecked Sendable {
   @discardableResult
   public func perform(at sample: Int64? = nil, _ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
     submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
+  }
+
+  /// Starts publishing `keyPath`'s presentation value at every block (NaN while it does not exist).
+  public func publish(_ keyPath: String) -> PublishedValue {
+    let value = PublishedValue(keyPath: keyPath)
+    perform { state in state.published.append(value) }
+    return value
+  }
+
+  /// Stops publishing `value`.
+  public func unpublish(_ value: PublishedValue) {
+    perform { state in state.published.removeAll { $0 === value } }
   }
 
   /// The next event from the render thread, if any.
@@ -270,7 +332,7 @@ public final class Player: @unchecked Sendable {
           throw EngineError(.invalidValue, field: "stream", "a stream '\(id)' is already playing")
         }
         let engine = state.engine
-        let gainHandle = try engine.define("streams.\(id).gain", value: gain, range: 0...max(gain, 1))
+        let gainHandle = try engine.define("streams.\(id).gain", value: gain, range: 0...state.maxGain)
         let transport = try engine.define("streams.\(id).transport", value: paused ? 0 : 1, range: 0...1)
         if fadeIn > 0 {
           try engine.add(
@@ -315,29 +377,34 @@ public final class Player: @unchecked Sendable {
   }
 
   // The same, for commands already on the render thread (a daemon's batch). Each returns the
-  // streams it acted on.
+  // streams it acted on, with the id of each one's transport ramp.
 
   @discardableResult
-  public func pause(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, in state: RenderState)
-    -> [String]
-  {
-    transport(id, to: 0, fade: fade, curve: curve, in: state) { $0.paused = true }
+  public func pause(
+    _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
+    in state: RenderState
+  ) -> [TransportChange] {
+    transport(id, to: 0, fade: fade, curve: curve, space: space, in: state, only: { !$0.stopping && !$0.paused }) {
+      $0.paused = true
+    }
   }
 
   @discardableResult
-  public func resume(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, in state: RenderState)
-    -> [String]
-  {
-    transport(id, to: 1, fade: fade, curve: curve, in: state, only: { $0.paused && !$0.stopping }) {
+  public func resume(
+    _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
+    in state: RenderState
+  ) -> [TransportChange] {
+    transport(id, to: 1, fade: fade, curve: curve, space: space, in: state, only: { $0.paused && !$0.stopping }) {
       $0.paused = false
     }
   }
 
   @discardableResult
-  public func stop(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, in state: RenderState)
-    -> [String]
-  {
-    transport(id, to: 0, fade: fade, curve: curve, in: state) { $0.stopping = true }
+  public func stop(
+    _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
+    in state: RenderState
+  ) -> [TransportChange] {
+    transport(id, to: 0, fade: fade, curve: curve, space: space, in: state) { $0.stopping = true }
   }
 
   @discardableResult
@@ -352,15 +419,16 @@ public final class Player: @unchecked Sendable {
   }
 
   private func transport(
-    _ id: String?, to level: Double, fade: Double, curve: TimingFunction, in state: RenderState,
-    only include: (PlayingStream) -> Bool = { !$0.stopping }, change: (PlayingStream) -> Void
-  ) -> [String] {
-    let transaction = Transaction(duration: max(fade, declick), timingFunction: curve)
-    var acted: [String] = []
+    _ id: String?, to level: Double, fade: Double, curve: TimingFunction, space: ValueSpace = .amplitude,
+    in state: RenderState, only include: (PlayingStream) -> Bool = { !$0.stopping },
+    change: (PlayingStream) -> Void
+  ) -> [TransportChange] {
+    let transaction = Transaction(duration: max(fade, declick), timingFunction: curve, valueSpace: space)
+    var acted: [TransportChange] = []
     for stream in state.streams where !stream.ended && (id == nil || stream.id == id) && include(stream) {
-      _ = try? state.engine.set("streams.\(stream.id).transport", to: level, transaction: transaction)
+      let animation = try? state.engine.set("streams.\(stream.id).transport", to: level, transaction: transaction)
       change(stream)
-      acted.append(stream.id)
+      acted.append(TransportChange(stream: stream.id, animation: animation ?? nil))
     }
     return acted
   }
@@ -398,6 +466,7 @@ public final class Player: @unchecked Sendable {
     while running.load(ordering: .acquiring) {
       takeCommands()
       resumeStreamsAfterSeek()
+      publishValues()
       renderScheduled(buffers)
       writeOrKeepTime(buffers)
       blockCount.add(1, ordering: .relaxed)
@@ -407,6 +476,21 @@ public final class Player: @unchecked Sendable {
         state.posted = false
         ringDoorbell()
       }
+    }
+  }
+
+  /// Stores each published key path's value at the block's first sample. Allocation-free.
+  private func publishValues() {
+    let engine = state.engine
+    var index = 0
+    while index < state.published.count {
+      let published = state.published[index]
+      index += 1
+      var value = Double.nan
+      if let handle = try? engine.handle(published.keyPath) {
+        engine.render(handle, start: engine.now, count: 1, into: &value)
+      }
+      published.store(value, sample: engine.now)
     }
   }
 
