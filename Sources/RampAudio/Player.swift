@@ -461,6 +461,8 @@ public final class Player: @unchecked Sendable {
     defer {
       buffers.deallocate()
       device?.drain()
+      // Closing finishes what the device writes (the file plugin fixes its WAV header here).
+      device?.close()
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {

@@ -1,0 +1,374 @@
+import Foundation
+import Logging
+import RampAudio
+import RampEngine
+import RampProtocol
+import Synchronization
+
+/// Something that receives lines from the controller: a client connection.
+public protocol Client: AnyObject, Sendable {
+  /// A reply to one of this client's requests. Always delivered.
+  func reply(_ line: JSONValue)
+  /// An event; a client that cannot keep up drops it rather than hold anyone up.
+  func event(_ line: JSONValue)
+}
+
+/// Runs commands against the player and sends replies and events back: the daemon's middle.
+///
+/// Commands are prepared on the calling thread (validation, opening files) and applied on the
+/// render thread, at the sample their `at` names or at the next block. A thread of its own waits
+/// on the player's doorbell and hands replies and events out, so the render thread never touches
+/// a socket.
+public final class Controller: @unchecked Sendable {
+  public let player: Player
+  public let configuration: DaemonConfiguration
+  public let startedAt = Date()
+  /// Extra facts `status` reports about the output (embedded file, …).
+  public let outputNotes: JSONObject
+  private let preparation: Preparation
+  private let logger: Logger
+  private let subscribers = Mutex<[ObjectIdentifier: Subscription]>([:])
+  private let waits = Mutex<WaitRegistry>(WaitRegistry())
+  private let scheduled = Atomic<Int>(0)
+  private let stopping = Atomic<Bool>(false)
+  private var pump: Thread?
+  private let pumpFinished = Atomic<Bool>(false)
+
+  struct Subscription {
+    weak var client: (any Client)?
+    var kinds: Set<EventKind>
+  }
+
+  public init(player: Player, configuration: DaemonConfiguration, outputNotes: JSONObject = [:], logger: Logger) {
+    self.player = player
+    self.configuration = configuration
+    self.outputNotes = outputNotes
+    self.logger = logger
+    preparation = Preparation(configuration: configuration, player: player, streamNames: StreamNames())
+  }
+
+  /// Starts the thread that hands replies and events out.
+  public func start() {
+    let thread = Thread { [self] in pumpEvents() }
+    thread.name = "rampd-events"
+    pump = thread
+    thread.start()
+  }
+
+  public func shutdown() {
+    stopping.store(true, ordering: .releasing)
+    while pump != nil && !pumpFinished.load(ordering: .acquiring) { usleep(1_000) }
+  }
+
+  // MARK: Requests
+
+  /// Runs `request` for `client`; the reply arrives through `client.reply`, possibly later (a
+  /// scheduled command replies when it takes effect, `wait` when the animations end).
+  public func handle(_ request: Request, from client: any Client) {
+    let id = request.id
+    let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { [weak client] result in
+      switch result {
+      case .success(let value): client?.reply(Reply.success(id: id, result: value))
+      case .failure(let error): client?.reply(Reply.failure(id: id, error: error))
+      }
+    }
+    if stopping.load(ordering: .acquiring) {
+      respond(.failure(ProtocolError(.shuttingDown, "rampd is shutting down")))
+      return
+    }
+    switch request.command {
+    case .subscribe(let kinds):
+      respond(.success(subscribe(client, to: kinds)))
+    case .unsubscribe(let kinds):
+      respond(.success(unsubscribe(client, from: kinds)))
+    case .observe, .unobserve:
+      respond(.failure(ProtocolError(.internalError, field: "cmd", "observe is handled by the connection")))
+    case .wait(let wait):
+      self.wait(wait, respond: respond)
+    case .status:
+      submit([.status], at: request.at, respond: respond) { [self] results in
+        var status = results[0].objectValue ?? JSONObject()
+        status["version"] = .string(RampdVersion.current)
+        status["uptime"] = .number(Date().timeIntervalSince(startedAt))
+        status["output"] = .object(outputStatus)
+        status["clients"] = .integer(subscribers.withLock { $0.count })
+        return .object(status)
+      }
+    case .batch(let requests):
+      submit(requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands") { results in
+        ["results": .array(results)]
+      }
+    default:
+      submit([request.command], at: request.at, respond: respond) { $0[0] }
+    }
+  }
+
+  private var outputStatus: JSONObject {
+    let output = player.output
+    var object: JSONObject = [
+      "device": .string(output.device), "rate": .integer(output.rate), "channels": .integer(output.channels),
+      "format": .string(output.format.rawValue), "periodFrames": .integer(output.periodFrames),
+      "bufferFrames": .integer(output.bufferFrames), "pacing": .string(output.pacing.rawValue),
+      "state": .string(player.deviceIsHealthy ? "playing" : "failed"),
+      "underruns": .integer(player.deviceUnderruns),
+    ]
+    for (key, value) in outputNotes { object[key] = value }
+    return object
+  }
+
+  /// Prepares `commands`, then applies them all at one sample on the render thread, or none.
+  private func submit(
+    _ commands: [Command], at schedule: Schedule?, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
+    fieldPrefix: String? = nil, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
+    var operations: [Operation] = []
+    for (index, command) in commands.enumerated() {
+      do {
+        operations.append(try preparation.prepare(command))
+      } catch {
+        respond(.failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error))
+        return
+      }
+    }
+    var sample: Int64?
+    if let schedule {
+      let limit = configuration.limits.pendingScheduled
+      guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
+        scheduled.subtract(1, ordering: .relaxed)
+        respond(.failure(ProtocolError(.limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")))
+        return
+      }
+      sample = targetSample(for: schedule)
+    }
+    let all = operations
+    let ticket = DaemonTicket { [self] ticket in
+      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      respond(ticket.result.map { combine($0.arrayValue ?? []) })
+    }
+    let accepted = player.perform(at: sample) { state in
+      defer { state.complete(ticket) }
+      for (index, operation) in all.enumerated() {
+        if let error = operation.check(state) {
+          ticket.result = .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
+          return
+        }
+      }
+      var results: [JSONValue] = []
+      for (index, operation) in all.enumerated() {
+        do throws(ProtocolError) {
+          results.append(try operation.apply(state, ticket))
+        } catch {
+          ticket.result = .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
+          return
+        }
+      }
+      ticket.result = .success(.array(results))
+    }
+    if !accepted {
+      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      respond(.failure(ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")))
+    }
+  }
+
+  private func targetSample(for schedule: Schedule) -> Int64 {
+    let rate = Double(player.output.rate)
+    let seconds: Double
+    switch schedule {
+    case .delay(let delay): seconds = delay
+    case .date(let date): seconds = max(date - Date().timeIntervalSince1970, 0)
+    }
+    return player.currentSample + Int64((seconds * rate).rounded())
+  }
+
+  // MARK: Wait
+
+  private func wait(_ wait: Wait, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void) {
+    let ids = wait.animations
+    let key = wait.key
+    if let key {
+      do {
+        try Preparation.checkAddressable(key)
+      } catch {
+        respond(.failure(error))
+        return
+      }
+    }
+    let ticket = DaemonTicket { [self] ticket in
+      guard case .success = ticket.result, let awaited = ticket.awaited else {
+        respond(ticket.result)
+        return
+      }
+      register(awaited: awaited, timeout: wait.timeout, respond: respond)
+    }
+    player.perform { state in
+      defer { state.complete(ticket) }
+      let engine = state.engine
+      var inFlight: [AnimationStatus] = []
+      if let key {
+        if let error = Preparation.checkKey(key, in: state) {
+          ticket.result = .failure(error)
+          return
+        }
+        inFlight = (try? engine.animations(on: key)) ?? []
+      } else {
+        for path in engine.keyPaths where !InternalKeyPath.isInternal(path) || ids != nil {
+          inFlight += (try? engine.animations(on: path)) ?? []
+        }
+      }
+      let wanted = ids.map(Set.init) ?? Set(inFlight.map(\.id))
+      let alive = inFlight.filter { wanted.contains($0.id) }
+      if let endless = alive.first(where: { $0.endSample == nil }) {
+        ticket.result = .failure(
+          ProtocolError(
+            .invalidField, field: key == nil ? "animations" : "key",
+            "animation \(endless.id) ('\(endless.key)' on \(endless.keyPath)) never ends; cancel or remove it instead"))
+        return
+      }
+      // Animations already over (or unknown) count as finished: they are not in flight.
+      ticket.awaited = alive.map(\.id)
+      ticket.result = .success(.null)
+    }
+  }
+
+  private func register(
+    awaited: [UInt64], timeout: Double?, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
+  ) {
+    if awaited.isEmpty {
+      respond(.success(["animations": []]))
+      return
+    }
+    let token = waits.withLock { $0.add(Set(awaited), respond: respond) }
+    if let timeout {
+      DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
+        if let waiter = waits.withLock({ $0.remove(token) }) {
+          waiter.respond(
+            .failure(
+              ProtocolError(
+                .timeout, field: "timeout",
+                "\(waiter.pending.count) animation(s) still running after \(timeout) s: \(waiter.pending.sorted())")))
+        }
+      }
+    }
+  }
+
+  // MARK: Events
+
+  private func subscribe(_ client: any Client, to kinds: [EventKind]?) -> JSONValue {
+    let wanted = Set(kinds ?? EventKind.allCases)
+    let now = subscribers.withLock { table in
+      let key = ObjectIdentifier(client)
+      var subscription = table[key] ?? Subscription(client: client, kinds: [])
+      subscription.kinds.formUnion(wanted)
+      table[key] = subscription
+      return subscription.kinds
+    }
+    return ["events": .array(EventKind.allCases.filter(now.contains).map { .string($0.rawValue) })]
+  }
+
+  private func unsubscribe(_ client: any Client, from kinds: [EventKind]?) -> JSONValue {
+    let now = subscribers.withLock { table in
+      let key = ObjectIdentifier(client)
+      guard var subscription = table[key] else { return Set<EventKind>() }
+      if let kinds { subscription.kinds.subtract(kinds) } else { subscription.kinds = [] }
+      table[key] = subscription
+      return subscription.kinds
+    }
+    return ["events": .array(EventKind.allCases.filter(now.contains).map { .string($0.rawValue) })]
+  }
+
+  /// Forgets a client that disconnected.
+  public func disconnected(_ client: any Client) {
+    _ = subscribers.withLock { $0.removeValue(forKey: ObjectIdentifier(client)) }
+  }
+
+  public func broadcast(_ event: Event) {
+    guard let kind = event.kind else { return }
+    let line = event.json
+    let targets = subscribers.withLock { table in
+      table.values.compactMap { $0.kinds.contains(kind) ? $0.client : nil }
+    }
+    for client in targets { client.event(line) }
+  }
+
+  private func pumpEvents() {
+    defer { pumpFinished.store(true, ordering: .releasing) }
+    while !stopping.load(ordering: .acquiring) {
+      player.waitForEvents(timeout: 0.25)
+      while let event = player.nextEvent() { dispatch(event) }
+    }
+  }
+
+  private func dispatch(_ event: PlayerEvent) {
+    switch event {
+    case .commandCompleted(let ticket):
+      guard let ticket = ticket as? DaemonTicket else { return }
+      ticket.deliver(ticket)
+      for event in ticket.events { broadcast(event) }
+    case .animationFinished(let report):
+      let finished = waits.withLock { $0.finish(report.id, finished: report.finished) }
+      for waiter in finished { waiter.respond(.success(["animations": .array(waiter.describe)])) }
+      guard !InternalKeyPath.isInternal(report.keyPath), !report.key.hasPrefix("declick") else { return }
+      broadcast(
+        .animationFinished(
+          id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample))
+    case .streamStarted(let id, let path):
+      logger.info("stream started", metadata: ["stream": "\(id)", "path": "\(path)"])
+      broadcast(.streamStarted(stream: id, path: path))
+    case .streamEnded(let id, let reason):
+      logger.info("stream ended", metadata: ["stream": "\(id)", "reason": "\(reason.rawValue)"])
+      broadcast(.streamEnded(stream: id, reason: RampProtocol.StreamEndReason(rawValue: reason.rawValue) ?? .failed))
+    case .underrun(let stream):
+      logger.debug("underrun", metadata: ["stream": "\(stream)"])
+      broadcast(.underrun(stream: stream))
+    case .deviceFailed(let message):
+      logger.error("output device failed; reopening with backoff", metadata: ["error": "\(message)"])
+      broadcast(.deviceFailed(message: message))
+    case .deviceRecovered(let device):
+      logger.notice("output device recovered", metadata: ["device": "\(device)"])
+      broadcast(.deviceRecovered(device: device))
+    }
+  }
+}
+
+/// Clients waiting for animations to end. Guarded by the controller's mutex.
+struct WaitRegistry {
+  final class Waiter: @unchecked Sendable {
+    var pending: Set<UInt64>
+    var outcomes: [(UInt64, Bool)] = []
+    let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
+
+    init(pending: Set<UInt64>, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void) {
+      self.pending = pending
+      self.respond = respond
+    }
+
+    var describe: [JSONValue] {
+      outcomes.map { ["id": .integer($0.0), "finished": .bool($0.1)] }
+    }
+  }
+
+  private var waiters: [Int: Waiter] = [:]
+  private var nextToken = 0
+
+  mutating func add(_ ids: Set<UInt64>, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void) -> Int {
+    nextToken += 1
+    waiters[nextToken] = Waiter(pending: ids, respond: respond)
+    return nextToken
+  }
+
+  mutating func remove(_ token: Int) -> Waiter? { waiters.removeValue(forKey: token) }
+
+  /// Records that animation `id` ended; returns the waiters that have nothing left to wait for.
+  mutating func finish(_ id: UInt64, finished: Bool) -> [Waiter] {
+    var done: [Waiter] = []
+    for (token, waiter) in waiters where waiter.pending.contains(id) {
+      waiter.pending.remove(id)
+      waiter.outcomes.append((id, finished))
+      if waiter.pending.isEmpty {
+        done.append(waiter)
+        waiters[token] = nil
+      }
+    }
+    return done
+  }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import Logging
+import RampAudio
+import RampEngine
+import RampProtocol
+import Synchronization
+
+/// The whole daemon: output (the configured device, or the embedded WAV file when there is none),
+/// player, controller, mixer bindings and socket server, started and stopped together.
+public final class Daemon: @unchecked Sendable {
+  public let configuration: DaemonConfiguration
+  public let player: Player
+  public let controller: Controller
+  public let server: Server
+  /// Where the embedded output writes, when it is in use.
+  public let embeddedFile: String?
+  private let logger: Logger
+  private var mixers: [MixerDriver] = []
+
+  /// Opens the output and prepares the server; nothing plays or listens until `start`.
+  public init(configuration: DaemonConfiguration, environment: [String: String], logger: Logger) throws {
+    self.configuration = configuration
+    self.logger = logger
+    let isRoot = getuid() == 0
+    var notes: JSONObject = ["embedded": false]
+    do {
+      player = try Player(
+        output: configuration.output, declick: configuration.declick, maxGain: configuration.maxGain)
+      embeddedFile = nil
+    } catch {
+      guard configuration.embeddedOutput.enabled else { throw error }
+      let file = configuration.embeddedOutput.resolvedPath(environment: environment, isRoot: isRoot)
+      let embedded = try Self.embeddedOutput(configuration.output, file: file)
+      logger.warning(
+        "output device unusable; playing into a WAV file instead (embedded output)",
+        metadata: ["device": "\(configuration.output.device)", "reason": "\(error)", "file": "\(file)"])
+      player = try Player(output: embedded, declick: configuration.declick, maxGain: configuration.maxGain)
+      embeddedFile = file
+      notes = ["embedded": true, "file": .string(file), "requestedDevice": .string(configuration.output.device)]
+    }
+    controller = Controller(player: player, configuration: configuration, outputNotes: notes, logger: logger)
+    let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
+    server = Server(path: socketPath, controller: controller, configuration: configuration, logger: logger)
+  }
+
+  /// ALSA's `file` plugin over `null`, paced by the clock: a real ALSA PCM that needs no card, and
+  /// a WAV file anyone can listen to afterwards.
+  static func embeddedOutput(_ requested: OutputConfiguration, file: String) throws -> OutputConfiguration {
+    guard !file.contains("\""), !file.contains("'"), !file.contains("\\") else {
+      throw ServerError("embedded-output.path: quotes and backslashes are not allowed in \(file)")
+    }
+    try Server.prepareDirectory(for: file)
+    var output = requested
+    output.device = "file:FILE=\"\(file)\",FORMAT=wav"
+    // The file plugin writes a correct WAV header for integer samples only.
+    output.format = .s16
+    output.pacing = .clock
+    return output
+  }
+
+  /// Starts rendering, the event thread, the mixer bindings and the socket (or serves on an
+  /// inherited, already listening socket).
+  public func start(inheritedSocket: CInt? = nil) throws {
+    player.start()
+    controller.start()
+    startMixers()
+    if let inheritedSocket {
+      try server.start(inheritedDescriptor: inheritedSocket)
+    } else {
+      try server.start()
+    }
+    let output = player.output
+    logger.notice(
+      "rampd \(RampdVersion.current) listening",
+      metadata: [
+        "socket": "\(inheritedSocket.map { "fd \($0)" } ?? server.path)", "device": "\(output.device)",
+        "rate": "\(output.rate)", "format": "\(output.format.rawValue)", "period": "\(output.periodFrames)",
+        "buffer": "\(output.bufferFrames)", "pacing": "\(output.pacing.rawValue)",
+      ])
+  }
+
+  /// Stops accepting, lets the output drain, and stops every thread.
+  public func shutdown() {
+    server.shutdown()
+    controller.shutdown()
+    for mixer in mixers { mixer.stop() }
+    player.shutdown()
+    logger.notice("rampd stopped")
+  }
+
+  private func startMixers() {
+    for binding in configuration.mixers {
+      do {
+        let mixer = try MixerDriver(binding, player: player, logger: logger)
+        mixer.start()
+        mixers.append(mixer)
+      } catch {
+        logger.error("mixer binding unusable; skipped", metadata: ["mixer": "\(binding.name)", "error": "\(error)"])
+      }
+    }
+  }
+}
+
+/// Drives one ALSA mixer element from `mixers.<name>.volume` at the binding's control rate, on a
+/// thread of its own: the render thread only publishes the value.
+final class MixerDriver: @unchecked Sendable {
+  private let binding: AlsaMixerBinding
+  private let published: PublishedValue
+  private let running = Atomic<Bool>(true)
+  private let finished = Atomic<Bool>(false)
+  private let logger: Logger
+  private let player: Player
+
+  init(_ configuration: MixerBindingConfiguration, player: Player, logger: Logger) throws {
+    binding = try AlsaMixerBinding(configuration)
+    self.player = player
+    self.logger = logger
+    let keyPath = configuration.keyPath
+    player.perform { state in _ = try? state.engine.define(keyPath, value: 1, range: 0...1) }
+    published = player.publish(keyPath)
+  }
+
+  func start() {
+    let thread = Thread { [self] in run() }
+    thread.name = "rampd-mixer"
+    thread.start()
+  }
+
+  func stop() {
+    running.store(false, ordering: .releasing)
+    while !finished.load(ordering: .acquiring) { usleep(1_000) }
+    player.unpublish(published)
+  }
+
+  private func run() {
+    defer { finished.store(true, ordering: .releasing) }
+    let interval = 1 / binding.configuration.controlRate
+    var last: Double?
+    var failing = false
+    while running.load(ordering: .acquiring) {
+      let (value, _) = published.latest
+      // The first value is the binding's starting point: the element keeps its level until a
+      // ramp moves it.
+      if !value.isNaN, let previous = last, value != previous {
+        do {
+          try binding.set(volume: value)
+          failing = false
+        } catch {
+          if !failing { logger.error("mixer write failed", metadata: ["error": "\(error)"]) }
+          failing = true
+        }
+      }
+      if !value.isNaN { last = value }
+      usleep(UInt32(interval * 1e6))
+    }
+  }
+}

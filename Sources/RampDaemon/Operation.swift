@@ -1,0 +1,69 @@
+import RampAudio
+import RampEngine
+import RampProtocol
+
+/// A command made ready on a control thread (validated, files opened), to be applied on the
+/// render thread. `check` looks at the render thread's state without changing it, so a batch can
+/// refuse everything before applying anything; `apply` makes the change and says what happened.
+struct Operation: Sendable {
+  let check: @Sendable (RenderState) -> ProtocolError?
+  let apply: @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
+
+  init(
+    check: @escaping @Sendable (RenderState) -> ProtocolError? = { _ in nil },
+    apply: @escaping @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
+  ) {
+    self.check = check
+    self.apply = apply
+  }
+}
+
+/// What one command (or batch) hands back from the render thread: its reply, the events it caused,
+/// and what the event thread must do next (register a waiter).
+final class DaemonTicket: CommandTicket, @unchecked Sendable {
+  var result: Result<JSONValue, ProtocolError> = .failure(ProtocolError(.internalError, "the command did not run"))
+  var events: [Event] = []
+  /// The animations a `wait` must see end (set on the render thread, read on the event thread).
+  var awaited: [UInt64]?
+  let deliver: @Sendable (DaemonTicket) -> Void
+
+  init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {
+    self.deliver = deliver
+  }
+}
+
+extension ProtocolError {
+  /// The engine's refusal, in the protocol's codes; `field` names the request field when the
+  /// engine's own field is not a request field.
+  init(_ error: EngineError, field: String? = nil) {
+    let code: ErrorCode
+    switch error.code {
+    case .unknownKeyPath: code = .unknownKeyPath
+    case .unknownAnimation: code = .unknownAnimation
+    case .limitExceeded: code = .limitExceeded
+    case .invalidValue where error.message.contains("outside"): code = .outOfRange
+    default: code = .invalidField
+    }
+    self.init(code, field: field ?? error.field, error.message)
+  }
+
+  /// The same error, its field placed under `prefix` (`commands[2].to`).
+  func prefixed(_ prefix: String) -> ProtocolError {
+    ProtocolError(code, field: field.map { "\(prefix).\($0)" } ?? prefix, message)
+  }
+}
+
+/// Key paths the daemon keeps for itself: the transport ramps that start, pause and stop streams.
+enum InternalKeyPath {
+  static func isInternal(_ keyPath: String) -> Bool { keyPath.hasSuffix(".transport") }
+
+  /// Gains are bounded by `gain.max`; other properties by their own range.
+  static func isGain(_ keyPath: String) -> Bool { keyPath == "master.gain" || keyPath.hasSuffix(".gain") }
+
+  /// The stream a `streams.<id>.…` key path belongs to.
+  static func stream(of keyPath: String) -> String? {
+    let parts = keyPath.split(separator: ".")
+    guard parts.count == 3, parts[0] == "streams" else { return nil }
+    return String(parts[1])
+  }
+}

@@ -1,0 +1,382 @@
+import RampAudio
+import RampEngine
+import RampProtocol
+import Synchronization
+
+/// Turns commands into operations: everything that can be checked without the render thread's
+/// state is checked here, with the configuration's defaults and limits; files are opened here.
+struct Preparation: Sendable {
+  let configuration: DaemonConfiguration
+  let player: Player
+  let streamNames: StreamNames
+
+  func prepare(_ command: Command) throws(ProtocolError) -> Operation {
+    switch command {
+    case .ping:
+      return Operation { _, _ in ["pong": true] }
+    case .version:
+      return Operation { _, _ in Self.versionResult }
+    case .play(let play):
+      return try prepare(play)
+    case .stop(let transport):
+      return prepareTransport(transport, stop: true)
+    case .pause(let transport):
+      return prepareTransport(transport, stop: false)
+    case .resume(let transport):
+      return prepareResume(transport)
+    case .seek(let seek):
+      let player = player
+      return Operation(check: { state in Self.checkStream(seek.stream, in: state) }) { state, _ in
+        player.seek(seek.stream, to: seek.position, in: state)
+        return ["stream": .string(seek.stream), "position": .number(seek.position)]
+      }
+    case .fade(let fade):
+      return try prepare(fade)
+    case .set(let set):
+      return try prepare(set)
+    case .get(let key):
+      try Self.checkAddressable(key)
+      return Operation(check: { Self.checkKey(key, in: $0) }) { state, _ in Self.describe(key, in: state) }
+    case .animate(let animate):
+      return try prepare(animate)
+    case .cancel(let key):
+      try Self.checkAddressable(key)
+      return Operation(check: { Self.checkKey(key, in: $0) }) { state, _ throws(ProtocolError) in
+        do throws(EngineError) {
+          try state.engine.cancel(key)
+          return ["key": .string(key), "value": .number(try state.engine.model(key))]
+        } catch {
+          throw ProtocolError(error)
+        }
+      }
+    case .remove(let key, let name):
+      try Self.checkAddressable(key)
+      let declick = configuration.declick
+      return Operation(check: { Self.checkKey(key, in: $0) }) { state, _ throws(ProtocolError) in
+        do throws(EngineError) {
+          if let name {
+            try state.engine.removeAnimation(forKey: name, from: key, declick: declick)
+          } else {
+            try state.engine.removeAllAnimations(from: key, declick: declick)
+          }
+          return ["key": .string(key), "value": .number(try state.engine.model(key))]
+        } catch {
+          throw ProtocolError(error, field: error.code == .unknownAnimation ? "name" : nil)
+        }
+      }
+    case .list(let prefix):
+      return Operation { state, _ in Self.list(prefix: prefix, in: state) }
+    case .status:
+      return Operation { state, _ in
+        [
+          "sample": .integer(state.engine.now),
+          "streams": .array(state.streamSnapshots.map(Self.describe)),
+        ]
+      }
+    case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait:
+      throw ProtocolError(.internalError, field: "cmd", "'\(command.name)' is handled by the session")
+    }
+  }
+
+  static let versionResult: JSONValue = [
+    "server": .string(Greeting.server), "version": .string(RampdVersion.current),
+    "protocol": .integer(ProtocolVersion.current),
+  ]
+
+  // MARK: Streams
+
+  private func prepare(_ play: Play) throws(ProtocolError) -> Operation {
+    let path: String
+    do {
+      path = try configuration.media.resolve(play.path)
+    } catch {
+      switch error.reason {
+      case .outsideRoots, .relativeWithoutRoots: throw ProtocolError(.forbiddenPath, field: "path", error.description)
+      default: throw ProtocolError(.fileError, field: "path", error.description)
+      }
+    }
+    let gain = play.gain ?? 1
+    try checkGain(gain, field: "gain")
+    let id = play.stream ?? streamNames.next()
+    let start: @Sendable (RenderState) -> Result<Void, EngineError>
+    do {
+      start = try player.prepare(
+        path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
+        loop: play.loop, paused: play.paused)
+    } catch let error as AudioError {
+      throw ProtocolError(.fileError, field: "path", error.message)
+    } catch {
+      throw ProtocolError(.fileError, field: "path", "\(error)")
+    }
+    let limit = configuration.limits.streams
+    return Operation(
+      check: { state in
+        if state.contains(stream: id) {
+          return ProtocolError(.streamExists, field: "stream", "a stream '\(id)' is already playing")
+        }
+        if state.streamIDs.count >= limit {
+          return ProtocolError(.limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")
+        }
+        return nil
+      },
+      apply: { state, ticket throws(ProtocolError) in
+        if case .failure(let error) = start(state) { throw ProtocolError(error) }
+        let fadeIn = try? state.engine.animations(on: "streams.\(id).gain").first { $0.key == "fade-in" }
+        if let fadeIn {
+          ticket.events.append(
+            .animationStarted(id: fadeIn.id, key: fadeIn.keyPath, name: fadeIn.key, sample: fadeIn.beginSample))
+        }
+        return ["stream": .string(id), "path": .string(path), "animation": fadeIn.map { .integer($0.id) } ?? .null]
+      })
+  }
+
+  private func prepareTransport(_ transport: Transport, stop: Bool) -> Operation {
+    transportOperation(
+      stream: transport.stream, fade: transport.fade ?? 0, curve: transport.curve ?? .linear, space: .amplitude,
+      stop: stop)
+  }
+
+  private func transportOperation(
+    stream: String?, fade: Double, curve: TimingFunction, space: ValueSpace, stop: Bool
+  ) -> Operation {
+    let player = player
+    return Operation(check: { state in stream.flatMap { Self.checkStream($0, in: state) } }) { state, ticket in
+      let changes =
+        stop
+        ? player.stop(stream, fade: fade, curve: curve, space: space, in: state)
+        : player.pause(stream, fade: fade, curve: curve, space: space, in: state)
+      return Self.describe(changes)
+    }
+  }
+
+  private func prepareResume(_ transport: Transport) -> Operation {
+    let player = player
+    let stream = transport.stream
+    let fade = transport.fade ?? 0
+    let curve = transport.curve ?? .linear
+    return Operation(check: { state in stream.flatMap { Self.checkStream($0, in: state) } }) { state, _ in
+      Self.describe(player.resume(stream, fade: fade, curve: curve, in: state))
+    }
+  }
+
+  // MARK: Ramps
+
+  private func prepare(_ fade: Fade) throws(ProtocolError) -> Operation {
+    let duration = fade.duration ?? configuration.fades.duration
+    let curve = fade.curve ?? configuration.fades.curve
+    let space = fade.space ?? configuration.fades.space
+    if let then = fade.then {
+      // The fade runs on the transport, so the gains keep their values for the next play.
+      let stream: String?
+      if fade.key == "master.gain" {
+        stream = nil
+      } else if let owner = InternalKeyPath.stream(of: fade.key), fade.key.hasSuffix(".gain") {
+        stream = owner
+      } else {
+        throw ProtocolError(
+          .invalidField, field: "then", "'then' needs key master.gain (every stream) or streams.<id>.gain, not \(fade.key)")
+      }
+      return transportOperation(stream: stream, fade: duration, curve: curve, space: space, stop: then == .stop)
+    }
+    try Self.checkAddressable(fade.key)
+    if InternalKeyPath.isGain(fade.key) {
+      try checkGain(fade.to, field: "to")
+      if let from = fade.from { try checkGain(from, field: "from") }
+    }
+    let key = fade.key
+    let name = fade.name ?? Fade.defaultName
+    var animation = Animation.basic(from: fade.from, to: fade.to, duration: duration, timingFunction: curve)
+    animation.valueSpace = space
+    let continuity = fade.continuity
+    let animationToAdd = animation
+    return Operation(check: { state in Self.checkKey(key, value: fade.to, field: "to", in: state) }) {
+      state, ticket throws(ProtocolError) in
+      let engine = state.engine
+      do throws(EngineError) {
+        // The model becomes the target, so the value stays there when the fade is over; the
+        // fade starts from the value audible now, so nothing jumps.
+        var ramp = animationToAdd
+        if case .basic(let basic) = ramp.content, basic.from == nil {
+          ramp.content = .basic(BasicAnimation(from: try engine.presentation(key), to: basic.to))
+        }
+        try engine.set(key, to: fade.to, transaction: .instant)
+        guard duration > 0 else {
+          return ["key": .string(key), "animation": .null, "to": .number(fade.to)]
+        }
+        let id = try engine.add(ramp, forKey: name, to: key, continuity: continuity)
+        ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: engine.now))
+        return [
+          "key": .string(key), "animation": .integer(id), "to": .number(fade.to), "duration": .number(duration),
+        ]
+      } catch {
+        throw ProtocolError(error)
+      }
+    }
+  }
+
+  private func prepare(_ set: SetValue) throws(ProtocolError) -> Operation {
+    try Self.checkAddressable(set.key)
+    if InternalKeyPath.isGain(set.key) { try checkGain(set.value, field: "value") }
+    var transaction = configuration.transaction
+    if let duration = set.duration {
+      transaction.duration = duration
+      if duration > 0 { transaction.disableActions = false }
+    }
+    if let curve = set.curve { transaction.timingFunction = curve }
+    if let space = set.space { transaction.valueSpace = space }
+    if let continuity = set.continuity { transaction.continuity = continuity }
+    let chosen = transaction
+    let key = set.key
+    return Operation(check: { state in Self.checkKey(key, value: set.value, field: "value", in: state) }) {
+      state, ticket throws(ProtocolError) in
+      do throws(EngineError) {
+        let id = try state.engine.set(key, to: set.value, transaction: chosen)
+        if let id {
+          ticket.events.append(
+            .animationStarted(id: id, key: key, name: AnimationEngine.implicitActionKey, sample: state.engine.now))
+        }
+        return ["key": .string(key), "animation": id.map { .integer($0) } ?? .null, "value": .number(set.value)]
+      } catch {
+        throw ProtocolError(error)
+      }
+    }
+  }
+
+  private func prepare(_ animate: Animate) throws(ProtocolError) -> Operation {
+    try Self.checkAddressable(animate.key)
+    let key = animate.key
+    let name = animate.name
+    let animation = animate.animation
+    let continuity = animate.continuity
+    return Operation(check: { state in Self.checkKey(key, in: state) }) { state, ticket throws(ProtocolError) in
+      let engine = state.engine
+      var placed = animation
+      // On the wire a begin time counts from when the command takes effect.
+      if let begin = placed.timing.beginTime {
+        placed.timing.beginTime = Double(engine.now) / engine.sampleRate + begin
+      }
+      do throws(EngineError) {
+        let id = try engine.add(placed, forKey: name, to: key, continuity: continuity)
+        let begin = (try? engine.animations(on: key).first { $0.id == id }?.beginSample) ?? engine.now
+        ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: begin))
+        return ["key": .string(key), "animation": .integer(id)]
+      } catch {
+        throw ProtocolError(error, field: error.field.map { "animation.\($0)" })
+      }
+    }
+  }
+
+  // MARK: Checks
+
+  private func checkGain(_ value: Double, field: String) throws(ProtocolError) {
+    let maximum = configuration.maxGain
+    guard value >= 0 else {
+      throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(value)")
+    }
+    guard value <= maximum * (1 + 1e-12) else {
+      let decibels = configuration.maxGainDecibels
+      throw ProtocolError(
+        .outOfRange, field: field,
+        "\(value) is above the maximum gain \(maximum) (\(decibels) dB; raise gain.max to allow more)")
+    }
+  }
+
+  /// Transport ramps belong to the daemon: addressing them would fight `pause` and `stop`.
+  static func checkAddressable(_ key: String) throws(ProtocolError) {
+    if InternalKeyPath.isInternal(key) {
+      throw ProtocolError(.unknownKeyPath, field: "key", "'\(key)' is internal to the daemon; use pause, resume and stop")
+    }
+  }
+
+  static func checkKey(_ key: String, value: Double? = nil, field: String = "value", in state: RenderState)
+    -> ProtocolError?
+  {
+    guard state.engine.contains(key) else {
+      return ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)'\(Self.hint(key, in: state))")
+    }
+    if let value, let range = try? state.engine.range(key), !range.contains(value) {
+      return ProtocolError(
+        .outOfRange, field: field, "\(value) is outside \(key)'s range \(range.lowerBound)...\(range.upperBound)")
+    }
+    return nil
+  }
+
+  static func checkStream(_ id: String, in state: RenderState) -> ProtocolError? {
+    state.contains(stream: id)
+      ? nil : ProtocolError(.unknownStream, field: "stream", "no stream '\(id)' is playing")
+  }
+
+  private static func hint(_ key: String, in state: RenderState) -> String {
+    if let stream = InternalKeyPath.stream(of: key), !state.contains(stream: stream) {
+      return " (no stream '\(stream)' is playing)"
+    }
+    return ""
+  }
+
+  // MARK: Results
+
+  static func describe(_ key: String, in state: RenderState) -> JSONValue {
+    let engine = state.engine
+    let range = (try? engine.range(key)) ?? 0...0
+    return [
+      "key": .string(key),
+      "model": .number((try? engine.model(key)) ?? .nan),
+      "presentation": .number((try? engine.presentation(key)) ?? .nan),
+      "range": [.number(range.lowerBound), .number(range.upperBound)],
+      "sample": .integer(engine.now),
+    ]
+  }
+
+  static func list(prefix: String?, in state: RenderState) -> JSONValue {
+    let engine = state.engine
+    let keys = engine.keyPaths.filter { key in
+      !InternalKeyPath.isInternal(key) && (prefix.map { key == $0 || key.hasPrefix($0 + ".") } ?? true)
+    }
+    let properties: [JSONValue] = keys.map { key in
+      var object = describe(key, in: state).objectValue ?? JSONObject()
+      object["sample"] = nil
+      object["animations"] = .array(((try? engine.animations(on: key)) ?? []).map(describe))
+      return .object(object)
+    }
+    return ["sample": .integer(engine.now), "properties": .array(properties)]
+  }
+
+  static func describe(_ status: AnimationStatus) -> JSONValue {
+    [
+      "id": .integer(status.id), "name": .string(status.key), "kind": .string(status.kind),
+      "additive": .bool(status.isAdditive), "begin": .integer(status.beginSample),
+      "end": status.endSample.map { .integer($0) } ?? .null,
+      "progress": status.progress.map { .number($0) } ?? .null,
+    ]
+  }
+
+  static func describe(_ stream: StreamSnapshot) -> JSONValue {
+    [
+      "stream": .string(stream.id), "path": .string(stream.path), "paused": .bool(stream.paused),
+      "stopping": .bool(stream.stopping), "loop": .bool(stream.loops), "position": .number(stream.seconds),
+    ]
+  }
+
+  static func describe(_ changes: [TransportChange]) -> JSONValue {
+    [
+      "streams": .array(changes.map { .string($0.stream) }),
+      "animations": .array(changes.compactMap { $0.animation.map { .integer($0) } }),
+    ]
+  }
+}
+
+/// Names for streams a `play` did not name: s1, s2, …
+final class StreamNames: Sendable {
+  private let counter = Mutex<Int>(0)
+
+  func next() -> String {
+    counter.withLock { value in
+      value += 1
+      return "s\(value)"
+    }
+  }
+}
+
+public enum RampdVersion {
+  public static let current = "0.2.0"
+}

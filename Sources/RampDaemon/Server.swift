@@ -1,0 +1,328 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import RampAudio
+import RampProtocol
+import Synchronization
+
+/// The Unix-socket server: one line of JSON per request, one per reply or event.
+public final class Server: @unchecked Sendable {
+  public let path: String
+  private let controller: Controller
+  private let configuration: DaemonConfiguration
+  private let logger: Logger
+  private let group: MultiThreadedEventLoopGroup
+  private var channel: Channel?
+  let clientCount = Atomic<Int>(0)
+
+  public init(path: String, controller: Controller, configuration: DaemonConfiguration, logger: Logger) {
+    self.path = path
+    self.controller = controller
+    self.configuration = configuration
+    self.logger = logger
+    group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+  }
+
+  /// Binds the socket (replacing a stale one), sets its mode and group, and starts accepting.
+  public func start() throws {
+    try Self.prepareDirectory(for: path)
+    try Self.removeStaleSocket(at: path)
+    let channel = try bootstrap().bind(unixDomainSocketPath: path).wait()
+    try applyPermissions()
+    self.channel = channel
+  }
+
+  /// Serves on a socket that systemd (or a test harness) already bound and listens on.
+  public func start(inheritedDescriptor descriptor: CInt) throws {
+    channel = try bootstrap().withBoundSocket(descriptor).wait()
+  }
+
+  public func shutdown() {
+    try? channel?.close().wait()
+    try? group.syncShutdownGracefully()
+    if channel?.localAddress?.pathname == path { unlink(path) }
+  }
+
+  private func bootstrap() -> ServerBootstrap {
+    let controller = controller
+    let configuration = configuration
+    let logger = logger
+    let clients = self
+    return ServerBootstrap(group: group)
+      .serverChannelOption(.backlog, value: 64)
+      .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
+      .childChannelInitializer { channel in
+        let limit = configuration.limits.clients
+        guard clients.clientCount.add(1, ordering: .relaxed).newValue <= limit else {
+          clients.clientCount.subtract(1, ordering: .relaxed)
+          let error = ProtocolError(.limitExceeded, "\(limit) clients are connected, the most allowed (limits.clients)")
+          var buffer = channel.allocator.buffer(capacity: 256)
+          buffer.writeString(Reply.failure(id: nil, error: error).serialized() + "\n")
+          return channel.writeAndFlush(buffer).flatMap { channel.close() }
+        }
+        channel.closeFuture.whenComplete { _ in clients.clientCount.subtract(1, ordering: .relaxed) }
+        let session = Session(channel: channel, controller: controller, configuration: configuration, logger: logger)
+        return channel.pipeline.eventLoop.makeCompletedFuture {
+          try channel.pipeline.syncOperations.addHandler(
+            ByteToMessageHandler(LineDecoder(maximumLength: configuration.limits.lineLength)))
+          try channel.pipeline.syncOperations.addHandler(session)
+        }
+      }
+  }
+
+  private func applyPermissions() throws {
+    guard chmod(path, mode_t(configuration.socket.mode)) == 0 else {
+      throw ServerError("cannot set mode \(String(configuration.socket.mode, radix: 8)) on \(path): \(errnoText())")
+    }
+    if let name = configuration.socket.group {
+      guard let entry = getgrnam(name) else { throw ServerError("socket.group: no group '\(name)'") }
+      guard chown(path, uid_t.max, entry.pointee.gr_gid) == 0 else {
+        throw ServerError("cannot give \(path) to group '\(name)': \(errnoText())")
+      }
+    }
+  }
+
+  static func prepareDirectory(for path: String) throws {
+    let directory = (path as NSString).deletingLastPathComponent
+    guard !directory.isEmpty else { return }
+    do {
+      try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    } catch {
+      throw ServerError("cannot create \(directory) for the socket: \(error.localizedDescription)")
+    }
+  }
+
+  /// A socket file left by a daemon that died is removed; one that answers means a daemon runs.
+  static func removeStaleSocket(at path: String) throws {
+    var info = stat()
+    guard lstat(path, &info) == 0 else { return }
+    guard (info.st_mode & S_IFMT) == S_IFSOCK else {
+      throw ServerError("\(path) exists and is not a socket; refusing to replace it")
+    }
+    if let probe = try? SocketProbe.connect(path) {
+      Glibc.close(probe)
+      throw ServerError("another rampd is already listening on \(path)")
+    }
+    unlink(path)
+  }
+}
+
+public struct ServerError: Error, CustomStringConvertible {
+  public let description: String
+  init(_ description: String) { self.description = description }
+}
+
+func errnoText() -> String { String(cString: strerror(errno)) }
+
+/// A blocking connect, to tell a live socket from a stale file.
+enum SocketProbe {
+  static func connect(_ path: String) throws -> CInt {
+    let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { throw ServerError(errnoText()) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+      Glibc.close(descriptor)
+      throw ServerError("socket path too long")
+    }
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+      raw.copyBytes(from: bytes)
+      raw[bytes.count] = 0
+    }
+    let result = withUnsafePointer(to: &address) { pointer in
+      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+      }
+    }
+    guard result == 0 else {
+      Glibc.close(descriptor)
+      throw ServerError(errnoText())
+    }
+    return descriptor
+  }
+}
+
+/// Splits the byte stream into lines (without the newline); a line longer than the limit is an
+/// error, so one client cannot make the daemon buffer without end.
+struct LineDecoder: ByteToMessageDecoder {
+  typealias InboundOut = ByteBuffer
+  let maximumLength: Int
+
+  mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+    if let newline = buffer.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) {
+      let length = newline - buffer.readerIndex
+      guard length <= maximumLength else { throw LineTooLong(limit: maximumLength) }
+      var line = buffer.readSlice(length: length)!
+      buffer.moveReaderIndex(forwardBy: 1)
+      // Tolerate CRLF from hand-typed sessions (socat, nc).
+      if line.readableBytesView.last == UInt8(ascii: "\r") { line = line.getSlice(at: line.readerIndex, length: length - 1)! }
+      context.fireChannelRead(Self.wrapInboundOut(line))
+      return .continue
+    }
+    if buffer.readableBytes > maximumLength { throw LineTooLong(limit: maximumLength) }
+    return .needMoreData
+  }
+
+  mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws
+    -> DecodingState
+  {
+    while try decode(context: context, buffer: &buffer) == .continue {}
+    // A last line without a newline still counts.
+    if buffer.readableBytes > 0, let line = buffer.readSlice(length: buffer.readableBytes) {
+      context.fireChannelRead(Self.wrapInboundOut(line))
+    }
+    return .needMoreData
+  }
+}
+
+struct LineTooLong: Error {
+  let limit: Int
+}
+
+/// One connection: parses requests, hands them to the controller, writes replies and events, and
+/// runs the connection's observers.
+final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
+  typealias InboundIn = ByteBuffer
+  typealias OutboundOut = ByteBuffer
+
+  private let channel: Channel
+  private let controller: Controller
+  private let configuration: DaemonConfiguration
+  private let logger: Logger
+  /// Observed key paths (event-loop thread only).
+  private var observers: [String: Observer] = [:]
+  private let droppedEvents = Atomic<Int>(0)
+
+  /// Lives on the connection's event loop only.
+  final class Observer: @unchecked Sendable {
+    let published: PublishedValue
+    var task: RepeatedTask?
+    var last: Double?
+    init(published: PublishedValue) { self.published = published }
+  }
+
+  init(channel: Channel, controller: Controller, configuration: DaemonConfiguration, logger: Logger) {
+    self.channel = channel
+    self.controller = controller
+    self.configuration = configuration
+    self.logger = logger
+  }
+
+  func channelActive(context: ChannelHandlerContext) {
+    write(Greeting.line(version: RampdVersion.current))
+    context.fireChannelActive()
+  }
+
+  func channelInactive(context: ChannelHandlerContext) {
+    for observer in observers.values { stop(observer) }
+    observers = [:]
+    controller.disconnected(self)
+    context.fireChannelInactive()
+  }
+
+  func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+    let line = unwrapInboundIn(data)
+    let bytes = line.readableBytesView
+    if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
+    let (id, result) = Request.parse(utf8: bytes)
+    switch result {
+    case .failure(let error):
+      reply(Reply.failure(id: id, error: error))
+    case .success(let request):
+      switch request.command {
+      case .observe(let key, let rate):
+        reply(observe(key, rate: rate, id: request.id))
+      case .unobserve(let key):
+        reply(unobserve(key, id: request.id))
+      default:
+        controller.handle(request, from: self)
+      }
+    }
+  }
+
+  func errorCaught(context: ChannelHandlerContext, error: Error) {
+    if let tooLong = error as? LineTooLong {
+      let reply = Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: tooLong.limit))
+      var buffer = context.channel.allocator.buffer(capacity: 256)
+      buffer.writeString(reply.serialized() + "\n")
+      let channel = context.channel
+      context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
+      return
+    }
+    logger.debug("connection error", metadata: ["error": "\(error)"])
+    context.close(promise: nil)
+  }
+
+  // MARK: Client
+
+  func reply(_ line: JSONValue) { write(line) }
+
+  func event(_ line: JSONValue) {
+    // A subscriber that does not read loses events instead of holding the daemon's memory.
+    guard channel.isWritable else {
+      droppedEvents.add(1, ordering: .relaxed)
+      return
+    }
+    write(line)
+  }
+
+  private func write(_ line: JSONValue) {
+    let text = line.serialized() + "\n"
+    var buffer = channel.allocator.buffer(capacity: text.utf8.count)
+    buffer.writeString(text)
+    channel.writeAndFlush(buffer, promise: nil)
+  }
+
+  // MARK: Observe
+
+  private func observe(_ key: String, rate: Double, id: JSONValue?) -> JSONValue {
+    let limits = configuration.limits
+    guard rate <= limits.maxObserveRate else {
+      return Reply.failure(
+        id: id,
+        error: ProtocolError(
+          .outOfRange, field: "rate", "\(rate) Hz is above limits.max-observe-rate (\(limits.maxObserveRate) Hz)"))
+    }
+    if observers[key] == nil && observers.count >= limits.observersPerClient {
+      return Reply.failure(
+        id: id,
+        error: ProtocolError(
+          .limitExceeded, field: "key", "\(limits.observersPerClient) key paths are observed, the most allowed"))
+    }
+    if let old = observers.removeValue(forKey: key) { stop(old) }
+    let observer = Observer(published: controller.player.publish(key))
+    let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
+    observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
+      [weak self, observer] _ in
+      self?.report(observer)
+    }
+    observers[key] = observer
+    return Reply.success(id: id, result: ["key": .string(key), "rate": .number(rate)])
+  }
+
+  /// Sends the observed value when it changed since the last report (and the first time).
+  private func report(_ observer: Observer) {
+    let (value, sample) = observer.published.latest
+    guard sample >= 0, !value.isNaN, value != observer.last else { return }
+    observer.last = value
+    event(Event.value(key: observer.published.keyPath, value: value, sample: sample).json)
+  }
+
+  private func unobserve(_ key: String?, id: JSONValue?) -> JSONValue {
+    let keys = key.map { [$0] } ?? Array(observers.keys)
+    if let key, observers[key] == nil {
+      return Reply.failure(id: id, error: ProtocolError(.invalidField, field: "key", "'\(key)' is not observed"))
+    }
+    for key in keys {
+      if let observer = observers.removeValue(forKey: key) { stop(observer) }
+    }
+    return Reply.success(id: id, result: ["keys": .array(keys.sorted().map { .string($0) })])
+  }
+
+  private func stop(_ observer: Observer) {
+    observer.task?.cancel()
+    controller.player.unpublish(observer.published)
+  }
+}
