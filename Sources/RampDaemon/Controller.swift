@@ -305,12 +305,14 @@ public final class Controller: @unchecked Sendable {
       ticket.deliver(ticket)
       for event in ticket.events { broadcast(event) }
     case .animationFinished(let report):
+      // The event first, then the replies to waits it ends: a client sees them in that order.
+      if !InternalKeyPath.isInternal(report.keyPath), !report.key.hasPrefix("declick") {
+        broadcast(
+          .animationFinished(
+            id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample))
+      }
       let finished = waits.withLock { $0.finish(report.id, finished: report.finished) }
       for waiter in finished { waiter.respond(.success(["animations": .array(waiter.describe)])) }
-      guard !InternalKeyPath.isInternal(report.keyPath), !report.key.hasPrefix("declick") else { return }
-      broadcast(
-        .animationFinished(
-          id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample))
     case .streamStarted(let id, let path):
       logger.info("stream started", metadata: ["stream": "\(id)", "path": "\(path)"])
       broadcast(.streamStarted(stream: id, path: path))

@@ -1,0 +1,238 @@
+import Foundation
+import RampAudio
+import RampProtocol
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// The built executables (`swift build --build-tests` builds them next to the test bundle).
+enum Executables {
+  static let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
+  static var rampd: String { "\(directory)/rampd" }
+  static var rampctl: String { "\(directory)/rampctl" }
+}
+
+/// A real `rampd` process playing into ALSA's `file` plugin over `null` (raw float samples, paced
+/// by the clock), with its own socket, configuration and recording in a temporary directory.
+final class DaemonProcess {
+  let directory: String
+  let socket: String
+  let recording: String
+  let process = Process()
+  let stderr = Pipe()
+  private(set) var log = ""
+
+  init(name: String = #function, extraConfiguration: String = "", periodMs: Int = 5, bufferMs: Int = 20) throws {
+    directory = NSTemporaryDirectory() + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    socket = "\(directory)/rampd.sock"
+    recording = "\(directory)/played.raw"
+    let alsa = "pcm.rampd_e2e { type file; slave.pcm null; file \"\(recording)\"; format raw }\n"
+    try alsa.write(toFile: "\(directory)/asound.conf", atomically: true, encoding: .utf8)
+    let toml = """
+      [socket]
+      path = "\(socket)"
+      [output]
+      device = "rampd_e2e"
+      format = "float"
+      period = "\(periodMs)ms"
+      buffer = "\(bufferMs)ms"
+      pacing = "clock"
+      [embedded-output]
+      enabled = false
+      [fade]
+      curve = "linear"
+      [log]
+      level = "debug"
+      \(extraConfiguration)
+      """
+    try toml.write(toFile: "\(directory)/rampd.toml", atomically: true, encoding: .utf8)
+    process.executableURL = URL(fileURLWithPath: Executables.rampd)
+    process.arguments = ["--config", "\(directory)/rampd.toml"]
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
+    process.environment = environment
+    process.standardError = stderr
+    process.standardOutput = FileHandle.nullDevice
+    try process.run()
+    let deadline = Date().addingTimeInterval(20)
+    while !FileManager.default.fileExists(atPath: socket) {
+      guard process.isRunning, Date() < deadline else {
+        throw HarnessError("rampd did not start: \(readLog())")
+      }
+      usleep(10_000)
+    }
+  }
+
+  deinit {
+    if process.isRunning {
+      process.terminate()
+      process.waitUntilExit()
+    }
+    try? FileManager.default.removeItem(atPath: directory)
+  }
+
+  func client() throws -> LineClient { try LineClient(path: socket) }
+
+  /// Stops the daemon (SIGTERM) and returns its exit status.
+  @discardableResult
+  func stop() -> Int32 {
+    process.terminate()
+    process.waitUntilExit()
+    _ = readLog()
+    return process.terminationStatus
+  }
+
+  @discardableResult
+  func readLog() -> String {
+    if !process.isRunning {
+      log += String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    }
+    return log
+  }
+
+  /// Every sample played so far, interleaved stereo.
+  func played() throws -> [Float] {
+    let data = try Data(contentsOf: URL(fileURLWithPath: recording))
+    return data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+  }
+
+  /// One channel of what was played.
+  func played(channel: Int) throws -> [Float] {
+    let all = try played()
+    return stride(from: channel, to: all.count, by: 2).map { all[$0] }
+  }
+
+  /// A stereo float WAV of `seconds` with `left` and `right` constant values.
+  func constantFile(_ name: String, seconds: Double, left: Float = 1, right: Float = 1) throws -> String {
+    let path = "\(directory)/\(name).wav"
+    let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
+    let frames = Int(seconds * 48_000)
+    var buffer = [Float](repeating: 0, count: frames * 2)
+    for frame in 0..<frames {
+      buffer[2 * frame] = left
+      buffer[2 * frame + 1] = right
+    }
+    try buffer.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: frames) }
+    try writer.close()
+    return path
+  }
+}
+
+struct HarnessError: Error, CustomStringConvertible {
+  let description: String
+  init(_ description: String) { self.description = description }
+}
+
+/// A plain blocking Unix-socket client speaking lines of JSON, as a script would.
+final class LineClient {
+  let descriptor: CInt
+  private var pending: [UInt8] = []
+  /// Events read while waiting for replies, in arrival order.
+  private(set) var events: [JSONValue] = []
+  private(set) var greeting: JSONValue = .null
+  private var nextID = 0
+
+  init(path: String) throws {
+    let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    self.descriptor = descriptor
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+      let bytes = Array(path.utf8)
+      raw.copyBytes(from: bytes)
+      raw[bytes.count] = 0
+    }
+    let connected = withUnsafePointer(to: &address) { pointer in
+      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+      }
+    }
+    guard connected == 0 else { throw HarnessError("connect \(path): \(String(cString: strerror(errno)))") }
+    var timeout = timeval(tv_sec: 10, tv_usec: 0)
+    setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    greeting = try readLine()
+  }
+
+  deinit { close(descriptor) }
+
+  func send(raw line: String) throws {
+    let bytes = Array((line + "\n").utf8)
+    var sent = 0
+    while sent < bytes.count {
+      let result = bytes[sent...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+      guard result > 0 else { throw HarnessError("send: \(String(cString: strerror(errno)))") }
+      sent += result
+    }
+  }
+
+  /// Sends `request` with a fresh id and returns its reply; events on the way are kept.
+  @discardableResult
+  func request(_ request: JSONObject) throws -> JSONValue {
+    nextID += 1
+    var object = request
+    object["id"] = .integer(nextID)
+    try send(raw: JSONValue.object(object).serialized())
+    return try reply(to: nextID)
+  }
+
+  /// The reply with `id`, keeping the events read before it.
+  func reply(to id: Int) throws -> JSONValue {
+    while true {
+      let line = try readLine()
+      if line["event"] != nil {
+        events.append(line)
+        continue
+      }
+      if line["id"] == .integer(id) { return line }
+      throw HarnessError("unexpected line \(line.serialized()) while waiting for reply \(id)")
+    }
+  }
+
+  /// Reads lines until an event matches, returning it (all events are kept).
+  func waitForEvent(timeout: Double = 10, _ match: (JSONValue) -> Bool) throws -> JSONValue {
+    if let found = events.first(where: match) { return found }
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+      let line = try readLine()
+      guard line["event"] != nil else { throw HarnessError("unexpected reply \(line.serialized())") }
+      events.append(line)
+      if match(line) { return line }
+    }
+    throw HarnessError("no matching event in \(timeout) s; saw \(events.map { $0.serialized() })")
+  }
+
+  func readLine() throws -> JSONValue {
+    while true {
+      if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+        let line = String(decoding: pending[..<newline], as: UTF8.self)
+        pending.removeSubrange(...newline)
+        return try JSON.parse(line)
+      }
+      var buffer = [UInt8](repeating: 0, count: 65_536)
+      let count = recv(descriptor, &buffer, buffer.count, 0)
+      guard count > 0 else { throw HarnessError(count == 0 ? "connection closed" : "recv: timed out or failed") }
+      pending += buffer[..<count]
+    }
+  }
+
+  /// True when the daemon closed the connection (read returns 0).
+  func isClosedByPeer() -> Bool {
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while true {
+      let count = recv(descriptor, &buffer, buffer.count, 0)
+      if count == 0 { return true }
+      if count < 0 { return false }
+    }
+  }
+}
+
+extension JSONValue {
+  var isOK: Bool { self["ok"] == .bool(true) }
+  var errorCode: String? { self["error"]?["code"]?.stringValue }
+  var errorField: String? { self["error"]?["field"]?.stringValue }
+  var result: JSONValue { self["result"] ?? .null }
+  var int: Int? { numberValue.map { Int($0) } }
+}

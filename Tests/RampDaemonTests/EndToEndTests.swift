@@ -1,0 +1,191 @@
+import Foundation
+import RampEngine
+import RampProtocol
+import Testing
+
+/// The real `rampd` binary on an ALSA `file` PCM, driven over its socket by a plain client; every
+/// check reads back the samples that were played. Inputs are constant 1.0 signals, so the samples
+/// are the gains themselves.
+@Suite struct EndToEndTests {
+  /// A fade-in then a fade-out with `then: stop`: each ramp is the curve at every sample, and the
+  /// stream is released when the fade-out is over.
+  @Test func fadeInThenFadeOutAndStopIsTheCurveAtEverySample() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    #expect(client.greeting["hello"] == "rampd" && client.greeting["protocol"] == 1)
+    try client.request(["cmd": "subscribe"])
+    let file = try daemon.constantFile("one", seconds: 3)
+    let play = try client.request(["cmd": "play", "path": .string(file), "stream": "a", "fadeIn": 0.2, "curve": "linear"])
+    #expect(play.isOK, "\(play.serialized())")
+    usleep(400_000)
+    let fadeOut = try client.request([
+      "cmd": "fade-out", "duration": 0.3, "curve": "ease-in-out", "then": "stop",
+    ])
+    #expect(fadeOut.isOK && fadeOut.result["streams"] == ["a"], "\(fadeOut.serialized())")
+    let ended = try client.waitForEvent { $0["event"] == "stream-ended" }
+    #expect(ended["reason"] == "stopped" && ended["stream"] == "a")
+    let status = try client.request(["cmd": "status"])
+    #expect(status.result["streams"] == [], "the stream is released")
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"] == 1, "master untouched")
+    daemon.stop()
+
+    let left = try daemon.played(channel: 0)
+    let start = try #require(left.firstIndex { $0 > 0 }) - 1
+    var worst = 0.0
+    for k in 0...9_600 { worst = max(worst, abs(Double(left[start + k]) - Double(k) / 9_600)) }
+    #expect(worst < 1e-6, "fade-in off the linear curve by \(worst)")
+    // The fade-out, the time-mirrored curve. Its first steps are too small for a float to show,
+    // so its start is found as the best fit just before the first sample below 1.
+    let visible = try #require(left[(start + 9_601)...].firstIndex { $0 < 1 })
+    func misfit(_ fall: Int) -> Double {
+      (0...14_400).reduce(0.0) { worst, k in
+        max(worst, abs(Double(left[fall + k]) - (1 - TimingFunction.easeInEaseOut.value(at: Double(k) / 14_400))))
+      }
+    }
+    let fall = try #require(((visible - 400)..<visible).min { misfit($0) < misfit($1) })
+    #expect(misfit(fall) < 1e-6, "fade-out off the ease-in-out curve by \(misfit(fall))")
+    #expect(left[(fall + 14_400)...].allSatisfy { $0 == 0 }, "silent once stopped")
+  }
+
+  /// A fade retargeted mid-flight: the audible value is continuous (no step larger than either
+  /// ramp's slope) and ends at the new target.
+  @Test func aFadeRetargetedMidFlightDoesNotJump() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let file = try daemon.constantFile("one", seconds: 3)
+    #expect(try client.request(["cmd": "play", "path": .string(file)]).isOK)
+    usleep(100_000)
+    #expect(try client.request(["cmd": "fade", "to": 0, "duration": 1]).isOK)
+    usleep(300_000)
+    let retarget = try client.request(["cmd": "fade", "to": 0.8, "duration": 0.5])
+    let id = try #require(retarget.result["animation"]?.int)
+    let waited = try client.request(["cmd": "wait", "animations": [.integer(id)]])
+    #expect(waited.result["animations"] == [["id": .integer(id), "finished": true]])
+    daemon.stop()
+    let left = try daemon.played(channel: 0).map(Double.init)
+    let first = try #require(left.firstIndex { $0 > 0 })
+    let end = try #require(left.lastIndex { $0 > 0 })
+    let playing = Array(left[(first + 480)..<end])
+    let steepest = zip(playing, playing.dropFirst()).map { abs($1 - $0) }.max() ?? 1
+    // Down at 1/48000 per sample, back up at (0.8 - ~0.7)/24000: never more than 1/24000.
+    #expect(steepest < 1.0 / 24_000, "largest step \(steepest)")
+    let lowest = try #require(playing.min())
+    #expect(lowest > 0.6 && lowest < 0.75, "turned around near 0.7, at \(lowest)")
+    #expect(abs(playing[playing.count - 100] - 0.8) < 1e-6, "settled at the new target")
+  }
+
+  /// A batch crossfade: the fade-out of one stream and the fade-in of the other start on the same
+  /// sample (one plays on the left channel only, the other on the right).
+  @Test func aBatchCrossfadeStartsBothRampsOnTheSameSample() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let left = try daemon.constantFile("left", seconds: 2, left: 1, right: 0)
+    let right = try daemon.constantFile("right", seconds: 2, left: 0, right: 1)
+    #expect(try client.request(["cmd": "play", "path": .string(left), "stream": "l"]).isOK)
+    #expect(try client.request(["cmd": "play", "path": .string(right), "stream": "r", "gain": 0]).isOK)
+    usleep(200_000)
+    let batch = try client.request([
+      "cmd": "batch",
+      "commands": [
+        ["cmd": "fade", "key": "streams.l.gain", "to": 0, "duration": 0.25],
+        ["cmd": "fade", "key": "streams.r.gain", "to": 1, "duration": 0.25],
+      ],
+    ])
+    #expect(batch.isOK, "\(batch.serialized())")
+    usleep(400_000)
+    daemon.stop()
+    let l = try daemon.played(channel: 0)
+    let r = try daemon.played(channel: 1)
+    let lStart = try #require(l.firstIndex { $0 > 0 })
+    let lFalls = try #require(l[(lStart + 480)...].firstIndex { $0 < 1 })
+    let rRises = try #require(r.firstIndex { $0 > 0 })
+    #expect(lFalls == rRises, "fade-out starts at \(lFalls), fade-in at \(rRises)")
+    for k in stride(from: 0, to: 12_000, by: 97) {
+      #expect(abs(Double(l[lFalls + k]) + Double(r[rRises + k]) - 1) < 1e-6, "equal-sum crossfade at \(k)")
+    }
+  }
+
+  /// A batch with one bad command applies nothing and names the command at fault.
+  @Test func aBatchWithABadCommandAppliesNothing() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let reply = try client.request([
+      "cmd": "batch",
+      "commands": [
+        ["cmd": "set", "key": "master.gain", "value": 0.5, "duration": 0],
+        ["cmd": "fade", "key": "streams.nope.gain", "to": 1],
+      ],
+    ])
+    #expect(reply.errorCode == "unknown-key-path" && reply.errorField == "commands[1].key", "\(reply.serialized())")
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"] == 1, "the set did not apply")
+  }
+
+  /// `wait` replies after the animation-finished event, and events come in the order things
+  /// happened: started, then finished.
+  @Test func waitAndEventsArriveInOrder() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["animation-started", "animation-finished"]])
+    let fade = try client.request(["cmd": "fade", "to": 0.5, "duration": 0.2])
+    let id = try #require(fade.result["animation"])
+    let waited = try client.request(["cmd": "wait", "key": "master.gain"])
+    #expect(waited.isOK)
+    let names = client.events.map { $0["event"]?.stringValue ?? "" }
+    #expect(names == ["animation-started", "animation-finished"], "\(names)")
+    #expect(client.events.allSatisfy { $0["id"] == id })
+    #expect(client.events.last?["finished"] == true)
+    let started = try #require(client.events.first?["sample"]?.int)
+    let finished = try #require(client.events.last?["sample"]?.int)
+    #expect(finished - started == 9_600, "0.2 s at 48 kHz")
+  }
+
+  /// Observed values are the values that were played, at the samples they name.
+  @Test func observedValuesMatchWhatWasPlayed() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let file = try daemon.constantFile("one", seconds: 2)
+    #expect(try client.request(["cmd": "play", "path": .string(file)]).isOK)
+    #expect(try client.request(["cmd": "observe", "key": "master.gain", "rate": 100]).isOK)
+    usleep(100_000)
+    #expect(try client.request(["cmd": "fade", "to": 0.2, "duration": 0.5, "curve": "ease-in"]).isOK)
+    usleep(700_000)
+    #expect(try client.request(["cmd": "unobserve"]).isOK)
+    daemon.stop()
+    let values = client.events.filter { $0["event"] == "value" }
+    #expect(values.count >= 20, "\(values.count) values observed")
+    let left = try daemon.played(channel: 0)
+    var worst = 0.0
+    var inTheFade = 0
+    for value in values {
+      let sample = try #require(value["sample"]?.int)
+      let observed = try #require(value["value"]?.numberValue)
+      guard sample < left.count else { continue }
+      worst = max(worst, abs(Double(left[sample]) - observed))
+      if observed > 0.2 && observed < 1 { inTheFade += 1 }
+    }
+    #expect(worst < 1e-6, "observed values off the played samples by \(worst)")
+    #expect(inTheFade >= 10, "values during the fade: \(inTheFade)")
+  }
+
+  /// A command scheduled with `at` takes effect at the sample it names, relative to when it was
+  /// received: the reply comes when it applies.
+  @Test func aScheduledSetLandsLater() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let file = try daemon.constantFile("one", seconds: 2)
+    #expect(try client.request(["cmd": "play", "path": .string(file)]).isOK)
+    let before = try #require(try client.request(["cmd": "status"]).result["sample"]?.int)
+    let sent = Date()
+    let reply = try client.request(["cmd": "set", "key": "master.gain", "value": 0.25, "duration": 0, "at": 0.3])
+    let elapsed = Date().timeIntervalSince(sent)
+    #expect(reply.isOK && elapsed > 0.25, "replied after \(elapsed) s")
+    usleep(100_000)
+    daemon.stop()
+    let left = try daemon.played(channel: 0)
+    let playing = try #require(left.firstIndex { $0 == 1 })
+    let changed = try #require(left[playing...].firstIndex { $0 == 0.25 })
+    #expect(left[changed - 1] == 1)
+    let late = changed - before - 14_400
+    #expect(late >= 0 && late < 2_400, "applied \(late) samples after 0.3 s from the status sample")
+  }
+}
