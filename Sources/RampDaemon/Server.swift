@@ -57,9 +57,9 @@ public final class Server: @unchecked Sendable {
         guard clients.clientCount.add(1, ordering: .relaxed).newValue <= limit else {
           clients.clientCount.subtract(1, ordering: .relaxed)
           let error = ProtocolError(.limitExceeded, "\(limit) clients are connected, the most allowed (limits.clients)")
-          var buffer = channel.allocator.buffer(capacity: 256)
-          buffer.writeString(Reply.failure(id: nil, error: error).serialized() + "\n")
-          return channel.writeAndFlush(buffer).flatMap { channel.close() }
+          return channel.eventLoop.makeCompletedFuture {
+            try channel.pipeline.syncOperations.addHandler(Refusal(line: Reply.failure(id: nil, error: error)))
+          }
         }
         channel.closeFuture.whenComplete { _ in clients.clientCount.subtract(1, ordering: .relaxed) }
         let session = Session(channel: channel, controller: controller, configuration: configuration, logger: logger)
@@ -174,6 +174,22 @@ struct LineDecoder: ByteToMessageDecoder {
       context.fireChannelRead(Self.wrapInboundOut(line))
     }
     return .needMoreData
+  }
+}
+
+/// Says why a connection is refused, instead of the greeting, and closes it.
+final class Refusal: ChannelInboundHandler, Sendable {
+  typealias InboundIn = ByteBuffer
+  typealias OutboundOut = ByteBuffer
+  let text: String
+
+  init(line: JSONValue) { text = line.serialized() + "\n" }
+
+  func channelActive(context: ChannelHandlerContext) {
+    var buffer = context.channel.allocator.buffer(capacity: text.utf8.count)
+    buffer.writeString(text)
+    let channel = context.channel
+    context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
   }
 }
 

@@ -154,6 +154,7 @@ final class LineClient {
     var timeout = timeval(tv_sec: 10, tv_usec: 0)
     setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     greeting = try readLine()
+    guard greeting["hello"] != nil else { throw HarnessError("refused: \(greeting.serialized())") }
   }
 
   deinit { close(descriptor) }
@@ -218,13 +219,14 @@ final class LineClient {
     }
   }
 
-  /// True when the daemon closed the connection (read returns 0).
+  /// True when the daemon closed the connection: end of stream, or a reset (it closed with our
+  /// unread bytes still queued).
   func isClosedByPeer() -> Bool {
     var buffer = [UInt8](repeating: 0, count: 4096)
     while true {
       let count = recv(descriptor, &buffer, buffer.count, 0)
       if count == 0 { return true }
-      if count < 0 { return false }
+      if count < 0 { return errno == ECONNRESET }
     }
   }
 }

@@ -189,3 +189,105 @@ import Testing
     #expect(late >= 0 && late < 2_400, "applied \(late) samples after 0.3 s from the status sample")
   }
 }
+
+/// Every kind of bad input gets its documented error code, names the field at fault, and loses
+/// nothing: the stream playing throughout is never interrupted and the daemon keeps serving.
+@Suite struct BadInputTests {
+  @Test func badRequestsAreRefusedWhileAudioPlaysOn() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let file = try daemon.constantFile("one", seconds: 3)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "keep"]).isOK)
+    usleep(100_000)
+    let raw: [(String, String, String?)] = [
+      ("{\"cmd\": \"ping\"", "bad-json", nil),
+      ("{\"cmd\": \"fade\", \"to\": NaN}", "bad-json", nil),
+      ("[1, 2]", "bad-request", nil),
+      ("{\"id\": 1}", "bad-request", "cmd"),
+    ]
+    for (line, code, field) in raw {
+      try client.send(raw: line)
+      let reply = try client.readLine()
+      #expect(reply.errorCode == code && reply.errorField == field, "\(line) → \(reply.serialized())")
+    }
+    let cases: [(JSONObject, String, String)] = [
+      (["cmd": "fadee"], "unknown-command", "cmd"),
+      (["cmd": "fade", "duration": 1], "missing-field", "to"),
+      (["cmd": "fade", "to": "loud"], "invalid-field", "to"),
+      (["cmd": "fade", "to": 0.5, "duration": -1], "invalid-field", "duration"),
+      (["cmd": "fade", "to": 0.5, "durration": 1], "unknown-field", "durration"),
+      (["cmd": "fade", "to": 0.5, "curve": "cubic-bezier(2,0,1,1)"], "invalid-field", "curve"),
+      (["cmd": "fade", "to": 2], "out-of-range", "to"),
+      (["cmd": "set", "key": "master.gain", "value": 1.5], "out-of-range", "value"),
+      (["cmd": "play", "path": .string(file), "gain": 4], "out-of-range", "gain"),
+      (["cmd": "fade", "key": "streams.nope.gain", "to": 0], "unknown-key-path", "key"),
+      (["cmd": "fade", "key": "master..gain", "to": 0], "invalid-field", "key"),
+      (["cmd": "get", "key": "streams.keep.transport"], "unknown-key-path", "key"),
+      (["cmd": "play", "path": "/nonexistent/song.flac"], "file-error", "path"),
+      (["cmd": "play", "path": "relative.wav"], "forbidden-path", "path"),
+      (["cmd": "play", "path": .string(file), "stream": "keep"], "stream-exists", "stream"),
+      (["cmd": "seek", "stream": "ghost", "position": 1], "unknown-stream", "stream"),
+      (["cmd": "remove", "key": "master.gain", "name": "nothing"], "unknown-animation", "name"),
+      (["cmd": "observe", "key": "master.gain", "rate": 5000], "out-of-range", "rate"),
+      (["cmd": "wait"], "invalid-field", "animations"),
+      (["cmd": "animate", "key": "master.gain", "animation": ["type": "keyframe", "values": []]], "invalid-field", "animation.values"),
+    ]
+    for (request, code, field) in cases {
+      let reply = try client.request(request)
+      #expect(reply.errorCode == code, "\(JSONValue.object(request).serialized()) → \(reply.serialized())")
+      #expect(reply.errorField == field, "\(JSONValue.object(request).serialized()) → \(reply.serialized())")
+      let message = reply["error"]?["message"]?.stringValue ?? ""
+      #expect(message.count > 5, "a message that says what is wrong")
+    }
+    // Still serving, still playing.
+    #expect(try client.request(["cmd": "ping"]).isOK)
+    let status = try client.request(["cmd": "status"])
+    #expect(status.result["streams"]?.arrayValue?.count == 1)
+    #expect(status.result["output"]?["underruns"] == 0)
+    daemon.stop()
+    let left = try daemon.played(channel: 0)
+    let first = try #require(left.firstIndex { $0 == 1 })
+    let last = try #require(left.lastIndex { $0 == 1 })
+    #expect(left[first...last].allSatisfy { $0 == 1 }, "the stream played on, unbroken")
+  }
+
+  /// A line longer than limits.line-length gets `line-too-long` and the connection is closed; other
+  /// clients are unaffected.
+  @Test func anOverlongLineClosesOnlyThatConnection() throws {
+    let daemon = try DaemonProcess(extraConfiguration: "[limits]\nline-length = 1024")
+    let greedy = try daemon.client()
+    let other = try daemon.client()
+    try greedy.send(raw: String(repeating: "x", count: 5_000))
+    let reply = try greedy.readLine()
+    #expect(reply.errorCode == "line-too-long", "\(reply.serialized())")
+    #expect(greedy.isClosedByPeer())
+    #expect(try other.request(["cmd": "ping"]).isOK)
+  }
+
+  /// Beyond limits.clients a new connection gets `limit-exceeded` and is closed.
+  @Test func connectionsBeyondTheLimitAreTurnedAway() throws {
+    let daemon = try DaemonProcess(extraConfiguration: "[limits]\nclients = 2")
+    let first = try daemon.client()
+    let second = try daemon.client()
+    let refusal = try #require(throws: HarnessError.self) { _ = try daemon.client() }
+    #expect(refusal.description.contains("limit-exceeded"), "\(refusal)")
+    #expect(try first.request(["cmd": "ping"]).isOK && second.request(["cmd": "ping"]).isOK)
+  }
+
+  /// A subscriber that never reads does not hold up the daemon or other clients.
+  @Test func aStuckSubscriberDoesNotBlockOthers() throws {
+    let daemon = try DaemonProcess()
+    let stuck = try daemon.client()
+    try stuck.request(["cmd": "subscribe"])
+    _ = try stuck.request(["cmd": "observe", "key": "master.gain", "rate": 200])
+    let busy = try daemon.client()
+    let started = Date()
+    // Many events for the stuck client to ignore: every fade starts and replaces one.
+    for index in 0..<400 {
+      let reply = try busy.request(["cmd": "fade", "to": .number(Double(index % 2)), "duration": 0.05])
+      #expect(reply.isOK)
+    }
+    #expect(Date().timeIntervalSince(started) < 20, "the busy client was not held up")
+    #expect(try busy.request(["cmd": "ping"]).isOK)
+  }
+}
