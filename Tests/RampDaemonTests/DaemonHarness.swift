@@ -24,12 +24,15 @@ final class DaemonProcess {
   let stderr = Pipe()
   private(set) var log = ""
 
-  init(name: String = #function, extraConfiguration: String = "", periodMs: Int = 5, bufferMs: Int = 20) throws {
+  init(
+    name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
+    bufferMs: Int = 20
+  ) throws {
     directory = NSTemporaryDirectory() + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     socket = "\(directory)/rampd.sock"
     recording = "\(directory)/played.raw"
-    let alsa = "pcm.rampd_e2e { type file; slave.pcm null; file \"\(recording)\"; format raw }\n"
+    let alsa = "pcm.rampd_e2e { type file; slave.pcm null; file \"\(recording)\"; format raw }\n" + extraALSA
     try alsa.write(toFile: "\(directory)/asound.conf", atomically: true, encoding: .utf8)
     let toml = """
       [socket]
@@ -118,6 +121,20 @@ final class DaemonProcess {
     try buffer.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: frames) }
     try writer.close()
     return path
+  }
+}
+
+/// Builds a test fixture (an ALSA plugin in Tests/Fixtures) into a shared library with cc.
+enum Fixture {
+  static func compile(_ name: String, to library: String) throws {
+    let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+      .appendingPathComponent("Fixtures/\(name)").path
+    let compiler = Process()
+    compiler.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    compiler.arguments = ["cc", "-shared", "-fPIC", "-o", library, source, "-lasound"]
+    try compiler.run()
+    compiler.waitUntilExit()
+    guard compiler.terminationStatus == 0 else { throw HarnessError("cc \(source) failed") }
   }
 }
 

@@ -291,3 +291,42 @@ import Testing
     #expect(try busy.request(["cmd": "ping"]).isOK)
   }
 }
+
+/// A `[[mixer]]` binding: `mixers.<name>.volume` ramps drive a real ALSA control (the recording
+/// control plugin in Tests/Fixtures) at the binding's control rate, in dB steps.
+@Suite struct MixerBindingEndToEndTests {
+  @Test func aFadeOnAMixerKeyPathWritesTheElementAtControlRate() throws {
+    let scratch = NSTemporaryDirectory() + "rampd-e2e-mixer-\(getpid())"
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    let library = "\(scratch)/libasound_module_ctl_recorder.so"
+    try Fixture.compile("ctl_recorder.c", to: library)
+    let log = "\(scratch)/writes.log"
+    try? FileManager.default.removeItem(atPath: log)
+    let daemon = try DaemonProcess(
+      extraConfiguration: """
+        [[mixer]]
+        name = "amp"
+        card = "rampd_e2e_ctl"
+        element = "Master"
+        rate = 50
+        """,
+      extraALSA: """
+        ctl_type.recorder { lib "\(library)" }
+        ctl.rampd_e2e_ctl { type recorder; log "\(log)" }
+        """)
+    let client = try daemon.client()
+    let list = try client.request(["cmd": "list", "prefix": "mixers"])
+    #expect(list.result["properties"]?.arrayValue?.first?["key"] == "mixers.amp.volume", "\(list.serialized())")
+    let fade = try client.request(["cmd": "fade", "key": "mixers.amp.volume", "to": 0.1, "duration": 0.4])
+    #expect(fade.isOK, "\(fade.serialized())")
+    try client.request(["cmd": "wait", "key": "mixers.amp.volume"])
+    usleep(100_000)
+    daemon.stop()
+    let writes = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { Int($0) }
+    // 0.4 s at 50 Hz: about 20 writes, each lower than the last, ending at -20 dB (0.1): raw 155 of
+    // 0...255 over -51...0 dB.
+    #expect((12...24).contains(writes.count), "\(writes)")
+    #expect(zip(writes, writes.dropFirst()).allSatisfy { $0 > $1 }, "\(writes)")
+    #expect(writes.last == 155, "\(writes)")
+  }
+}
