@@ -54,6 +54,25 @@ public enum GainKernel {
     }
   }
 
+  /// Mixes one stereo stream into the sum with a per-frame gain and balance: balance −1 is the
+  /// left channel alone, +1 the right alone, 0 both at unity (a balance control, not an
+  /// equal-power pan: a centred stereo recording is left as it was).
+  /// output[2f] += input[2f] × gain[f] × min(1, 1 − b[f]); output[2f+1] += input[2f+1] × gain[f] × min(1, 1 + b[f]).
+  @inlinable
+  public static func accumulateBalanced(
+    _ input: UnsafePointer<Float>, gain: UnsafePointer<Float>, balance: UnsafePointer<Float>, frames: Int,
+    into output: UnsafeMutablePointer<Float>
+  ) {
+    for f in 0..<frames {
+      let g = gain[f]
+      let b = balance[f]
+      let left = 1 - b < 1 ? 1 - b : 1
+      let right = 1 + b < 1 ? 1 + b : 1
+      output[2 * f] += input[2 * f] * (g * left)
+      output[2 * f + 1] += input[2 * f + 1] * (g * right)
+    }
+  }
+
   /// Limits every sample to [−limit, limit] so that a sum of loud streams saturates instead of
   /// wrapping in an integer format; NaN becomes silence.
   public static func clamp(_ buffer: UnsafeMutablePointer<Float>, count: Int, limit: Float = 1) {

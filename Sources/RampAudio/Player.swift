@@ -125,6 +125,8 @@ final class PlayingStream {
   let decoder: StreamDecoder
   let gain: PropertyHandle
   let transport: PropertyHandle
+  /// Stereo balance, −1 (left) … +1 (right); only a two-channel output applies it.
+  let pan: PropertyHandle
   var paused: Bool
   var stopping = false
   /// A seek waiting for the ramp to silence (then the decoder is asked) or for the decoder.
@@ -135,11 +137,15 @@ final class PlayingStream {
   /// Output frames of this stream's audio consumed, counted from the file's start.
   var position = 0
 
-  init(id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, paused: Bool) {
+  init(
+    id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, pan: PropertyHandle,
+    paused: Bool
+  ) {
     self.id = id
     self.decoder = decoder
     self.gain = gain
     self.transport = transport
+    self.pan = pan
     self.paused = paused
   }
 }
@@ -334,6 +340,7 @@ public final class Player: @unchecked Sendable {
         let engine = state.engine
         let gainHandle = try engine.define("streams.\(id).gain", value: gain, range: 0...state.maxGain)
         let transport = try engine.define("streams.\(id).transport", value: paused ? 0 : 1, range: 0...1)
+        let pan = try engine.define("streams.\(id).pan", value: 0, range: -1...1)
         if fadeIn > 0 {
           try engine.add(
             .basic(from: 0, to: gain, duration: fadeIn, timingFunction: curve), forKey: "fade-in",
@@ -342,7 +349,7 @@ public final class Player: @unchecked Sendable {
           try engine.add(.basic(from: 0, to: 1, duration: declick), forKey: "declick", to: "streams.\(id).transport")
         }
         state.streams.append(
-          PlayingStream(id: id, decoder: decoder, gain: gainHandle, transport: transport, paused: paused))
+          PlayingStream(id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused))
         state.post(.streamStarted(id: id, path: path))
         return .success(())
       } catch let error as EngineError {
@@ -637,7 +644,12 @@ public final class Player: @unchecked Sendable {
       engine.render(stream.gain, start: now, count: frames, into: gain)
       engine.render(stream.transport, start: now, count: frames, into: ramp)
       GainKernel.multiply(gain, by: ramp, count: frames)
-      GainKernel.accumulate(audio, gain: gain, frames: frames, channels: channels, into: mix)
+      if channels == 2, engine.restingValue(stream.pan) != 0 {
+        engine.render(stream.pan, start: now, count: frames, into: ramp)
+        GainKernel.accumulateBalanced(audio, gain: gain, balance: ramp, frames: frames, into: mix)
+      } else {
+        GainKernel.accumulate(audio, gain: gain, frames: frames, channels: channels, into: mix)
+      }
     }
     engine.render(state.master, start: now, count: frames, into: gain)
     GainKernel.apply(mix, gain: gain, frames: frames, channels: channels, into: mix)

@@ -315,6 +315,14 @@ public final class AnimationEngine {
 
   // MARK: Evaluation (the render thread's path: no allocation)
 
+  /// The value of `handle` when nothing is animating it (its clamped model value), else nil: lets
+  /// the render path skip per-sample work for a property at rest. Allocation-free.
+  public func restingValue(_ handle: PropertyHandle) -> Double? {
+    let property = handle.property
+    guard property.instances.isEmpty else { return nil }
+    return min(max(property.model, property.range.lowerBound), property.range.upperBound)
+  }
+
   /// Fills `out` with the presentation value of `handle` for samples [start, start+count).
   public func render(_ handle: PropertyHandle, start: Int64, count: Int, into out: UnsafeMutablePointer<Float>) {
     let property = handle.property

@@ -180,6 +180,36 @@ extension PlayerTests {
   }
 }
 
+extension PlayerTests {
+  /// `streams.<id>.pan` is a balance: swept from −1 to +1, the left channel holds at unity until
+  /// the centre and then falls to 0, the right rises from 0 to unity at the centre, per sample.
+  @Test func panSweepsTheBalanceSampleBySample() throws {
+    let (player, path) = try player(8, pacing: .clock)
+    player.start()
+    try player.play(try constantFile(1, seconds: 0.5), id: "p")
+    #expect(player.waitForEvents(timeout: 5))
+    let begin = player.currentSample + 2_400
+    player.perform(at: begin) { state in
+      _ = try? state.engine.add(.basic(from: -1, to: 1, duration: 0.1), forKey: "sweep", to: "streams.p.pan")
+    }
+    waitFor(player) { $0 == .streamEnded(id: "p", reason: .finished) }
+    player.shutdown()
+    let samples = try recorded(path)
+    let start = Int(begin)
+    var worst = 0.0
+    // Up to the last sample of the sweep: then it is removed and the balance is its model, 0.
+    for k in 0..<4_800 {
+      let balance = -1 + 2 * Double(k) / 4_800
+      let left = Double(samples[2 * (start + k)])
+      let right = Double(samples[2 * (start + k) + 1])
+      worst = max(worst, abs(left - min(1, 1 - balance)), abs(right - min(1, 1 + balance)))
+    }
+    #expect(worst < 1e-6, "off the balance law by \(worst)")
+    #expect(samples[2 * (start - 1)] == 1 && samples[2 * (start - 1) + 1] == 1, "centred before the sweep")
+    #expect(samples[2 * (start + 4_800)] == 1 && samples[2 * (start + 4_800) + 1] == 1, "centred after it")
+  }
+}
+
 func largestStep(_ samples: [Double]) -> Double {
   zip(samples, samples.dropFirst()).map { abs($1 - $0) }.max() ?? 0
 }
