@@ -542,8 +542,9 @@ public final class Player: @unchecked Sendable {
       try device.write(buffers.mix, frames: buffers.frames)
       underrunCount.store(device.underruns, ordering: .relaxed)
     } catch {
-      state.post(.deviceFailed(error.message))
+      // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
       healthy.store(false, ordering: .relaxed)
+      state.post(.deviceFailed(error.message))
       self.device = nil
       idleClock.reset()
       _ = deadDevices.push(device)
