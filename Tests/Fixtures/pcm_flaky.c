@@ -22,6 +22,7 @@
  *     type rampd_flaky
  *     file "/tmp/x/out.raw"   # required
  *     flag "/tmp/x/fail"      # optional: without it the device never fails
+ *     opens "/tmp/x/opens"    # optional: every open attempt appends its CLOCK_MONOTONIC seconds
  *   }
  *
  * Build: cc -shared -fPIC -o libasound_module_pcm_rampd_flaky.so pcm_flaky.c -lasound
@@ -37,6 +38,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <alsa/asoundlib.h>
@@ -150,10 +152,22 @@ static int set_constraints(snd_pcm_ioplug_t *io)
 	return 0;
 }
 
+/* One line per open attempt, failed or not, so tests can see how often (and when) it is retried. */
+static void log_open(const char *path)
+{
+	struct timespec now;
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	dprintf(fd, "%lld.%09ld\n", (long long)now.tv_sec, now.tv_nsec);
+	close(fd);
+}
+
 SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 {
 	snd_config_iterator_t it, next;
-	const char *file = NULL, *flag = NULL;
+	const char *file = NULL, *flag = NULL, *opens = NULL;
 	flaky_t *f;
 	int err;
 	(void)root;
@@ -165,13 +179,15 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 			continue;
 		if (strcmp(id, "comment") == 0 || strcmp(id, "type") == 0 || strcmp(id, "hint") == 0)
 			continue;
-		if (strcmp(id, "file") == 0 || strcmp(id, "flag") == 0) {
+		if (strcmp(id, "file") == 0 || strcmp(id, "flag") == 0 || strcmp(id, "opens") == 0) {
 			const char *s;
 			if (snd_config_get_string(n, &s) < 0) {
 				SNDERR("rampd_flaky: %s must be a string", id);
 				return -EINVAL;
 			}
-			if (id[1] == 'i')
+			if (id[0] == 'o')
+				opens = s;
+			else if (id[1] == 'i')
 				file = s;
 			else
 				flag = s;
@@ -188,6 +204,8 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 		SNDERR("rampd_flaky: playback only");
 		return -EINVAL;
 	}
+	if (opens != NULL)
+		log_open(opens);
 	if (flag != NULL && access(flag, F_OK) == 0)
 		return -ENODEV; /* unplugged: no device to open */
 
