@@ -204,6 +204,8 @@ public final class Player: @unchecked Sendable {
   /// Seconds between reopen attempts: doubling from the first to the last.
   public var recoveryBackoff: (first: Double, last: Double) = (0.1, 2)
   private var idleClock = WallClockPacer()
+  /// Underruns counted by devices since lost, so the total survives a reconnection.
+  private var underrunsOfLostDevices = 0
 
   /// Blocks rendered, for status and tests.
   public var blocksRendered: Int { blockCount.load(ordering: .relaxed) }
@@ -470,6 +472,8 @@ public final class Player: @unchecked Sendable {
       device?.drain()
       // Closing finishes what the device writes (the file plugin fixes its WAV header here).
       device?.close()
+      // The decoders' threads end with the streams.
+      for stream in state.streams { stream.decoder.cancel() }
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {
@@ -549,10 +553,11 @@ public final class Player: @unchecked Sendable {
     }
     do {
       try device.write(buffers.mix, frames: buffers.frames)
-      underrunCount.store(device.underruns, ordering: .relaxed)
+      underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
     } catch {
       // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
       healthy.store(false, ordering: .relaxed)
+      underrunsOfLostDevices += device.underruns
       state.post(.deviceFailed(error.message))
       self.device = nil
       idleClock.reset()
