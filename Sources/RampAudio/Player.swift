@@ -71,7 +71,8 @@ public final class RenderState: @unchecked Sendable {
   /// The highest gain a `*.gain` property may take (linear; 1 is 0 dB).
   public let maxGain: Double
 
-  init(engine: AnimationEngine, sampleRate: Int, channels: Int, maxGain: Double, events: SPSCQueue<PlayerEvent>) throws {
+  init(engine: AnimationEngine, sampleRate: Int, channels: Int, maxGain: Double, events: SPSCQueue<PlayerEvent>) throws
+  {
     self.engine = engine
     self.sampleRate = sampleRate
     self.channels = channels
@@ -393,9 +394,9 @@ public final class Player: @unchecked Sendable {
     _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
     in state: RenderState
   ) -> [TransportChange] {
-    transport(id, to: 0, fade: fade, curve: curve, space: space, in: state, only: { !$0.stopping && !$0.paused }) {
-      $0.paused = true
-    }
+    transport(
+      id, to: 0, fade: fade, curve: curve, space: space, in: state, only: { !$0.stopping && !$0.paused },
+      change: { $0.paused = true })
   }
 
   @discardableResult
@@ -403,9 +404,9 @@ public final class Player: @unchecked Sendable {
     _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
     in state: RenderState
   ) -> [TransportChange] {
-    transport(id, to: 1, fade: fade, curve: curve, space: space, in: state, only: { $0.paused && !$0.stopping }) {
-      $0.paused = false
-    }
+    transport(
+      id, to: 1, fade: fade, curve: curve, space: space, in: state, only: { $0.paused && !$0.stopping },
+      change: { $0.paused = false })
   }
 
   @discardableResult

@@ -118,7 +118,8 @@ public final class Controller: @unchecked Sendable {
 
   /// Prepares `commands`, then applies them all at one sample on the render thread, or none.
   private func submit(
-    _ commands: [Command], at schedule: Schedule?, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
+    _ commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
     fieldPrefix: String? = nil, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
   ) {
     var operations: [Operation] = []
@@ -135,7 +136,10 @@ public final class Controller: @unchecked Sendable {
       let limit = configuration.limits.pendingScheduled
       guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
         scheduled.subtract(1, ordering: .relaxed)
-        respond(.failure(ProtocolError(.limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")))
+        respond(
+          .failure(
+            ProtocolError(
+              .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")))
         return
       }
       sample = targetSample(for: schedule)
@@ -352,7 +356,8 @@ struct WaitRegistry {
   private var waiters: [Int: Waiter] = [:]
   private var nextToken = 0
 
-  mutating func add(_ ids: Set<UInt64>, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void) -> Int {
+  mutating func add(_ ids: Set<UInt64>, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void) -> Int
+  {
     nextToken += 1
     waiters[nextToken] = Waiter(pending: ids, respond: respond)
     return nextToken

@@ -26,44 +26,50 @@ struct Preparation: Sendable {
       return prepareResume(transport)
     case .seek(let seek):
       let player = player
-      return Operation(check: { state in Self.checkStream(seek.stream, in: state) }) { state, _ in
-        player.seek(seek.stream, to: seek.position, in: state)
-        return ["stream": .string(seek.stream), "position": .number(seek.position)]
-      }
+      return Operation(
+        check: { state in Self.checkStream(seek.stream, in: state) },
+        apply: { state, _ in
+          player.seek(seek.stream, to: seek.position, in: state)
+          return ["stream": .string(seek.stream), "position": .number(seek.position)]
+        })
     case .fade(let fade):
       return try prepare(fade)
     case .set(let set):
       return try prepare(set)
     case .get(let key):
       try Self.checkAddressable(key)
-      return Operation(check: { Self.checkKey(key, in: $0) }) { state, _ in Self.describe(key, in: state) }
+      return Operation(check: { Self.checkKey(key, in: $0) }, apply: { state, _ in Self.describe(key, in: state) })
     case .animate(let animate):
       return try prepare(animate)
     case .cancel(let key):
       try Self.checkAddressable(key)
-      return Operation(check: { Self.checkKey(key, in: $0) }) { state, _ throws(ProtocolError) in
-        do throws(EngineError) {
-          try state.engine.cancel(key)
-          return ["key": .string(key), "value": .number(try state.engine.model(key))]
-        } catch {
-          throw ProtocolError(error)
-        }
-      }
+      return Operation(
+        check: { Self.checkKey(key, in: $0) },
+        apply: { state, _ throws(ProtocolError) in
+          do throws(EngineError) {
+            try state.engine.cancel(key)
+            return ["key": .string(key), "value": .number(try state.engine.model(key))]
+          } catch {
+            throw ProtocolError(error)
+          }
+        })
     case .remove(let key, let name):
       try Self.checkAddressable(key)
       let declick = configuration.declick
-      return Operation(check: { Self.checkKey(key, in: $0) }) { state, _ throws(ProtocolError) in
-        do throws(EngineError) {
-          if let name {
-            try state.engine.removeAnimation(forKey: name, from: key, declick: declick)
-          } else {
-            try state.engine.removeAllAnimations(from: key, declick: declick)
+      return Operation(
+        check: { Self.checkKey(key, in: $0) },
+        apply: { state, _ throws(ProtocolError) in
+          do throws(EngineError) {
+            if let name {
+              try state.engine.removeAnimation(forKey: name, from: key, declick: declick)
+            } else {
+              try state.engine.removeAllAnimations(from: key, declick: declick)
+            }
+            return ["key": .string(key), "value": .number(try state.engine.model(key))]
+          } catch {
+            throw ProtocolError(error, field: error.code == .unknownAnimation ? "name" : nil)
           }
-          return ["key": .string(key), "value": .number(try state.engine.model(key))]
-        } catch {
-          throw ProtocolError(error, field: error.code == .unknownAnimation ? "name" : nil)
-        }
-      }
+        })
     case .list(let prefix):
       return Operation { state, _ in Self.list(prefix: prefix, in: state) }
     case .status:
@@ -115,7 +121,8 @@ struct Preparation: Sendable {
           return ProtocolError(.streamExists, field: "stream", "a stream '\(id)' is already playing")
         }
         if state.streamIDs.count >= limit {
-          return ProtocolError(.limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")
+          return ProtocolError(
+            .limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")
         }
         return nil
       },
@@ -140,13 +147,15 @@ struct Preparation: Sendable {
     stream: String?, fade: Double, curve: TimingFunction, space: ValueSpace, stop: Bool
   ) -> Operation {
     let player = player
-    return Operation(check: { state in stream.flatMap { Self.checkStream($0, in: state) } }) { state, ticket in
-      let changes =
-        stop
-        ? player.stop(stream, fade: fade, curve: curve, space: space, in: state)
-        : player.pause(stream, fade: fade, curve: curve, space: space, in: state)
-      return Self.describe(changes)
-    }
+    return Operation(
+      check: { state in stream.flatMap { Self.checkStream($0, in: state) } },
+      apply: { state, ticket in
+        let changes =
+          stop
+          ? player.stop(stream, fade: fade, curve: curve, space: space, in: state)
+          : player.pause(stream, fade: fade, curve: curve, space: space, in: state)
+        return Self.describe(changes)
+      })
   }
 
   private func prepareResume(_ transport: Transport) -> Operation {
@@ -154,9 +163,11 @@ struct Preparation: Sendable {
     let stream = transport.stream
     let fade = transport.fade ?? 0
     let curve = transport.curve ?? .linear
-    return Operation(check: { state in stream.flatMap { Self.checkStream($0, in: state) } }) { state, _ in
-      Self.describe(player.resume(stream, fade: fade, curve: curve, in: state))
-    }
+    return Operation(
+      check: { state in stream.flatMap { Self.checkStream($0, in: state) } },
+      apply: { state, _ in
+        Self.describe(player.resume(stream, fade: fade, curve: curve, in: state))
+      })
   }
 
   // MARK: Ramps
@@ -174,7 +185,8 @@ struct Preparation: Sendable {
         stream = owner
       } else {
         throw ProtocolError(
-          .invalidField, field: "then", "'then' needs key master.gain (every stream) or streams.<id>.gain, not \(fade.key)")
+          .invalidField, field: "then",
+          "'then' needs key master.gain (every stream) or streams.<id>.gain, not \(fade.key)")
       }
       return transportOperation(stream: stream, fade: duration, curve: curve, space: space, stop: then == .stop)
     }
@@ -189,29 +201,31 @@ struct Preparation: Sendable {
     animation.valueSpace = space
     let continuity = fade.continuity
     let animationToAdd = animation
-    return Operation(check: { state in Self.checkKey(key, value: fade.to, field: "to", in: state) }) {
-      state, ticket throws(ProtocolError) in
-      let engine = state.engine
-      do throws(EngineError) {
-        // The model becomes the target, so the value stays there when the fade is over; the
-        // fade starts from the value audible now, so nothing jumps.
-        var ramp = animationToAdd
-        if case .basic(let basic) = ramp.content, basic.from == nil {
-          ramp.content = .basic(BasicAnimation(from: try engine.presentation(key), to: basic.to))
+    return Operation(
+      check: { state in Self.checkKey(key, value: fade.to, field: "to", in: state) },
+      apply: {
+        state, ticket throws(ProtocolError) in
+        let engine = state.engine
+        do throws(EngineError) {
+          // The model becomes the target, so the value stays there when the fade is over; the
+          // fade starts from the value audible now, so nothing jumps.
+          var ramp = animationToAdd
+          if case .basic(let basic) = ramp.content, basic.from == nil {
+            ramp.content = .basic(BasicAnimation(from: try engine.presentation(key), to: basic.to))
+          }
+          try engine.set(key, to: fade.to, transaction: .instant)
+          guard duration > 0 else {
+            return ["key": .string(key), "animation": .null, "to": .number(fade.to)]
+          }
+          let id = try engine.add(ramp, forKey: name, to: key, continuity: continuity)
+          ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: engine.now))
+          return [
+            "key": .string(key), "animation": .integer(id), "to": .number(fade.to), "duration": .number(duration),
+          ]
+        } catch {
+          throw ProtocolError(error)
         }
-        try engine.set(key, to: fade.to, transaction: .instant)
-        guard duration > 0 else {
-          return ["key": .string(key), "animation": .null, "to": .number(fade.to)]
-        }
-        let id = try engine.add(ramp, forKey: name, to: key, continuity: continuity)
-        ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: engine.now))
-        return [
-          "key": .string(key), "animation": .integer(id), "to": .number(fade.to), "duration": .number(duration),
-        ]
-      } catch {
-        throw ProtocolError(error)
-      }
-    }
+      })
   }
 
   private func prepare(_ set: SetValue) throws(ProtocolError) -> Operation {
@@ -227,19 +241,21 @@ struct Preparation: Sendable {
     if let continuity = set.continuity { transaction.continuity = continuity }
     let chosen = transaction
     let key = set.key
-    return Operation(check: { state in Self.checkKey(key, value: set.value, field: "value", in: state) }) {
-      state, ticket throws(ProtocolError) in
-      do throws(EngineError) {
-        let id = try state.engine.set(key, to: set.value, transaction: chosen)
-        if let id {
-          ticket.events.append(
-            .animationStarted(id: id, key: key, name: AnimationEngine.implicitActionKey, sample: state.engine.now))
+    return Operation(
+      check: { state in Self.checkKey(key, value: set.value, field: "value", in: state) },
+      apply: {
+        state, ticket throws(ProtocolError) in
+        do throws(EngineError) {
+          let id = try state.engine.set(key, to: set.value, transaction: chosen)
+          if let id {
+            ticket.events.append(
+              .animationStarted(id: id, key: key, name: AnimationEngine.implicitActionKey, sample: state.engine.now))
+          }
+          return ["key": .string(key), "animation": id.map { .integer($0) } ?? .null, "value": .number(set.value)]
+        } catch {
+          throw ProtocolError(error)
         }
-        return ["key": .string(key), "animation": id.map { .integer($0) } ?? .null, "value": .number(set.value)]
-      } catch {
-        throw ProtocolError(error)
-      }
-    }
+      })
   }
 
   private func prepare(_ animate: Animate) throws(ProtocolError) -> Operation {
@@ -248,22 +264,24 @@ struct Preparation: Sendable {
     let name = animate.name
     let animation = animate.animation
     let continuity = animate.continuity
-    return Operation(check: { state in Self.checkKey(key, in: state) }) { state, ticket throws(ProtocolError) in
-      let engine = state.engine
-      var placed = animation
-      // On the wire a begin time counts from when the command takes effect.
-      if let begin = placed.timing.beginTime {
-        placed.timing.beginTime = Double(engine.now) / engine.sampleRate + begin
-      }
-      do throws(EngineError) {
-        let id = try engine.add(placed, forKey: name, to: key, continuity: continuity)
-        let begin = (try? engine.animations(on: key).first { $0.id == id }?.beginSample) ?? engine.now
-        ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: begin))
-        return ["key": .string(key), "animation": .integer(id)]
-      } catch {
-        throw ProtocolError(error, field: error.field.map { "animation.\($0)" })
-      }
-    }
+    return Operation(
+      check: { state in Self.checkKey(key, in: state) },
+      apply: { state, ticket throws(ProtocolError) in
+        let engine = state.engine
+        var placed = animation
+        // On the wire a begin time counts from when the command takes effect.
+        if let begin = placed.timing.beginTime {
+          placed.timing.beginTime = Double(engine.now) / engine.sampleRate + begin
+        }
+        do throws(EngineError) {
+          let id = try engine.add(placed, forKey: name, to: key, continuity: continuity)
+          let begin = (try? engine.animations(on: key).first { $0.id == id }?.beginSample) ?? engine.now
+          ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: begin))
+          return ["key": .string(key), "animation": .integer(id)]
+        } catch {
+          throw ProtocolError(error, field: error.field.map { "animation.\($0)" })
+        }
+      })
   }
 
   // MARK: Checks
@@ -284,7 +302,8 @@ struct Preparation: Sendable {
   /// Transport ramps belong to the daemon: addressing them would fight `pause` and `stop`.
   static func checkAddressable(_ key: String) throws(ProtocolError) {
     if InternalKeyPath.isInternal(key) {
-      throw ProtocolError(.unknownKeyPath, field: "key", "'\(key)' is internal to the daemon; use pause, resume and stop")
+      throw ProtocolError(
+        .unknownKeyPath, field: "key", "'\(key)' is internal to the daemon; use pause, resume and stop")
     }
   }
 

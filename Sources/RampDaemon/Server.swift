@@ -157,7 +157,9 @@ struct LineDecoder: ByteToMessageDecoder {
       var line = buffer.readSlice(length: length)!
       buffer.moveReaderIndex(forwardBy: 1)
       // Tolerate CRLF from hand-typed sessions (socat, nc).
-      if line.readableBytesView.last == UInt8(ascii: "\r") { line = line.getSlice(at: line.readerIndex, length: length - 1)! }
+      if line.readableBytesView.last == UInt8(ascii: "\r") {
+        line = line.getSlice(at: line.readerIndex, length: length - 1)!
+      }
       context.fireChannelRead(Self.wrapInboundOut(line))
       return .continue
     }

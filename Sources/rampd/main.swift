@@ -33,10 +33,15 @@ struct Rampd: ParsableCommand {
   @Option(name: .long, help: ArgumentHelp("ALSA playback device (output.device).", valueName: "pcm"))
   var device: String?
 
-  @Option(name: .long, help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical (log.level).", valueName: "level"))
+  @Option(
+    name: .long,
+    help: ArgumentHelp(
+      "Log level: trace, debug, info, notice, warning, error, critical (log.level).", valueName: "level"))
   var logLevel: String?
 
-  @Option(name: .long, help: ArgumentHelp("Where the embedded output writes its WAV file (embedded-output.path).", valueName: "file"))
+  @Option(
+    name: .long,
+    help: ArgumentHelp("Where the embedded output writes its WAV file (embedded-output.path).", valueName: "file"))
   var embeddedFile: String?
 
   @Flag(name: .long, help: "Validate the configuration and exit (status 0 when valid).")

@@ -28,7 +28,8 @@ final class DaemonProcess {
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
     bufferMs: Int = 20
   ) throws {
-    directory = NSTemporaryDirectory() + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
+    directory =
+      NSTemporaryDirectory() + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     socket = "\(directory)/rampd.sock"
     recording = "\(directory)/played.raw"
@@ -180,7 +181,9 @@ final class LineClient {
     let bytes = Array((line + "\n").utf8)
     var sent = 0
     while sent < bytes.count {
-      let result = bytes[sent...].withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+      let result = bytes[sent...].withUnsafeBytes {
+        Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+      }
       guard result > 0 else { throw HarnessError("send: \(String(cString: strerror(errno)))") }
       sent += result
     }

@@ -15,7 +15,9 @@ import Testing
     #expect(client.greeting["hello"] == "rampd" && client.greeting["protocol"] == 1)
     try client.request(["cmd": "subscribe"])
     let file = try daemon.constantFile("one", seconds: 3)
-    let play = try client.request(["cmd": "play", "path": .string(file), "stream": "a", "fadeIn": 0.2, "curve": "linear"])
+    let play = try client.request([
+      "cmd": "play", "path": .string(file), "stream": "a", "fadeIn": 0.2, "curve": "linear",
+    ])
     #expect(play.isOK, "\(play.serialized())")
     usleep(400_000)
     let fadeOut = try client.request([
@@ -230,7 +232,10 @@ import Testing
       (["cmd": "remove", "key": "master.gain", "name": "nothing"], "unknown-animation", "name"),
       (["cmd": "observe", "key": "master.gain", "rate": 5000], "out-of-range", "rate"),
       (["cmd": "wait"], "invalid-field", "animations"),
-      (["cmd": "animate", "key": "master.gain", "animation": ["type": "keyframe", "values": []]], "invalid-field", "animation.values"),
+      (
+        ["cmd": "animate", "key": "master.gain", "animation": ["type": "keyframe", "values": []]], "invalid-field",
+        "animation.values"
+      ),
     ]
     for (request, code, field) in cases {
       let reply = try client.request(request)
