@@ -22,6 +22,6 @@ struct RampCtl: AsyncParsableCommand {
         rampctl curve linear --values | head   the gain of each sample, for scripts
       """,
     version: "0.1.0",
-    subcommands: [CurveCommand.self, RenderCommand.self]
+    subcommands: [CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self]
   )
 }
