@@ -1,4 +1,5 @@
 import Foundation
+import RampAudio
 import RampEngine
 import RampProtocol
 import Testing
@@ -333,5 +334,70 @@ import Testing
     #expect((12...24).contains(writes.count), "\(writes)")
     #expect(zip(writes, writes.dropFirst()).allSatisfy { $0 > $1 }, "\(writes)")
     #expect(writes.last == 155, "\(writes)")
+  }
+}
+
+/// The rampd executable's own interface: configuration checking and the embedded output.
+@Suite struct RampdExecutableTests {
+  func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Executables.rampd)
+    process.arguments = arguments
+    var merged = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    merged.merge(environment) { $1 }
+    process.environment = merged
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+  }
+
+  @Test func checkConfigNamesTheFileLineAndKeyOfAnError() throws {
+    let path = NSTemporaryDirectory() + "rampd-check-\(getpid()).toml"
+    try "[output]\nrate = 48000\nchannels = 99\n".write(toFile: path, atomically: true, encoding: .utf8)
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let bad = try run(["--config", path, "--check-config"])
+    #expect(bad.status == 78, "EX_CONFIG")
+    #expect(bad.output.contains("\(path):3: output.channels:"), "\(bad.output)")
+    let flag = try run(["--check-config", "--device", ""])
+    #expect(flag.status == 78 && flag.output.contains("--device"), "\(flag.output)")
+    let good = try run(["--check-config", "--print", "--device", "hw:1"])
+    #expect(good.status == 0 && good.output.contains("device = \"hw:1\""), "\(good.output)")
+    let help = try run(["--help"])
+    #expect(help.status == 0 && help.output.contains("--check-config"))
+  }
+
+  /// With no usable device, rampd plays into a WAV file through ALSA's file plugin, in real
+  /// time, and says so in `status`.
+  @Test func withoutADeviceItPlaysIntoTheEmbeddedWAVFile() throws {
+    let directory = NSTemporaryDirectory() + "rampd-embedded-\(getpid())"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Executables.rampd)
+    process.arguments = [
+      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file", "\(directory)/out.wav",
+    ]
+    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    defer { if process.isRunning { process.terminate() } }
+    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
+    let client = try LineClient(path: "\(directory)/s.sock")
+    let output = try client.request(["cmd": "status"]).result["output"]
+    #expect(output?["embedded"] == true && output?["file"] == .string("\(directory)/out.wav"), "\(output ?? .null)")
+    #expect(output?["requestedDevice"] == "rampd_no_such_device")
+    let started = Date()
+    usleep(500_000)
+    process.terminate()
+    process.waitUntilExit()
+    let elapsed = Date().timeIntervalSince(started)
+    let reader = try RampAudio.SoundFileReader(path: "\(directory)/out.wav")
+    let seconds = Double(reader.frames) / Double(reader.sampleRate)
+    #expect(reader.sampleRate == 48_000 && reader.channels == 2)
+    #expect(seconds > 0.3 && seconds < elapsed + 0.5, "\(seconds) s written in \(elapsed) s: paced in real time")
   }
 }
