@@ -200,7 +200,9 @@ struct RequestParser {
   private func events(_ object: JSONObject, _ name: String) throws(ProtocolError) -> [EventKind]? {
     let r = try reader(object, name, ["events"])
     guard let elements = try r.array("events") else { return nil }
-    guard !elements.isEmpty else { throw r.invalid("events", "name at least one event kind, or leave events out for all") }
+    guard !elements.isEmpty else {
+      throw r.invalid("events", "name at least one event kind, or leave events out for all")
+    }
     var kinds: [EventKind] = []
     for (index, element) in elements.enumerated() {
       guard case .string(let text) = element, let kind = EventKind(rawValue: text) else {

@@ -275,7 +275,8 @@ import Testing
         == "animation.values")
     #expect(
       refusal(#"{"cmd":"animate","key":"k","animation":{"type":"keyframe","values":[0,"1"]}}"#)
-        == ProtocolError(.invalidField, field: "animation.values[1]", #"animation.values[1]: expected a number, got "1""#))
+        == ProtocolError(
+          .invalidField, field: "animation.values[1]", #"animation.values[1]: expected a number, got "1""#))
     let longString = String(repeating: "x", count: 50)
     #expect(
       refusal(#"{"cmd":"fade","to":0,"duration":"\#(longString)"}"#)?.message
@@ -307,7 +308,9 @@ import Testing
     #expect(
       refusal(#"{"cmd":"fade","to":0,"curve":"cubic-bezier(1.5,0,1,1)"}"#)
         == ProtocolError(.invalidField, field: "curve", "curve: cubic-bezier x1: must be in [0, 1], got 1.5"))
-    #expect(refusal(#"{"cmd":"fade","to":0,"curve":7}"#)?.message == "curve: expected a curve name such as \"ease-in\", got 7")
+    #expect(
+      refusal(#"{"cmd":"fade","to":0,"curve":7}"#)?.message == "curve: expected a curve name such as \"ease-in\", got 7"
+    )
     #expect(refusal(#"{"cmd":"fade","to":0,"space":"loud"}"#)?.field == "space")
     #expect(
       refusal(#"{"cmd":"fade","to":0,"dbFloor":-80}"#)
@@ -336,7 +339,8 @@ import Testing
     #expect(refusal(#"{"cmd":"play","path":"a","stream":"\#(String(repeating: "s", count: 65))"}"#)?.field == "stream")
     #expect(refusal(#"{"cmd":"play","path":"a","stream":"\#(String(repeating: "s", count: 64))"}"#) == nil)
     #expect(refusal(#"{"cmd":"fade","to":0,"name":"my fade"}"#)?.field == "name")
-    #expect(refusal(#"{"cmd":"play","path":""}"#) == ProtocolError(.invalidField, field: "path", "path: must not be empty"))
+    #expect(
+      refusal(#"{"cmd":"play","path":""}"#) == ProtocolError(.invalidField, field: "path", "path: must not be empty"))
   }
 
   @Test func thenOnlyOnFadeOut() {
@@ -377,11 +381,13 @@ import Testing
     #expect(
       refusal(#"{"cmd":"batch","commands":[{"id":1,"cmd":"ping"}]}"#)
         == ProtocolError(
-          .invalidField, field: "commands[0].id", "commands[0].id: commands in a batch take no id; give it to the batch"))
+          .invalidField, field: "commands[0].id", "commands[0].id: commands in a batch take no id; give it to the batch"
+        ))
     #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"ping","at":1}]}"#)?.field == "commands[0].at")
     #expect(refusal(#"{"cmd":"batch","commands":[]}"#)?.field == "commands")
     #expect(refusal(#"{"cmd":"batch","commands":[1]}"#)?.field == "commands[0]")
-    #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"fade","to":0,"duration":-1}]}"#)?.field == "commands[0].duration")
+    #expect(
+      refusal(#"{"cmd":"batch","commands":[{"cmd":"fade","to":0,"duration":-1}]}"#)?.field == "commands[0].duration")
     #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"nope"}]}"#)?.code == .unknownCommand)
     #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"nope"}]}"#)?.field == "commands[0].cmd")
   }
@@ -412,7 +418,8 @@ import Testing
       #expect(error?.field == "rate")
     }
     #expect(
-      refusal(#"{"cmd":"observe","key":"k","rate":2000}"#)?.message == "rate: must be above 0 and at most 1000 Hz, got 2000")
+      refusal(#"{"cmd":"observe","key":"k","rate":2000}"#)?.message
+        == "rate: must be above 0 and at most 1000 Hz, got 2000")
   }
 
   @Test func limits() {

@@ -145,7 +145,10 @@ struct Recipe {
     let content: Animation.Content
     switch pick(depth < 2 ? [0, 1, 2, 3] : [0, 1, 2]) {
     case 0:
-      let fields = pick([(true, true, false), (true, false, true), (false, true, true), (false, false, false)])
+      // to − by could be negative, which dB and power refuse.
+      let fields = pick(
+        [(true, true, false), (true, false, true), (false, false, false)]
+          + (space == .amplitude ? [(false, true, true)] : []))
       content = .basic(
         BasicAnimation(
           from: fields.0 ? value(&self) : nil, to: fields.1 ? value(&self) : nil, by: fields.2 ? next() : nil))
@@ -214,4 +217,12 @@ func request(_ line: String, sourceLocation: SourceLocation = #_sourceLocation) 
 func refusal(_ line: String) -> ProtocolError? {
   if case .failure(let error) = Request.parse(line: line).result { return error }
   return nil
+}
+
+extension Animation {
+  func with(_ change: (inout Animation) -> Void) -> Animation {
+    var copy = self
+    change(&copy)
+    return copy
+  }
 }
