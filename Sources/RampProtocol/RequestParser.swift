@@ -167,11 +167,21 @@ struct RequestParser {
     if then != nil && kind != .fadeOut {
       throw r.invalid("then", "only fade-out takes then (stop or pause when the fade ends)")
     }
+    let key = try r.keyPath("key") ?? Fade.defaultKey
+    if then != nil && !Self.isTransportKey(key) {
+      throw r.invalid("then", "needs key master.gain (every stream) or streams.<id>.gain (one stream), not \(key)")
+    }
     return Fade(
-      kind: kind, key: try r.keyPath("key") ?? Fade.defaultKey, from: try r.number("from"),
+      kind: kind, key: key, from: try r.number("from"),
       to: try r.required(to, "to"), duration: try r.seconds("duration"), curve: try r.curve("curve"),
       space: try r.space("space"), continuity: try r.choice("continuity", Continuity.self) ?? .value,
       name: try r.identifier("name"), then: then)
+  }
+
+  /// The keys whose streams a fade-out with `then` can stop or pause.
+  static func isTransportKey(_ key: String) -> Bool {
+    let parts = key.split(separator: ".", omittingEmptySubsequences: false)
+    return key == Fade.defaultKey || (parts.count == 3 && parts[0] == "streams" && parts[2] == "gain")
   }
 
   private func set(_ object: JSONObject) throws(ProtocolError) -> SetValue {

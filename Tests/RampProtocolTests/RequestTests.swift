@@ -351,6 +351,14 @@ import Testing
             .invalidField, field: "then", "then: only fade-out takes then (stop or pause when the fade ends)"))
     }
     #expect(refusal(#"{"cmd":"fade-out","then":"stop"}"#) == nil)
+    #expect(refusal(#"{"cmd":"fade-out","key":"streams.s1.gain","then":"pause"}"#) == nil)
+    // Only streams have a transport to stop.
+    #expect(
+      refusal(#"{"cmd":"fade-out","key":"mixers.master.volume","then":"stop"}"#)
+        == ProtocolError(
+          .invalidField, field: "then",
+          "then: needs key master.gain (every stream) or streams.<id>.gain (one stream), not mixers.master.volume"))
+    #expect(refusal(#"{"cmd":"fade-out","key":"streams.s1.pan","then":"stop"}"#)?.field == "then")
   }
 
   @Test func setTakesValueOrTo() {

@@ -99,12 +99,13 @@ struct Recipe {
     case "seek": return .seek(Seek(stream: identifier(), position: seconds()))
     case "fade", "fade-in", "fade-out":
       let kind = pick(Fade.Kind.allCases)
+      let key = keyPath()
       return .fade(
         Fade(
-          kind: kind, key: keyPath(), from: maybe { $0.next() }, to: kind == .fade ? next() : maybe { $0.next() },
+          kind: kind, key: key, from: maybe { $0.next() }, to: kind == .fade ? next() : maybe { $0.next() },
           duration: maybe { $0.seconds() }, curve: maybe { $0.curve() }, space: maybe { $0.space() },
           continuity: pick(Continuity.allCases), name: maybe { $0.identifier() },
-          then: kind == .fadeOut ? maybe { $0.pick(Fade.Then.allCases) } : nil))
+          then: kind == .fadeOut && RequestParser.isTransportKey(key) ? maybe { $0.pick(Fade.Then.allCases) } : nil))
     case "set":
       return .set(
         SetValue(
