@@ -23,7 +23,9 @@ enum AnimationWire {
 
   /// `prefix` leads to this object (`"animation."`, `"animation.animations[1]."`); children of a
   /// group may name their own `keyPath`.
-  static func parse(_ object: JSONObject, prefix: String, isChild: Bool) throws(ProtocolError) -> Animation {
+  static func parse(_ object: JSONObject, prefix: String, isChild: Bool, options: ParseOptions) throws(ProtocolError)
+    -> Animation
+  {
     let kind = try self.kind(of: object, prefix: prefix)
     let isPerceptual = kind == .spring && object["bounce"].map { $0 != .null } == true
     var allowed = commonKeys + (isChild ? ["keyPath"] : [])
@@ -34,7 +36,7 @@ enum AnimationWire {
     case .group: allowed += ["animations"]
     }
     let context = isPerceptual ? "a spring given by duration and bounce" : "a \(kind.rawValue) animation"
-    let reader = try FieldReader(object, prefix: prefix, allowed: allowed, context: context)
+    let reader = try FieldReader(object, prefix: prefix, allowed: allowed, context: context, options: options)
 
     var timing = try self.timing(reader)
     let space = try reader.space("valueSpace") ?? .amplitude
@@ -233,7 +235,7 @@ enum AnimationWire {
       guard case .object(let object) = element else {
         throw .at(childPrefix, .invalidField, "expected an animation object, got \(describe(element))")
       }
-      children.append(try parse(object, prefix: childPrefix + ".", isChild: true))
+      children.append(try parse(object, prefix: childPrefix + ".", isChild: true, options: reader.options))
     }
     return children
   }

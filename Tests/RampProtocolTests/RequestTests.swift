@@ -329,6 +329,30 @@ import Testing
     #expect(refusal(#"{"cmd":"wait","key":""}"#)?.field == "key")
   }
 
+  /// "db" alone takes the configured floor; a floor in the request wins, and survives `json`.
+  @Test func theConfiguredDecibelFloorFillsInForPlainDB() throws {
+    let configured = ParseOptions(decibelFloor: -80)
+    let plain = #"{"cmd":"fade","to":0,"space":"db"}"#
+    let parsed = try Request.parse(line: plain, options: configured).result.get()
+    #expect(parsed == Request(.fade(Fade(kind: .fade, to: 0, space: .decibels(floor: -80)))))
+    #expect(try request(plain) == Request(.fade(Fade(kind: .fade, to: 0, space: .decibels))))
+    let explicit = #"{"cmd":"set","key":"k","value":0,"space":"db","dbFloor":-60}"#
+    #expect(
+      try Request.parse(line: explicit, options: configured).result.get()
+        == Request(.set(SetValue(key: "k", value: 0, space: .decibels(floor: -60)))))
+    #expect(
+      try Request.parse(line: #"{"cmd":"set","key":"k","value":0,"space":"db(-70)"}"#, options: configured).result
+        .get() == Request(.set(SetValue(key: "k", value: 0, space: .decibels(floor: -70)))))
+    let animate =
+      #"{"cmd":"animate","key":"k","animation":{"type":"group","animations":[{"type":"basic","valueSpace":"db"}]}}"#
+    guard case .animate(let payload) = try Request.parse(line: animate, options: configured).result.get().command,
+      case .group(let children) = payload.animation.content
+    else { throw ProtocolError(.internalError, "not a group") }
+    #expect(children[0].valueSpace == .decibels(floor: -80))
+    // Written out, the floor is explicit, so the request means the same under any configuration.
+    #expect(try request(parsed.json.serialized()) == parsed)
+  }
+
   @Test func streamIdsAndNamesAreKeyPathComponents() {
     #expect(
       refusal(#"{"cmd":"play","path":"a","stream":"s 1"}"#)
