@@ -72,7 +72,7 @@ struct RequestParser {
   func request(_ object: JSONObject, inBatch: Bool) throws(ProtocolError) -> Request {
     let name = try commandName(object)
     if inBatch {
-      for key in ["id", "at"] where object.contains(key) {
+      for key in ["id", "at"] where object[key].map({ $0 != .null }) == true {
         throw .at(prefix + key, .invalidField, "commands in a batch take no \(key); give it to the batch")
       }
       if Command.notInBatch.contains(name) {

@@ -416,6 +416,8 @@ import Testing
           .invalidField, field: "commands[0].id", "commands[0].id: commands in a batch take no id; give it to the batch"
         ))
     #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"ping","at":1}]}"#)?.field == "commands[0].at")
+    // Null is absence, there as everywhere.
+    #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"ping","at":null,"id":null}]}"#) == nil)
     #expect(refusal(#"{"cmd":"batch","commands":[]}"#)?.field == "commands")
     #expect(refusal(#"{"cmd":"batch","commands":[1]}"#)?.field == "commands[0]")
     #expect(

@@ -1,3 +1,4 @@
+import RampEngine
 import Testing
 
 @testable import RampProtocol
@@ -31,6 +32,21 @@ import Testing
       ])
     #expect(
       ProtocolError(.timeout, field: "timeout", "timeout: 5 s passed").description == "timeout: timeout: 5 s passed")
+  }
+
+  @Test func engineRefusalsKeepTheirField() {
+    let unknown = EngineError(.unknownKeyPath, field: "key", "no property streams.s9.gain")
+    #expect(
+      ProtocolError(unknown, prefix: "commands[1].")
+        == ProtocolError(.unknownKeyPath, field: "commands[1].key", "commands[1].key: no property streams.s9.gain"))
+    #expect(
+      ProtocolError(EngineError(.limitExceeded, field: "key", "full")).code == .limitExceeded)
+    #expect(ProtocolError(EngineError(.unknownAnimation, field: "name", "no")).code == .unknownAnimation)
+    #expect(ProtocolError(EngineError(.invalidValue, field: "value", "2.0 is outside")).code == .invalidField)
+    #expect(ProtocolError(EngineError(.invalidAnimation, "bad")) == ProtocolError(.invalidField, "bad"))
+    #expect(
+      ProtocolError(EngineError(.invalidAnimation, "bad"), prefix: "animation.")
+        == ProtocolError(.invalidField, field: "animation", "bad"))
   }
 
   @Test func refusalsBecomeReplies() throws {
