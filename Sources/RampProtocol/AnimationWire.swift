@@ -23,7 +23,9 @@ enum AnimationWire {
 
   /// `prefix` leads to this object (`"animation."`, `"animation.animations[1]."`); children of a
   /// group may name their own `keyPath`.
-  static func parse(_ object: JSONObject, prefix: String, isChild: Bool) throws(ProtocolError) -> Animation {
+  static func parse(_ object: JSONObject, prefix: String, isChild: Bool, options: ParseOptions) throws(ProtocolError)
+    -> Animation
+  {
     let kind = try self.kind(of: object, prefix: prefix)
     let isPerceptual = kind == .spring && object["bounce"].map { $0 != .null } == true
     var allowed = commonKeys + (isChild ? ["keyPath"] : [])
@@ -34,7 +36,7 @@ enum AnimationWire {
     case .group: allowed += ["animations"]
     }
     let context = isPerceptual ? "a spring given by duration and bounce" : "a \(kind.rawValue) animation"
-    let reader = try FieldReader(object, prefix: prefix, allowed: allowed, context: context)
+    let reader = try FieldReader(object, prefix: prefix, allowed: allowed, context: context, options: options)
 
     var timing = try self.timing(reader)
     let space = try reader.space("valueSpace") ?? .amplitude
@@ -165,7 +167,8 @@ enum AnimationWire {
     case .discrete:
       guard keyTimes.count == count || keyTimes.count == count + 1 else {
         throw reader.invalid(
-          "keyTimes", "discrete mode needs \(count) or \(count + 1) key times for \(count) values, got \(keyTimes.count)")
+          "keyTimes",
+          "discrete mode needs \(count) or \(count + 1) key times for \(count) values, got \(keyTimes.count)")
       }
     case .linear, .cubic, .paced:
       guard keyTimes.count == count else {
@@ -174,7 +177,9 @@ enum AnimationWire {
     }
     for (index, time) in keyTimes.enumerated() {
       let key = "keyTimes[\(index)]"
-      guard (0...1).contains(time) else { throw reader.invalid(key, "must be in [0, 1], got \(JSONValue.format(time))") }
+      guard (0...1).contains(time) else {
+        throw reader.invalid(key, "must be in [0, 1], got \(JSONValue.format(time))")
+      }
       if index > 0 && time < keyTimes[index - 1] {
         throw reader.invalid(
           key,
@@ -230,7 +235,7 @@ enum AnimationWire {
       guard case .object(let object) = element else {
         throw .at(childPrefix, .invalidField, "expected an animation object, got \(describe(element))")
       }
-      children.append(try parse(object, prefix: childPrefix + ".", isChild: true))
+      children.append(try parse(object, prefix: childPrefix + ".", isChild: true, options: reader.options))
     }
     return children
   }
@@ -249,7 +254,8 @@ enum AnimationWire {
       try engine.add(animation, forKey: "check", to: keyPath)
     } catch {
       if error.code == .limitExceeded || error.code == .unknownKeyPath || error.code == .invalidKeyPath { return }
-      let inner = error.field.map { field + "." + $0 } ?? field
+      // The engine says "space" where an animation object says "valueSpace".
+      let inner = error.field.map { field + "." + ($0 == "space" ? "valueSpace" : $0) } ?? field
       throw .at(inner, .invalidField, error.message)
     }
   }
@@ -274,7 +280,9 @@ enum AnimationWire {
       if let curves = keyframes.timingFunctions {
         object["timingFunctions"] = .array(curves.map { .string(curveName($0)) })
       }
-      if keyframes.calculationMode != .linear { object["calculationMode"] = .string(keyframes.calculationMode.rawValue) }
+      if keyframes.calculationMode != .linear {
+        object["calculationMode"] = .string(keyframes.calculationMode.rawValue)
+      }
       if let values = keyframes.tensionValues { object["tensionValues"] = .array(values.map(JSONValue.number)) }
       if let values = keyframes.continuityValues { object["continuityValues"] = .array(values.map(JSONValue.number)) }
       if let values = keyframes.biasValues { object["biasValues"] = .array(values.map(JSONValue.number)) }
@@ -285,7 +293,9 @@ enum AnimationWire {
       object["mass"] = .number(spring.parameters.mass)
       object["stiffness"] = .number(spring.parameters.stiffness)
       object["damping"] = .number(spring.parameters.damping)
-      if spring.parameters.initialVelocity != 0 { object["initialVelocity"] = .number(spring.parameters.initialVelocity) }
+      if spring.parameters.initialVelocity != 0 {
+        object["initialVelocity"] = .number(spring.parameters.initialVelocity)
+      }
       if spring.parameters.allowsOverdamping { object["allowsOverdamping"] = true }
     case .group(let children):
       object["type"] = "group"
@@ -325,9 +335,13 @@ enum AnimationWire {
     value == .infinity ? "inf" : .number(value)
   }
 
-  static func encodeSpace(_ space: ValueSpace, key: String, into object: inout JSONObject) {
+  /// `omittingAmplitude`: for animations, where amplitude is the default. A fade's or a set's
+  /// space defaults to the configured transaction's, so there amplitude must be written out.
+  static func encodeSpace(
+    _ space: ValueSpace, key: String, omittingAmplitude: Bool = true, into object: inout JSONObject
+  ) {
     switch space {
-    case .amplitude: break
+    case .amplitude: if !omittingAmplitude { object[key] = "amplitude" }
     case .power: object[key] = "power"
     case .decibels(let floor):
       object[key] = "db"

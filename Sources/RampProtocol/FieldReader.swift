@@ -26,12 +26,16 @@ public enum ProtocolLimits {
 struct FieldReader {
   let object: JSONObject
   let prefix: String
+  let options: ParseOptions
 
   /// Refuses any key outside `allowed` first, so a typo is reported as the typo rather than as
   /// the required field it failed to supply.
-  init(_ object: JSONObject, prefix: String, allowed: [String], context: String) throws(ProtocolError) {
+  init(_ object: JSONObject, prefix: String, allowed: [String], context: String, options: ParseOptions)
+    throws(ProtocolError)
+  {
     self.object = object
     self.prefix = prefix
+    self.options = options
     for key in object.keys where !allowed.contains(key) {
       var message = "\(context) takes no field \"\(key)\""
       if let match = Suggestion.closest(to: key, among: allowed) { message += "; did you mean \(match)?" }
@@ -163,9 +167,11 @@ struct FieldReader {
     }
     let space: ValueSpace
     do { space = try ValueSpace(parsing: text) } catch { throw engineError(error, field: path(spaceKey)) }
-    guard let floor else { return space }
+    // "db" names no floor, "db(-80)" does.
+    let namesNoFloor = ["db", "decibels"].contains(text.lowercased().trimmingWhitespace())
+    guard let floor else { return namesNoFloor ? .decibels(floor: options.decibelFloor) : space }
     guard case .decibels = space else { throw invalid(floorKey, "needs \(spaceKey) \"db\"") }
-    guard ["db", "decibels"].contains(text.lowercased().trimmingWhitespace()) else {
+    guard namesNoFloor else {
       throw invalid(floorKey, "the floor is already given in \(spaceKey) \(describe(.string(text)))")
     }
     guard floor < 0 else { throw invalid(floorKey, "must be a negative number of dB, got \(JSONValue.format(floor))") }

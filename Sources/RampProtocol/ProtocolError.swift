@@ -1,3 +1,5 @@
+import RampEngine
+
 /// The stable error codes of the wire protocol. Clients branch on these, so a code is never
 /// renamed or reused; PROTOCOL.md lists when each is sent.
 public enum ErrorCode: String, Sendable, CaseIterable {
@@ -49,6 +51,28 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   /// An error about `field`, with the field path in front of the message.
   static func at(_ field: String, _ code: ErrorCode, _ message: String) -> ProtocolError {
     ProtocolError(code, field: field, "\(field): \(message)")
+  }
+}
+
+extension ProtocolError {
+  /// An engine refusal met when a command is applied, as a reply reports it. `prefix` leads to
+  /// the object the engine was given (`"commands[1]."` inside a batch, `"animation."`).
+  ///
+  /// Range checks are the daemon's (`out-of-range`): the engine reports a value outside a
+  /// property's range as an invalid value like any other.
+  public init(_ error: EngineError, prefix: String = "") {
+    let code: ErrorCode
+    switch error.code {
+    case .invalidValue, .invalidTimingFunction, .invalidKeyPath, .invalidAnimation: code = .invalidField
+    case .unknownKeyPath: code = .unknownKeyPath
+    case .limitExceeded: code = .limitExceeded
+    case .unknownAnimation: code = .unknownAnimation
+    }
+    guard let field = error.field else {
+      self.init(code, field: prefix.isEmpty ? nil : String(prefix.dropLast()), error.message)
+      return
+    }
+    self.init(code, field: prefix + field, "\(prefix + field): \(error.message)")
   }
 }
 

@@ -38,7 +38,9 @@ extension Command {
       object["to"] = .number(fade.to)
       object["duration"] = fade.duration.map(JSONValue.number)
       object["curve"] = fade.curve.map(Self.curve)
-      if let space = fade.space { AnimationWire.encodeSpace(space, key: "space", into: &object) }
+      if let space = fade.space {
+        AnimationWire.encodeSpace(space, key: "space", omittingAmplitude: false, into: &object)
+      }
       if fade.continuity != .value { object["continuity"] = .string(fade.continuity.rawValue) }
       object["name"] = fade.name.map(JSONValue.string)
       object["then"] = fade.then.map { .string($0.rawValue) }
@@ -47,7 +49,9 @@ extension Command {
       object["value"] = .number(set.value)
       object["duration"] = set.duration.map(JSONValue.number)
       object["curve"] = set.curve.map(Self.curve)
-      if let space = set.space { AnimationWire.encodeSpace(space, key: "space", into: &object) }
+      if let space = set.space {
+        AnimationWire.encodeSpace(space, key: "space", omittingAmplitude: false, into: &object)
+      }
       object["continuity"] = set.continuity.map { .string($0.rawValue) }
     case .get(let key), .cancel(let key):
       object["key"] = .string(key)

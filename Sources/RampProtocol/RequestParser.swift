@@ -3,32 +3,49 @@ import RampEngine
 extension Request {
   /// Parses one line. The id comes back even when the request is refused, as long as the line
   /// was an object with a scalar `"id"`, so that the error reply can echo it.
-  public static func parse(line: some StringProtocol) -> (id: JSONValue?, result: Result<Request, ProtocolError>) {
+  public static func parse(line: some StringProtocol, options: ParseOptions = ParseOptions()) -> (
+    id: JSONValue?, result: Result<Request, ProtocolError>
+  ) {
     let value: JSONValue
     do { value = try JSON.parse(line) } catch { return (nil, .failure(error)) }
-    return parse(document: value)
+    return parse(document: value, options: options)
   }
 
   /// Parses one line of raw bytes, refusing bytes that are not UTF-8 as `bad-json`.
-  public static func parse(utf8 line: some Collection<UInt8>) -> (
+  public static func parse(utf8 line: some Collection<UInt8>, options: ParseOptions = ParseOptions()) -> (
     id: JSONValue?, result: Result<Request, ProtocolError>
   ) {
     let value: JSONValue
     do { value = try JSON.parse(utf8: line) } catch { return (nil, .failure(error)) }
-    return parse(document: value)
+    return parse(document: value, options: options)
   }
 
-  private static func parse(document value: JSONValue) -> (id: JSONValue?, result: Result<Request, ProtocolError>) {
+  private static func parse(document value: JSONValue, options: ParseOptions) -> (
+    id: JSONValue?, result: Result<Request, ProtocolError>
+  ) {
     var id: JSONValue?
     if case .object(let object) = value, let recovered = try? RequestParser.id(object) { id = recovered }
-    do { return (id, .success(try parse(value))) } catch { return (id, .failure(error)) }
+    do { return (id, .success(try parse(value, options: options))) } catch { return (id, .failure(error)) }
   }
 
-  public static func parse(_ value: JSONValue) throws(ProtocolError) -> Request {
+  public static func parse(_ value: JSONValue, options: ParseOptions = ParseOptions()) throws(ProtocolError)
+    -> Request
+  {
     guard case .object(let object) = value else {
       throw ProtocolError(.badRequest, "a request must be a JSON object, got \(describe(value))")
     }
-    return try RequestParser(prefix: "").request(object, inBatch: false)
+    return try RequestParser(prefix: "", options: options).request(object, inBatch: false)
+  }
+}
+
+/// What parsing takes from the daemon's configuration.
+public struct ParseOptions: Sendable, Equatable {
+  /// The floor of a dB value space given as "db" without "dbFloor" (the configured db-floor).
+  /// A floor given in the request is kept, so `Request.json` writes it and reads back the same.
+  public var decibelFloor: Double
+
+  public init(decibelFloor: Double = ValueSpace.defaultDecibelFloor) {
+    self.decibelFloor = decibelFloor
   }
 }
 
@@ -36,6 +53,7 @@ extension Request {
 /// error inside a batch names `commands[2].duration`.
 struct RequestParser {
   let prefix: String
+  let options: ParseOptions
 
   static let commonKeys = ["id", "cmd", "at"]
 
@@ -54,7 +72,7 @@ struct RequestParser {
   func request(_ object: JSONObject, inBatch: Bool) throws(ProtocolError) -> Request {
     let name = try commandName(object)
     if inBatch {
-      for key in ["id", "at"] where object.contains(key) {
+      for key in ["id", "at"] where object[key].map({ $0 != .null }) == true {
         throw .at(prefix + key, .invalidField, "commands in a batch take no \(key); give it to the batch")
       }
       if Command.notInBatch.contains(name) {
@@ -85,7 +103,7 @@ struct RequestParser {
   }
 
   private func reader(_ object: JSONObject, _ name: String, _ keys: [String]) throws(ProtocolError) -> FieldReader {
-    try FieldReader(object, prefix: prefix, allowed: Self.commonKeys + keys, context: name)
+    try FieldReader(object, prefix: prefix, allowed: Self.commonKeys + keys, context: name, options: options)
   }
 
   private func command(_ name: String, _ object: JSONObject) throws(ProtocolError) -> Command {
@@ -167,11 +185,21 @@ struct RequestParser {
     if then != nil && kind != .fadeOut {
       throw r.invalid("then", "only fade-out takes then (stop or pause when the fade ends)")
     }
+    let key = try r.keyPath("key") ?? Fade.defaultKey
+    if then != nil && !Self.isTransportKey(key) {
+      throw r.invalid("then", "needs key master.gain (every stream) or streams.<id>.gain (one stream), not \(key)")
+    }
     return Fade(
-      kind: kind, key: try r.keyPath("key") ?? Fade.defaultKey, from: try r.number("from"),
+      kind: kind, key: key, from: try r.number("from"),
       to: try r.required(to, "to"), duration: try r.seconds("duration"), curve: try r.curve("curve"),
       space: try r.space("space"), continuity: try r.choice("continuity", Continuity.self) ?? .value,
       name: try r.identifier("name"), then: then)
+  }
+
+  /// The keys whose streams a fade-out with `then` can stop or pause.
+  static func isTransportKey(_ key: String) -> Bool {
+    let parts = key.split(separator: ".", omittingEmptySubsequences: false)
+    return key == Fade.defaultKey || (parts.count == 3 && parts[0] == "streams" && parts[2] == "gain")
   }
 
   private func set(_ object: JSONObject) throws(ProtocolError) -> SetValue {
@@ -190,7 +218,8 @@ struct RequestParser {
     let r = try reader(object, "animate", ["key", "name", "animation", "continuity"])
     let key = try r.required(try r.keyPath("key"), "key")
     let description = try r.required(try r.object("animation"), "animation")
-    let animation = try AnimationWire.parse(description, prefix: r.path("animation."), isChild: false)
+    let animation = try AnimationWire.parse(
+      description, prefix: r.path("animation."), isChild: false, options: options)
     try AnimationWire.checkWithEngine(animation, keyPath: key, field: r.path("animation"))
     return Animate(
       key: key, name: try r.identifier("name") ?? Animate.defaultName, animation: animation,
@@ -200,7 +229,9 @@ struct RequestParser {
   private func events(_ object: JSONObject, _ name: String) throws(ProtocolError) -> [EventKind]? {
     let r = try reader(object, name, ["events"])
     guard let elements = try r.array("events") else { return nil }
-    guard !elements.isEmpty else { throw r.invalid("events", "name at least one event kind, or leave events out for all") }
+    guard !elements.isEmpty else {
+      throw r.invalid("events", "name at least one event kind, or leave events out for all")
+    }
     var kinds: [EventKind] = []
     for (index, element) in elements.enumerated() {
       guard case .string(let text) = element, let kind = EventKind(rawValue: text) else {
@@ -222,7 +253,7 @@ struct RequestParser {
       guard case .object(let innerObject) = element else {
         throw .at(inner, .invalidField, "expected a command object, got \(describe(element))")
       }
-      requests.append(try RequestParser(prefix: inner + ".").request(innerObject, inBatch: true))
+      requests.append(try RequestParser(prefix: inner + ".", options: options).request(innerObject, inBatch: true))
     }
     return requests
   }

@@ -17,7 +17,8 @@ public enum Schedule: Sendable, Equatable {
     switch value {
     case .number(let seconds):
       guard seconds.isFinite, seconds >= 0 else {
-        throw .at(field, .invalidField, "a delay must be a finite number of seconds, not negative, got \(describe(value))")
+        throw .at(
+          field, .invalidField, "a delay must be a finite number of seconds, not negative, got \(describe(value))")
       }
       return .delay(seconds)
     case .string(let text):

@@ -142,13 +142,15 @@ public enum Event: Sendable, Equatable {
       guard let reason = StreamEndReason(rawValue: try fields.string("reason")) else {
         throw ProtocolError(.badRequest, field: "reason", "reason: not one of finished, stopped, failed")
       }
-      return .streamEnded(stream: try fields.string("stream"), reason: reason, message: fields.optionalString("message"))
+      return .streamEnded(
+        stream: try fields.string("stream"), reason: reason, message: fields.optionalString("message"))
     case "device-failed": return .deviceFailed(message: try fields.string("message"))
     case "device-recovered": return .deviceRecovered(device: try fields.string("device"))
     case "config-reloaded": return .configReloaded
     case "underrun": return .underrun(stream: fields.optionalString("stream"))
     case "value":
-      return .value(key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))
+      return .value(
+        key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))
     default:
       throw ProtocolError(.badRequest, field: "event", "event: unknown kind \(describe(.string(name)))")
     }

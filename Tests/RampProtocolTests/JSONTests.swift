@@ -180,7 +180,10 @@ func jsonError(_ text: String) -> ProtocolError? {
     (.string("line\nbreak\r\t\"q\" \\"), #""line\nbreak\r\t\"q\" \\""#),
     (.string("\u{0}\u{1F}\u{7F}\u{2028}\u{2029}"), #""\u0000\u001f\u007f\u2028\u2029""#),
     (.string("é😀/"), "\"é😀/\""),
-    (["id": 7, "ok": true, "result": .null, "list": [1, "x", false]] as JSONValue, #"{"id":7,"ok":true,"result":null,"list":[1,"x",false]}"#),
+    (
+      ["id": 7, "ok": true, "result": .null, "list": [1, "x", false]] as JSONValue,
+      #"{"id":7,"ok":true,"result":null,"list":[1,"x",false]}"#
+    ),
   ])
   func writesCompactJSON(value: JSONValue, expected: String) {
     #expect(value.serialized() == expected)

@@ -275,7 +275,8 @@ import Testing
         == "animation.values")
     #expect(
       refusal(#"{"cmd":"animate","key":"k","animation":{"type":"keyframe","values":[0,"1"]}}"#)
-        == ProtocolError(.invalidField, field: "animation.values[1]", #"animation.values[1]: expected a number, got "1""#))
+        == ProtocolError(
+          .invalidField, field: "animation.values[1]", #"animation.values[1]: expected a number, got "1""#))
     let longString = String(repeating: "x", count: 50)
     #expect(
       refusal(#"{"cmd":"fade","to":0,"duration":"\#(longString)"}"#)?.message
@@ -307,7 +308,9 @@ import Testing
     #expect(
       refusal(#"{"cmd":"fade","to":0,"curve":"cubic-bezier(1.5,0,1,1)"}"#)
         == ProtocolError(.invalidField, field: "curve", "curve: cubic-bezier x1: must be in [0, 1], got 1.5"))
-    #expect(refusal(#"{"cmd":"fade","to":0,"curve":7}"#)?.message == "curve: expected a curve name such as \"ease-in\", got 7")
+    #expect(
+      refusal(#"{"cmd":"fade","to":0,"curve":7}"#)?.message == "curve: expected a curve name such as \"ease-in\", got 7"
+    )
     #expect(refusal(#"{"cmd":"fade","to":0,"space":"loud"}"#)?.field == "space")
     #expect(
       refusal(#"{"cmd":"fade","to":0,"dbFloor":-80}"#)
@@ -326,6 +329,30 @@ import Testing
     #expect(refusal(#"{"cmd":"wait","key":""}"#)?.field == "key")
   }
 
+  /// "db" alone takes the configured floor; a floor in the request wins, and survives `json`.
+  @Test func theConfiguredDecibelFloorFillsInForPlainDB() throws {
+    let configured = ParseOptions(decibelFloor: -80)
+    let plain = #"{"cmd":"fade","to":0,"space":"db"}"#
+    let parsed = try Request.parse(line: plain, options: configured).result.get()
+    #expect(parsed == Request(.fade(Fade(kind: .fade, to: 0, space: .decibels(floor: -80)))))
+    #expect(try request(plain) == Request(.fade(Fade(kind: .fade, to: 0, space: .decibels))))
+    let explicit = #"{"cmd":"set","key":"k","value":0,"space":"db","dbFloor":-60}"#
+    #expect(
+      try Request.parse(line: explicit, options: configured).result.get()
+        == Request(.set(SetValue(key: "k", value: 0, space: .decibels(floor: -60)))))
+    #expect(
+      try Request.parse(line: #"{"cmd":"set","key":"k","value":0,"space":"db(-70)"}"#, options: configured).result
+        .get() == Request(.set(SetValue(key: "k", value: 0, space: .decibels(floor: -70)))))
+    let animate =
+      #"{"cmd":"animate","key":"k","animation":{"type":"group","animations":[{"type":"basic","valueSpace":"db"}]}}"#
+    guard case .animate(let payload) = try Request.parse(line: animate, options: configured).result.get().command,
+      case .group(let children) = payload.animation.content
+    else { throw ProtocolError(.internalError, "not a group") }
+    #expect(children[0].valueSpace == .decibels(floor: -80))
+    // Written out, the floor is explicit, so the request means the same under any configuration.
+    #expect(try request(parsed.json.serialized()) == parsed)
+  }
+
   @Test func streamIdsAndNamesAreKeyPathComponents() {
     #expect(
       refusal(#"{"cmd":"play","path":"a","stream":"s 1"}"#)
@@ -336,7 +363,8 @@ import Testing
     #expect(refusal(#"{"cmd":"play","path":"a","stream":"\#(String(repeating: "s", count: 65))"}"#)?.field == "stream")
     #expect(refusal(#"{"cmd":"play","path":"a","stream":"\#(String(repeating: "s", count: 64))"}"#) == nil)
     #expect(refusal(#"{"cmd":"fade","to":0,"name":"my fade"}"#)?.field == "name")
-    #expect(refusal(#"{"cmd":"play","path":""}"#) == ProtocolError(.invalidField, field: "path", "path: must not be empty"))
+    #expect(
+      refusal(#"{"cmd":"play","path":""}"#) == ProtocolError(.invalidField, field: "path", "path: must not be empty"))
   }
 
   @Test func thenOnlyOnFadeOut() {
@@ -347,6 +375,14 @@ import Testing
             .invalidField, field: "then", "then: only fade-out takes then (stop or pause when the fade ends)"))
     }
     #expect(refusal(#"{"cmd":"fade-out","then":"stop"}"#) == nil)
+    #expect(refusal(#"{"cmd":"fade-out","key":"streams.s1.gain","then":"pause"}"#) == nil)
+    // Only streams have a transport to stop.
+    #expect(
+      refusal(#"{"cmd":"fade-out","key":"mixers.master.volume","then":"stop"}"#)
+        == ProtocolError(
+          .invalidField, field: "then",
+          "then: needs key master.gain (every stream) or streams.<id>.gain (one stream), not mixers.master.volume"))
+    #expect(refusal(#"{"cmd":"fade-out","key":"streams.s1.pan","then":"stop"}"#)?.field == "then")
   }
 
   @Test func setTakesValueOrTo() {
@@ -377,11 +413,15 @@ import Testing
     #expect(
       refusal(#"{"cmd":"batch","commands":[{"id":1,"cmd":"ping"}]}"#)
         == ProtocolError(
-          .invalidField, field: "commands[0].id", "commands[0].id: commands in a batch take no id; give it to the batch"))
+          .invalidField, field: "commands[0].id", "commands[0].id: commands in a batch take no id; give it to the batch"
+        ))
     #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"ping","at":1}]}"#)?.field == "commands[0].at")
+    // Null is absence, there as everywhere.
+    #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"ping","at":null,"id":null}]}"#) == nil)
     #expect(refusal(#"{"cmd":"batch","commands":[]}"#)?.field == "commands")
     #expect(refusal(#"{"cmd":"batch","commands":[1]}"#)?.field == "commands[0]")
-    #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"fade","to":0,"duration":-1}]}"#)?.field == "commands[0].duration")
+    #expect(
+      refusal(#"{"cmd":"batch","commands":[{"cmd":"fade","to":0,"duration":-1}]}"#)?.field == "commands[0].duration")
     #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"nope"}]}"#)?.code == .unknownCommand)
     #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"nope"}]}"#)?.field == "commands[0].cmd")
   }
@@ -412,7 +452,8 @@ import Testing
       #expect(error?.field == "rate")
     }
     #expect(
-      refusal(#"{"cmd":"observe","key":"k","rate":2000}"#)?.message == "rate: must be above 0 and at most 1000 Hz, got 2000")
+      refusal(#"{"cmd":"observe","key":"k","rate":2000}"#)?.message
+        == "rate: must be above 0 and at most 1000 Hz, got 2000")
   }
 
   @Test func limits() {

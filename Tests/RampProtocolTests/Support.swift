@@ -99,12 +99,13 @@ struct Recipe {
     case "seek": return .seek(Seek(stream: identifier(), position: seconds()))
     case "fade", "fade-in", "fade-out":
       let kind = pick(Fade.Kind.allCases)
+      let key = keyPath()
       return .fade(
         Fade(
-          kind: kind, key: keyPath(), from: maybe { $0.next() }, to: kind == .fade ? next() : maybe { $0.next() },
+          kind: kind, key: key, from: maybe { $0.next() }, to: kind == .fade ? next() : maybe { $0.next() },
           duration: maybe { $0.seconds() }, curve: maybe { $0.curve() }, space: maybe { $0.space() },
           continuity: pick(Continuity.allCases), name: maybe { $0.identifier() },
-          then: kind == .fadeOut ? maybe { $0.pick(Fade.Then.allCases) } : nil))
+          then: kind == .fadeOut && RequestParser.isTransportKey(key) ? maybe { $0.pick(Fade.Then.allCases) } : nil))
     case "set":
       return .set(
         SetValue(
@@ -145,7 +146,10 @@ struct Recipe {
     let content: Animation.Content
     switch pick(depth < 2 ? [0, 1, 2, 3] : [0, 1, 2]) {
     case 0:
-      let fields = pick([(true, true, false), (true, false, true), (false, true, true), (false, false, false)])
+      // to − by could be negative, which dB and power refuse.
+      let fields = pick(
+        [(true, true, false), (true, false, true), (false, false, false)]
+          + (space == .amplitude ? [(false, true, true)] : []))
       content = .basic(
         BasicAnimation(
           from: fields.0 ? value(&self) : nil, to: fields.1 ? value(&self) : nil, by: fields.2 ? next() : nil))
@@ -214,4 +218,12 @@ func request(_ line: String, sourceLocation: SourceLocation = #_sourceLocation) 
 func refusal(_ line: String) -> ProtocolError? {
   if case .failure(let error) = Request.parse(line: line).result { return error }
   return nil
+}
+
+extension Animation {
+  func with(_ change: (inout Animation) -> Void) -> Animation {
+    var copy = self
+    change(&copy)
+    return copy
+  }
 }

@@ -1,0 +1,187 @@
+import RampEngine
+import Testing
+
+@testable import RampProtocol
+
+@Suite struct ReplyTests {
+  @Test func successAndFailureLines() {
+    #expect(
+      Reply.success(id: 7, result: ["animation": 12]).serialized() == #"{"id":7,"ok":true,"result":{"animation":12}}"#)
+    #expect(Reply.success(id: nil, result: [:]).serialized() == #"{"ok":true,"result":{}}"#)
+    let error = ProtocolError(.invalidField, field: "duration", #"duration: expected a number of seconds, got "2s""#)
+    #expect(
+      Reply.failure(id: "a", error: error).serialized()
+        == #"{"id":"a","ok":false,"error":{"code":"invalid-field","field":"duration","message":"duration: expected a number of seconds, got \"2s\""}}"#
+    )
+    #expect(
+      Reply.failure(id: nil, error: ProtocolError(.shuttingDown, "bye")).serialized()
+        == #"{"ok":false,"error":{"code":"shutting-down","message":"bye"}}"#)
+  }
+
+  @Test func greeting() {
+    #expect(Greeting.line(version: "0.2.0").serialized() == #"{"hello":"rampd","version":"0.2.0","protocol":1}"#)
+  }
+
+  @Test func errorCodesAreStable() {
+    // Clients branch on these strings; renaming one breaks them.
+    #expect(
+      ErrorCode.allCases.map(\.rawValue) == [
+        "bad-json", "bad-request", "line-too-long", "unknown-command", "missing-field", "invalid-field",
+        "unknown-field", "out-of-range", "unknown-key-path", "unknown-stream", "unknown-animation", "stream-exists",
+        "file-error", "forbidden-path", "limit-exceeded", "timeout", "shutting-down", "internal-error",
+      ])
+    #expect(
+      ProtocolError(.timeout, field: "timeout", "timeout: 5 s passed").description == "timeout: timeout: 5 s passed")
+  }
+
+  @Test func engineRefusalsKeepTheirField() {
+    let unknown = EngineError(.unknownKeyPath, field: "key", "no property streams.s9.gain")
+    #expect(
+      ProtocolError(unknown, prefix: "commands[1].")
+        == ProtocolError(.unknownKeyPath, field: "commands[1].key", "commands[1].key: no property streams.s9.gain"))
+    #expect(
+      ProtocolError(EngineError(.limitExceeded, field: "key", "full")).code == .limitExceeded)
+    #expect(ProtocolError(EngineError(.unknownAnimation, field: "name", "no")).code == .unknownAnimation)
+    #expect(ProtocolError(EngineError(.invalidValue, field: "value", "2.0 is outside")).code == .invalidField)
+    #expect(ProtocolError(EngineError(.invalidAnimation, "bad")) == ProtocolError(.invalidField, "bad"))
+    #expect(
+      ProtocolError(EngineError(.invalidAnimation, "bad"), prefix: "animation.")
+        == ProtocolError(.invalidField, field: "animation", "bad"))
+  }
+
+  @Test func refusalsBecomeReplies() throws {
+    let (id, result) = Request.parse(line: #"{"id":4,"cmd":"fade","to":0,"durtion":1}"#)
+    guard case .failure(let error) = result else { throw ProtocolError(.internalError, "accepted") }
+    #expect(
+      Reply.failure(id: id, error: error).serialized()
+        == #"{"id":4,"ok":false,"error":{"code":"unknown-field","field":"durtion","message":"durtion: fade takes no field \"durtion\"; did you mean duration?"}}"#
+    )
+  }
+}
+
+@Suite struct EventTests {
+  @Test(arguments: [
+    (
+      Event.animationFinished(id: 12, key: "master.gain", name: "fade", finished: true, sample: 96_000),
+      #"{"event":"animation-finished","id":12,"key":"master.gain","name":"fade","finished":true,"sample":96000}"#
+    ),
+    (
+      .animationStarted(id: 3, key: "streams.s1.gain", name: "animation", sample: 0),
+      #"{"event":"animation-started","id":3,"key":"streams.s1.gain","name":"animation","sample":0}"#
+    ),
+    (
+      .streamStarted(stream: "s1", path: "/srv/a.flac"),
+      #"{"event":"stream-started","stream":"s1","path":"/srv/a.flac"}"#
+    ),
+    (.streamEnded(stream: "s1", reason: .finished), #"{"event":"stream-ended","stream":"s1","reason":"finished"}"#),
+    (
+      .streamEnded(stream: "s1", reason: .failed, message: "read error"),
+      #"{"event":"stream-ended","stream":"s1","reason":"failed","message":"read error"}"#
+    ),
+    (.deviceFailed(message: "device gone"), #"{"event":"device-failed","message":"device gone"}"#),
+    (.deviceRecovered(device: "default"), #"{"event":"device-recovered","device":"default"}"#),
+    (.configReloaded, #"{"event":"config-reloaded"}"#),
+    (.underrun(stream: "s1"), #"{"event":"underrun","stream":"s1"}"#),
+    (.underrun(stream: nil), #"{"event":"underrun"}"#),
+    (
+      .value(key: "master.gain", value: 0.5, sample: 48_000),
+      #"{"event":"value","key":"master.gain","value":0.5,"sample":48000}"#
+    ),
+  ])
+  func linesAndBack(event: Event, line: String) throws {
+    #expect(event.json.serialized() == line)
+    #expect(try Event.parse(try JSON.parse(line)) == event)
+    #expect(try ServerLine.parse(line) == .event(event))
+    #expect(event.kind.map(\.rawValue) ?? "value" == event.name)
+  }
+
+  @Test func everyKindHasAnEvent() {
+    let kinds: [EventKind?] = [
+      Event.animationStarted(id: 1, key: "k", name: "n", sample: 0).kind,
+      Event.animationFinished(id: 1, key: "k", name: "n", finished: false, sample: 0).kind,
+      Event.streamStarted(stream: "s", path: "p").kind, Event.streamEnded(stream: "s", reason: .stopped).kind,
+      Event.deviceFailed(message: "m").kind, Event.deviceRecovered(device: "d").kind, Event.configReloaded.kind,
+      Event.underrun(stream: nil).kind,
+    ]
+    #expect(kinds.compactMap { $0 } == EventKind.allCases)
+    #expect(Event.value(key: "k", value: 0, sample: 0).kind == nil)
+  }
+}
+
+@Suite struct ServerLineTests {
+  @Test func readsGreetingsRepliesAndUnknownEvents() throws {
+    #expect(
+      try ServerLine.parse(#"{"hello":"rampd","version":"0.2.0","protocol":1}"#)
+        == .greeting(server: "rampd", version: "0.2.0", protocolVersion: 1))
+    #expect(
+      try ServerLine.parse(#"{"id":7,"ok":true,"result":{"animation":12}}"#)
+        == .reply(id: 7, result: .success(["animation": 12])))
+    #expect(
+      try ServerLine.parse(#"{"ok":false,"error":{"code":"unknown-stream","field":"stream","message":"no s9"}}"#)
+        == .reply(id: nil, result: .failure(ProtocolError(.unknownStream, field: "stream", "no s9"))))
+    // A code from a newer server is not lost: its message stays.
+    #expect(
+      try ServerLine.parse(#"{"id":1,"ok":false,"error":{"code":"brand-new","message":"m"}}"#)
+        == .reply(id: 1, result: .failure(ProtocolError(.internalError, "m"))))
+    #expect(
+      try ServerLine.parse(#"{"event":"tempo-changed","bpm":120}"#)
+        == .unknownEvent(["event": "tempo-changed", "bpm": 120]))
+    // Newer servers may add members to known events.
+    #expect(
+      try ServerLine.parse(#"{"event":"config-reloaded","path":"/etc/rampd.toml"}"#) == .event(.configReloaded))
+  }
+
+  @Test func refusesMalformedServerLines() {
+    #expect(throws: ProtocolError.self) { try ServerLine.parse("[]") }
+    #expect(throws: ProtocolError.self) { try ServerLine.parse(#"{"ok":false}"#) }
+    #expect(throws: ProtocolError.self) { try ServerLine.parse(#"{"id":1}"#) }
+    #expect(throws: ProtocolError.self) { try ServerLine.parse(#"{"event":"animation-finished","id":1}"#) }
+    #expect(throws: ProtocolError.self) {
+      try ServerLine.parse(#"{"event":"stream-ended","stream":"s","reason":"bored"}"#)
+    }
+    #expect(throws: ProtocolError.self) { try ServerLine.parse(#"{"event":"value","key":"k","value":1,"sample":1.5}"#) }
+  }
+
+  /// Every event and reply the daemon writes is one line a client reads back.
+  @Test func repliesRoundTripThroughTheClientReader() throws {
+    let error = ProtocolError(.invalidField, field: "to", "to: expected a number")
+    #expect(
+      try ServerLine.parse(Reply.failure(id: "x", error: error).serialized())
+        == .reply(id: "x", result: .failure(error)))
+    #expect(
+      try ServerLine.parse(Reply.success(id: 2.5, result: "text\nwith newline").serialized())
+        == .reply(id: 2.5, result: .success("text\nwith newline")))
+  }
+}
+
+@Suite struct LineFramerTests {
+  @Test func splitsLinesAcrossReads() {
+    var framer = LineFramer()
+    #expect(framer.push(Array(#"{"cmd":"pi"#.utf8)) == [])
+    #expect(framer.pendingByteCount == 10)
+    #expect(
+      framer.push(Array("ng\"}\n{\"cmd\":\"status\"}\r\n\n{".utf8))
+        == [.line(Array(#"{"cmd":"ping"}"#.utf8)), .line(Array(#"{"cmd":"status"}"#.utf8)), .line([])])
+    #expect(framer.pendingByteCount == 1)
+  }
+
+  @Test func aLineAtTheLimitPassesOneByteMoreDoesNot() {
+    var framer = LineFramer(maxLineBytes: 8)
+    #expect(framer.push(Array("12345678\n".utf8)) == [.line(Array("12345678".utf8))])
+    #expect(framer.push(Array("12345678\r\n".utf8)) == [.line(Array("12345678".utf8))])
+    #expect(framer.push(Array("ok\n123456789".utf8)) == [.line(Array("ok".utf8)), .tooLong])
+    // After an overlong line the stream has no trustworthy boundary: nothing more comes out.
+    #expect(framer.push(Array("\n{}\n".utf8)) == [])
+    #expect(ProtocolError.lineTooLong(limit: 8).code == .lineTooLong)
+    #expect(
+      ProtocolError.lineTooLong(limit: 65_536).message == "a line may have at most 65536 bytes; closing the connection")
+    #expect(LineFramer().maxLineBytes == 65_536)
+  }
+
+  @Test func anOverlongLineIsCaughtBeforeItsEnd() {
+    var framer = LineFramer(maxLineBytes: 4)
+    #expect(framer.push(Array("12".utf8)) == [])
+    #expect(framer.push(Array("345".utf8)) == [.tooLong])
+    #expect(framer.pendingByteCount == 0)
+  }
+}
