@@ -61,6 +61,9 @@ public final class Daemon: @unchecked Sendable {
   /// Starts rendering, the event thread, the mixer bindings and the socket (or serves on an
   /// inherited, already listening socket).
   public func start(inheritedSocket: CInt? = nil) throws {
+    // An animation given no duration takes the implicit transaction's, as in Core Animation.
+    let transaction = configuration.transaction
+    player.perform { state in state.engine.defaultTransaction = transaction }
     player.start()
     controller.start()
     startMixers()

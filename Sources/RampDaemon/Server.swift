@@ -244,7 +244,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     let line = unwrapInboundIn(data)
     let bytes = line.readableBytesView
     if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
-    let (id, result) = Request.parse(utf8: bytes)
+    let (id, result) = Request.parse(
+      utf8: bytes, options: ParseOptions(decibelFloor: configuration.fades.decibelFloor))
     switch result {
     case .failure(let error):
       reply(Reply.failure(id: id, error: error))
