@@ -79,7 +79,8 @@ public final class StreamDecoder: @unchecked Sendable {
   public func requestSeek(toOutputFrame frame: Int) {
     let fileFrame = Int((Double(frame) * Double(fileRate) / Double(outputRate)).rounded())
     seekMark.store(-1, ordering: .releasing)
-    seekRequest.store(max(fileFrame, 0), ordering: .releasing)
+    // Past the end is the end: the stream then finishes instead of failing on a bad seek.
+    seekRequest.store(min(max(fileFrame, 0), Int(reader.frames)), ordering: .releasing)
   }
 
   /// Consumer: once the decoder has sought, the ring position from which its data is the new

@@ -32,6 +32,8 @@ public final class Controller: @unchecked Sendable {
   private let scheduled = Atomic<Int>(0)
   private let stopping = Atomic<Bool>(false)
   private var pump: Thread?
+  /// How many clients are connected (the server sets it).
+  public var connectedClients: @Sendable () -> Int = { 0 }
   private let pumpFinished = Atomic<Bool>(false)
 
   struct Subscription {
@@ -76,6 +78,13 @@ public final class Controller: @unchecked Sendable {
       respond(.failure(ProtocolError(.shuttingDown, "rampd is shutting down")))
       return
     }
+    if request.at != nil, Command.notInBatch.contains(request.command.name), request.command.name != "batch" {
+      respond(
+        .failure(
+          ProtocolError(
+            .invalidField, field: "at", "'\(request.command.name)' takes effect at once; it cannot be scheduled")))
+      return
+    }
     switch request.command {
     case .subscribe(let kinds):
       respond(.success(subscribe(client, to: kinds)))
@@ -91,7 +100,7 @@ public final class Controller: @unchecked Sendable {
         status["version"] = .string(RampdVersion.current)
         status["uptime"] = .number(Date().timeIntervalSince(startedAt))
         status["output"] = .object(outputStatus)
-        status["clients"] = .integer(subscribers.withLock { $0.count })
+        status["clients"] = .integer(connectedClients())
         return .object(status)
       }
     case .batch(let requests):
@@ -220,7 +229,8 @@ public final class Controller: @unchecked Sendable {
         }
       }
       let wanted = ids.map(Set.init) ?? Set(inFlight.map(\.id))
-      let alive = inFlight.filter { wanted.contains($0.id) }
+      // One held by fillMode forwards after its end is over, though it stays on its key path.
+      let alive = inFlight.filter { wanted.contains($0.id) && ($0.endSample.map { $0 > engine.now } ?? true) }
       if let endless = alive.first(where: { $0.endSample == nil }) {
         ticket.result = .failure(
           ProtocolError(

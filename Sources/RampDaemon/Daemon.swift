@@ -41,6 +41,8 @@ public final class Daemon: @unchecked Sendable {
     controller = Controller(player: player, configuration: configuration, outputNotes: notes, logger: logger)
     let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
     server = Server(path: socketPath, controller: controller, configuration: configuration, logger: logger)
+    let server = server
+    controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
   }
 
   /// ALSA's `file` plugin over `null`, paced by the clock: a real ALSA PCM that needs no card, and

@@ -173,7 +173,8 @@ struct Preparation: Sendable {
   // MARK: Ramps
 
   private func prepare(_ fade: Fade) throws(ProtocolError) -> Operation {
-    let duration = fade.duration ?? configuration.fades.duration
+    // A fade of 0 s is as quick as is click-free: the declick ramp.
+    let duration = max(fade.duration ?? configuration.fades.duration, configuration.declick)
     let curve = fade.curve ?? configuration.fades.curve
     let space = fade.space ?? configuration.fades.space
     if let then = fade.then {
@@ -202,7 +203,10 @@ struct Preparation: Sendable {
     let continuity = fade.continuity
     let animationToAdd = animation
     return Operation(
-      check: { state in Self.checkKey(key, value: fade.to, field: "to", in: state) },
+      check: { state in
+        Self.checkKey(key, value: fade.to, field: "to", in: state)
+          ?? fade.from.flatMap { Self.checkKey(key, value: $0, field: "from", in: state) }
+      },
       apply: {
         state, ticket throws(ProtocolError) in
         let engine = state.engine
@@ -214,9 +218,6 @@ struct Preparation: Sendable {
             ramp.content = .basic(BasicAnimation(from: try engine.presentation(key), to: basic.to))
           }
           try engine.set(key, to: fade.to, transaction: .instant)
-          guard duration > 0 else {
-            return ["key": .string(key), "animation": .null, "to": .number(fade.to)]
-          }
           let id = try engine.add(ramp, forKey: name, to: key, continuity: continuity)
           ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: engine.now))
           return [

@@ -212,6 +212,9 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   /// Observed key paths (event-loop thread only).
   private var observers: [String: Observer] = [:]
   private let droppedEvents = Atomic<Int>(0)
+  /// Commands run here, in the order they came, so opening a file never stalls the event loop
+  /// that serves every client.
+  private let commands = DispatchQueue(label: "rampd.session")
 
   /// Lives on the connection's event loop only.
   final class Observer: @unchecked Sendable {
@@ -256,7 +259,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
       case .unobserve(let key):
         reply(unobserve(key, id: request.id))
       default:
-        controller.handle(request, from: self)
+        let controller = controller
+        commands.async { [self] in controller.handle(request, from: self) }
       }
     }
   }
@@ -297,6 +301,11 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   // MARK: Observe
 
   private func observe(_ key: String, rate: Double, id: JSONValue?) -> JSONValue {
+    do {
+      try Preparation.checkAddressable(key)
+    } catch {
+      return Reply.failure(id: id, error: error)
+    }
     let limits = configuration.limits
     guard rate <= limits.maxObserveRate else {
       return Reply.failure(

@@ -233,6 +233,9 @@ import Testing
       (["cmd": "remove", "key": "master.gain", "name": "nothing"], "unknown-animation", "name"),
       (["cmd": "observe", "key": "master.gain", "rate": 5000], "out-of-range", "rate"),
       (["cmd": "wait"], "invalid-field", "animations"),
+      (["cmd": "subscribe", "at": 1], "invalid-field", "at"),
+      (["cmd": "observe", "key": "streams.keep.transport"], "unknown-key-path", "key"),
+      (["cmd": "fade", "key": "streams.keep.pan", "from": -5, "to": 0], "out-of-range", "from"),
       (
         ["cmd": "animate", "key": "master.gain", "animation": ["type": "keyframe", "values": []]], "invalid-field",
         "animation.values"
@@ -334,6 +337,36 @@ import Testing
     #expect((12...24).contains(writes.count), "\(writes)")
     #expect(zip(writes, writes.dropFirst()).allSatisfy { $0 > $1 }, "\(writes)")
     #expect(writes.last == 155, "\(writes)")
+  }
+}
+
+/// Edge cases of time: seeking past the end ends the stream; waiting on an animation held past
+/// its end by fillMode forwards replies at once.
+@Suite struct TimeEdgeTests {
+  @Test func seekingPastTheEndFinishesTheStream() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
+    let file = try daemon.constantFile("one", seconds: 1)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "x"]).isOK)
+    #expect(try client.request(["cmd": "seek", "stream": "x", "position": 99]).isOK)
+    let ended = try client.waitForEvent(timeout: 3) { $0["event"] == "stream-ended" }
+    #expect(ended["reason"] == "finished")
+  }
+
+  @Test func waitingOnAHeldAnimationRepliesAtOnce() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let animate = try client.request([
+      "cmd": "animate", "key": "master.gain",
+      "animation": [
+        "type": "basic", "to": 0.5, "duration": 0.05, "fillMode": "forwards", "removedOnCompletion": false,
+      ],
+    ])
+    let id = try #require(animate.result["animation"])
+    usleep(200_000)
+    let waited = try client.request(["cmd": "wait", "animations": [id], "timeout": 2])
+    #expect(waited.isOK && waited.result["animations"] == [], "\(waited.serialized())")
   }
 }
 
