@@ -109,7 +109,7 @@ enum Parse {
   /// directory (or its media roots), not the client's.
   static func absolutePath(_ path: String, directory: String = FileManager.default.currentDirectoryPath) -> String {
     if path.hasPrefix("/") { return path }
-    return URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: directory, isDirectory: true)).standardized.path
+    return URL(fileURLWithPath: directory + "/" + path).standardized.path
   }
 
   /// Checks the request as rampd will, so what it would refuse on sight is a usage error here,
