@@ -16,7 +16,7 @@ public struct ReceivedLine: Sendable {
 /// A blocking connection to rampd: connect, check the greeting, send requests with fresh ids,
 /// and read lines, telling replies (by id) from events.
 ///
-/// Events that arrive while a reply is awaited are handed to the caller's `onEvent` rather than
+/// Events that arrive while a reply is awaited are handed to the caller's `onOther` rather than
 /// dropped, so a command that subscribed first (`fade-out --then stop --wait`) sees every event.
 /// Reads poll in short slices so that Ctrl-C (`Interruption`) is noticed promptly.
 public final class DaemonConnection {
@@ -61,6 +61,10 @@ public final class DaemonConnection {
     let greeting = try nextLine(deadline: Date().addingTimeInterval(greetingTimeout))
     guard case .greeting(let server, let version, let protocolVersion) = greeting.line else {
       close(descriptor)
+      // A daemon at its client limit answers with an error instead of a greeting: try later.
+      if case .reply(_, .failure(let error)) = greeting.line {
+        throw .unreachable(path: path, reason: "rampd refused the connection: \(ClientFailure.describe(error))")
+      }
       throw .protocolViolation("expected a greeting from \(path), got \(greeting.text)")
     }
     guard protocolVersion == ProtocolVersion.current else {
@@ -104,7 +108,7 @@ public final class DaemonConnection {
   // MARK: Receiving
 
   /// The reply to request `id`. Events (and replies to other requests) read on the way go to
-  /// `onEvent` in arrival order. A failed reply throws `.refused`.
+  /// `onOther` in arrival order. A failed reply throws `.refused`.
   public func reply(
     to id: JSONValue, deadline: Date? = nil, onOther: (ReceivedLine) throws(ClientFailure) -> Void = { _ in }
   ) throws(ClientFailure) -> (text: String, result: JSONValue) {

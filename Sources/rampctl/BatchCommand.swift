@@ -3,7 +3,8 @@ import Foundation
 import RampCLI
 import RampProtocol
 
-struct BatchCommand: DaemonCommand {
+/// Not a `DaemonCommand`: it sends many requests, read from a file when it runs.
+struct BatchCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "batch",
     abstract: "Run a timeline script against rampd: one request per line, each at its time.",
@@ -44,13 +45,6 @@ struct BatchCommand: DaemonCommand {
   /// Lines are sent this long before they are due, so they arrive in time; scheduling them
   /// for their exact moment keeps them on time regardless.
   static let lead = 1.0
-
-  func request() throws -> Request {
-    // Only the parts that need no file: the script itself is read in run().
-    Request(.ping)
-  }
-
-  func summary(of result: JSONValue) -> String { "" }
 
   func entries() throws -> [ScriptRequests.Entry] {
     let text: String

@@ -66,8 +66,8 @@ struct RampWait {
 struct ClientRun {
   let options: ConnectionOptions
 
-  /// Replies to requests without `at` that take longer than this are a protocol failure: even
-  /// `play`, which opens the file first, answers in well under a second.
+  /// Seconds a request without `at` may take to be answered (even `play`, which opens the file
+  /// first, answers in well under a second); past it rampctl reports a timeout (exit 75).
   static let replyTimeout = 30.0
 
   func connect() throws(ClientFailure) -> DaemonConnection {

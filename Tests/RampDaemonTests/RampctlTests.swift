@@ -48,7 +48,7 @@ import Testing
   /// over, the fade-in is the linear curve at every sample, and the stream has ended.
   @Test func playWithFadeInThenFadeOutAndStop() throws {
     let daemon = try DaemonProcess()
-    let file = try daemon.constantFile("one", seconds: 3)
+    let file = try daemon.constantFile("one", seconds: 10)
     let started = Date()
     let play = try rampctl(
       ["play", "one.wav", "--stream", "a", "--fade-in", "200ms", "--curve", "linear", "--wait"],
@@ -93,7 +93,7 @@ import Testing
   /// An endless keyframe animation replies with its id (and cannot be waited for).
   @Test func animateKeyframesForEver() throws {
     let daemon = try DaemonProcess()
-    _ = try daemon.constantFile("one", seconds: 2)
+    _ = try daemon.constantFile("one", seconds: 10)
     #expect(try rampctl(["play", "\(daemon.directory)/one.wav", "--stream", "s1"], socket: daemon.socket).status == 0)
     let animate = try rampctl(
       ["animate", "streams.s1.gain", "--keyframes", "1,0.5,1", "--duration", "200ms", "--repeat", "inf", "--json"],
@@ -131,7 +131,7 @@ import Testing
 
   @Test func aTimedOutWaitExits75() throws {
     let daemon = try DaemonProcess()
-    #expect(try rampctl(["fade", "master.gain", "0", "--duration", "2s"], socket: daemon.socket).status == 0)
+    #expect(try rampctl(["fade", "master.gain", "0", "--duration", "20s"], socket: daemon.socket).status == 0)
     let wait = try rampctl(["wait", "--key", "master.gain", "--timeout", "200ms"], socket: daemon.socket)
     #expect(wait.status == 75 && wait.stderr.contains("timeout"), "\(wait)")
   }
@@ -140,7 +140,7 @@ import Testing
   /// others still run; a script with an invalid line runs nothing.
   @Test func timelineBatch() throws {
     let daemon = try DaemonProcess()
-    let file = try daemon.constantFile("one", seconds: 3)
+    let file = try daemon.constantFile("one", seconds: 10)
     let script = "\(daemon.directory)/show.jsonl"
     try """
     # two changes after the start
@@ -149,6 +149,7 @@ import Testing
     {"at": 0.4, "cmd": "fade", "key": "streams.gone.gain", "to": 0}
     {"at": "600ms", "cmd": "stop", "fade": "50ms"}
     """.write(toFile: script, atomically: true, encoding: .utf8)
+    let before = try #require(try daemon.client().request(["cmd": "status"]).result["sample"]?.int)
     let started = Date()
     let run = try rampctl(["batch", script], socket: daemon.socket)
     #expect(run.status == 65, "one line was refused: \(run)")
@@ -159,7 +160,9 @@ import Testing
     let left = try daemon.played(channel: 0)
     let playing = try #require(left.firstIndex { $0 == 1 })
     let lowered = try #require(left[playing...].firstIndex { abs(Double($0) - pow(10, -12.0 / 20)) < 1e-6 })
-    #expect(abs(lowered - playing - 19_200) < 4_800, "set at 0.4 s: \(lowered - playing) samples after the play")
+    // 0.4 s after the script started, which is after `before` by rampctl's start-up time.
+    let late = lowered - before - 19_200
+    #expect(late >= 0 && late < 24_000, "the set at 0.4 s landed \(late) samples after 0.4 s from the status")
 
     try """
     {"cmd": "set", "key": "master.gain", "value": 0.5}
@@ -172,7 +175,7 @@ import Testing
   /// `watch` prints events one per line; `--count` ends it.
   @Test func watchPrintsEvents() throws {
     let daemon = try DaemonProcess()
-    let file = try daemon.constantFile("one", seconds: 2)
+    let file = try daemon.constantFile("one", seconds: 10)
     nonisolated(unsafe) var watched: Outcome?
     let done = DispatchSemaphore(value: 0)
     let socket = daemon.socket
@@ -180,7 +183,10 @@ import Testing
       watched = try? rampctl(["watch", "--events", "stream-started,stream-ended", "--count", "2"], socket: socket)
       done.signal()
     }
-    usleep(300_000)
+    // Play only once rampctl has subscribed (status counts subscribers), or it could miss the start.
+    let client = try daemon.client()
+    let deadline = Date().addingTimeInterval(10)
+    while try client.request(["cmd": "status"]).result["clients"] == 0, Date() < deadline { usleep(20_000) }
     #expect(try rampctl(["play", file, "--stream", "w"], socket: daemon.socket).status == 0)
     #expect(try rampctl(["stop", "w", "--fade", "50ms", "--wait"], socket: daemon.socket).status == 0)
     #expect(done.wait(timeout: .now() + 10) == .success)
