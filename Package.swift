@@ -78,7 +78,8 @@ let package = Package(
         .product(name: "PropertyBased", package: "swift-property-based"),
       ]
     ),
-    .testTarget(name: "RampCLITests", dependencies: ["RampCLI", "RampEngine", "RampAudio"]),
+    // Also tests rampctl's argument → request mapping, through `@testable import rampctl`.
+    .testTarget(name: "RampCLITests", dependencies: ["RampCLI", "RampEngine", "RampAudio", "RampProtocol", "rampctl"]),
     .testTarget(
       name: "RampProtocolTests",
       dependencies: [

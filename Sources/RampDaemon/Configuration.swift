@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import RampAudio
 import RampEngine
+import RampProtocol
 
 #if canImport(Glibc)
   import Glibc
@@ -200,15 +201,14 @@ extension DaemonConfiguration {
   public static func runtimeDirectory(
     environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
   ) -> String {
-    if !isRoot, let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") {
-      return (runtime.hasSuffix("/") ? String(runtime.dropLast()) : runtime) + "/rampd"
-    }
-    return "/run/rampd"
+    // The rule lives in RampProtocol so that rampctl finds the same socket.
+    SocketLocation.runtimeDirectory(environment: environment, isRoot: isRoot)
   }
 
   /// Environment variables starting with `RAMPD_` that are not configuration keys. `RAMPD_CONFIG`
-  /// is left to `rampd` (a configuration file path); every other `RAMPD_*` must name a key.
-  public static let reservedEnvironmentVariables: Set<String> = ["RAMPD_CONFIG"]
+  /// is left to `rampd` (a configuration file path) and `RAMPD_SOCKET` to rampctl (the socket it
+  /// connects to); every other `RAMPD_*` must name a key.
+  public static let reservedEnvironmentVariables: Set<String> = ["RAMPD_CONFIG", SocketLocation.clientVariable]
 }
 
 /// A configuration value refused, naming where it came from.

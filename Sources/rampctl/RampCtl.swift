@@ -1,27 +1,60 @@
 import ArgumentParser
+import RampCLI
 
 /// `rampctl`: the command-line client of rampd. Each subcommand lives in its own file and is
 /// listed in `subcommands` below.
 @main
-struct RampCtl: AsyncParsableCommand {
+struct RampCtl: ParsableCommand {
+  static let version = "0.2.0"
+
   static let configuration = CommandConfiguration(
     commandName: "rampctl",
     abstract: "Control rampd, the audio gain-ramping daemon",
     discussion: """
       rampd changes audio gain the way Core Animation changes a layer: every change is an \
-      animation along a timing curve, evaluated for every sample, so nothing clicks.
+      animation along a timing curve, evaluated for every sample, so nothing clicks. rampctl \
+      sends it commands over its Unix socket (--socket, else $RAMPD_SOCKET, else \
+      $XDG_RUNTIME_DIR/rampd/rampd.sock when not root, else /run/rampd/rampd.sock).
 
-      The commands that talk to a running rampd are still to come. `curve` is the quick-start \
-      demo: it runs the same animation engine locally, with no daemon and no sound card, and \
-      plots the gain it renders.
+      Units: durations 2s, 500ms, 1m30s, 1.5 (seconds); gains 0.5, 50%, -6dB, '-inf dB'; \
+      curves linear, ease-in-out, qsin, cubic-bezier(x1,y1,x2,y2), steps(n) (`rampctl curve \
+      --list`). A key path is master.gain, streams.<id>.gain (or just <id>) or \
+      mixers.<name>.volume. Every command takes --json (print rampd's reply lines as they \
+      are); the ramping ones take --wait (block until the ramp ends, with a progress bar on a \
+      terminal).
+
+      Exit status:
+        0   success
+        64  bad usage: unknown option, bad units, a request rampd would refuse
+        65  rampd refused the command (or a batch script line is invalid)
+        69  rampd is unreachable: no socket, or the connection was refused
+        70  protocol error: a reply rampctl did not expect
+        75  a wait was interrupted (Ctrl-C) or timed out; the ramp goes on
 
       Examples:
-        rampctl curve                          ease-in-out from 0 to 1 over 1s
-        rampctl curve qsin --from 1 --to 0 --duration 3s --space db
-        rampctl curve --list                   every curve, with a sparkline
-        rampctl curve linear --values | head   the gain of each sample, for scripts
+        rampctl play song.flac --fade-in 3s
+        rampctl fade-out --duration 10s --then stop
+        rampctl set master.gain -6dB --duration 500ms --wait
+        rampctl animate streams.s1.gain --keyframes 1,0.5,1 --duration 1s --repeat inf
+        rampctl status
+        rampctl watch
+        rampctl curve qsin --from 1 --to 0 --duration 3s    local, no daemon needed
+
+      Shell completions: rampctl --generate-completion-script bash|zsh|fish.
       """,
-    version: "0.1.0",
-    subcommands: [CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self]
+    version: version,
+    subcommands: [
+      PingCommand.self, VersionCommand.self, StatusCommand.self,
+      PlayCommand.self, StopCommand.self, PauseCommand.self, ResumeCommand.self, SeekCommand.self,
+      FadeCommand.self, FadeInCommand.self, FadeOutCommand.self, SetCommand.self, GetCommand.self,
+      AnimateCommand.self, CancelCommand.self, RemoveCommand.self, ListCommand.self,
+      WatchCommand.self, ObserveCommand.self, WaitCommand.self, BatchCommand.self,
+      CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
+    ]
   )
+
+  /// Negative values (`-6dB`) are made readable to ArgumentParser first; see `Arguments`.
+  static func main() {
+    main(Arguments.prepared(Array(CommandLine.arguments.dropFirst())))
+  }
 }

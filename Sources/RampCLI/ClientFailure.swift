@@ -1,0 +1,69 @@
+import RampProtocol
+
+/// Why a conversation with rampd did not end well, and which exit status says so.
+///
+/// The statuses are sysexits(3) values, so shell scripts can tell "try again later" from "fix
+/// the command": they are documented in `rampctl --help` and rampctl(1).
+public enum ClientFailure: Error, Equatable, Sendable, CustomStringConvertible {
+  /// No daemon at the socket (missing, refused, not a socket) or it went away mid-conversation.
+  case unreachable(path: String, reason: String)
+  /// rampd answered `ok: false`.
+  case refused(ProtocolError)
+  /// rampd said something this client cannot make sense of.
+  case protocolViolation(String)
+  /// Ctrl-C while waiting.
+  case interrupted
+  /// Nothing came within the time allowed.
+  case timedOut(String)
+
+  public enum ExitStatus {
+    public static let success: Int32 = 0
+    /// EX_USAGE: bad arguments or units (ArgumentParser's own status for validation errors).
+    public static let usage: Int32 = 64
+    /// EX_DATAERR: rampd refused the command (or a script line is not a valid request).
+    public static let refused: Int32 = 65
+    /// EX_UNAVAILABLE: no rampd at the socket.
+    public static let unreachable: Int32 = 69
+    /// EX_SOFTWARE: a reply this client did not expect.
+    public static let protocolError: Int32 = 70
+    /// EX_TEMPFAIL: a wait was interrupted (Ctrl-C) or timed out; the ramp itself goes on.
+    public static let interrupted: Int32 = 75
+  }
+
+  public var exitStatus: Int32 {
+    switch self {
+    case .unreachable: return ExitStatus.unreachable
+    // A wait that times out is refused with `timeout`: nothing is wrong with the command.
+    case .refused(let error): return error.code == .timeout ? ExitStatus.interrupted : ExitStatus.refused
+    case .protocolViolation: return ExitStatus.protocolError
+    case .interrupted, .timedOut: return ExitStatus.interrupted
+    }
+  }
+
+  /// The line printed after `rampctl: ` on standard error.
+  public var description: String {
+    switch self {
+    case .unreachable(let path, let reason):
+      return """
+        cannot reach rampd at \(path): \(reason)
+        Is rampd running? Start it with `rampd` (or `systemctl --user start rampd`), \
+        or give its socket with --socket or RAMPD_SOCKET.
+        """
+    case .refused(let error):
+      return Self.describe(error)
+    case .protocolViolation(let message):
+      return "protocol error: \(message)"
+    case .interrupted:
+      return "interrupted; what was started goes on in rampd"
+    case .timedOut(let message):
+      return "timed out: \(message)"
+    }
+  }
+
+  /// `<code>: <message>`, with the field when the message does not already start with it.
+  public static func describe(_ error: ProtocolError) -> String {
+    var text = "\(error.code.rawValue): \(error.message)"
+    if let field = error.field, !error.message.hasPrefix(field + ":") { text += " (field: \(field))" }
+    return text
+  }
+}

@@ -1,0 +1,58 @@
+/// The live line `--wait` draws on a terminal: `[#####-----] 0.42 (-7.5 dB) 1.3s/3.0s`.
+///
+/// The bar is the share of the ramp's time gone by (when its length is known); the numbers are
+/// the level rampd reports as audible and the time waited so far.
+public struct ProgressLine: Sendable, Equatable {
+  /// The audible value last observed, nil before the first one arrives.
+  public var level: Double?
+  public var elapsed: Double
+  /// The ramp's expected length; nil when it cannot be known (a spring, a default duration).
+  public var total: Double?
+  /// Whether `level` is a gain (shown with its dB).
+  public var isGain: Bool
+
+  public init(level: Double? = nil, elapsed: Double = 0, total: Double? = nil, isGain: Bool = true) {
+    self.level = level
+    self.elapsed = elapsed
+    self.total = total
+    self.isGain = isGain
+  }
+
+  public static let barWidth = 10
+
+  /// The share of the bar filled: time over length, else the level itself (clamped to 0...1).
+  public var fraction: Double {
+    if let total { return total > 0 ? min(max(elapsed / total, 0), 1) : 1 }
+    return min(max(level ?? 0, 0), 1)
+  }
+
+  public var text: String {
+    let filled = Int((fraction * Double(Self.barWidth)).rounded(.down))
+    var text = "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: Self.barWidth - filled) + "]"
+    if let level {
+      text += " " + HumanUnits.format(gain: level, decimals: 2)
+      if isGain { text += " (" + HumanUnits.format(decibels: level, decimals: 1) + ")" }
+    } else {
+      text += " …"
+    }
+    text += " " + Self.seconds(elapsed)
+    if let total { text += "/" + Self.seconds(total) }
+    return text
+  }
+
+  /// `1.3s`: one decimal, so the line does not jitter in width as it counts.
+  static func seconds(_ value: Double) -> String {
+    guard value.isFinite else { return "\(value)" }
+    if value >= 60 { return HumanUnits.format(duration: (value * 10).rounded() / 10) }
+    return HumanUnits.trimmedFixed(value, decimals: 1) + "s"
+  }
+}
+
+extension HumanUnits {
+  /// `value` with exactly `decimals` decimals: `1.0`, `0.4`.
+  static func trimmedFixed(_ value: Double, decimals: Int) -> String {
+    var buffer = TextBuffer()
+    buffer.append(fixed: value, decimals: decimals)
+    return buffer.text
+  }
+}

@@ -1,0 +1,162 @@
+import RampProtocol
+
+/// rampd's replies and events as people read them. Every function takes the `result` object as
+/// sent and tolerates members that are missing (an older daemon) or new (a newer one).
+public enum ReplyText {
+  /// `0.501187 (-6.02 dB)` for gains; the bare number for other properties.
+  public static func level(_ value: Double, key: String) -> String {
+    let number = HumanUnits.format(gain: value)
+    return isGain(key) ? "\(number) (\(HumanUnits.format(decibels: value)))" : number
+  }
+
+  /// Key paths whose values are amplitudes: `master.gain`, `streams.<id>.gain`, transports.
+  public static func isGain(_ key: String) -> Bool { key.hasSuffix(".gain") || key.hasSuffix(".transport") }
+
+  // MARK: Properties
+
+  /// `get`: `master.gain = 0.5 (-6.02 dB), audible 0.73 (-2.73 dB), range 0...1`.
+  public static func property(_ result: JSONValue) -> String {
+    let key = result["key"]?.stringValue ?? "?"
+    let model = result["model"]?.numberValue ?? .nan
+    let audible = result["presentation"]?.numberValue ?? .nan
+    var text = "\(key) = \(level(model, key: key))"
+    if audible != model { text += ", audible \(level(audible, key: key))" }
+    if let range = result["range"]?.arrayValue, range.count == 2, let low = range[0].numberValue,
+      let high = range[1].numberValue
+    {
+      text += ", range \(HumanUnits.format(gain: low))...\(HumanUnits.format(gain: high))"
+    }
+    return text
+  }
+
+  /// `list`: one row per key path, then its animations indented beneath it.
+  public static func list(_ result: JSONValue) -> String {
+    let properties = result["properties"]?.arrayValue ?? []
+    guard !properties.isEmpty else { return "no key paths" }
+    var rows: [[String]] = [["KEY PATH", "MODEL", "AUDIBLE"]]
+    var notes: [Int: [String]] = [:]
+    for property in properties {
+      let key = property["key"]?.stringValue ?? "?"
+      let model = property["model"]?.numberValue ?? .nan
+      let audible = property["presentation"]?.numberValue ?? .nan
+      rows.append([key, level(model, key: key), level(audible, key: key)])
+      notes[rows.count - 1] = (property["animations"]?.arrayValue ?? []).map(animation)
+    }
+    return table(rows, notes: notes)
+  }
+
+  /// `#3 fade (basic) 42%` or `#3 loop (keyframe) endless`.
+  static func animation(_ status: JSONValue) -> String {
+    let id = status["id"].map(number) ?? "?"
+    let name = status["name"]?.stringValue ?? "?"
+    var text = "#\(id) \(name)"
+    if let kind = status["kind"]?.stringValue { text += " (\(kind)\(status["additive"] == true ? ", additive" : ""))" }
+    if let progress = status["progress"]?.numberValue {
+      text += " " + HumanUnits.format(gain: (progress * 100).rounded(), decimals: 0) + "%"
+    } else if status["end"] == .null {
+      text += " endless"
+    }
+    return text
+  }
+
+  // MARK: Status
+
+  /// `status`: the daemon, its output, and a table of streams.
+  public static func status(_ result: JSONValue) -> String {
+    var lines: [String] = []
+    var head = "rampd \(result["version"]?.stringValue ?? "?")"
+    if let uptime = result["uptime"]?.numberValue { head += ", up \(HumanUnits.format(duration: uptime.rounded()))" }
+    if let clients = result["clients"]?.numberValue, clients > 0 {
+      head += ", \(number(.number(clients))) client(s) subscribed to events"
+    }
+    lines.append(head)
+    if let output = result["output"] {
+      var text = "output \(output["device"]?.stringValue ?? "?")"
+      if let rate = output["rate"] { text += ", \(number(rate)) Hz" }
+      if let channels = output["channels"] { text += ", \(number(channels)) ch" }
+      if let format = output["format"]?.stringValue { text += ", \(format)" }
+      if let period = output["periodFrames"], let buffer = output["bufferFrames"] {
+        text += ", period \(number(period)) / buffer \(number(buffer)) frames"
+      }
+      if let pacing = output["pacing"]?.stringValue { text += ", paced by \(pacing)" }
+      if let state = output["state"]?.stringValue { text += ", \(state)" }
+      if let underruns = output["underruns"] { text += ", \(number(underruns)) underrun(s)" }
+      lines.append(text)
+      if output["embedded"] == true, let file = output["file"]?.stringValue {
+        let requested = output["requestedDevice"]?.stringValue.map { " (\($0) could not be opened)" } ?? ""
+        lines.append("embedded output: playing into \(file)\(requested)")
+      }
+    }
+    let streams = result["streams"]?.arrayValue ?? []
+    if streams.isEmpty {
+      lines.append("no streams")
+    } else {
+      var rows = [["STREAM", "STATE", "POSITION", "LOOP", "PATH"]]
+      for stream in streams {
+        let state =
+          stream["stopping"] == true ? "stopping" : stream["paused"] == true ? "paused" : "playing"
+        let position = stream["position"]?.numberValue.map { HumanUnits.format(duration: ($0 * 10).rounded() / 10) }
+        rows.append([
+          stream["stream"]?.stringValue ?? "?", state, position ?? "?", stream["loop"] == true ? "yes" : "no",
+          stream["path"]?.stringValue ?? "?",
+        ])
+      }
+      lines.append(table(rows))
+    }
+    return lines.joined(separator: "\n")
+  }
+
+  // MARK: Events
+
+  /// One event on one line: `stream-ended s1 (stopped)`, `value master.gain 0.5 (-6.02 dB) @48000`.
+  public static func event(_ event: Event) -> String {
+    switch event {
+    case .animationStarted(let id, let key, let name, let sample):
+      return "animation-started #\(id) \(name) on \(key) @\(sample)"
+    case .animationFinished(let id, let key, let name, let finished, let sample):
+      return "animation-finished #\(id) \(name) on \(key) @\(sample)\(finished ? "" : " (removed before its end)")"
+    case .streamStarted(let stream, let path):
+      return "stream-started \(stream) \(path)"
+    case .streamEnded(let stream, let reason, let message):
+      return "stream-ended \(stream) (\(reason.rawValue))" + (message.map { ": \($0)" } ?? "")
+    case .deviceFailed(let message):
+      return "device-failed: \(message)"
+    case .deviceRecovered(let device):
+      return "device-recovered \(device)"
+    case .configReloaded:
+      return "config-reloaded"
+    case .underrun(let stream):
+      return "underrun" + (stream.map { " \($0)" } ?? " (output device)")
+    case .value(let key, let value, let sample):
+      return "value \(key) \(level(value, key: key)) @\(sample)"
+    }
+  }
+
+  // MARK: Helpers
+
+  /// A JSON number as people write it (`3`, `0.5`), anything else serialised.
+  public static func number(_ value: JSONValue) -> String {
+    if let number = value.numberValue { return HumanUnits.format(gain: number, decimals: 6) }
+    return value.serialized()
+  }
+
+  /// Columns padded to their widest cell; `notes` are indented lines after a row.
+  public static func table(_ rows: [[String]], notes: [Int: [String]] = [:]) -> String {
+    let columns = rows.map(\.count).max() ?? 0
+    var widths = [Int](repeating: 0, count: columns)
+    for row in rows {
+      for (index, cell) in row.enumerated() { widths[index] = max(widths[index], cell.count) }
+    }
+    var lines: [String] = []
+    for (rowIndex, row) in rows.enumerated() {
+      var line = ""
+      for (index, cell) in row.enumerated() {
+        let isLast = index == row.count - 1
+        line += isLast ? cell : cell + String(repeating: " ", count: widths[index] - cell.count + 2)
+      }
+      lines.append(line)
+      for note in notes[rowIndex] ?? [] { lines.append("    " + note) }
+    }
+    return lines.joined(separator: "\n")
+  }
+}

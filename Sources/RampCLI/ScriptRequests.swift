@@ -1,0 +1,101 @@
+import Foundation
+import RampProtocol
+
+/// A timeline script read for a live daemon (`rampctl batch`): one request object per line,
+/// each with an optional `"at"`. Blank lines and lines starting with `#` are skipped.
+///
+/// The same files `rampctl render --script` reads work here: besides the protocol's numbers,
+/// gains may be written `"-6dB"` or `"50%"` and durations `"2s"` or `"1m30s"`; they are
+/// converted before the line is checked as a request. `"at"` is seconds from the start of the
+/// script (a number or a duration) or an RFC 3339 date and time.
+public enum ScriptRequests {
+  /// One request of the script, with where it came from.
+  public struct Entry: Sendable, Equatable {
+    /// `file:line`, for messages.
+    public var label: String
+    public var line: Int
+    /// When to apply it: `.delay` counts from the start of the script. Nil: at the start.
+    public var at: Schedule?
+    /// The request without its `at` and id.
+    public var request: Request
+
+    /// Seconds after the start at which the line is due (dates count as due at once: rampd
+    /// holds them until their time).
+    public var offset: Double {
+      if case .delay(let seconds)? = at { return seconds }
+      return 0
+    }
+  }
+
+  /// A script line that is not a valid request.
+  public struct LineError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var label: String
+    public var message: String
+    public var description: String { "\(label): \(message)" }
+  }
+
+  /// Fields that hold a gain, converted from `"-6dB"`, `"50%"`.
+  static let gainFields: Set<String> = ["to", "from", "value", "gain"]
+  /// Fields that hold seconds, converted from `"2s"`, `"500ms"`, `"1m30s"`.
+  static let durationFields: Set<String> = ["duration", "fadeIn", "fade", "position", "timeout"]
+
+  /// Every valid line's entry and every invalid line's error (all of them, so one run shows
+  /// every mistake).
+  public static func parse(_ text: String, file: String) -> (entries: [Entry], errors: [LineError]) {
+    var entries: [Entry] = []
+    var errors: [LineError] = []
+    for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+      let line = rawLine.trimmingCharacters(in: .whitespaces)
+      if line.isEmpty || line.hasPrefix("#") { continue }
+      let label = "\(file):\(index + 1)"
+      do {
+        entries.append(try entry(line, label: label, line: index + 1))
+      } catch {
+        errors.append(error)
+      }
+    }
+    return (entries, errors)
+  }
+
+  static func entry(_ text: String, label: String, line: Int) throws(LineError) -> Entry {
+    func fail(_ message: String) -> LineError { LineError(label: label, message: message) }
+    let value: JSONValue
+    do { value = try JSON.parse(text) } catch { throw fail(error.message) }
+    guard case .object(var object) = value else { throw fail("expected a request object, got \(text)") }
+    var at: Schedule?
+    if let written = object["at"], written != .null {
+      at = try schedule(written, fail)
+    }
+    object["at"] = nil
+    object["id"] = nil
+    for (key, member) in object {
+      guard case .string(let text) = member else { continue }
+      do {
+        if gainFields.contains(key) { object[key] = .number(try HumanUnits.gain(text, option: key)) }
+        if durationFields.contains(key) { object[key] = .number(try HumanUnits.duration(text, option: key)) }
+      } catch {
+        throw fail(error.description)
+      }
+    }
+    do {
+      return Entry(label: label, line: line, at: at, request: try Request.parse(.object(object)))
+    } catch {
+      throw fail(ClientFailure.describe(error))
+    }
+  }
+
+  private static func schedule(_ value: JSONValue, _ fail: (String) -> LineError) throws(LineError) -> Schedule {
+    switch value {
+    case .number(let seconds):
+      guard seconds.isFinite, seconds >= 0 else { throw fail("at: expected seconds >= 0, got \(value.serialized())") }
+      return .delay(seconds)
+    case .string(let text):
+      if let date = RFC3339.parse(text) { return .date(date) }
+      do { return .delay(try HumanUnits.duration(text, option: "at")) } catch {
+        throw fail(error.description + ", or an RFC 3339 date and time")
+      }
+    default:
+      throw fail("at: expected seconds from the start or an RFC 3339 date and time, got \(value.serialized())")
+    }
+  }
+}

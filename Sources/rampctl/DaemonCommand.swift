@@ -1,0 +1,133 @@
+import ArgumentParser
+import Foundation
+import RampCLI
+import RampProtocol
+
+/// A subcommand that sends one request to rampd and prints its reply.
+///
+/// `request()` is the whole mapping from arguments to the wire (pure, so unit tests check it
+/// without a daemon); `validate()` runs it, so bad units are usage errors (exit 64) before any
+/// connection is made.
+protocol DaemonCommand: ParsableCommand {
+  var connection: ConnectionOptions { get }
+  func request() throws -> Request
+  /// The reply for people (`--json` prints the line itself instead).
+  func summary(of result: JSONValue) -> String
+  /// What `--wait` waits for once the reply is in; nil when not asked to wait.
+  func rampWait(for result: JSONValue) -> RampWait?
+  /// True when asked to wait for the streams the command stops as well (so rampctl subscribes
+  /// to `stream-ended` before sending it, and cannot miss the event).
+  var waitsForStreamsToEnd: Bool { get }
+}
+
+extension DaemonCommand {
+  func rampWait(for result: JSONValue) -> RampWait? { nil }
+  var waitsForStreamsToEnd: Bool { false }
+
+  mutating func validate() throws { _ = try request() }
+
+  func run() throws {
+    do {
+      try ClientRun(options: connection).perform(self)
+    } catch let failure as ClientFailure {
+      throw ClientRun.exit(failure)
+    }
+  }
+}
+
+/// What `--wait` watches after a ramping command.
+struct RampWait {
+  init(
+    animations: [UInt64], key: String? = nil, timeout: Double? = nil, observe: String?, duration: Double?,
+    streams: [String] = []
+  ) {
+    self.animations = animations
+    self.key = key
+    self.timeout = timeout
+    self.observe = observe
+    self.duration = duration
+    self.streams = streams
+  }
+
+  var animations: [UInt64]
+  /// Wait for every animation on this key path instead (`rampctl wait --key`).
+  var key: String?
+  /// Seconds rampd waits before it replies `timeout`.
+  var timeout: Double?
+  /// Key path observed for the level on the progress line.
+  var observe: String?
+  /// The ramp's expected length in seconds, when known.
+  var duration: Double?
+  /// Streams whose `stream-ended` must arrive too.
+  var streams: [String] = []
+}
+
+/// One run of a `DaemonCommand`: connect, send, print, and wait when asked.
+struct ClientRun {
+  let options: ConnectionOptions
+
+  /// Seconds a request without `at` may take to be answered (even `play`, which opens the file
+  /// first, answers in well under a second); past it rampctl reports a timeout (exit 75).
+  static let replyTimeout = 30.0
+
+  func connect() throws(ClientFailure) -> DaemonConnection {
+    let connection = try DaemonConnection(path: options.socketPath)
+    connection.isInterrupted = { Interruption.happened }
+    return connection
+  }
+
+  func perform(_ command: some DaemonCommand) throws {
+    let request = try command.request()
+    let connection = try connect()
+    var ended: [String] = []
+    let collectEnds = command.waitsForStreamsToEnd
+    if collectEnds {
+      _ = try connection.call(Request(.subscribe(events: [.streamEnded])))
+    }
+    let id = try connection.send(request)
+    let reply = try connection.reply(to: id, deadline: Self.deadline(for: request)) { other throws(ClientFailure) in
+      if case .event(.streamEnded(let stream, _, _)) = other.line { ended.append(stream) }
+    }
+    Output.print(options.json ? reply.text : command.summary(of: reply.result))
+    guard var wait = command.rampWait(for: reply.result) else { return }
+    if !collectEnds { wait.streams = [] }
+    try RampWaiter(connection: connection, json: options.json).wait(for: wait, alreadyEnded: ended)
+  }
+
+  /// A scheduled request replies when it takes effect, so its deadline moves with its `at`.
+  static func deadline(for request: Request) -> Date {
+    var seconds = replyTimeout
+    switch request.at {
+    case .delay(let delay)?: seconds += delay
+    case .date(let date)?: seconds += max(date - Date().timeIntervalSince1970, 0)
+    case nil: break
+    }
+    return Date().addingTimeInterval(seconds)
+  }
+
+  /// Prints the failure and turns it into the exit status it stands for.
+  static func exit(_ failure: ClientFailure) -> ExitCode {
+    Output.error(failure.description)
+    return ExitCode(failure.exitStatus)
+  }
+}
+
+/// Standard output and error, unbuffered line by line, so `--wait` output and pipes interleave
+/// in order.
+enum Output {
+  static func print(_ text: String) {
+    guard !text.isEmpty else { return }
+    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+  }
+
+  static func write(_ text: String) {
+    FileHandle.standardOutput.write(Data(text.utf8))
+  }
+
+  /// `rampctl: <message>` on standard error.
+  static func error(_ message: String) {
+    FileHandle.standardError.write(Data("rampctl: \(message)\n".utf8))
+  }
+
+  static var isTerminal: Bool { isatty(STDOUT_FILENO) != 0 }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import RampCLI
+import RampProtocol
+
+/// `--wait`: sends `wait` for the ramp's animations and reads until it replies (and until the
+/// streams a stop releases have ended). On a terminal it observes the key path at 30 Hz and
+/// redraws one progress line; otherwise it prints plain lines when things end.
+struct RampWaiter {
+  let connection: DaemonConnection
+  let json: Bool
+  var live: Bool { !json && Output.isTerminal }
+
+  static let observeRate = 30.0
+
+  func wait(for ramp: RampWait, alreadyEnded: [String] = []) throws(ClientFailure) {
+    Interruption.catchSignals()
+    let started = Date()
+    var progress = ProgressLine(total: ramp.duration, isGain: ramp.observe.map(ReplyText.isGain) ?? true)
+    var pendingStreams = Set(ramp.streams).subtracting(alreadyEnded)
+    var observeID: JSONValue?
+    if live, let key = ramp.observe {
+      observeID = try connection.send(Request(.observe(key: key, rate: Self.observeRate)))
+    }
+    var waitID: JSONValue?
+    if !ramp.animations.isEmpty || ramp.key != nil {
+      let wait = Wait(animations: ramp.animations.isEmpty ? nil : ramp.animations, key: ramp.key, timeout: ramp.timeout)
+      waitID = try connection.send(Request(.wait(wait)))
+    }
+    var waitOutcome: JSONValue?
+    var drawn = false
+
+    func handle(_ received: ReceivedLine) throws(ClientFailure) {
+      switch received.line {
+      case .reply(let id, let result) where id == waitID:
+        switch result {
+        case .success(let value): waitOutcome = value
+        case .failure(let error): throw .refused(error)
+        }
+        if json { Output.print(received.text) }
+      case .reply(let id, _) where id == observeID:
+        // A key path that cannot be observed only costs the level on the progress line.
+        break
+      case .event(.value(let key, let value, _)) where key == ramp.observe:
+        progress.level = value
+      case .event(.streamEnded(let stream, let reason, _)) where pendingStreams.contains(stream):
+        pendingStreams.remove(stream)
+        if json {
+          Output.print(received.text)
+        } else if !live {
+          Output.print("stream \(stream) ended (\(reason.rawValue))")
+        }
+      default:
+        break
+      }
+    }
+
+    do throws(ClientFailure) {
+      while (waitID != nil && waitOutcome == nil) || !pendingStreams.isEmpty {
+        if let received = try connection.nextLine(until: Date().addingTimeInterval(1 / Self.observeRate)) {
+          try handle(received)
+        }
+        if live {
+          progress.elapsed = Date().timeIntervalSince(started)
+          Output.write("\r" + progress.text + "\u{1B}[K")
+          drawn = true
+        }
+      }
+    } catch {
+      if drawn { Output.write("\n") }
+      throw error
+    }
+    let elapsed = Date().timeIntervalSince(started)
+    if live {
+      // The last report may be a frame old: the line ends on the value audible now.
+      if let key = ramp.observe, let now = try? connection.call(Request(.get(key: key))),
+        let value = now.result["presentation"]?.numberValue
+      {
+        progress.level = value
+      }
+      progress.elapsed = ramp.duration.map { max($0, 0) } ?? elapsed
+      Output.write("\r" + progress.text + "\u{1B}[K\n")
+    }
+    if !json, !live || waitOutcome.map(Self.anyRemoved) == true {
+      for outcome in waitOutcome?["animations"]?.arrayValue ?? [] {
+        let id = outcome["id"].map { $0.serialized() } ?? "?"
+        let finished = outcome["finished"] == true
+        Output.print("animation #\(id) \(finished ? "finished" : "was removed or replaced before its end")")
+      }
+    }
+  }
+
+  private static func anyRemoved(_ outcome: JSONValue) -> Bool {
+    (outcome["animations"]?.arrayValue ?? []).contains { $0["finished"] == false }
+  }
+}

@@ -1,0 +1,213 @@
+import ArgumentParser
+import Foundation
+import RampCLI
+import RampProtocol
+
+struct PlayCommand: DaemonCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "play",
+    abstract: "Play a file as a new stream.",
+    discussion: """
+      rampd opens the file itself (anything libsndfile reads: WAV, FLAC, Ogg, Opus, MP3, …), so a \
+      relative path is made absolute against rampctl's current directory first. The stream's \
+      gain is the key path streams.<id>.gain: --fade-in ramps it from silence to --gain.
+
+      Examples:
+        rampctl play song.flac --fade-in 3s
+        rampctl play alarm.flac --stream alarm --gain -12dB --fade-in 30s --curve ease-in --loop
+        rampctl play jingle.wav --paused          then: rampctl resume
+        rampctl play intro.wav --fade-in 2s --wait
+      """)
+
+  @OptionGroup var connection: ConnectionOptions
+
+  @Argument(help: ArgumentHelp("The file to play.", valueName: "file"), completion: .file())
+  var file: String
+
+  @Option(
+    help: ArgumentHelp("The stream id: letters, digits, _ and - (default: rampd picks s1, s2, …).", valueName: "id"))
+  var stream: String?
+
+  @Option(
+    parsing: .unconditional, help: ArgumentHelp("The stream's gain: 0.5, 50%, -6dB (default 1).", valueName: "gain"))
+  var gain: String?
+
+  @Option(parsing: .unconditional, help: ArgumentHelp("Fade in over this long: 3s, 500ms.", valueName: "duration"))
+  var fadeIn: String?
+
+  @Option(
+    help: ArgumentHelp("Curve of the fade-in (default: rampd's fade.curve).", valueName: "curve"),
+    completion: Completions.curves)
+  var curve: String?
+
+  @Flag(help: "Start again from the beginning at the end of the file.")
+  var loop = false
+
+  @Flag(help: "Load and hold at the start until `rampctl resume`.")
+  var paused = false
+
+  @OptionGroup var waiting: WaitFlag
+
+  func request() throws -> Request {
+    let play = Play(
+      path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: try Parse.gain(gain, "--gain"),
+      fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), loop: loop, paused: paused)
+    return try Parse.checked(Request(.play(play)), options: ["stream": "--stream", "gain": "--gain", "path": "<file>"])
+  }
+
+  func summary(of result: JSONValue) -> String {
+    let stream = result["stream"]?.stringValue ?? "?"
+    var text = "\(paused ? "loaded" : "playing") \(stream): \(result["path"]?.stringValue ?? file)"
+    if let id = result["animation"]?.numberValue { text += " (fade-in #\(ReplyText.number(.number(id))))" }
+    return text
+  }
+
+  func rampWait(for result: JSONValue) -> RampWait? {
+    guard waiting.wait else { return nil }
+    let key = result["stream"]?.stringValue.map { "streams.\($0).gain" }
+    return RampWait(
+      animations: animationIDs(in: result), observe: key, duration: try? Parse.duration(fadeIn, "--fade-in"))
+  }
+}
+
+/// What `stop`, `pause` and `resume` share.
+struct TransportArguments: ParsableArguments {
+  @Argument(
+    help: ArgumentHelp("The stream (default: every stream).", valueName: "stream"), completion: Completions.streams)
+  var stream: String?
+
+  @Option(
+    parsing: .unconditional,
+    help: ArgumentHelp(
+      "Ramp the stream's level over this long first: 2s, 500ms (default: a short declick).", valueName: "duration"))
+  var fade: String?
+
+  @Option(
+    help: ArgumentHelp("Curve of the fade (default: linear).", valueName: "curve"), completion: Completions.curves)
+  var curve: String?
+
+  func transport() throws -> Transport {
+    Transport(stream: stream, fade: try Parse.duration(fade, "--fade"), curve: try Parse.curve(curve))
+  }
+
+  static let options = ["stream": "<stream>", "fade": "--fade", "curve": "--curve"]
+
+  /// `stopping s1, s2` from the reply's `streams`.
+  static func summary(_ verb: String, _ result: JSONValue) -> String {
+    let names = streams(in: result)
+    return names.isEmpty ? "no streams to \(verb)" : "\(verb): \(names.joined(separator: ", "))"
+  }
+
+  func rampWait(for result: JSONValue, waiting: Bool) -> RampWait? {
+    guard waiting else { return nil }
+    let first = streams(in: result).first
+    return RampWait(
+      animations: animationIDs(in: result), observe: first.map { "streams.\($0).transport" },
+      duration: try? Parse.duration(fade, "--fade") ?? 0, streams: streams(in: result))
+  }
+}
+
+struct StopCommand: DaemonCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "stop",
+    abstract: "Stop a stream (or every stream), after a fade.",
+    discussion: """
+      The stream's level ramps to silence over --fade, then the stream is released. Without \
+      --fade the ramp is a few milliseconds long: enough not to click. With --wait, rampctl \
+      returns once the streams have ended.
+
+      Examples:
+        rampctl stop
+        rampctl stop s1 --fade 2s --curve ease-out
+        rampctl stop --fade 5s --wait
+      """)
+
+  @OptionGroup var connection: ConnectionOptions
+  @OptionGroup var transport: TransportArguments
+  @OptionGroup var waiting: WaitFlag
+
+  func request() throws -> Request {
+    try Parse.checked(Request(.stop(try transport.transport())), options: TransportArguments.options)
+  }
+
+  func summary(of result: JSONValue) -> String { TransportArguments.summary("stopping", result) }
+
+  func rampWait(for result: JSONValue) -> RampWait? { transport.rampWait(for: result, waiting: waiting.wait) }
+
+  var waitsForStreamsToEnd: Bool { waiting.wait }
+}
+
+struct PauseCommand: DaemonCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "pause",
+    abstract: "Pause a stream (or every stream), after a fade.",
+    discussion: """
+      Examples:
+        rampctl pause
+        rampctl pause s1 --fade 1s --wait
+      """)
+
+  @OptionGroup var connection: ConnectionOptions
+  @OptionGroup var transport: TransportArguments
+  @OptionGroup var waiting: WaitFlag
+
+  func request() throws -> Request {
+    try Parse.checked(Request(.pause(try transport.transport())), options: TransportArguments.options)
+  }
+
+  func summary(of result: JSONValue) -> String { TransportArguments.summary("pausing", result) }
+
+  func rampWait(for result: JSONValue) -> RampWait? { transport.rampWait(for: result, waiting: waiting.wait) }
+}
+
+struct ResumeCommand: DaemonCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "resume",
+    abstract: "Resume a paused stream (or every paused stream), fading back in.",
+    discussion: """
+      Examples:
+        rampctl resume
+        rampctl resume s1 --fade 2s --wait
+      """)
+
+  @OptionGroup var connection: ConnectionOptions
+  @OptionGroup var transport: TransportArguments
+  @OptionGroup var waiting: WaitFlag
+
+  func request() throws -> Request {
+    try Parse.checked(Request(.resume(try transport.transport())), options: TransportArguments.options)
+  }
+
+  func summary(of result: JSONValue) -> String { TransportArguments.summary("resuming", result) }
+
+  func rampWait(for result: JSONValue) -> RampWait? { transport.rampWait(for: result, waiting: waiting.wait) }
+}
+
+struct SeekCommand: DaemonCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "seek",
+    abstract: "Move a stream to a position, ramping out and back in.",
+    discussion: """
+      Examples:
+        rampctl seek s1 1m30s
+        rampctl seek alarm 0
+      """)
+
+  @OptionGroup var connection: ConnectionOptions
+
+  @Argument(help: ArgumentHelp("The stream.", valueName: "stream"), completion: Completions.streams)
+  var stream: String
+
+  @Argument(help: ArgumentHelp("Time from the start of the file: 1m30s, 90, 500ms.", valueName: "position"))
+  var position: String
+
+  func request() throws -> Request {
+    let seek = Seek(stream: stream, position: try Parse.duration(position, "<position>"))
+    return try Parse.checked(Request(.seek(seek)), options: ["stream": "<stream>", "position": "<position>"])
+  }
+
+  func summary(of result: JSONValue) -> String {
+    let position = result["position"]?.numberValue.map { HumanUnits.format(duration: $0) } ?? position
+    return "\(result["stream"]?.stringValue ?? stream) at \(position)"
+  }
+}

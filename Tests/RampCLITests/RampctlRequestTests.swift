@@ -1,0 +1,226 @@
+import ArgumentParser
+import Foundation
+import RampEngine
+import RampProtocol
+import Testing
+
+@testable import rampctl
+
+/// rampctl's arguments → the request it sends, for every subcommand, with no daemon: the
+/// command line goes through the same preparation and parser as `rampctl` itself.
+@Suite struct RampctlRequestTests {
+  func request(_ words: String...) throws -> Request {
+    let command = try RampCtl.parseAsRoot(Arguments.prepared(words))
+    let daemonCommand = try #require(command as? any DaemonCommand, "\(words[0]) talks to rampd")
+    return try daemonCommand.request()
+  }
+
+  /// The message and exit status rampctl would print for a command line it refuses.
+  func refusal(_ words: String...) -> (message: String, status: Int32) {
+    do {
+      _ = try RampCtl.parseAsRoot(Arguments.prepared(words))
+      return ("accepted", 0)
+    } catch {
+      return (RampCtl.message(for: error), RampCtl.exitCode(for: error).rawValue)
+    }
+  }
+
+  static let minus6dB = pow(10, -6.0 / 20)
+
+  @Test func informationCommands() throws {
+    #expect(try request("ping") == Request(.ping))
+    #expect(try request("version") == Request(.version))
+    #expect(try request("status") == Request(.status))
+    #expect(try request("status", "--json", "--socket", "/tmp/x.sock") == Request(.status))
+  }
+
+  @Test func playMakesThePathAbsoluteAndReadsUnits() throws {
+    let directory = FileManager.default.currentDirectoryPath
+    let played = try request(
+      "play", "music/song.flac", "--stream", "a", "--gain", "-6dB", "--fade-in", "3s", "--curve", "linear", "--loop",
+      "--paused")
+    let expected = Play(
+      path: directory + "/music/song.flac", stream: "a", gain: Self.minus6dB, fadeIn: 3, curve: .linear, loop: true,
+      paused: true)
+    #expect(played == Request(.play(expected)))
+    #expect(try request("play", "/srv/a.wav", "--gain", "50%") == Request(.play(Play(path: "/srv/a.wav", gain: 0.5))))
+    #expect(try request("play", "./x/../b.wav") == Request(.play(Play(path: directory + "/b.wav"))))
+  }
+
+  @Test func transportCommands() throws {
+    #expect(try request("stop") == Request(.stop(Transport())))
+    #expect(
+      try request("stop", "s1", "--fade", "2s", "--curve", "ease-out")
+        == Request(.stop(Transport(stream: "s1", fade: 2, curve: .easeOut))))
+    #expect(try request("pause", "--fade", "500ms") == Request(.pause(Transport(fade: 0.5))))
+    #expect(try request("resume", "a") == Request(.resume(Transport(stream: "a"))))
+    #expect(try request("seek", "s1", "1m30s") == Request(.seek(Seek(stream: "s1", position: 90))))
+  }
+
+  @Test func fadeTakesKeyTargetAndEveryRampOption() throws {
+    let fade = try request(
+      "fade", "master.gain", "-12dB", "--duration", "2s", "--curve", "ease-in", "--space", "db", "--slope", "--name",
+      "duck", "--from", "1")
+    let expected = Fade(
+      kind: .fade, key: "master.gain", from: 1, to: pow(10, -12.0 / 20), duration: 2, curve: .easeIn,
+      space: .decibels, continuity: .slope, name: "duck")
+    #expect(fade == Request(.fade(expected)))
+    // A bare stream id is that stream's gain.
+    #expect(try request("fade", "s1", "0") == Request(.fade(Fade(kind: .fade, key: "streams.s1.gain", to: 0))))
+  }
+
+  @Test func fadeInAndOutDefaultToMasterGain() throws {
+    #expect(try request("fade-in") == Request(.fade(Fade(kind: .fadeIn))))
+    #expect(
+      try request("fade-in", "s2", "--to", "-6dB", "--duration", "1s")
+        == Request(.fade(Fade(kind: .fadeIn, key: "streams.s2.gain", to: Self.minus6dB, duration: 1))))
+    #expect(
+      try request("fade-out", "--duration", "10s", "--then", "stop")
+        == Request(.fade(Fade(kind: .fadeOut, duration: 10, then: .stop))))
+    #expect(
+      try request("fade-out", "streams.a.gain", "--then", "pause", "--curve", "qsin")
+        == Request(.fade(Fade(kind: .fadeOut, key: "streams.a.gain", curve: .fade(.qsin), then: .pause))))
+  }
+
+  @Test func setTakesDurationOrInstant() throws {
+    #expect(
+      try request("set", "master.gain", "-6dB", "--duration", "500ms")
+        == Request(.set(SetValue(key: "master.gain", value: Self.minus6dB, duration: 0.5))))
+    #expect(
+      try request("set", "s1", "50%", "--instant")
+        == Request(.set(SetValue(key: "streams.s1.gain", value: 0.5, duration: 0))))
+    #expect(
+      try request("set", "master.gain", "0.8", "--curve", "ease-in-out", "--space", "power", "--slope")
+        == Request(
+          .set(SetValue(key: "master.gain", value: 0.8, curve: .easeInEaseOut, space: .power, continuity: .slope))))
+    #expect(try request("set", "master.gain", "1") == Request(.set(SetValue(key: "master.gain", value: 1))))
+  }
+
+  @Test func propertyCommands() throws {
+    #expect(try request("get") == Request(.get(key: "master.gain")))
+    #expect(try request("get", "streams.a.gain") == Request(.get(key: "streams.a.gain")))
+    #expect(try request("cancel", "master.gain") == Request(.cancel(key: "master.gain")))
+    #expect(try request("remove", "s1") == Request(.remove(key: "streams.s1.gain", name: nil)))
+    #expect(
+      try request("remove", "master.gain", "--name", "duck") == Request(.remove(key: "master.gain", name: "duck")))
+    #expect(try request("list") == Request(.list(prefix: nil)))
+    #expect(try request("list", "streams") == Request(.list(prefix: "streams")))
+  }
+
+  @Test func animateKeyframes() throws {
+    let animate = try request(
+      "animate", "streams.s1.gain", "--keyframes", "1,0.5,-6dB", "--key-times", "0,0.3,1", "--mode", "cubic",
+      "--duration", "1s", "--repeat", "inf", "--autoreverse", "--space", "db", "--name", "wobble")
+    var expected = Animation.keyframes(
+      [1, 0.5, Self.minus6dB], keyTimes: [0, 0.3, 1], duration: 1, calculationMode: .cubic)
+    expected.timing.repeatCount = .infinity
+    expected.timing.autoreverses = true
+    expected.valueSpace = .decibels
+    #expect(animate == Request(.animate(Animate(key: "streams.s1.gain", name: "wobble", animation: expected))))
+  }
+
+  @Test func animateBasicWithTiming() throws {
+    let animate = try request(
+      "animate", "master.gain", "--by", "-0.2", "--duration", "1s", "--additive", "--cumulative", "--repeat", "3",
+      "--curve", "ease-in", "--speed", "2", "--begin", "500ms", "--fill-mode", "both", "--slope")
+    var expected = Animation.basic(by: -0.2, duration: 1, timingFunction: .easeIn)
+    expected.isAdditive = true
+    expected.isCumulative = true
+    expected.timing.repeatCount = 3
+    expected.timing.speed = 2
+    expected.timing.beginTime = 0.5
+    expected.timing.fillMode = .both
+    #expect(animate == Request(.animate(Animate(key: "master.gain", animation: expected, continuity: .slope))))
+  }
+
+  @Test func animateSprings() throws {
+    let physical = try request(
+      "animate", "master.gain", "--spring", "--to", "0.5", "--mass", "2", "--stiffness", "300", "--damping", "20")
+    let parameters = SpringParameters(mass: 2, stiffness: 300, damping: 20)
+    #expect(
+      physical == Request(.animate(Animate(key: "master.gain", animation: .spring(to: 0.5, parameters: parameters)))))
+    let perceptual = try request(
+      "animate", "master.gain", "--spring", "--to", "0.5", "--bounce", "0.3", "--duration", "800ms")
+    let expected = Animation.spring(to: 0.5, parameters: try SpringParameters.perceptual(duration: 0.8, bounce: 0.3))
+    #expect(perceptual == Request(.animate(Animate(key: "master.gain", animation: expected))))
+  }
+
+  @Test func animateFromJSONIsTheWireObject() throws {
+    let animate = try request(
+      "animate", "master.gain", "--animation", #"{"type":"basic","to":0.5,"duration":2}"#, "--name", "j")
+    #expect(
+      animate == Request(.animate(Animate(key: "master.gain", name: "j", animation: .basic(to: 0.5, duration: 2)))))
+  }
+
+  @Test func eventsAndWaiting() throws {
+    #expect(try request("watch") == Request(.subscribe(events: nil)))
+    #expect(
+      try request("watch", "--events", "stream-started,stream-ended")
+        == Request(.subscribe(events: [.streamStarted, .streamEnded])))
+    #expect(try request("observe") == Request(.observe(key: "master.gain", rate: 20)))
+    #expect(try request("observe", "s1", "--rate", "50") == Request(.observe(key: "streams.s1.gain", rate: 50)))
+    #expect(
+      try request("wait", "--animation", "3,4", "--animation", "5", "--timeout", "1m")
+        == Request(.wait(Wait(animations: [3, 4, 5], timeout: 60))))
+    #expect(try request("wait", "--key", "master.gain") == Request(.wait(Wait(key: "master.gain"))))
+  }
+
+  // MARK: Refusals are usage errors (64) that name the option
+
+  @Test func badUnitsNameTheOption() {
+    let duration = refusal("fade-in", "--duration", "fast")
+    #expect(duration.status == 64 && duration.message.contains("--duration: 'fast'"), "\(duration.message)")
+    let gain = refusal("set", "master.gain", "-6xB")
+    #expect(gain.status == 64 && gain.message.contains("<value>: '-6xB'"), "the typed minus sign: \(gain.message)")
+    let curve = refusal("fade", "master.gain", "0", "--curve", "wobbly")
+    #expect(curve.status == 64 && curve.message.contains("--curve"), "\(curve.message)")
+    let then = refusal("fade-out", "--then", "explode")
+    #expect(then.status == 64 && then.message.contains("--then"), "\(then.message)")
+  }
+
+  @Test func contradictionsAndLocalChecks() {
+    let both = refusal("set", "master.gain", "1", "--instant", "--duration", "1s")
+    #expect(both.status == 64 && both.message.contains("--instant"), "\(both.message)")
+    let kinds = refusal("animate", "master.gain", "--keyframes", "1,0", "--spring", "--to", "1")
+    #expect(kinds.status == 64 && kinds.message.contains("one kind"), "\(kinds.message)")
+    let keyTimes = refusal("animate", "master.gain", "--keyframes", "1,0", "--key-times", "0,2")
+    #expect(keyTimes.status == 64 && keyTimes.message.contains("--key-times: keyTimes[1]"), "\(keyTimes.message)")
+    let endless = refusal(
+      "animate", "master.gain", "--keyframes", "1,0", "--duration", "1s", "--repeat", "inf", "--wait")
+    #expect(endless.status == 64 && endless.message.contains("never ends"), "\(endless.message)")
+    let stream = refusal("play", "a.wav", "--stream", "bad id")
+    #expect(stream.status == 64 && stream.message.contains("--stream"), "\(stream.message)")
+    let wait = refusal("wait")
+    #expect(wait.status == 64 && wait.message.contains("--animation"), "\(wait.message)")
+    let events = refusal("watch", "--events", "stream-stopped")
+    #expect(events.status == 64 && events.message.contains("--events"), "\(events.message)")
+    let missing = refusal("seek", "s1")
+    #expect(missing.status == 64 && missing.message.contains("<position>"), "\(missing.message)")
+  }
+
+  // MARK: The command line itself
+
+  @Test func negativeValuesAreNotOptions() {
+    #expect(
+      Arguments.prepared(["set", "k", "-6dB", "--duration", "1s"]) == ["set", "k", "\u{2212}6dB", "--duration", "1s"])
+    #expect(
+      Arguments.prepared(["-inf dB", "-.5", "-h", "--", "-6"]) == ["\u{2212}inf dB", "\u{2212}.5", "-h", "--", "-6"])
+    #expect(Arguments.restoringMinus("\u{2212}5.wav") == "-5.wav")
+  }
+
+  @Test func absolutePaths() {
+    #expect(Parse.absolutePath("a.wav", directory: "/home/me") == "/home/me/a.wav")
+    #expect(Parse.absolutePath("../b.wav", directory: "/home/me") == "/home/b.wav")
+    #expect(Parse.absolutePath("/srv/c.wav", directory: "/home/me") == "/srv/c.wav")
+  }
+
+  @Test func expectedLengthOfAnimations() {
+    var keyframes = Animation.keyframes([1, 0], duration: 1)
+    keyframes.timing.repeatCount = 3
+    keyframes.timing.autoreverses = true
+    #expect(AnimateCommand.expectedLength(of: keyframes) == 6)
+    keyframes.timing.repeatCount = .infinity
+    #expect(AnimateCommand.expectedLength(of: keyframes) == .infinity)
+    #expect(AnimateCommand.expectedLength(of: .basic(to: 1)) == nil, "rampd's default duration")
+  }
+}

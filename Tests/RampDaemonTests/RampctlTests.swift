@@ -1,0 +1,197 @@
+import Foundation
+import RampEngine
+import RampProtocol
+import Testing
+
+/// The real `rampctl` binary against the real `rampd` (on an ALSA file PCM): exit statuses,
+/// what it prints, and the samples its commands made rampd play.
+@Suite struct RampctlTests {
+  struct Outcome: CustomStringConvertible {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+    var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+  }
+
+  /// Runs rampctl with `arguments`, finding the daemon through `RAMPD_SOCKET` as a user would.
+  func rampctl(_ arguments: [String], socket: String, stdin: String? = nil, directory: String? = nil) throws -> Outcome
+  {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Executables.rampctl)
+    process.arguments = arguments
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["RAMPD_SOCKET"] = socket
+    process.environment = environment
+    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+    let output = Pipe()
+    let errors = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    let input = Pipe()
+    process.standardInput = input
+    try process.run()
+    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try input.fileHandleForWriting.close()
+    // Both pipes are read to their end before waiting, so a full pipe cannot stall the child.
+    let collected = DispatchGroup()
+    nonisolated(unsafe) var errorText = ""
+    DispatchQueue.global().async(group: collected) {
+      errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    }
+    let outputText = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    collected.wait()
+    process.waitUntilExit()
+    return Outcome(status: process.terminationStatus, stdout: outputText, stderr: errorText)
+  }
+
+  /// `play --fade-in --wait`, then `fade-out --then stop --wait`: both exit 0 once their ramps are
+  /// over, the fade-in is the linear curve at every sample, and the stream has ended.
+  @Test func playWithFadeInThenFadeOutAndStop() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("one", seconds: 10)
+    let started = Date()
+    let play = try rampctl(
+      ["play", "one.wav", "--stream", "a", "--fade-in", "200ms", "--curve", "linear", "--wait"],
+      socket: daemon.socket, directory: daemon.directory)
+    #expect(play.status == 0, "\(play)")
+    #expect(Date().timeIntervalSince(started) >= 0.2, "returned only after the fade-in")
+    #expect(play.stdout.contains("playing a: \(file)"), "the relative path was made absolute: \(play)")
+    #expect(play.stdout.contains("finished"), "\(play)")
+
+    let stop = try rampctl(["fade-out", "--duration", "300ms", "--then", "stop", "--wait"], socket: daemon.socket)
+    #expect(stop.status == 0, "\(stop)")
+    #expect(stop.stdout.contains("stream a ended (stopped)"), "\(stop)")
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "status"]).result["streams"] == [], "released before rampctl returned")
+    daemon.stop()
+
+    let left = try daemon.played(channel: 0)
+    let start = try #require(left.firstIndex { $0 > 0 }) - 1
+    var worst = 0.0
+    for k in 0...9_600 { worst = max(worst, abs(Double(left[start + k]) - Double(k) / 9_600)) }
+    #expect(worst < 1e-6, "fade-in off the linear curve by \(worst)")
+    let last = try #require(left.lastIndex { $0 > 0 })
+    #expect(last > start + 9_600 && left[(last + 1)...].allSatisfy { $0 == 0 }, "silent once stopped")
+  }
+
+  /// `set -6dB --duration --wait` leaves the model at exactly -6 dB; `get --json` is one reply line.
+  @Test func setInDecibelsThenGetAsJSON() throws {
+    let daemon = try DaemonProcess()
+    let set = try rampctl(["set", "master.gain", "-6dB", "--duration", "100ms", "--wait"], socket: daemon.socket)
+    #expect(set.status == 0, "\(set)")
+    let get = try rampctl(["get", "master.gain", "--json"], socket: daemon.socket)
+    #expect(get.status == 0, "\(get)")
+    let lines = get.stdout.split(separator: "\n")
+    #expect(lines.count == 1, "\(get)")
+    let reply = try JSON.parse(String(try #require(lines.first)))
+    #expect(reply["ok"] == true && reply["id"] != nil)
+    let model = try #require(reply["result"]?["model"]?.numberValue)
+    #expect(abs(model - 0.501_187_233_627_272_2) < 1e-12, "model \(model)")
+    #expect(reply["result"]?["presentation"]?.numberValue == model, "the ramp is over")
+  }
+
+  /// An endless keyframe animation replies with its id (and cannot be waited for).
+  @Test func animateKeyframesForEver() throws {
+    let daemon = try DaemonProcess()
+    _ = try daemon.constantFile("one", seconds: 10)
+    #expect(try rampctl(["play", "\(daemon.directory)/one.wav", "--stream", "s1"], socket: daemon.socket).status == 0)
+    let animate = try rampctl(
+      ["animate", "streams.s1.gain", "--keyframes", "1,0.5,1", "--duration", "200ms", "--repeat", "inf", "--json"],
+      socket: daemon.socket)
+    #expect(animate.status == 0, "\(animate)")
+    let reply = try JSON.parse(animate.stdout.trimmingCharacters(in: .newlines))
+    #expect(reply["result"]?["animation"]?.numberValue != nil, "\(animate)")
+    let list = try rampctl(["list", "streams.s1"], socket: daemon.socket)
+    #expect(list.stdout.contains("animation (keyframe) endless"), "\(list)")
+  }
+
+  @Test func badUsageExits64NamingTheOption() throws {
+    let daemon = try DaemonProcess()
+    let units = try rampctl(["fade-in", "--duration", "fast"], socket: daemon.socket)
+    #expect(units.status == 64 && units.stderr.contains("--duration"), "\(units)")
+    let unknown = try rampctl(["set", "master.gain", "1", "--durration", "1s"], socket: daemon.socket)
+    #expect(unknown.status == 64 && unknown.stderr.contains("--durration"), "\(unknown)")
+  }
+
+  @Test func refusedCommandExits65WithTheCode() throws {
+    let daemon = try DaemonProcess()
+    let refused = try rampctl(["set", "nope.gain", "0.5"], socket: daemon.socket)
+    #expect(refused.status == 65, "\(refused)")
+    #expect(refused.stderr.hasPrefix("rampctl: unknown-key-path: "), "\(refused)")
+    let high = try rampctl(["fade", "master.gain", "+6dB"], socket: daemon.socket)
+    #expect(high.status == 65 && high.stderr.contains("out-of-range") && high.stderr.contains("to"), "\(high)")
+  }
+
+  @Test func noDaemonExits69NamingTheSocket() throws {
+    let path = NSTemporaryDirectory() + "rampctl-nothing-\(getpid()).sock"
+    let outcome = try rampctl(["ping"], socket: path)
+    #expect(outcome.status == 69, "\(outcome)")
+    #expect(outcome.stderr.contains(path) && outcome.stderr.contains("Start it with"), "\(outcome)")
+  }
+
+  @Test func aTimedOutWaitExits75() throws {
+    let daemon = try DaemonProcess()
+    #expect(try rampctl(["fade", "master.gain", "0", "--duration", "20s"], socket: daemon.socket).status == 0)
+    let wait = try rampctl(["wait", "--key", "master.gain", "--timeout", "200ms"], socket: daemon.socket)
+    #expect(wait.status == 75 && wait.stderr.contains("timeout"), "\(wait)")
+  }
+
+  /// A timeline: lines are applied at their `at`, a refused line is reported as file:line and the
+  /// others still run; a script with an invalid line runs nothing.
+  @Test func timelineBatch() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("one", seconds: 10)
+    let script = "\(daemon.directory)/show.jsonl"
+    try """
+    # two changes after the start
+    {"cmd": "play", "path": "\(file)", "stream": "m"}
+    {"at": 0.4, "cmd": "set", "key": "master.gain", "value": "-12dB", "duration": 0}
+    {"at": 0.4, "cmd": "fade", "key": "streams.gone.gain", "to": 0}
+    {"at": "600ms", "cmd": "stop", "fade": "50ms"}
+    """.write(toFile: script, atomically: true, encoding: .utf8)
+    let before = try #require(try daemon.client().request(["cmd": "status"]).result["sample"]?.int)
+    let started = Date()
+    let run = try rampctl(["batch", script], socket: daemon.socket)
+    #expect(run.status == 65, "one line was refused: \(run)")
+    #expect(run.stderr.contains("\(script):4: unknown-key-path"), "\(run)")
+    #expect(run.stdout.contains("\(script):3: set") && run.stdout.contains("\(script):5: stop"), "\(run)")
+    #expect(Date().timeIntervalSince(started) >= 0.6, "returned after the last line took effect")
+    daemon.stop()
+    let left = try daemon.played(channel: 0)
+    let playing = try #require(left.firstIndex { $0 == 1 })
+    let lowered = try #require(left[playing...].firstIndex { abs(Double($0) - pow(10, -12.0 / 20)) < 1e-6 })
+    // 0.4 s after the script started, which is after `before` by rampctl's start-up time.
+    let late = lowered - before - 19_200
+    #expect(late >= 0 && late < 24_000, "the set at 0.4 s landed \(late) samples after 0.4 s from the status")
+
+    try """
+    {"cmd": "set", "key": "master.gain", "value": 0.5}
+    {"at": 1, "cmd": "set", "key": "master.gain", "valu": 0.5}
+    """.write(toFile: script, atomically: true, encoding: .utf8)
+    let bad = try rampctl(["batch", script], socket: daemon.socket)
+    #expect(bad.status == 65 && bad.stderr.contains("\(script):2: unknown-field: valu"), "\(bad)")
+  }
+
+  /// `watch` prints events one per line; `--count` ends it.
+  @Test func watchPrintsEvents() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("one", seconds: 10)
+    nonisolated(unsafe) var watched: Outcome?
+    let done = DispatchSemaphore(value: 0)
+    let socket = daemon.socket
+    DispatchQueue.global().async {
+      watched = try? rampctl(["watch", "--events", "stream-started,stream-ended", "--count", "2"], socket: socket)
+      done.signal()
+    }
+    // Play only once rampctl has subscribed (status counts subscribers), or it could miss the start.
+    let client = try daemon.client()
+    let deadline = Date().addingTimeInterval(10)
+    while try client.request(["cmd": "status"]).result["clients"] == 0, Date() < deadline { usleep(20_000) }
+    #expect(try rampctl(["play", file, "--stream", "w"], socket: daemon.socket).status == 0)
+    #expect(try rampctl(["stop", "w", "--fade", "50ms", "--wait"], socket: daemon.socket).status == 0)
+    #expect(done.wait(timeout: .now() + 10) == .success)
+    let outcome = try #require(watched)
+    #expect(outcome.status == 0)
+    #expect(outcome.stdout == "stream-started w \(file)\nstream-ended w (stopped)\n", "\(outcome)")
+  }
+}
