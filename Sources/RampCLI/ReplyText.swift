@@ -67,7 +67,7 @@ public enum ReplyText {
     var head = "rampd \(result["version"]?.stringValue ?? "?")"
     if let uptime = result["uptime"]?.numberValue { head += ", up \(HumanUnits.format(duration: uptime.rounded()))" }
     if let clients = result["clients"]?.numberValue, clients > 0 {
-      head += ", \(number(.number(clients))) client(s) subscribed to events"
+      head += ", \(number(.number(clients))) client(s) connected"
     }
     lines.append(head)
     if let output = result["output"] {
