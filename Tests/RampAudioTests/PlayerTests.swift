@@ -158,6 +158,39 @@ import Testing
 }
 
 extension PlayerTests {
+  /// A FLAC cut off mid-stream, played next to a good stream: the damaged file is refused with
+  /// its name or ends on its own (finished with what was there, or failed), never taking the
+  /// other stream down: not one underrun, and the good stream plays unbroken to its end.
+  @Test func aTruncatedFileNeverDisturbsAnotherStream() throws {
+    let (player, path) = try player(9, pacing: .clock)
+    player.start()
+    let directory = try temporaryDirectory()
+    let whole = directory.appendingPathComponent("whole.flac").path
+    try writeSignal(whole, frames: 48_000, channels: 2, encoding: .pcm16) { f, _ in Float(sin(Double(f) / 20)) * 0.5 }
+    let bytes = try Data(contentsOf: URL(fileURLWithPath: whole))
+    let cut = directory.appendingPathComponent("cut.flac").path
+    try bytes.prefix(bytes.count * 2 / 5).write(to: URL(fileURLWithPath: cut))
+    try player.play(try constantFile(0.25, seconds: 0.6), id: "good")
+    var refused: AudioError?
+    do {
+      try player.play(cut, id: "cut")
+    } catch let error as AudioError {
+      refused = error
+    }
+    if let refused { #expect(refused.message.contains("cut.flac"), "\(refused.message)") }
+    let events = waitFor(player) { $0 == .streamEnded(id: "good", reason: .finished) }
+    player.shutdown()
+    #expect(!events.contains { if case .underrun = $0 { return true } else { return false } }, "\(events)")
+    if refused == nil {
+      #expect(events.contains { if case .streamEnded("cut", _) = $0 { return true } else { return false } })
+    }
+    // The good stream: 0.25 from its declick to its end, whatever the cut file did.
+    let left = try recorded(path).enumerated().filter { $0.offset % 2 == 0 }.map(\.element)
+    let first = try #require(left.firstIndex { $0 > 0 })
+    let lastGood = try #require(left.lastIndex { $0 != 0 })
+    #expect(lastGood - first > 28_000, "the good stream played to its end")
+  }
+
   /// A command scheduled for a sample splits the block there: the output changes on exactly that
   /// sample, not at the next period boundary. The doorbell rings for the events that follow.
   @Test func aScheduledCommandLandsOnItsExactSample() throws {
