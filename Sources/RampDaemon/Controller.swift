@@ -101,6 +101,7 @@ public final class Controller: @unchecked Sendable {
         status["uptime"] = .number(Date().timeIntervalSince(startedAt))
         status["output"] = .object(outputStatus)
         status["clients"] = .integer(connectedClients())
+        status["subscribers"] = .integer(subscribers.withLock { $0.values.count { !$0.kinds.isEmpty } })
         return .object(status)
       }
     case .batch(let requests):

@@ -186,7 +186,7 @@ import Testing
     // Play only once rampctl has subscribed (status counts subscribers), or it could miss the start.
     let client = try daemon.client()
     let deadline = Date().addingTimeInterval(10)
-    while try client.request(["cmd": "status"]).result["clients"] == 0, Date() < deadline { usleep(20_000) }
+    while try client.request(["cmd": "status"]).result["subscribers"] == 0, Date() < deadline { usleep(20_000) }
     #expect(try rampctl(["play", file, "--stream", "w"], socket: daemon.socket).status == 0)
     #expect(try rampctl(["stop", "w", "--fade", "50ms", "--wait"], socket: daemon.socket).status == 0)
     #expect(done.wait(timeout: .now() + 10) == .success)
