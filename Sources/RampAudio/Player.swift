@@ -137,6 +137,8 @@ final class PlayingStream {
   var ended = false
   /// Output frames of this stream's audio consumed, counted from the file's start.
   var position = 0
+  /// The last block found the ring short (an underrun event was posted for it).
+  var starved = false
 
   init(
     id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, pan: PropertyHandle,
@@ -479,6 +481,11 @@ public final class Player: @unchecked Sendable {
     }
     while running.load(ordering: .acquiring) {
       takeCommands()
+      // Replies leave now, not after the block has waited for the device.
+      if state.posted {
+        state.posted = false
+        ringDoorbell()
+      }
       resumeStreamsAfterSeek()
       publishValues()
       renderScheduled(buffers)
@@ -591,7 +598,8 @@ public final class Player: @unchecked Sendable {
           nextAttempt = monotonicSeconds() + delay
         }
       }
-      usleep(10_000)
+      // Idle (the device is healthy) it only checks for a dead device now and then.
+      usleep(wanted ? 10_000 : 50_000)
     }
   }
 
@@ -645,7 +653,12 @@ public final class Player: @unchecked Sendable {
       stream.position += got / channels
       if got < wanted {
         (audio + got).update(repeating: 0, count: wanted - got)
-        if !stream.decoder.isFinished { state.post(.underrun(stream: stream.id)) }
+        // One event per shortfall, not one per block: a starved stream must not flood the queue
+        // that carries replies.
+        if !stream.decoder.isFinished && !stream.starved { state.post(.underrun(stream: stream.id)) }
+        stream.starved = true
+      } else {
+        stream.starved = false
       }
       engine.render(stream.gain, start: now, count: frames, into: gain)
       engine.render(stream.transport, start: now, count: frames, into: ramp)

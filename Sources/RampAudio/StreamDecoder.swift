@@ -137,14 +137,16 @@ public final class StreamDecoder: @unchecked Sendable {
         pending -= written
         pendingOffset += written
         if pending > 0 {
-          usleep(2_000)  // the ring is full: playback is a second ahead
+          // The ring is full: playback is a second ahead, so a nap of 10 ms costs nothing and
+          // keeps an idle decoder from waking 500 times a second.
+          usleep(10_000)
           continue
         }
       }
       if endOfFile {
         _ = state.compareExchange(
           expected: State.running.rawValue, desired: State.finished.rawValue, ordering: .acquiringAndReleasing)
-        usleep(2_000)
+        usleep(10_000)
         continue
       }
       do {
