@@ -348,6 +348,16 @@ public final class AlsaPCMOutput {
 
   // MARK: Clock pacing
 
+  /// With clock pacing, how long a `write` of `frames` would sleep before writing (0 when it would
+  /// not, and always 0 with device pacing): the render thread spends that time taking commands.
+  public func secondsUntilWritable(frames: Int) -> Double {
+    guard negotiated.pacing == .clock, clockStarted else { return 0 }
+    let ahead = clockFrames + Int64(frames) - Int64(negotiated.bufferFrames)
+    guard ahead > 0 else { return 0 }
+    let due = clockAnchor + nanoseconds(frames: ahead)
+    return max(Double(due - monotonicNanoseconds()) / 1e9, 0)
+  }
+
   /// Sleeps until writing `frames` more keeps the frames written at most one buffer ahead of the wall
   /// clock since the first write. If the writer fell behind the clock (a virtual underrun), re-anchors.
   private func waitForClock(frames: Int) {

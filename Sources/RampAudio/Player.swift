@@ -192,6 +192,9 @@ public final class Player: @unchecked Sendable {
   private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 4096)
   /// A pipe: the render thread writes a byte after posting events, waiters poll the read end.
   private let doorbell: (read: Int32, write: Int32)
+  /// A pipe the other way: `perform` writes a byte, so a render thread waiting for the clock
+  /// wakes to take the command at once.
+  private let commandBell: (read: Int32, write: Int32)
   private let running = Atomic<Bool>(false)
   private let finished = Atomic<Bool>(false)
   private var thread: Thread?
@@ -242,11 +245,22 @@ public final class Player: @unchecked Sendable {
       _ = fcntl(end, F_SETFD, FD_CLOEXEC)
     }
     doorbell = (ends[0], ends[1])
+    var other: [Int32] = [-1, -1]
+    guard pipe(&other) == 0 else {
+      throw AudioError(.device, "cannot create the command pipe: \(String(cString: strerror(errno)))")
+    }
+    for end in other {
+      _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+      _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+    }
+    commandBell = (other[0], other[1])
   }
 
   deinit {
     Glibc.close(doorbell.read)
     Glibc.close(doorbell.write)
+    Glibc.close(commandBell.read)
+    Glibc.close(commandBell.write)
   }
 
   /// Starts the render thread (and the thread that reopens a lost device).
@@ -277,7 +291,10 @@ public final class Player: @unchecked Sendable {
   /// there), or before the next block when nil or already past. False when the queue is full.
   @discardableResult
   public func perform(at sample: Int64? = nil, _ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
-    submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
+    let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
+    var byte: UInt8 = 1
+    _ = write(commandBell.write, &byte, 1)
+    return accepted
   }
 
   /// Starts publishing `keyPath`'s presentation value at every block (NaN while it does not exist).
@@ -489,6 +506,8 @@ public final class Player: @unchecked Sendable {
       resumeStreamsAfterSeek()
       publishValues()
       renderScheduled(buffers)
+      // Published before the wait for the device, so commands taken during it count from here.
+      published.store(state.engine.now, ordering: .releasing)
       writeOrKeepTime(buffers)
       blockCount.add(1, ordering: .relaxed)
       finishStreams()
@@ -559,6 +578,7 @@ public final class Player: @unchecked Sendable {
       idleClock.wait(frames: buffers.frames, rate: output.rate)
       return
     }
+    takeCommandsWhileWaiting(for: device, frames: buffers.frames)
     do {
       try device.write(buffers.mix, frames: buffers.frames)
       underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
@@ -570,6 +590,29 @@ public final class Player: @unchecked Sendable {
       self.device = nil
       idleClock.reset()
       _ = deadDevices.push(device)
+    }
+  }
+
+  /// Until the clock lets the block be written, sleeps on the command pipe: a command arriving
+  /// meanwhile is applied at once (to the next block, whose first sample is the engine's now) and
+  /// its reply leaves, instead of waiting for the next block start. With device pacing the write
+  /// itself blocks; commands then wait for the block boundary.
+  private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) {
+    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+    while running.load(ordering: .relaxed) {
+      let wait = device.secondsUntilWritable(frames: frames)
+      if wait < 0.000_2 { return }
+      var descriptor = pollfd(fd: commandBell.read, events: Int16(POLLIN), revents: 0)
+      // poll's timeout is in whole milliseconds: round down, and let the write sleep the rest.
+      let milliseconds = Int32(wait * 1000)
+      if milliseconds == 0 { return }
+      guard poll(&descriptor, 1, milliseconds) > 0 else { return }
+      while read(commandBell.read, &bytes, 32) == 32 {}
+      takeCommands()
+      if state.posted {
+        state.posted = false
+        ringDoorbell()
+      }
     }
   }
 
