@@ -49,7 +49,7 @@ struct ToneCommand: ParsableCommand {
     do {
       writer = try SoundFileWriter(path: output, sampleRate: sampleRate, channels: 2, encoding: .pcm16)
     } catch {
-      throw CleanExit.message("rampctl: \(error)")
+      throw fileFailure("tone", error)
     }
     var block = [Float](repeating: 0, count: 4_096 * 2)
     var done = 0
@@ -61,10 +61,14 @@ struct ToneCommand: ParsableCommand {
         block[2 * index] = value
         block[2 * index + 1] = value
       }
-      try block.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: count) }
+      do {
+        try block.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: count) }
+      } catch {
+        throw fileFailure("tone", error)
+      }
       done += count
     }
-    try writer.close()
+    do { try writer.close() } catch { throw fileFailure("tone", error) }
     print("\(output): \(seconds) s of \(frequency) Hz at peak \(peak), \(sampleRate) Hz stereo")
   }
 }
@@ -93,15 +97,20 @@ struct EnvelopeCommand: ParsableCommand {
   @Flag(help: "Plain ASCII instead of braille dots.")
   var ascii = false
 
+  func validate() throws {
+    guard (10...1_000).contains(width) else { throw ValidationError("--width must be 10...1000, got \(width)") }
+    guard (2...200).contains(height) else { throw ValidationError("--height must be 2...200, got \(height)") }
+  }
+
   func run() throws {
     let reader: SoundFileReader
     do {
       reader = try SoundFileReader(path: input)
     } catch {
-      throw CleanExit.message("rampctl: \(error)")
+      throw fileFailure("envelope", error)
     }
     let frames = Int(reader.frames)
-    guard frames > 0 else { throw CleanExit.message("rampctl: \(input) holds no audio") }
+    guard frames > 0 else { throw fileFailure("envelope", "\(input) holds no audio") }
     let style: PlotStyle = ascii ? .ascii : .braille
     let plot = Plot(
       width: width, height: height, style: style, xRange: 0...(Double(frames) / Double(reader.sampleRate)),
@@ -111,7 +120,12 @@ struct EnvelopeCommand: ParsableCommand {
     var buffer = [Float](repeating: 0, count: 8_192 * channels)
     var frame = [Double](repeating: 0, count: 8_192)
     while true {
-      let count = try buffer.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: 8_192) }
+      let count: Int
+      do {
+        count = try buffer.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: 8_192) }
+      } catch {
+        throw fileFailure("envelope", error)
+      }
       if count == 0 { break }
       for index in 0..<count {
         var peak: Float = 0
@@ -125,4 +139,10 @@ struct EnvelopeCommand: ParsableCommand {
     print("Peak level of \(input) (\(reader.sampleRate) Hz, \(channels) ch):")
     for line in plot.render(columns: columns) { print(line) }
   }
+}
+
+/// A file that cannot be read or written: the reason on stderr, exit 65 as `render` does.
+private func fileFailure(_ command: String, _ reason: Any) -> ExitCode {
+  FileHandle.standardError.write(Data("rampctl \(command): \(reason)\n".utf8))
+  return ExitCode(65)
 }

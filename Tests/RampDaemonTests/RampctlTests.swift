@@ -1,4 +1,5 @@
 import Foundation
+import RampAudio
 import RampEngine
 import RampProtocol
 import Testing
@@ -193,5 +194,31 @@ import Testing
     let outcome = try #require(watched)
     #expect(outcome.status == 0)
     #expect(outcome.stdout == "stream-started w \(file)\nstream-ended w (stopped)\n", "\(outcome)")
+  }
+}
+
+extension RampctlTests {
+  /// `tone` writes the sine it says (level and frequency read back from the file); `envelope`
+  /// plots it; a file that cannot be written or read exits 65, a bad size 64.
+  @Test func toneWritesItsSineAndEnvelopePlotsIt() throws {
+    let directory = NSTemporaryDirectory() + "rampctl-tone-\(getpid())"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = "\(directory)/a.wav"
+    let made = try rampctl(["tone", path, "--frequency", "100", "--duration", "1s", "--level", "50%"], socket: "/none")
+    #expect(made.status == 0, "\(made)")
+    let reader = try RampAudio.SoundFileReader(path: path)
+    var samples = [Float](repeating: 0, count: 2 * 48_000)
+    let frames = try samples.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: 48_000) }
+    #expect(frames == 48_000 && reader.channels == 2)
+    let left = stride(from: 0, to: 2 * frames, by: 2).map { samples[$0] }
+    #expect(abs(Double(left.max()!) - 0.5) < 1e-3, "peak \(left.max()!)")
+    let rising = zip(left, left.dropFirst()).filter { $0 < 0 && $1 >= 0 }.count
+    #expect((99...101).contains(rising), "\(rising) cycles in a second")
+    let plotted = try rampctl(["envelope", path, "--ascii", "--height", "4"], socket: "/none")
+    #expect(plotted.status == 0 && plotted.stdout.contains("0.5"), "\(plotted)")
+    #expect(try rampctl(["tone", "\(directory)/a.xyz"], socket: "/none").status == 65)
+    #expect(try rampctl(["envelope", "\(directory)/missing.wav"], socket: "/none").status == 65)
+    #expect(try rampctl(["envelope", path, "--width", "0"], socket: "/none").status == 64)
   }
 }
