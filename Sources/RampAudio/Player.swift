@@ -31,7 +31,6 @@ public final class PublishedValue: @unchecked Sendable {
   public let keyPath: String
   private let bits = Atomic<UInt64>(Double.nan.bitPattern)
   private let at = Atomic<Int64>(-1)
-  fileprivate var retired = false
 
   init(keyPath: String) { self.keyPath = keyPath }
 
@@ -87,14 +86,14 @@ public final class RenderState: @unchecked Sendable {
 
   /// The streams in the mix, for status replies (off the hot path: allocates).
   public var streamSnapshots: [StreamSnapshot] {
-    streams.filter { !$0.ended }.map { stream in
+    streams.map { stream in
       StreamSnapshot(
         id: stream.id, path: stream.decoder.path, paused: stream.paused, stopping: stream.stopping,
         loops: stream.decoder.loops, seconds: Double(stream.position) / Double(sampleRate))
     }
   }
 
-  public func contains(stream id: String) -> Bool { streams.contains { $0.id == id && !$0.ended } }
+  public func contains(stream id: String) -> Bool { streams.contains { $0.id == id } }
 
   /// Hands a command's ticket back to the control side, after the events the command caused.
   public func complete(_ ticket: CommandTicket) {
@@ -134,7 +133,6 @@ final class PlayingStream {
   var pendingSeek: Int?
   var seekRequested = false
   var resumeAfterSeek = false
-  var ended = false
   /// Output frames of this stream's audio consumed, counted from the file's start.
   var position = 0
   /// The last block found the ring short (an underrun event was posted for it).
@@ -205,7 +203,6 @@ public final class Player: @unchecked Sendable {
   // Device loss: the render thread hands the dead device over, the recovery thread hands a new one back.
   private let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
   private let freshDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
-  private var recoveryThread: Thread?
   private let recoveryFinished = Atomic<Bool>(false)
   /// Seconds between reopen attempts: doubling from the first to the last.
   public var recoveryBackoff: (first: Double, last: Double) = (0.1, 2)
@@ -226,7 +223,12 @@ public final class Player: @unchecked Sendable {
   public var deviceIsHealthy: Bool { healthy.load(ordering: .relaxed) }
   private let healthy = Atomic<Bool>(true)
 
-  public init(output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1) throws {
+  /// `scheduledCapacity`: how many commands may wait for their sample at once (reserved here, so
+  /// the render thread never grows the schedule).
+  public init(
+    output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1,
+    scheduledCapacity: Int = Player.maximumScheduled
+  ) throws {
     let device = try AlsaPCMOutput(configuration)
     self.device = device
     self.configuration = configuration
@@ -235,25 +237,22 @@ public final class Player: @unchecked Sendable {
     let engine = try AnimationEngine(sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64))
     state = try RenderState(
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: events)
-    scheduled.reserveCapacity(Self.maximumScheduled)
+    scheduled.reserveCapacity(max(scheduledCapacity, 16))
+    doorbell = try Self.makePipe("event")
+    commandBell = try Self.makePipe("command")
+  }
+
+  /// A non-blocking, close-on-exec pipe: (read end, write end).
+  private static func makePipe(_ purpose: String) throws -> (read: Int32, write: Int32) {
     var ends: [Int32] = [-1, -1]
     guard pipe(&ends) == 0 else {
-      throw AudioError(.device, "cannot create the event pipe: \(String(cString: strerror(errno)))")
+      throw AudioError(.device, "cannot create the \(purpose) pipe: \(String(cString: strerror(errno)))")
     }
     for end in ends {
       _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
       _ = fcntl(end, F_SETFD, FD_CLOEXEC)
     }
-    doorbell = (ends[0], ends[1])
-    var other: [Int32] = [-1, -1]
-    guard pipe(&other) == 0 else {
-      throw AudioError(.device, "cannot create the command pipe: \(String(cString: strerror(errno)))")
-    }
-    for end in other {
-      _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
-      _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-    }
-    commandBell = (other[0], other[1])
+    return (ends[0], ends[1])
   }
 
   deinit {
@@ -273,7 +272,6 @@ public final class Player: @unchecked Sendable {
     self.thread = thread
     let recovery = Thread { [self] in recoveryLoop() }
     recovery.name = "rampd-recovery"
-    recoveryThread = recovery
     recovery.start()
     thread.start()
   }
@@ -284,7 +282,6 @@ public final class Player: @unchecked Sendable {
     running.store(false, ordering: .releasing)
     while !finished.load(ordering: .acquiring) || !recoveryFinished.load(ordering: .acquiring) { usleep(1_000) }
     thread = nil
-    recoveryThread = nil
   }
 
   /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split
@@ -292,8 +289,11 @@ public final class Player: @unchecked Sendable {
   @discardableResult
   public func perform(at sample: Int64? = nil, _ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
-    var byte: UInt8 = 1
-    _ = write(commandBell.write, &byte, 1)
+    // Only a render thread waiting for the clock listens for it.
+    if output.pacing == .clock {
+      var byte: UInt8 = 1
+      _ = write(commandBell.write, &byte, 1)
+    }
     return accepted
   }
 
@@ -333,15 +333,10 @@ public final class Player: @unchecked Sendable {
   /// Blocks until the decoder has a head start: call it off the event loop.
   public func play(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
-    loop: Bool = false, paused: Bool = false, at sample: Int64? = nil,
-    completion: (@Sendable (Result<Void, EngineError>) -> Void)? = nil
+    loop: Bool = false, paused: Bool = false
   ) throws {
     let start = try prepare(path, id: id, gain: gain, fadeIn: fadeIn, curve: curve, loop: loop, paused: paused)
-    perform(at: sample) { state in
-      // Not `completion?(start(state))`: optional chaining would skip the start without a completion.
-      let result = start(state)
-      completion?(result)
-    }
+    perform { state in _ = start(state) }
   }
 
   /// The part of `play` that may block (opening, prefilling), done on the calling thread; the
@@ -438,7 +433,7 @@ public final class Player: @unchecked Sendable {
 
   @discardableResult
   public func seek(_ id: String, to seconds: Double, in state: RenderState) -> Bool {
-    guard let stream = state.streams.first(where: { $0.id == id && !$0.ended }) else { return false }
+    guard let stream = state.streams.first(where: { $0.id == id }) else { return false }
     let frame = Int(max(seconds, 0) * Double(output.rate))
     _ = try? state.engine.set(
       "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
@@ -454,7 +449,7 @@ public final class Player: @unchecked Sendable {
   ) -> [TransportChange] {
     let transaction = Transaction(duration: max(fade, declick), timingFunction: curve, valueSpace: space)
     var acted: [TransportChange] = []
-    for stream in state.streams where !stream.ended && (id == nil || stream.id == id) && include(stream) {
+    for stream in state.streams where (id == nil || stream.id == id) && include(stream) {
       let animation = try? state.engine.set("streams.\(stream.id).transport", to: level, transaction: transaction)
       change(stream)
       acted.append(TransportChange(stream: stream.id, animation: animation ?? nil))
@@ -499,10 +494,7 @@ public final class Player: @unchecked Sendable {
     while running.load(ordering: .acquiring) {
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
-      if state.posted {
-        state.posted = false
-        ringDoorbell()
-      }
+      flushEvents()
       resumeStreamsAfterSeek()
       publishValues()
       renderScheduled(buffers)
@@ -511,12 +503,15 @@ public final class Player: @unchecked Sendable {
       writeOrKeepTime(buffers)
       blockCount.add(1, ordering: .relaxed)
       finishStreams()
-      published.store(state.engine.now, ordering: .releasing)
-      if state.posted {
-        state.posted = false
-        ringDoorbell()
-      }
+      flushEvents()
     }
+  }
+
+  /// Rings the doorbell once if anything was posted since the last time.
+  private func flushEvents() {
+    guard state.posted else { return }
+    state.posted = false
+    ringDoorbell()
   }
 
   /// Stores each published key path's value at the block's first sample. Allocation-free.
@@ -527,7 +522,7 @@ public final class Player: @unchecked Sendable {
       let published = state.published[index]
       index += 1
       var value = Double.nan
-      if let handle = try? engine.handle(published.keyPath) {
+      if let handle = engine.handleIfDefined(published.keyPath) {
         engine.render(handle, start: engine.now, count: 1, into: &value)
       }
       published.store(value, sample: engine.now)
@@ -543,7 +538,8 @@ public final class Player: @unchecked Sendable {
         continue
       }
       if scheduled.count == scheduled.capacity {
-        // Beyond the limit the daemon enforces: run it late rather than allocate here.
+        // Beyond the capacity reserved at start (the daemon's limit keeps it from happening):
+        // run it now, early, rather than allocate here.
         command.body(state)
         continue
       }
@@ -609,10 +605,7 @@ public final class Player: @unchecked Sendable {
       guard poll(&descriptor, 1, milliseconds) > 0 else { return }
       while read(commandBell.read, &bytes, 32) == 32 {}
       takeCommands()
-      if state.posted {
-        state.posted = false
-        ringDoorbell()
-      }
+      flushEvents()
     }
   }
 
@@ -666,7 +659,6 @@ public final class Player: @unchecked Sendable {
     while index < state.streams.count {
       let stream = state.streams[index]
       index += 1
-      if stream.ended { continue }
       if let frame = stream.pendingSeek {
         // Seeking: once silent, ask the decoder; once it has sought, drop the stale audio and
         // ramp back in. Until then the stream holds its place, silent.
@@ -748,7 +740,6 @@ public final class Player: @unchecked Sendable {
       }
       if drained || stopped {
         stream.decoder.cancel()
-        stream.ended = true
         let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.error != nil ? .failed : .finished)
         state.post(.streamEnded(id: stream.id, reason: reason))
         engine.undefine("streams.\(stream.id)")

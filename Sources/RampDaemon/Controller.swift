@@ -78,13 +78,6 @@ public final class Controller: @unchecked Sendable {
       respond(.failure(ProtocolError(.shuttingDown, "rampd is shutting down")))
       return
     }
-    if request.at != nil, Command.notInBatch.contains(request.command.name), request.command.name != "batch" {
-      respond(
-        .failure(
-          ProtocolError(
-            .invalidField, field: "at", "'\(request.command.name)' takes effect at once; it cannot be scheduled")))
-      return
-    }
     switch request.command {
     case .subscribe(let kinds):
       respond(.success(subscribe(client, to: kinds)))

@@ -21,11 +21,12 @@ public final class Daemon: @unchecked Sendable {
   public init(configuration: DaemonConfiguration, environment: [String: String], logger: Logger) throws {
     self.configuration = configuration
     self.logger = logger
-    let isRoot = getuid() == 0
+    let isRoot = geteuid() == 0
     var notes: JSONObject = ["embedded": false]
     do {
       player = try Player(
-        output: configuration.output, declick: configuration.declick, maxGain: configuration.maxGain)
+        output: configuration.output, declick: configuration.declick, maxGain: configuration.maxGain,
+        scheduledCapacity: configuration.limits.pendingScheduled)
       embeddedFile = nil
     } catch {
       guard configuration.embeddedOutput.enabled else { throw error }
@@ -34,7 +35,9 @@ public final class Daemon: @unchecked Sendable {
       logger.warning(
         "output device unusable; playing into a WAV file instead (embedded output)",
         metadata: ["device": "\(configuration.output.device)", "reason": "\(error)", "file": "\(file)"])
-      player = try Player(output: embedded, declick: configuration.declick, maxGain: configuration.maxGain)
+      player = try Player(
+        output: embedded, declick: configuration.declick, maxGain: configuration.maxGain,
+        scheduledCapacity: configuration.limits.pendingScheduled)
       embeddedFile = file
       notes = ["embedded": true, "file": .string(file), "requestedDevice": .string(configuration.output.device)]
     }

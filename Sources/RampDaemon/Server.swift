@@ -211,7 +211,6 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private let logger: Logger
   /// Observed key paths (event-loop thread only).
   private var observers: [String: Observer] = [:]
-  private let droppedEvents = Atomic<Int>(0)
   /// Commands run here, in the order they came, so opening a file never stalls the event loop
   /// that serves every client.
   private let commands = DispatchQueue(label: "rampd.session")
@@ -284,10 +283,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
 
   func event(_ line: JSONValue) {
     // A subscriber that does not read loses events instead of holding the daemon's memory.
-    guard channel.isWritable else {
-      droppedEvents.add(1, ordering: .relaxed)
-      return
-    }
+    guard channel.isWritable else { return }
     write(line)
   }
 

@@ -119,6 +119,12 @@ public final class AnimationEngine {
 
   public func contains(_ keyPath: String) -> Bool { properties[keyPath] != nil }
 
+  /// The handle of `keyPath` if it is defined: a plain lookup, no validation and no error to
+  /// build, so the render thread may call it every block.
+  public func handleIfDefined(_ keyPath: String) -> PropertyHandle? {
+    properties[keyPath].map(PropertyHandle.init(property:))
+  }
+
   public func handle(_ keyPath: String) throws(EngineError) -> PropertyHandle {
     PropertyHandle(property: try property(keyPath))
   }

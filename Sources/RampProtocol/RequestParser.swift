@@ -79,6 +79,9 @@ struct RequestParser {
         throw .at(prefix + "cmd", .invalidField, "\(name) cannot be part of a batch")
       }
     }
+    if !inBatch, name != "batch", Command.notInBatch.contains(name), object["at"].map({ $0 != .null }) == true {
+      throw .at(prefix + "at", .invalidField, "'\(name)' takes effect at once; it cannot be scheduled")
+    }
     let id = inBatch ? nil : try Self.id(object)
     let at = try object["at"].flatMap { $0 == .null ? nil : $0 }.map { value throws(ProtocolError) in
       try Schedule.parse(value, field: prefix + "at")

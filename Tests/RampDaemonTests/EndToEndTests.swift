@@ -236,6 +236,7 @@ import Testing
       (["cmd": "observe", "key": "master.gain", "rate": 5000], "out-of-range", "rate"),
       (["cmd": "wait"], "invalid-field", "animations"),
       (["cmd": "subscribe", "at": 1], "invalid-field", "at"),
+      (["cmd": "observe", "key": "master.gain", "at": 1], "invalid-field", "at"),
       (["cmd": "observe", "key": "streams.keep.transport"], "unknown-key-path", "key"),
       (["cmd": "fade", "key": "streams.keep.pan", "from": -5, "to": 0], "out-of-range", "from"),
       (

@@ -78,7 +78,11 @@ struct Recipe {
   }
 
   mutating func request() -> Request {
-    Request(id: maybe { $0.pick([7, "abc", 0.5, true]) }, at: maybe { $0.schedule() }, command(inBatch: false))
+    let command = command(inBatch: false)
+    // Only commands that act at a sample can be scheduled (batch included).
+    let schedulable = command.name == "batch" || !Command.notInBatch.contains(command.name)
+    return Request(
+      id: maybe { $0.pick([7, "abc", 0.5, true]) }, at: schedulable ? maybe { $0.schedule() } : nil, command)
   }
 
   mutating func command(inBatch: Bool) -> Command {
