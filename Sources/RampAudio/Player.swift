@@ -168,7 +168,13 @@ struct PlayerCommand {
 /// renders one period at a time: it applies queued commands, pulls each stream's decoded audio
 /// from its ring, multiplies by `streams.<id>.gain` × the stream's transport ramp, sums, applies
 /// `master.gain`, clamps, and writes to the device; completions and stream ends go back as
-/// events, and an eventfd doorbell wakes whoever waits for them.
+/// events, and a pipe doorbell wakes whoever waits for them.
+///
+/// Paced by the clock, the render thread wakes once per several periods: it writes blocks back to
+/// back until the buffer is full (one buffer ahead of the clock), then sleeps until only one
+/// period is left ahead. A command arriving meanwhile wakes it and is applied at once, to the next
+/// block, so it is heard within one buffer; the sleep costs one wake-up per (buffer − period) of
+/// audio instead of one or two per period.
 ///
 /// Commands run on the render thread between blocks (the engine belongs to that thread); a
 /// command scheduled for a sample splits the block there, so it lands on that exact sample. The
@@ -188,11 +194,14 @@ public final class Player: @unchecked Sendable {
   /// Several control threads may submit; the render thread is the only consumer and never locks.
   private let submitLock = Mutex<Void>(())
   private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 4096)
-  /// A pipe: the render thread writes a byte after posting events, waiters poll the read end.
-  private let doorbell: (read: Int32, write: Int32)
-  /// A pipe the other way: `perform` writes a byte, so a render thread waiting for the clock
-  /// wakes to take the command at once.
-  private let commandBell: (read: Int32, write: Int32)
+  /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
+  private let doorbell: Bell
+  /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
+  /// the command at once.
+  private let commandBell: Bell
+  /// Rung when the render thread hands over a dead device (and at shutdown): a recovery thread
+  /// with a healthy device sleeps on it, without waking.
+  private let recoveryBell: Bell
   private let running = Atomic<Bool>(false)
   private let finished = Atomic<Bool>(false)
   private var thread: Thread?
@@ -238,28 +247,9 @@ public final class Player: @unchecked Sendable {
     state = try RenderState(
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: events)
     scheduled.reserveCapacity(max(scheduledCapacity, 16))
-    doorbell = try Self.makePipe("event")
-    commandBell = try Self.makePipe("command")
-  }
-
-  /// A non-blocking, close-on-exec pipe: (read end, write end).
-  private static func makePipe(_ purpose: String) throws -> (read: Int32, write: Int32) {
-    var ends: [Int32] = [-1, -1]
-    guard pipe(&ends) == 0 else {
-      throw AudioError(.device, "cannot create the \(purpose) pipe: \(String(cString: strerror(errno)))")
-    }
-    for end in ends {
-      _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
-      _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-    }
-    return (ends[0], ends[1])
-  }
-
-  deinit {
-    Glibc.close(doorbell.read)
-    Glibc.close(doorbell.write)
-    Glibc.close(commandBell.read)
-    Glibc.close(commandBell.write)
+    doorbell = try Bell("event")
+    commandBell = try Bell("command")
+    recoveryBell = try Bell("recovery")
   }
 
   /// Starts the render thread (and the thread that reopens a lost device).
@@ -280,6 +270,8 @@ public final class Player: @unchecked Sendable {
   public func shutdown() {
     guard thread != nil else { return }
     running.store(false, ordering: .releasing)
+    commandBell.ring()
+    recoveryBell.ring()
     while !finished.load(ordering: .acquiring) || !recoveryFinished.load(ordering: .acquiring) { usleep(1_000) }
     thread = nil
   }
@@ -290,10 +282,7 @@ public final class Player: @unchecked Sendable {
   public func perform(at sample: Int64? = nil, _ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
     // Only a render thread waiting for the clock listens for it.
-    if output.pacing == .clock {
-      var byte: UInt8 = 1
-      _ = write(commandBell.write, &byte, 1)
-    }
+    if output.pacing == .clock { commandBell.ring() }
     return accepted
   }
 
@@ -315,17 +304,7 @@ public final class Player: @unchecked Sendable {
   /// Blocks until the render thread posts an event or `timeout` seconds pass. True when rung.
   @discardableResult
   public func waitForEvents(timeout: Double) -> Bool {
-    var descriptor = pollfd(fd: doorbell.read, events: Int16(POLLIN), revents: 0)
-    let ready = poll(&descriptor, 1, Int32(min(max(timeout, 0), 3600) * 1000))
-    guard ready > 0 else { return false }
-    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-    while read(doorbell.read, &bytes, 32) == 32 {}
-    return true
-  }
-
-  private func ringDoorbell() {
-    var byte: UInt8 = 1
-    _ = write(doorbell.write, &byte, 1)
+    doorbell.wait(milliseconds: Int32(min(max(timeout, 0), 3600) * 1000))
   }
 
   /// Opens `path` now (so a bad file is refused here, with its name), then starts it as stream
@@ -481,6 +460,7 @@ public final class Player: @unchecked Sendable {
   }
 
   private func renderLoop() {
+    nameThisThread("rampd-render")
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
     defer {
       buffers.deallocate()
@@ -492,13 +472,17 @@ public final class Player: @unchecked Sendable {
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {
+      // With clock pacing, the wait comes before the block is rendered: a command taken during
+      // it lands on the block's first sample, heard at most one buffer later.
+      if let device { takeCommandsWhileWaiting(for: device, frames: buffers.frames) }
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
       flushEvents()
       resumeStreamsAfterSeek()
       publishValues()
       renderScheduled(buffers)
-      // Published before the wait for the device, so commands taken during it count from here.
+      // Published before the write (with device pacing, the wait for the device), so commands
+      // taken meanwhile count from here.
       published.store(state.engine.now, ordering: .releasing)
       writeOrKeepTime(buffers)
       blockCount.add(1, ordering: .relaxed)
@@ -511,7 +495,7 @@ public final class Player: @unchecked Sendable {
   private func flushEvents() {
     guard state.posted else { return }
     state.posted = false
-    ringDoorbell()
+    doorbell.ring()
   }
 
   /// Stores each published key path's value at the block's first sample. Allocation-free.
@@ -574,7 +558,6 @@ public final class Player: @unchecked Sendable {
       idleClock.wait(frames: buffers.frames, rate: output.rate)
       return
     }
-    takeCommandsWhileWaiting(for: device, frames: buffers.frames)
     do {
       try device.write(buffers.mix, frames: buffers.frames)
       underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
@@ -586,32 +569,38 @@ public final class Player: @unchecked Sendable {
       self.device = nil
       idleClock.reset()
       _ = deadDevices.push(device)
+      recoveryBell.ring()
     }
   }
 
-  /// Until the clock lets the block be written, sleeps on the command pipe: a command arriving
-  /// meanwhile is applied at once (to the next block, whose first sample is the engine's now) and
-  /// its reply leaves, instead of waiting for the next block start. With device pacing the write
-  /// itself blocks; commands then wait for the block boundary.
+  /// With clock pacing, until the next block may be written, sleeps on the command pipe: a
+  /// command arriving meanwhile is applied at once (to the next block, whose first sample is the
+  /// engine's now) and its reply leaves, instead of waiting for the next block start. Blocks go
+  /// out back to back while they fit in the buffer ahead of the clock; once it is full, the
+  /// sleep lasts until only one period is left ahead (`refillLead`), so one wake-up serves
+  /// (buffer − period) of audio. With device pacing the write itself blocks; commands then wait
+  /// for the block boundary.
   private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) {
-    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
     while running.load(ordering: .relaxed) {
-      let wait = device.secondsUntilWritable(frames: frames)
-      if wait < 0.000_2 { return }
-      var descriptor = pollfd(fd: commandBell.read, events: Int16(POLLIN), revents: 0)
-      // poll's timeout is in whole milliseconds: round down, and let the write sleep the rest.
-      let milliseconds = Int32(wait * 1000)
-      if milliseconds == 0 { return }
-      guard poll(&descriptor, 1, milliseconds) > 0 else { return }
-      while read(commandBell.read, &bytes, 32) == 32 {}
+      let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead)
+      if wait <= 0 { return }
+      // Rounded up to whole milliseconds: the block then fits when poll returns.
+      guard commandBell.wait(milliseconds: pollMilliseconds(wait)) else { continue }
       takeCommands()
       flushEvents()
     }
   }
 
+  /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the
+  /// buffer: one period (less if the buffer holds under two), the margin against a late wake-up.
+  private var refillLead: Int {
+    min(output.periodFrames, max(output.bufferFrames - output.periodFrames, 0))
+  }
+
   /// Closes dead devices and opens new ones, off the render thread: opening a device allocates
   /// and may block.
   private func recoveryLoop() {
+    nameThisThread("rampd-recovery")
     defer { recoveryFinished.store(true, ordering: .releasing) }
     var wanted = false
     var delay = recoveryBackoff.first
@@ -634,8 +623,9 @@ public final class Player: @unchecked Sendable {
           nextAttempt = monotonicSeconds() + delay
         }
       }
-      // Idle (the device is healthy) it only checks for a dead device now and then.
-      usleep(wanted ? 10_000 : 50_000)
+      // Healthy, it sleeps until the render thread hands a dead device over (or shutdown);
+      // reopening, until the next attempt.
+      recoveryBell.wait(milliseconds: wanted ? pollMilliseconds(nextAttempt - monotonicSeconds()) : -1)
     }
   }
 
@@ -684,7 +674,7 @@ public final class Player: @unchecked Sendable {
         if ramp[0] == 0 { continue }
       }
       let wanted = frames * channels
-      let got = stream.decoder.ring.read(into: audio, count: wanted)
+      let got = stream.decoder.read(into: audio, count: wanted)
       stream.position += got / channels
       if got < wanted {
         (audio + got).update(repeating: 0, count: wanted - got)
