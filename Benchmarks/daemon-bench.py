@@ -592,13 +592,18 @@ def set_latency(rampd, work, tries):
 def analyse_latency(records, left, period, buffer):
     """Finds each set's first changed sample and maps the send time to the sample being played.
 
-    The model, from AlsaPCMOutput.waitForClock and Player.renderLoop (clock pacing): the frames
-    written are kept one buffer ahead of the wall clock counted from the first write (the anchor),
-    so the sample heard at time t is (t - anchor) * rate. A command is taken at the start of a
-    block; the block starting at sample N starts once the previous write returned, at
-    anchor + (N - buffer) / rate; its reply goes out after the block is written, not before
-    anchor + (N + period - buffer) / rate. Each status and set round trip therefore brackets the
-    anchor: send - (N - buffer)/rate <= anchor <= reply - (N + period - buffer)/rate.
+    The model, from AlsaPCMOutput.secondsUntilWritable and Player.renderLoop (clock pacing): the
+    frames written are kept between zero and one buffer ahead of the wall clock counted from the
+    first write (the anchor), so the sample heard at time t is (t - anchor) * rate. The render
+    thread waits before it renders a block, taking commands as they arrive; a command lands on the
+    next block's first sample N, the frames written when it is taken, at a time t between its send
+    and its reply; `status` reports such an N too (the next block's first sample, published once
+    that block fits). So 0 <= N - (t - anchor) * rate <= buffer, and each round trip brackets the
+    anchor: send - N/rate <= anchor <= reply - (N - buffer)/rate. The latest anchor the data
+    allows puts the playhead earliest: it gives an upper bound of each latency. (The model of
+    earlier runs, a command taken at a block start and replied to after the block's write, no
+    longer holds since commands are taken while waiting, commit 830c775: its bounds were up to a
+    period too low.)
     """
     for r in records:
         expected = 0.5 * r["value"]
@@ -613,10 +618,10 @@ def analyse_latency(records, left, period, buffer):
         if any(abs(x - (0.5 * (1.6 - r["value"]))) > 1e-6 for x in before):
             raise RuntimeError(f"unexpected samples before the change to {r['value']} (an underrun?)")
         r["changed"] = i
-    lows = [r["status_send"] - (r["status_sample"] - buffer) / RATE for r in records]
-    lows += [r["send"] - (r["changed"] - buffer) / RATE for r in records]
-    highs = [r["status_reply"] - (r["status_sample"] + period - buffer) / RATE for r in records]
-    highs += [r["reply"] - (r["changed"] + period - buffer) / RATE for r in records]
+    lows = [r["status_send"] - r["status_sample"] / RATE for r in records]
+    lows += [r["send"] - r["changed"] / RATE for r in records]
+    highs = [r["status_reply"] - (r["status_sample"] - buffer) / RATE for r in records]
+    highs += [r["reply"] - (r["changed"] - buffer) / RATE for r in records]
     low, high = max(lows), min(highs)
     consistent = low <= high + 1e-4
     # The latest anchor the data allows puts the playhead earliest: the latency's upper bound.
@@ -688,14 +693,21 @@ def main():
     parser.add_argument("--short-seconds", type=float, required=True, help="its length")
     parser.add_argument("--results", required=True)
     parser.add_argument("--tries", type=int, default=50)
-    parser.add_argument("--only", choices=["realtime"],
-                        help="realtime: only (b) in real time (both daemons), with CPU and wake-ups per thread")
+    parser.add_argument("--only", choices=["realtime", "latency"],
+                        help="realtime: only (b) in real time (both daemons), with CPU and wake-ups per thread; "
+                        "latency: only (d)")
     args = parser.parse_args()
     mp.set_start_method("fork")
     work, music = args.work, os.path.dirname(args.track)
     results = {"rtt": []}
     say = lambda *a: print(*a, flush=True)
 
+    if args.only == "latency":
+        results["latency"] = set_latency(args.rampd, work, args.tries)
+        say(f"set latency: {results['latency']}")
+        with open(args.results, "w") as f:
+            json.dump(results, f, indent=1)
+        return
     # (c) idle, then (a): both daemons idle; rampd on `null` paced by the clock (what `auto` picks).
     mpd = start_mpd(args.mpd, work, music)
     rampd = start_rampd(args.rampd, work, "rampd", 'device = "null"\npacing = "clock"')

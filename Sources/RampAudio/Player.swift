@@ -26,13 +26,26 @@ open class CommandTicket: @unchecked Sendable, Equatable {
 }
 
 /// A key path's presentation value, published by the render thread at the start of every block
-/// for threads that must not touch the engine (mixer bindings, observers).
+/// for threads that must not touch the engine (mixer bindings, observers). A reader that polls
+/// only while the value moves can sleep in `waitForChange` while it holds still, if the value was
+/// published with `wakesOnChange` (the render thread then rings it when the value changes).
 public final class PublishedValue: @unchecked Sendable {
   public let keyPath: String
   private let bits = Atomic<UInt64>(Double.nan.bitPattern)
   private let at = Atomic<Int64>(-1)
+  private let bell: Bell?
+  /// A reader sleeps in `waitForChange`.
+  private let sleeping = Atomic<Bool>(false)
 
-  init(keyPath: String) { self.keyPath = keyPath }
+  init(keyPath: String) {
+    self.keyPath = keyPath
+    bell = nil
+  }
+
+  init(keyPath: String, wakesOnChange: Bool) throws(AudioError) {
+    self.keyPath = keyPath
+    bell = wakesOnChange ? try Bell("published value") : nil
+  }
 
   /// The value and the output sample it applies to; NaN while the key path does not exist.
   public var latest: (value: Double, sample: Int64) {
@@ -41,9 +54,34 @@ public final class PublishedValue: @unchecked Sendable {
   }
 
   fileprivate func store(_ value: Double, sample: Int64) {
-    bits.store(value.bitPattern, ordering: .relaxed)
+    let previous = bits.exchange(value.bitPattern, ordering: .relaxed)
     at.store(sample, ordering: .releasing)
+    guard let bell, previous != value.bitPattern else { return }
+    // Pairs with the fence in `waitForChange`: either the reader sees the new value, or this sees
+    // the reader asleep.
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    if sleeping.load(ordering: .relaxed),
+      sleeping.compareExchange(expected: true, desired: false, ordering: .relaxed).exchanged
+    {
+      bell.ring()
+    }
   }
+
+  /// Sleeps until the value is no longer `value` (bit for bit: NaN while the key path does not
+  /// exist), `wake()` is called, or `timeout` seconds pass (negative: no limit). Returns at once
+  /// for a value published without `wakesOnChange`.
+  public func waitForChange(from value: Double, timeout: Double = -1) {
+    guard let bell else { return }
+    sleeping.store(true, ordering: .relaxed)
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    if bits.load(ordering: .relaxed) == value.bitPattern {
+      bell.wait(milliseconds: timeout < 0 ? -1 : pollMilliseconds(timeout))
+    }
+    sleeping.store(false, ordering: .relaxed)
+  }
+
+  /// Wakes a reader sleeping in `waitForChange` (to stop it).
+  public func wake() { bell?.ring() }
 }
 
 public enum StreamEndReason: String, Sendable {
@@ -289,6 +327,14 @@ public final class Player: @unchecked Sendable {
   /// Starts publishing `keyPath`'s presentation value at every block (NaN while it does not exist).
   public func publish(_ keyPath: String) -> PublishedValue {
     let value = PublishedValue(keyPath: keyPath)
+    perform { state in state.published.append(value) }
+    return value
+  }
+
+  /// The same, for a reader that sleeps in `PublishedValue.waitForChange` while the value holds
+  /// still. Throws when no pipe can be made for it.
+  public func publish(_ keyPath: String, wakesOnChange: Bool) throws(AudioError) -> PublishedValue {
+    let value = try PublishedValue(keyPath: keyPath, wakesOnChange: wakesOnChange)
     perform { state in state.published.append(value) }
     return value
   }
