@@ -475,7 +475,7 @@ private func alsaError(_ code: Int32) -> String {
   String(cString: snd_strerror(code))
 }
 
-private func monotonicNanoseconds() -> Int64 {
+func monotonicNanoseconds() -> Int64 {
   var now = timespec()
   clock_gettime(CLOCK_MONOTONIC, &now)
   return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)

@@ -29,33 +29,95 @@ open class CommandTicket: @unchecked Sendable, Equatable {
 /// for threads that must not touch the engine (mixer bindings, observers). A reader that polls
 /// only while the value moves can sleep in `waitForChange` while it holds still, if the value was
 /// published with `wakesOnChange` (the render thread then rings it when the value changes).
+///
+/// Paced by the clock, the render thread renders several blocks at one wake-up; each block's value
+/// then carries the time at which it becomes `latest`, one period after the one before, so a
+/// reader still sees a new value every period, as if the blocks had been rendered one at a time.
 public final class PublishedValue: @unchecked Sendable {
   public let keyPath: String
-  private let bits = Atomic<UInt64>(Double.nan.bitPattern)
-  private let at = Atomic<Int64>(-1)
+  /// The last values published, newest at `written - 1`: more than a batch of blocks holds at the
+  /// default period and buffer.
+  private let slots: [Slot]
+  private let written = Atomic<Int>(0)
+  /// The newest value stored (what `waitForChange` compares with).
+  private let newest = Atomic<UInt64>(Double.nan.bitPattern)
   private let bell: Bell?
   /// A reader sleeps in `waitForChange`.
   private let sleeping = Atomic<Bool>(false)
 
+  /// One published value. A sequence lock: odd `sequence` while the render thread writes it.
+  private final class Slot: Sendable {
+    let sequence = Atomic<Int>(0)
+    let index = Atomic<Int>(-1)
+    let sample = Atomic<Int64>(-1)
+    let bits = Atomic<UInt64>(Double.nan.bitPattern)
+    /// CLOCK_MONOTONIC nanoseconds from which it is `latest`.
+    let due = Atomic<Int64>(0)
+  }
+
+  private static let slotCount = 16
+
   init(keyPath: String) {
     self.keyPath = keyPath
+    slots = (0..<Self.slotCount).map { _ in Slot() }
     bell = nil
   }
 
   init(keyPath: String, wakesOnChange: Bool) throws(AudioError) {
     self.keyPath = keyPath
+    slots = (0..<Self.slotCount).map { _ in Slot() }
     bell = wakesOnChange ? try Bell("published value") : nil
   }
 
-  /// The value and the output sample it applies to; NaN while the key path does not exist.
+  /// The value and the output sample it applies to; NaN while the key path does not exist (and
+  /// sample −1 before the first block).
   public var latest: (value: Double, sample: Int64) {
-    let sample = at.load(ordering: .acquiring)
-    return (Double(bitPattern: bits.load(ordering: .relaxed)), sample)
+    let now = monotonicNanoseconds()
+    let count = written.load(ordering: .acquiring)
+    var oldest: (value: Double, sample: Int64) = (.nan, -1)
+    var index = count - 1
+    while index >= 0 && index >= count - Self.slotCount {
+      if let entry = read(index) {
+        if entry.due <= now { return (Double(bitPattern: entry.bits), entry.sample) }
+        oldest = (Double(bitPattern: entry.bits), entry.sample)
+      }
+      index -= 1
+    }
+    // Only values not yet due (or overwritten while read): the oldest of them.
+    return oldest
   }
 
-  fileprivate func store(_ value: Double, sample: Int64) {
-    let previous = bits.exchange(value.bitPattern, ordering: .relaxed)
-    at.store(sample, ordering: .releasing)
+  /// Entry `index`, unless the render thread has overwritten it with a newer one.
+  private func read(_ index: Int) -> (sample: Int64, bits: UInt64, due: Int64)? {
+    let slot = slots[index % Self.slotCount]
+    while true {
+      let before = slot.sequence.load(ordering: .acquiring)
+      if before & 1 == 1 { continue }
+      let entry = (
+        slot.sample.load(ordering: .relaxed), slot.bits.load(ordering: .relaxed),
+        slot.due.load(ordering: .relaxed)
+      )
+      let stored = slot.index.load(ordering: .relaxed)
+      atomicMemoryFence(ordering: .acquiring)
+      guard slot.sequence.load(ordering: .relaxed) == before else { continue }
+      return stored == index ? entry : nil
+    }
+  }
+
+  /// Render thread: the value at `sample`, the latest from `due` (monotonic nanoseconds) on.
+  fileprivate func store(_ value: Double, sample: Int64, due: Int64) {
+    let index = written.load(ordering: .relaxed)
+    let slot = slots[index % Self.slotCount]
+    let sequence = slot.sequence.load(ordering: .relaxed)
+    slot.sequence.store(sequence + 1, ordering: .relaxed)
+    atomicMemoryFence(ordering: .releasing)
+    slot.index.store(index, ordering: .relaxed)
+    slot.sample.store(sample, ordering: .relaxed)
+    slot.bits.store(value.bitPattern, ordering: .relaxed)
+    slot.due.store(due, ordering: .relaxed)
+    slot.sequence.store(sequence + 2, ordering: .releasing)
+    written.store(index + 1, ordering: .releasing)
+    let previous = newest.exchange(value.bitPattern, ordering: .relaxed)
     guard let bell, previous != value.bitPattern else { return }
     // Pairs with the fence in `waitForChange`: either the reader sees the new value, or this sees
     // the reader asleep.
@@ -67,14 +129,14 @@ public final class PublishedValue: @unchecked Sendable {
     }
   }
 
-  /// Sleeps until the value is no longer `value` (bit for bit: NaN while the key path does not
-  /// exist), `wake()` is called, or `timeout` seconds pass (negative: no limit). Returns at once
-  /// for a value published without `wakesOnChange`.
+  /// Sleeps until the newest value stored is no longer `value` (bit for bit: NaN while the key
+  /// path does not exist), `wake()` is called, or `timeout` seconds pass (negative: no limit).
+  /// Returns at once for a value published without `wakesOnChange`.
   public func waitForChange(from value: Double, timeout: Double = -1) {
     guard let bell else { return }
     sleeping.store(true, ordering: .relaxed)
     atomicMemoryFence(ordering: .sequentiallyConsistent)
-    if bits.load(ordering: .relaxed) == value.bitPattern {
+    if newest.load(ordering: .relaxed) == value.bitPattern {
       bell.wait(milliseconds: timeout < 0 ? -1 : pollMilliseconds(timeout))
     }
     sleeping.store(false, ordering: .relaxed)
@@ -243,6 +305,9 @@ public final class Player: @unchecked Sendable {
   private let running = Atomic<Bool>(false)
   private let finished = Atomic<Bool>(false)
   private var thread: Thread?
+  /// When and at which sample the render thread last woke to render a batch of blocks (render
+  /// thread only): when published values become due.
+  private var batchStart: (nanoseconds: Int64, sample: Int64)?
   /// Commands waiting for their sample, soonest first (render thread only).
   private var scheduled: ContiguousArray<PlayerCommand> = []
   public static let maximumScheduled = 4096
@@ -520,12 +585,21 @@ public final class Player: @unchecked Sendable {
     while running.load(ordering: .acquiring) {
       // With clock pacing, the wait comes before the block is rendered: a command taken during
       // it lands on the block's first sample, heard at most one buffer later.
-      if let device { takeCommandsWhileWaiting(for: device, frames: buffers.frames) }
+      var due: Int64 = 0
+      if let device, output.pacing == .clock {
+        // The blocks of one wake-up become `latest` one period apart, from the wake-up on.
+        if takeCommandsWhileWaiting(for: device, frames: buffers.frames) || batchStart == nil {
+          batchStart = (monotonicNanoseconds(), state.engine.now)
+        }
+        if let batchStart {
+          due = batchStart.nanoseconds + (state.engine.now - batchStart.sample) * 1_000_000_000 / Int64(output.rate)
+        }
+      }
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
       flushEvents()
       resumeStreamsAfterSeek()
-      publishValues()
+      publishValues(due: due)
       renderScheduled(buffers)
       // Published before the write (with device pacing, the wait for the device), so commands
       // taken meanwhile count from here.
@@ -544,8 +618,9 @@ public final class Player: @unchecked Sendable {
     doorbell.ring()
   }
 
-  /// Stores each published key path's value at the block's first sample. Allocation-free.
-  private func publishValues() {
+  /// Stores each published key path's value at the block's first sample, due at `due`
+  /// (monotonic nanoseconds). Allocation-free.
+  private func publishValues(due: Int64) {
     let engine = state.engine
     var index = 0
     while index < state.published.count {
@@ -555,7 +630,7 @@ public final class Player: @unchecked Sendable {
       if let handle = engine.handleIfDefined(published.keyPath) {
         engine.render(handle, start: engine.now, count: 1, into: &value)
       }
-      published.store(value, sample: engine.now)
+      published.store(value, sample: engine.now, due: due)
     }
   }
 
@@ -614,6 +689,7 @@ public final class Player: @unchecked Sendable {
       state.post(.deviceFailed(error.message))
       self.device = nil
       idleClock.reset()
+      batchStart = nil
       _ = deadDevices.push(device)
       recoveryBell.ring()
     }
@@ -626,15 +702,19 @@ public final class Player: @unchecked Sendable {
   /// sleep lasts until only one period is left ahead (`refillLead`), so one wake-up serves
   /// (buffer − period) of audio. With device pacing the write itself blocks; commands then wait
   /// for the block boundary.
-  private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) {
+  /// True when it waited (a new batch of blocks starts).
+  private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
+    var waited = false
     while running.load(ordering: .relaxed) {
       let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead)
-      if wait <= 0 { return }
+      if wait <= 0 { break }
+      waited = true
       // Rounded up to whole milliseconds: the block then fits when poll returns.
       guard commandBell.wait(milliseconds: pollMilliseconds(wait)) else { continue }
       takeCommands()
       flushEvents()
     }
+    return waited
   }
 
   /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the

@@ -171,6 +171,8 @@ public final class StreamDecoder: @unchecked Sendable {
     }
     var pending = 0  // mapped samples not yet in the ring
     var pendingOffset = 0
+    // Where they are: `mapped`, or the decoded samples themselves when the map is the identity.
+    var pendingBase = UnsafePointer(mapped)
     var endOfFile = false
     // Runs until cancelled or failed; a finished decoder waits for a seek back.
     while true {
@@ -193,7 +195,7 @@ public final class StreamDecoder: @unchecked Sendable {
         seekMark.store(ring.writePosition, ordering: .releasing)
       }
       if pending > 0 {
-        let written = ring.write(mapped + pendingOffset, count: pending)
+        let written = ring.write(pendingBase + pendingOffset, count: pending)
         pending -= written
         pendingOffset += written
         if pending > 0 {
@@ -234,7 +236,12 @@ public final class StreamDecoder: @unchecked Sendable {
         } else if frames == 0 {
           endOfFile = true
         }
-        channelMap.map(source, frames: frames, into: mapped)
+        if channelMap.isIdentity {
+          pendingBase = source
+        } else {
+          channelMap.map(source, frames: frames, into: mapped)
+          pendingBase = UnsafePointer(mapped)
+        }
         pending = frames * outputChannels
         pendingOffset = 0
       } catch {
