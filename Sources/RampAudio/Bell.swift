@@ -69,3 +69,13 @@ public func nameThisThread(_ name: String) {
   _ = write(descriptor, &bytes, bytes.count)
   close(descriptor)
 }
+
+/// The kernel's id of the calling thread (its directory under `/proc/self/task`), 0 if unknown:
+/// tests read the thread's `schedstat` with it. Allocates; call it once when a thread starts.
+func currentThreadID() -> Int32 {
+  var path = [CChar](repeating: 0, count: 64)
+  let length = readlink("/proc/thread-self", &path, path.count - 1)
+  guard length > 0 else { return 0 }
+  let text = String(decoding: path[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  return text.split(separator: "/").last.flatMap { Int32($0) } ?? 0
+}

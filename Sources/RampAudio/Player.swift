@@ -322,6 +322,9 @@ public final class Player: @unchecked Sendable {
   /// Underruns counted by devices since lost, so the total survives a reconnection.
   private var underrunsOfLostDevices = 0
 
+  /// The render thread's kernel id once it runs (tests read its `schedstat`).
+  var renderThreadID: Int32 { renderThread.load(ordering: .acquiring) }
+  private let renderThread = Atomic<Int32>(0)
   /// Blocks rendered, for status and tests.
   public var blocksRendered: Int { blockCount.load(ordering: .relaxed) }
   private let blockCount = Atomic<Int>(0)
@@ -408,6 +411,9 @@ public final class Player: @unchecked Sendable {
   public func unpublish(_ value: PublishedValue) {
     perform { state in state.published.removeAll { $0 === value } }
   }
+
+  /// Wakes a thread sleeping in `waitForEvents` (to stop it: one that waits with no timeout).
+  public func wakeEventWaiters() { doorbell.ring() }
 
   /// The next event from the render thread, if any.
   public func nextEvent() -> PlayerEvent? { events.pop() }
@@ -572,6 +578,7 @@ public final class Player: @unchecked Sendable {
 
   private func renderLoop() {
     nameThisThread("rampd-render")
+    renderThread.store(currentThreadID(), ordering: .releasing)
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
     defer {
       buffers.deallocate()

@@ -26,7 +26,9 @@ public final class StreamDecoder: @unchecked Sendable {
   private let channelMap: ChannelMap
   private let state = Atomic<Int>(State.running.rawValue)
   private let failure = Mutex<AudioError?>(nil)
-  private var thread: Thread?
+  /// Not the Thread itself: it holds its closure, which holds the decoder, and a decoder holding
+  /// it would never be freed (nor its file, ring and pipe).
+  private let started = Atomic<Bool>(false)
   /// A seek the consumer asked for (frame in the file), −1 when none.
   private let seekRequest = Atomic<Int>(-1)
   /// The ring's write position when the last seek took effect: data before it is stale.
@@ -36,6 +38,9 @@ public final class StreamDecoder: @unchecked Sendable {
   /// What the decoder thread sleeps for (a `Waiting`): only a decoder waiting for room is rung
   /// by `read`, so a finished one is not woken at every block while its ring drains.
   private let waiting = Atomic<Int>(Waiting.nothing.rawValue)
+  /// The decoder thread's kernel id once it runs (tests read its `schedstat`).
+  var threadID: Int32 { decoderThread.load(ordering: .acquiring) }
+  private let decoderThread = Atomic<Int32>(0)
   /// Frames decoded per read from the file.
   static let blockFrames = 4096
 
@@ -66,10 +71,10 @@ public final class StreamDecoder: @unchecked Sendable {
   }
 
   public func start() {
-    guard thread == nil else { return }
+    guard !started.exchange(true, ordering: .relaxed) else { return }
+    // The thread holds the decoder until it returns (cancelled, failed).
     let thread = Thread { [self] in run() }
     thread.name = "rampd-decoder"
-    self.thread = thread
     thread.start()
   }
 
@@ -159,6 +164,7 @@ public final class StreamDecoder: @unchecked Sendable {
 
   private func run() {
     nameThisThread("rampd-decoder")
+    decoderThread.store(currentThreadID(), ordering: .releasing)
     let block = Self.blockFrames
     let fileFrames = UnsafeMutablePointer<Float>.allocate(capacity: block * fileChannels)
     let resampledCapacity = resampler.map { 2 * Int(Double(block) * Double(outputRate) / $0.inputRate) + 256 } ?? block
