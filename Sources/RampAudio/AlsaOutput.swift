@@ -34,7 +34,8 @@ public struct OutputConfiguration: Sendable, Equatable {
   public var sampleRate = 48_000
   public var channels = 2
   public var format: SampleFormat = .auto
-  /// Period (wake-up interval) in seconds.
+  /// Period (wake-up interval) in seconds. With clock pacing it is the block size and the margin
+  /// left ahead of the clock when the render thread wakes: it then wakes once per buffer − period.
   public var periodTime: Double = 0.010
   /// Buffer (total latency the device holds) in seconds.
   public var bufferTime: Double = 0.050
