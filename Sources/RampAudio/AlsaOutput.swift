@@ -250,20 +250,29 @@ public final class AlsaPCMOutput {
   /// to the negotiated format in blocks of `blockFrames`. Blocks until the device (or, with clock
   /// pacing, the clock) has room. Recovers from underruns and suspends; any other failure throws
   /// `AudioError(.device)`, after which the caller should close and reopen.
-  public func write(_ interleaved: UnsafePointer<Float>, frames: Int) throws(AudioError) {
+  ///
+  /// `clamped`: the caller promises every sample is within [−1, 1] and none is NaN (the render
+  /// path clamps its mix); a float device then takes the samples as they are, unconverted.
+  public func write(_ interleaved: UnsafePointer<Float>, frames: Int, clamped: Bool = false) throws(AudioError) {
     guard let pcm else {
       throw AudioError(.device, "ALSA device '\(negotiated.device)': write after close")
     }
     let channels = negotiated.channels
+    let direct = clamped && negotiated.format == .float32
     var done = 0
     while done < frames {
       let count = min(blockFrames, frames - done)
-      convert(interleaved + done * channels, samples: count * channels)
+      let source: UnsafeRawPointer
+      if direct {
+        source = UnsafeRawPointer(interleaved + done * channels)
+      } else {
+        convert(interleaved + done * channels, samples: count * channels)
+        source = UnsafeRawPointer(buffer)
+      }
       if negotiated.pacing == .clock { waitForClock(frames: count) }
       var offset = 0
       while offset < count {
-        let result = snd_pcm_writei(
-          pcm, buffer + offset * bytesPerFrame, snd_pcm_uframes_t(count - offset))
+        let result = snd_pcm_writei(pcm, source + offset * bytesPerFrame, snd_pcm_uframes_t(count - offset))
         if result >= 0 {
           offset += Int(result)
           continue

@@ -54,6 +54,15 @@ public enum GainKernel {
     }
   }
 
+  /// output[i] += input[i] × gain: mixes one stream into the sum at a gain that holds for the
+  /// whole run (the same products as `accumulate` given that gain on every frame).
+  @inlinable
+  public static func accumulate(
+    _ input: UnsafePointer<Float>, gain: Float, count: Int, into output: UnsafeMutablePointer<Float>
+  ) {
+    for i in 0..<count { output[i] += input[i] * gain }
+  }
+
   /// Mixes one stereo stream into the sum with a per-frame gain and balance: balance −1 is the
   /// left channel alone, +1 the right alone, 0 both at unity (a balance control, not an
   /// equal-power pan: a centred stereo recording is left as it was).

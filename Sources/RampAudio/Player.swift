@@ -573,7 +573,7 @@ public final class Player: @unchecked Sendable {
   /// Writes one rendered block to the device, as the render loop does.
   func writeToDevice(_ mix: UnsafePointer<Float>, frames: Int) throws(AudioError) {
     guard let device else { throw AudioError(.device, "no device") }
-    try device.write(mix, frames: frames)
+    try device.write(mix, frames: frames, clamped: true)
   }
 
   private func renderLoop() {
@@ -687,7 +687,8 @@ public final class Player: @unchecked Sendable {
       return
     }
     do {
-      try device.write(buffers.mix, frames: buffers.frames)
+      // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
+      try device.write(buffers.mix, frames: buffers.frames, clamped: true)
       underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
     } catch {
       // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
@@ -807,25 +808,36 @@ public final class Player: @unchecked Sendable {
         if ramp[0] == 0 { continue }
       }
       let wanted = frames * channels
-      let got = stream.decoder.read(into: audio, count: wanted)
+      let got: Int
+      let centred = channels != 2 || engine.restingValue(stream.pan) == 0
+      if centred, let level = engine.restingValue(stream.gain), let transport = engine.restingValue(stream.transport) {
+        // At rest, the usual case between fades: one gain for the block, mixed straight from the
+        // ring (a missing sample would add 0 × gain, nothing).
+        let constant = Float(level) * Float(transport)
+        got = stream.decoder.consume(count: wanted) { samples, offset, count in
+          GainKernel.accumulate(samples, gain: constant, count: count, into: mix + offset)
+        }
+      } else {
+        got = stream.decoder.read(into: audio, count: wanted)
+        if got < wanted { (audio + got).update(repeating: 0, count: wanted - got) }
+        engine.render(stream.gain, start: now, count: frames, into: gain)
+        engine.render(stream.transport, start: now, count: frames, into: ramp)
+        GainKernel.multiply(gain, by: ramp, count: frames)
+        if centred {
+          GainKernel.accumulate(audio, gain: gain, frames: frames, channels: channels, into: mix)
+        } else {
+          engine.render(stream.pan, start: now, count: frames, into: ramp)
+          GainKernel.accumulateBalanced(audio, gain: gain, balance: ramp, frames: frames, into: mix)
+        }
+      }
       stream.position += got / channels
       if got < wanted {
-        (audio + got).update(repeating: 0, count: wanted - got)
         // One event per shortfall, not one per block: a starved stream must not flood the queue
         // that carries replies.
         if !stream.decoder.isFinished && !stream.starved { state.post(.underrun(stream: stream.id)) }
         stream.starved = true
       } else {
         stream.starved = false
-      }
-      engine.render(stream.gain, start: now, count: frames, into: gain)
-      engine.render(stream.transport, start: now, count: frames, into: ramp)
-      GainKernel.multiply(gain, by: ramp, count: frames)
-      if channels == 2, engine.restingValue(stream.pan) != 0 {
-        engine.render(stream.pan, start: now, count: frames, into: ramp)
-        GainKernel.accumulateBalanced(audio, gain: gain, balance: ramp, frames: frames, into: mix)
-      } else {
-        GainKernel.accumulate(audio, gain: gain, frames: frames, channels: channels, into: mix)
       }
     }
     engine.render(state.master, start: now, count: frames, into: gain)

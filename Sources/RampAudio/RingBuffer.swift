@@ -58,6 +58,23 @@ public final class RingBuffer: @unchecked Sendable {
     return n
   }
 
+  /// Consumer: up to `count` samples, read in place: `body` gets each contiguous run (two when
+  /// the ring wraps) and its offset from the first sample; then they count as read. Returns how
+  /// many there were. No copy; `body` must not keep the pointer.
+  @discardableResult
+  public func consume(count: Int, _ body: (UnsafePointer<Float>, _ offset: Int, _ count: Int) -> Void) -> Int {
+    let tail = read.load(ordering: .relaxed)
+    let head = written.load(ordering: .acquiring)
+    let n = min(count, head - tail)
+    guard n > 0 else { return 0 }
+    let start = tail & mask
+    let first = min(n, capacity - start)
+    body(storage + start, 0, first)
+    if n > first { body(storage, first, n - first) }
+    read.store(tail + n, ordering: .releasing)
+    return n
+  }
+
   /// Producer side: how many samples have ever been written (a mark for `discard(upTo:)`).
   public var writePosition: Int { written.load(ordering: .acquiring) }
 

@@ -94,6 +94,19 @@ public final class StreamDecoder: @unchecked Sendable {
   @discardableResult
   public func read(into samples: UnsafeMutablePointer<Float>, count: Int) -> Int {
     let got = ring.read(into: samples, count: count)
+    wakeIfLow()
+    return got
+  }
+
+  /// Consumer: as `read`, in place (`RingBuffer.consume`).
+  @discardableResult
+  public func consume(count: Int, _ body: (UnsafePointer<Float>, _ offset: Int, _ count: Int) -> Void) -> Int {
+    let got = ring.consume(count: count, body)
+    wakeIfLow()
+    return got
+  }
+
+  private func wakeIfLow() {
     if ring.available <= lowWater {
       // Pairs with the fence in `sleep(until:)`: either the decoder sees the room this read
       // made, or this sees the decoder asleep.
@@ -106,7 +119,6 @@ public final class StreamDecoder: @unchecked Sendable {
         bell.ring()
       }
     }
-    return got
   }
 
   /// True once the whole file is in the ring (or decoding stopped); the stream ends when the ring

@@ -6,9 +6,9 @@ import Testing
 @testable import RampAudio
 
 /// The render thread never allocates: counted, not assumed. The allocator is wrapped (see
-/// Tests/CAllocationCounter) and the blocks are rendered on this thread, with two streams
-/// playing, a fade and an additive keyframe wobble in flight, a cubic-bezier master ramp, and
-/// the device write included.
+/// Tests/CAllocationCounter) and the blocks are rendered on this thread, with three streams
+/// playing (one at rest), a fade and an additive keyframe wobble in flight, a cubic-bezier master
+/// ramp, and the device write included.
 @Suite struct RealTimeSafetyTests {
   @Test func renderingABlockAllocatesNothing() throws {
     let configuration = OutputConfiguration(
@@ -16,7 +16,8 @@ import Testing
     _ = AlsaTestConfig.directory
     let player = try Player(output: configuration)
     let directory = try temporaryDirectory()
-    for name in ["a", "b"] {
+    // "c" rests after its declick: mixed straight from its ring.
+    for name in ["a", "b", "c"] {
       let path = directory.appendingPathComponent("\(name).wav").path
       try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
       try player.play(path, id: name, fadeIn: name == "a" ? 1 : 0, curve: .easeInEaseOut, loop: true)

@@ -189,4 +189,35 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     master.wake()
     #expect(secondsUntil(1) { interrupted.withLock { $0 } } != nil)
   }
+
+  /// A stream whose gain and transport rest is mixed straight from its ring at one gain for the
+  /// block: the very products the per-frame path makes, sample for sample.
+  @Test func aStreamAtRestIsMixedStraightFromItsRing() throws {
+    _ = AlsaTestConfig.directory
+    let player = try Player(
+      output: OutputConfiguration(
+        device: "rampd_test_player13", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device))
+    let path = try temporaryDirectory().appendingPathComponent("signal.wav").path
+    func signal(_ f: Int, _ c: Int) -> Float { Float(sin(Double(f * 2 + c) / 7)) * 0.9 }
+    try writeSignal(path, frames: 24_000, channels: 2, signal: signal)
+    try player.play(path, id: "s", gain: 0.7)
+    player.applyPendingCommands()
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: 2)
+    defer { buffers.deallocate() }
+    var worst: Float = 0
+    for block in 0..<40 {
+      while player.streamsBehind(frames: frames) { usleep(100) }
+      player.renderBlock(buffers)
+      // After the 480-frame declick the stream rests at 0.7.
+      guard block * frames >= 480 else { continue }
+      for f in 0..<frames {
+        for c in 0..<2 {
+          let expected = signal(block * frames + f, c) * Float(0.7)
+          worst = max(worst, abs(buffers.mix[2 * f + c] - expected))
+        }
+      }
+    }
+    #expect(worst == 0, "off by \(worst)")
+  }
 }
