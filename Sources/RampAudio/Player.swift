@@ -595,7 +595,9 @@ public final class Player: @unchecked Sendable {
       var due: Int64 = 0
       if let device, output.pacing == .clock {
         // The blocks of one wake-up become `latest` one period apart, from the wake-up on.
-        if takeCommandsWhileWaiting(for: device, frames: buffers.frames) || batchStart == nil {
+        let waited = takeCommandsWhileWaiting(for: device, frames: buffers.frames)
+        // (A writer that never waits, always behind the clock, starts a batch every buffer.)
+        if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > Int64(output.bufferFrames) {
           batchStart = (monotonicNanoseconds(), state.engine.now)
         }
         if let batchStart {
@@ -709,8 +711,7 @@ public final class Player: @unchecked Sendable {
   /// out back to back while they fit in the buffer ahead of the clock; once it is full, the
   /// sleep lasts until only one period is left ahead (`refillLead`), so one wake-up serves
   /// (buffer − period) of audio. With device pacing the write itself blocks; commands then wait
-  /// for the block boundary.
-  /// True when it waited (a new batch of blocks starts).
+  /// for the block boundary. Returns true when it waited (a new batch of blocks starts).
   private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
     var waited = false
     while running.load(ordering: .relaxed) {
