@@ -1,3 +1,4 @@
+import CALSA
 import Foundation
 import RampEngine
 import Synchronization
@@ -286,11 +287,15 @@ public final class Player: @unchecked Sendable {
 
   /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split
   /// there), or before the next block when nil or already past. False when the queue is full.
+  /// `wake` false leaves a render thread that waits for the clock asleep: the command still lands
+  /// on the next block's first sample, but whoever waits for its outcome waits for that block.
   @discardableResult
-  public func perform(at sample: Int64? = nil, _ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
+  public func perform(
+    at sample: Int64? = nil, wake: Bool = true, _ body: @escaping @Sendable (RenderState) -> Void
+  ) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
     // Only a render thread waiting for the clock listens for it.
-    if output.pacing == .clock {
+    if wake && output.pacing == .clock {
       var byte: UInt8 = 1
       _ = write(commandBell.write, &byte, 1)
     }
@@ -322,6 +327,10 @@ public final class Player: @unchecked Sendable {
     while read(doorbell.read, &bytes, 32) == 32 {}
     return true
   }
+
+  /// The doorbell's read end, for an event loop that waits for events itself (readable when the
+  /// render thread has posted some; whoever watches it reads the bytes, then drains `nextEvent`).
+  public var eventDescriptor: Int32 { doorbell.read }
 
   private func ringDoorbell() {
     var byte: UInt8 = 1
@@ -599,10 +608,9 @@ public final class Player: @unchecked Sendable {
       let wait = device.secondsUntilWritable(frames: frames)
       if wait < 0.000_2 { return }
       var descriptor = pollfd(fd: commandBell.read, events: Int16(POLLIN), revents: 0)
-      // poll's timeout is in whole milliseconds: round down, and let the write sleep the rest.
-      let milliseconds = Int32(wait * 1000)
-      if milliseconds == 0 { return }
-      guard poll(&descriptor, 1, milliseconds) > 0 else { return }
+      // ppoll, not poll: whole milliseconds would leave the last one deaf to commands.
+      var timeout = timespec(tv_sec: Int(wait), tv_nsec: Int((wait - wait.rounded(.down)) * 1e9))
+      guard ppoll(&descriptor, 1, &timeout, nil) > 0 else { return }
       while read(commandBell.read, &bytes, 32) == 32 {}
       takeCommands()
       flushEvents()

@@ -11,13 +11,16 @@ public protocol Client: AnyObject, Sendable {
   func reply(_ line: JSONValue)
   /// An event; a client that cannot keep up drops it rather than hold anyone up.
   func event(_ line: JSONValue)
+  /// Whether the request being handled is the only one of this client's still without a reply,
+  /// so a reply sent before the render thread has run it cannot overtake another.
+  var awaitsNoOtherReply: Bool { get }
 }
 
 /// Runs commands against the player and sends replies and events back: the daemon's middle.
 ///
 /// Commands are prepared on the calling thread (validation, opening files) and applied on the
-/// render thread, at the sample their `at` names or at the next block. A thread of its own waits
-/// on the player's doorbell and hands replies and events out, so the render thread never touches
+/// render thread, at the sample their `at` names or at the next block. Replies and events come
+/// back through the player's event queue and `deliverEvents`, so the render thread never touches
 /// a socket.
 public final class Controller: @unchecked Sendable {
   public let player: Player
@@ -31,10 +34,8 @@ public final class Controller: @unchecked Sendable {
   private let waits = Mutex<WaitRegistry>(WaitRegistry())
   private let scheduled = Atomic<Int>(0)
   private let stopping = Atomic<Bool>(false)
-  private var pump: Thread?
   /// How many clients are connected (the server sets it).
   public var connectedClients: @Sendable () -> Int = { 0 }
-  private let pumpFinished = Atomic<Bool>(false)
 
   struct Subscription {
     weak var client: (any Client)?
@@ -49,17 +50,9 @@ public final class Controller: @unchecked Sendable {
     preparation = Preparation(configuration: configuration, player: player, streamNames: StreamNames())
   }
 
-  /// Starts the thread that hands replies and events out.
-  public func start() {
-    let thread = Thread { [self] in pumpEvents() }
-    thread.name = "rampd-events"
-    pump = thread
-    thread.start()
-  }
-
+  /// Refuses further requests.
   public func shutdown() {
     stopping.store(true, ordering: .releasing)
-    while pump != nil && !pumpFinished.load(ordering: .acquiring) { usleep(1_000) }
   }
 
   // MARK: Requests
@@ -79,6 +72,8 @@ public final class Controller: @unchecked Sendable {
       return
     }
     switch request.command {
+    case .version:
+      respond(.success(Preparation.versionResult))
     case .subscribe(let kinds):
       respond(.success(subscribe(client, to: kinds)))
     case .unsubscribe(let kinds):
@@ -102,7 +97,7 @@ public final class Controller: @unchecked Sendable {
         ["results": .array(results)]
       }
     default:
-      submit([request.command], at: request.at, respond: respond) { $0[0] }
+      submit([request.command], at: request.at, respond: respond, answerEarly: client.awaitsNoOtherReply) { $0[0] }
     }
   }
 
@@ -123,7 +118,8 @@ public final class Controller: @unchecked Sendable {
   private func submit(
     _ commands: [Command], at schedule: Schedule?,
     respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
-    fieldPrefix: String? = nil, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+    fieldPrefix: String? = nil, answerEarly: Bool = false,
+    combine: @escaping @Sendable ([JSONValue]) -> JSONValue
   ) {
     var operations: [Operation] = []
     for (index, command) in commands.enumerated() {
@@ -148,11 +144,23 @@ public final class Controller: @unchecked Sendable {
       sample = targetSample(for: schedule)
     }
     let all = operations
+    // A change that cannot fail on the render thread is acknowledged once queued, as MPD's
+    // setvol is: the round trip does not wait for the render thread.
+    let foregone = schedule == nil && all.count == 1 && answerEarly ? all[0].foregoneResult : nil
+    let logger = logger
     let ticket = DaemonTicket { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      guard foregone == nil else {
+        if case .failure(let error) = ticket.result {
+          logger.error("an acknowledged command failed", metadata: ["error": "\(error.message)"])
+        }
+        return
+      }
       respond(ticket.result.map { combine($0.arrayValue ?? []) })
     }
-    let accepted = player.perform(at: sample) { state in
+    // An acknowledged change lands on the next block's first sample whether or not the render
+    // thread is woken for it now.
+    let accepted = player.perform(at: sample, wake: foregone == nil) { state in
       defer { state.complete(ticket) }
       for (index, operation) in all.enumerated() {
         if let error = operation.check(state) {
@@ -174,6 +182,8 @@ public final class Controller: @unchecked Sendable {
     if !accepted {
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       respond(.failure(ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")))
+    } else if let foregone {
+      respond(.success(combine([foregone])))
     }
   }
 
@@ -298,12 +308,10 @@ public final class Controller: @unchecked Sendable {
     for client in targets { client.event(line) }
   }
 
-  private func pumpEvents() {
-    defer { pumpFinished.store(true, ordering: .releasing) }
-    while !stopping.load(ordering: .acquiring) {
-      player.waitForEvents(timeout: 0.25)
-      while let event = player.nextEvent() { dispatch(event) }
-    }
+  /// Hands out every reply and event the render thread has posted. The server calls it on its
+  /// event loop whenever `player.eventDescriptor` becomes readable.
+  public func deliverEvents() {
+    while let event = player.nextEvent() { dispatch(event) }
   }
 
   private func dispatch(_ event: PlayerEvent) {

@@ -70,7 +70,6 @@ public final class Daemon: @unchecked Sendable {
     let transaction = configuration.transaction
     player.perform { state in state.engine.defaultTransaction = transaction }
     player.start()
-    controller.start()
     startMixers()
     if let inheritedSocket {
       try server.start(inheritedDescriptor: inheritedSocket)

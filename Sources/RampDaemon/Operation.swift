@@ -8,13 +8,18 @@ import RampProtocol
 struct Operation: Sendable {
   let check: @Sendable (RenderState) -> ProtocolError?
   let apply: @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
+  /// The result, when it is known before the render thread applies the change because nothing
+  /// there can make it fail (an instant `set` of master.gain): the reply need not wait for it.
+  let foregoneResult: JSONValue?
 
   init(
     check: @escaping @Sendable (RenderState) -> ProtocolError? = { _ in nil },
+    foregoneResult: JSONValue? = nil,
     apply: @escaping @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
   ) {
     self.check = check
     self.apply = apply
+    self.foregoneResult = foregoneResult
   }
 }
 

@@ -242,8 +242,13 @@ struct Preparation: Sendable {
     if let continuity = set.continuity { transaction.continuity = continuity }
     let chosen = transaction
     let key = set.key
+    // master.gain always exists and its range is checked above; an instant change starts no
+    // animation, so the engine has nothing left to refuse.
+    let instant = chosen.disableActions || chosen.duration == 0
     return Operation(
       check: { state in Self.checkKey(key, value: set.value, field: "value", in: state) },
+      foregoneResult: key == "master.gain" && instant
+        ? ["key": .string(key), "animation": .null, "value": .number(set.value)] : nil,
       apply: {
         state, ticket throws(ProtocolError) in
         do throws(EngineError) {
