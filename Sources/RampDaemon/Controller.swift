@@ -24,7 +24,9 @@ public protocol Client: AnyObject, Sendable {
 /// a socket.
 public final class Controller: @unchecked Sendable {
   public let player: Player
-  public let configuration: DaemonConfiguration
+  /// The running configuration, replaced whole by `reload`.
+  public let live: LiveConfiguration
+  public var configuration: DaemonConfiguration { live.current }
   public let startedAt = Date()
   /// Extra facts `status` reports about the output (embedded file, …).
   public let outputNotes: JSONObject
@@ -33,6 +35,7 @@ public final class Controller: @unchecked Sendable {
   private let subscribers = Mutex<[ObjectIdentifier: Subscription]>([:])
   private let waits = Mutex<WaitRegistry>(WaitRegistry())
   private let scheduled = Atomic<Int>(0)
+  private let playing = Mutex<[String]>([])
   private let stopping = Atomic<Bool>(false)
   /// How many clients are connected (the server sets it).
   public var connectedClients: @Sendable () -> Int = { 0 }
@@ -44,11 +47,14 @@ public final class Controller: @unchecked Sendable {
 
   public init(player: Player, configuration: DaemonConfiguration, outputNotes: JSONObject = [:], logger: Logger) {
     self.player = player
-    self.configuration = configuration
+    live = LiveConfiguration(configuration)
     self.outputNotes = outputNotes
     self.logger = logger
-    preparation = Preparation(configuration: configuration, player: player, streamNames: StreamNames())
+    preparation = Preparation(live: live, player: player, streamNames: StreamNames())
   }
+
+  /// The streams playing (or paused), in the order they started, as the events told.
+  public var playingStreams: [String] { playing.withLock { $0 } }
 
   /// Refuses further requests.
   public func shutdown() {
@@ -330,9 +336,11 @@ public final class Controller: @unchecked Sendable {
       let finished = waits.withLock { $0.finish(report.id, finished: report.finished) }
       for waiter in finished { waiter.respond(.success(["animations": .array(waiter.describe)])) }
     case .streamStarted(let id, let path):
+      playing.withLock { $0.append(id) }
       logger.info("stream started", metadata: ["stream": "\(id)", "path": "\(path)"])
       broadcast(.streamStarted(stream: id, path: path))
     case .streamEnded(let id, let reason):
+      playing.withLock { $0.removeAll { $0 == id } }
       logger.info("stream ended", metadata: ["stream": "\(id)", "reason": "\(reason.rawValue)"])
       broadcast(.streamEnded(stream: id, reason: RampProtocol.StreamEndReason(rawValue: reason.rawValue) ?? .failed))
     case .underrun(let stream):

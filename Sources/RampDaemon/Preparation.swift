@@ -6,7 +6,8 @@ import Synchronization
 /// Turns commands into operations: everything that can be checked without the render thread's
 /// state is checked here, with the configuration's defaults and limits; files are opened here.
 struct Preparation: Sendable {
-  let configuration: DaemonConfiguration
+  let live: LiveConfiguration
+  var configuration: DaemonConfiguration { live.current }
   let player: Player
   let streamNames: StreamNames
 

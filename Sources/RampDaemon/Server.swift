@@ -10,20 +10,22 @@ import Synchronization
 public final class Server: @unchecked Sendable {
   public let path: String
   private let controller: Controller
-  private let configuration: DaemonConfiguration
+  private var configuration: DaemonConfiguration { controller.configuration }
   private let logger: Logger
   private let group: MultiThreadedEventLoopGroup
   private var channel: Channel?
   private var bell: Channel?
   let clientCount = Atomic<Int>(0)
 
-  public init(path: String, controller: Controller, configuration: DaemonConfiguration, logger: Logger) {
+  public init(path: String, controller: Controller, logger: Logger) {
     self.path = path
     self.controller = controller
-    self.configuration = configuration
     self.logger = logger
     group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
   }
+
+  /// The loop that serves every connection (and hands replies out).
+  public var eventLoop: EventLoop { group.next() }
 
   /// Binds the socket (replacing a stale one), sets its mode and group, and starts accepting.
   public func start() throws {
@@ -65,13 +67,14 @@ public final class Server: @unchecked Sendable {
 
   private func bootstrap() -> ServerBootstrap {
     let controller = controller
-    let configuration = configuration
     let logger = logger
     let clients = self
     return ServerBootstrap(group: group)
       .serverChannelOption(.backlog, value: 64)
       .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
       .childChannelInitializer { channel in
+        // Read per connection, so a reload's limits apply to the next one.
+        let configuration = controller.configuration
         let limit = configuration.limits.clients
         guard clients.clientCount.add(1, ordering: .relaxed).newValue <= limit else {
           clients.clientCount.subtract(1, ordering: .relaxed)
@@ -81,7 +84,7 @@ public final class Server: @unchecked Sendable {
           }
         }
         channel.closeFuture.whenComplete { _ in clients.clientCount.subtract(1, ordering: .relaxed) }
-        let session = Session(channel: channel, controller: controller, configuration: configuration, logger: logger)
+        let session = Session(channel: channel, controller: controller, logger: logger)
         return channel.pipeline.eventLoop.makeCompletedFuture {
           try channel.pipeline.syncOperations.addHandler(
             ByteToMessageHandler(LineDecoder(maximumLength: configuration.limits.lineLength)))
@@ -238,7 +241,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
 
   private let channel: Channel
   private let controller: Controller
-  private let configuration: DaemonConfiguration
+  private var configuration: DaemonConfiguration { controller.configuration }
   private let logger: Logger
   /// Observed key paths (event-loop thread only).
   private var observers: [String: Observer] = [:]
@@ -258,10 +261,9 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     init(published: PublishedValue) { self.published = published }
   }
 
-  init(channel: Channel, controller: Controller, configuration: DaemonConfiguration, logger: Logger) {
+  init(channel: Channel, controller: Controller, logger: Logger) {
     self.channel = channel
     self.controller = controller
-    self.configuration = configuration
     self.logger = logger
   }
 

@@ -26,7 +26,7 @@ final class DaemonProcess {
 
   init(
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
-    bufferMs: Int = 20
+    bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false
   ) throws {
     directory =
       NSTemporaryDirectory() + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
@@ -57,6 +57,13 @@ final class DaemonProcess {
     process.arguments = ["--config", "\(directory)/rampd.toml"]
     var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
     environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
+    environment.merge(extraEnvironment) { $1 }
+    if journal {
+      // As systemd does: the device and inode of the stream standard error goes to.
+      var info = stat()
+      fstat(stderr.fileHandleForWriting.fileDescriptor, &info)
+      environment["JOURNAL_STREAM"] = "\(info.st_dev):\(info.st_ino)"
+    }
     process.environment = environment
     process.standardError = stderr
     process.standardOutput = FileHandle.nullDevice

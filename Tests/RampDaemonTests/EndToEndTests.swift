@@ -64,10 +64,12 @@ import Testing
     let id = try #require(retarget.result["animation"]?.int)
     let waited = try client.request(["cmd": "wait", "animations": [.integer(id)]])
     #expect(waited.result["animations"] == [["id": .integer(id), "finished": true]])
+    usleep(100_000)
     daemon.stop()
     let left = try daemon.played(channel: 0).map(Double.init)
     let first = try #require(left.firstIndex { $0 > 0 })
-    let end = try #require(left.lastIndex { $0 > 0 })
+    // The end is the shutdown fade ([shutdown] fade, 300 ms): left out.
+    let end = try #require(left.lastIndex { $0 > 0 }) - 15_000
     let playing = Array(left[(first + 480)..<end])
     let steepest = zip(playing, playing.dropFirst()).map { abs($1 - $0) }.max() ?? 1
     // Down at 1/48000 per sample, back up at (0.8 - ~0.7)/24000: never more than 1/24000.
