@@ -185,8 +185,10 @@ public final class StateStore: Sendable {
       logger.warning(
         "state file \(path) is unusable (\(problem)); moved it to \(target) and starting with an empty state")
     } else {
+      // The next save replaces it.
+      let reason = errorText(errno)
       logger.warning(
-        "state file \(path) is unusable (\(problem)) and could not be moved aside (\(errorText(errno))); starting with an empty state"
+        "state file \(path) is unusable (\(problem)) and could not be moved aside (\(reason)); starting with an empty state"
       )
     }
     return PersistentState()
@@ -225,7 +227,7 @@ public final class StateStore: Sendable {
     if let problem = StateFile.problem(in: state) {
       throw StateStoreError(path: path, code: 0, step: problem)
     }
-    let bytes = Array(StateFile.encode(state, savedAt: wallClock()).utf8)
+    let bytes = Array(StateFile.encode(state, savedAt: wallClock().rounded(.down)).utf8)
     try lock.withLock { _ throws(StateStoreError) in try writeAtomically(bytes) }
   }
 
@@ -237,31 +239,21 @@ public final class StateStore: Sendable {
     guard descriptor >= 0 else { throw failure("creating \(temporary)") }
     var renamed = false
     defer { if !renamed { unlink(temporary) } }
-    var written = 0
-    while written < bytes.count {
-      let count = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress! + written, $0.count - written) }
-      if count < 0 && errno == EINTR { continue }
-      guard count > 0 else {
-        let error =
-          count == 0
-          ? StateStoreError(path: path, code: EIO, step: "writing \(temporary)")
-          : failure(
-            "writing \(temporary)")
-        close(descriptor)
-        throw error
-      }
-      written += count
-    }
-    guard fsync(descriptor) == 0 else {
-      let error = failure("syncing \(temporary)")
-      close(descriptor)
-      throw error
+    var step = "writing \(temporary)"
+    var code = writeAll(bytes, to: descriptor)
+    if code == 0 {
+      step = "syncing \(temporary)"
+      code = fsync(descriptor) == 0 ? 0 : errno
     }
     // close can report a deferred write error (NFS, quotas).
-    guard close(descriptor) == 0 else { throw failure("closing \(temporary)") }
+    if close(descriptor) != 0 && code == 0 {
+      step = "closing \(temporary)"
+      code = errno
+    }
+    guard code == 0 else { throw StateStoreError(path: path, code: code, step: step) }
     guard rename(temporary, path) == 0 else { throw failure("renaming \(temporary) to \(path)") }
     renamed = true
-    let code = syncDirectory(directory)
+    code = syncDirectory(directory)
     guard code == 0 else { throw StateStoreError(path: path, code: code, step: "syncing the directory \(directory)") }
   }
 
@@ -282,6 +274,18 @@ public final class StateStore: Sendable {
   }
 
   private func failure(_ step: String) -> StateStoreError { StateStoreError(path: path, code: errno, step: step) }
+}
+
+/// Writes all of `bytes`: 0, or the errno (EIO if the file takes no more).
+private func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Int32 {
+  var written = 0
+  while written < bytes.count {
+    let count = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress! + written, $0.count - written) }
+    if count < 0 && errno == EINTR { continue }
+    guard count > 0 else { return count == 0 ? EIO : errno }
+    written += count
+  }
+  return 0
 }
 
 /// Syncs a directory so that a rename in it is durable: 0, or the errno. File systems that
@@ -310,7 +314,7 @@ private func wallClock() -> Double {
 /// ```json
 /// {
 ///   "version": 1,
-///   "savedAt": "2026-01-21T07:30:00.25Z",
+///   "savedAt": "2026-01-21T07:30:00Z",
 ///   "values": {
 ///     "master.gain": 0.5,
 ///     "mixers.master.volume": 0.8
