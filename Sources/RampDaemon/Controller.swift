@@ -36,6 +36,10 @@ public final class Controller: @unchecked Sendable {
   private let waits = Mutex<WaitRegistry>(WaitRegistry())
   private let scheduled = Atomic<Int>(0)
   private let playing = Mutex<[String]>([])
+  /// Where model values and acknowledged schedules are kept across restarts (set before start).
+  public var persistence: Persistence?
+  /// The key paths whose model values are persisted.
+  public var persistedKeys: [String] = ["master.gain"]
   private let stopping = Atomic<Bool>(false)
   /// How many clients are connected (the server sets it).
   public var connectedClients: @Sendable () -> Int = { 0 }
@@ -77,6 +81,10 @@ public final class Controller: @unchecked Sendable {
       respond(.failure(ProtocolError(.shuttingDown, "rampd is shutting down")))
       return
     }
+    if request.ack == .scheduled {
+      acknowledgeSchedule(request, respond: respond)
+      return
+    }
     switch request.command {
     case .version:
       respond(.success(Preparation.versionResult))
@@ -96,6 +104,13 @@ public final class Controller: @unchecked Sendable {
         status["output"] = .object(outputStatus)
         status["clients"] = .integer(connectedClients())
         status["subscribers"] = .integer(subscribers.withLock { $0.values.count { !$0.kinds.isEmpty } })
+        status["scheduled"] = .array(
+          (persistence?.snapshot.schedules ?? []).map { entry in
+            [
+              "schedule": .integer(entry.id), "due": .string(RFC3339.format(entry.due)),
+              "cmd": entry.request["cmd"] ?? .null, "started": .bool(entry.from != nil),
+            ]
+          })
         return .object(status)
       }
     case .batch(let requests):
@@ -121,21 +136,155 @@ public final class Controller: @unchecked Sendable {
   }
 
   /// Prepares `commands`, then applies them all at one sample on the render thread, or none.
+  // MARK: Saved schedules
+
+  /// A schedule kept in the state file: its id, and how long its ramp lasts once it starts.
+  struct SavedSchedule {
+    let id: UInt64
+    let due: Double
+    let rampSeconds: Double?
+  }
+
+  /// `"ack": "scheduled"`: checked, saved to disk, answered at once; it takes effect at its time
+  /// even if rampd restarts meanwhile.
+  private func acknowledgeSchedule(
+    _ request: Request, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
+  ) {
+    guard let persistence, let at = request.at else {
+      respond(.failure(ProtocolError(.internalError, field: "ack", "schedules cannot be saved")))
+      return
+    }
+    let due: Double
+    switch at {
+    case .delay(let seconds): due = Date().timeIntervalSince1970 + seconds
+    case .date(let date): due = date
+    }
+    var saved = request
+    saved.id = nil
+    saved.at = nil
+    saved.ack = .applied
+    let commands: [Command]
+    if case .batch(let requests) = request.command {
+      commands = requests.map(\.command)
+    } else {
+      commands = [request.command]
+    }
+    // Checked before it is saved, so a bad request is refused now rather than at its time.
+    for (index, command) in commands.enumerated() {
+      do {
+        _ = try preparation.prepare(command)
+      } catch {
+        respond(.failure(commands.count > 1 ? error.prefixed("commands[\(index)]") : error))
+        return
+      }
+    }
+    guard let id = persistence.add(saved.json.objectValue ?? [:], due: due) else {
+      respond(
+        .failure(
+          ProtocolError(
+            .internalError, field: "ack", "the schedule could not be saved (see rampd's log); nothing was scheduled")))
+      return
+    }
+    let record = SavedSchedule(id: id, due: due, rampSeconds: rampSeconds(of: request.command))
+    run(saved, record: record, at: .date(due), elapsed: 0)
+    respond(.success(["scheduled": .integer(id), "due": .string(RFC3339.format(due))]))
+  }
+
+  /// Re-arms the schedules saved by an earlier run. One whose time passed while rampd was down
+  /// takes effect now; a ramp among them starts as far along as it would be now (from the value
+  /// it started from, when it had started), and one that would be over lands on its end value.
+  public func restore(_ schedules: [PersistedSchedule]) {
+    let now = Date().timeIntervalSince1970
+    for entry in schedules {
+      let (_, parsed) = Request.parse(utf8: Array(JSONValue.object(entry.request).serialized().utf8))
+      guard case .success(var request) = parsed else {
+        logger.error("a saved schedule no longer parses; dropped", metadata: ["schedule": "\(entry.id)"])
+        persistence?.finish(entry.id)
+        continue
+      }
+      let ramp = rampSeconds(of: request.command)
+      let record = SavedSchedule(id: entry.id, due: entry.due, rampSeconds: ramp)
+      let late = now - entry.due
+      if late <= 0 {
+        run(request, record: record, at: .date(entry.due), elapsed: 0)
+        continue
+      }
+      logger.notice(
+        "a saved schedule's time passed while rampd was down; applying it now",
+        metadata: ["schedule": "\(entry.id)", "cmd": "\(request.command.name)", "late": "\(late)"])
+      if case .fade(var fade) = request.command, let ramp {
+        if entry.from != nil, fade.from == nil { fade.from = entry.from }
+        if late >= ramp { fade.duration = 0 }
+        request.command = .fade(fade)
+      }
+      run(request, record: record, at: nil, elapsed: ramp.map { min(late, $0) } ?? 0)
+    }
+  }
+
+  /// How long a command's ramp lasts once applied, when it has one.
+  private func rampSeconds(of command: Command) -> Double? {
+    switch command {
+    case .fade(let fade): return max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    default: return nil
+    }
+  }
+
+  /// Applies a saved schedule; its outcome goes to the log, since whoever asked is not waiting.
+  private func run(_ request: Request, record: SavedSchedule, at: Schedule?, elapsed: Double) {
+    let logger = logger
+    let name = request.command.name
+    let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { result in
+      switch result {
+      case .success: logger.info("schedule applied", metadata: ["schedule": "\(record.id)", "cmd": "\(name)"])
+      case .failure(let error):
+        logger.error(
+          "schedule refused when its time came", metadata: ["schedule": "\(record.id)", "error": "\(error.message)"])
+      }
+    }
+    if case .batch(let requests) = request.command {
+      submit(requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands", record: record) { _ in .null }
+    } else {
+      submit([request.command], at: at, respond: respond, record: record, elapsed: elapsed) { $0[0] }
+    }
+  }
+
+  /// After a saved schedule applied: a ramp keeps its entry until it ends.
+  private func applied(_ record: SavedSchedule, from: Double?) {
+    guard let persistence else { return }
+    let ends = record.due + (record.rampSeconds ?? 0)
+    let left = ends - Date().timeIntervalSince1970
+    guard let from, left > 0 else {
+      persistence.finish(record.id)
+      return
+    }
+    persistence.started(record.id, from: from)
+    DispatchQueue.global().asyncAfter(deadline: .now() + left) { persistence.finish(record.id) }
+  }
+
+  // MARK: Applying
+
   private func submit(
     _ commands: [Command], at schedule: Schedule?,
     respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
-    fieldPrefix: String? = nil, answerEarly: Bool = false,
+    fieldPrefix: String? = nil, answerEarly: Bool = false, record: SavedSchedule? = nil, elapsed: Double = 0,
     combine: @escaping @Sendable ([JSONValue]) -> JSONValue
   ) {
     var operations: [Operation] = []
     for (index, command) in commands.enumerated() {
       do {
-        operations.append(try preparation.prepare(command))
+        operations.append(try preparation.prepare(command, elapsed: elapsed))
       } catch {
+        if let record { persistence?.finish(record.id) }
         respond(.failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error))
         return
       }
     }
+    let changesModels = commands.contains { $0.mayChangeModels }
+    let persistedKeys = persistence == nil ? [] : persistedKeys
+    let rampKey: String? = {
+      guard record?.rampSeconds != nil, case .fade(let fade) = commands.first, fade.then == nil else { return nil }
+      return fade.key
+    }()
     var sample: Int64?
     if let schedule {
       let limit = configuration.limits.pendingScheduled
@@ -156,6 +305,14 @@ public final class Controller: @unchecked Sendable {
     let logger = logger
     let ticket = DaemonTicket { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if !ticket.models.isEmpty { persistence?.record(values: ticket.models) }
+      if let record {
+        if case .success = ticket.result {
+          applied(record, from: ticket.rampFrom)
+        } else {
+          persistence?.finish(record.id)
+        }
+      }
       guard foregone == nil else {
         if case .failure(let error) = ticket.result {
           logger.error("an acknowledged command failed", metadata: ["error": "\(error.message)"])
@@ -174,7 +331,13 @@ public final class Controller: @unchecked Sendable {
           return
         }
       }
+      if let rampKey { ticket.rampFrom = try? state.engine.presentation(rampKey) }
       var results: [JSONValue] = []
+      defer {
+        if changesModels {
+          for key in persistedKeys { ticket.models[key] = try? state.engine.model(key) }
+        }
+      }
       for (index, operation) in all.enumerated() {
         do throws(ProtocolError) {
           results.append(try operation.apply(state, ticket))
@@ -397,5 +560,16 @@ struct WaitRegistry {
       }
     }
     return done
+  }
+}
+
+extension Command {
+  /// Whether applying it may change a model value (what is persisted).
+  var mayChangeModels: Bool {
+    switch self {
+    case .set, .fade, .cancel: true
+    case .batch(let requests): requests.contains { $0.command.mayChangeModels }
+    default: false
+    }
   }
 }

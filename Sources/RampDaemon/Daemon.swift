@@ -21,6 +21,8 @@ public final class Daemon: @unchecked Sendable {
   public let notifier: ServiceNotifier
   private var watchdog: RepeatedTask?
   private let master: PublishedValue
+  /// What the state file held at start.
+  private let restored: PersistentState
 
   /// Opens the output and prepares the server; nothing plays or listens until `start`.
   public init(configuration: DaemonConfiguration, environment: [String: String], logger: Logger) throws {
@@ -53,6 +55,11 @@ public final class Daemon: @unchecked Sendable {
     let server = server
     controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
     master = player.publish("master.gain")
+    let store = StateStore(
+      path: configuration.state.resolvedPath(environment: environment, isRoot: isRoot), logger: logger)
+    restored = store.load()
+    controller.persistence = Persistence(saver: StateSaver(store: store, logger: logger), restored: restored)
+    controller.persistedKeys = ["master.gain"] + configuration.mixers.map(\.keyPath)
   }
 
   /// ALSA's `file` plugin over `null`, paced by the clock: a real ALSA PCM that needs no card, and
@@ -78,6 +85,7 @@ public final class Daemon: @unchecked Sendable {
     player.perform { state in state.engine.defaultTransaction = transaction }
     player.start()
     startMixers()
+    restoreState()
     if let inheritedSocket {
       try server.start(inheritedDescriptor: inheritedSocket)
     } else {
@@ -93,6 +101,26 @@ public final class Daemon: @unchecked Sendable {
       ])
     notifier.ready(status: statusLine)
     startWatchdog()
+  }
+
+  /// The saved model values (applied at once, before anything plays) and schedules.
+  private func restoreState() {
+    let keys = controller.persistedKeys
+    let values = restored.values.filter { keys.contains($0.key) }
+    if !values.isEmpty {
+      player.perform { state in
+        for (key, value) in values {
+          guard let range = try? state.engine.range(key) else { continue }
+          _ = try? state.engine.set(key, to: min(max(value, range.lowerBound), range.upperBound), transaction: .instant)
+        }
+      }
+    }
+    controller.restore(restored.schedules)
+    if !values.isEmpty || !restored.schedules.isEmpty {
+      logger.notice(
+        "state restored",
+        metadata: ["values": "\(values.count)", "schedules": "\(restored.schedules.count)"])
+    }
   }
 
   /// What `systemctl status` shows: what plays, the master gain, where it goes.
@@ -176,6 +204,7 @@ public final class Daemon: @unchecked Sendable {
     controller.shutdown()
     for mixer in mixers { mixer.stop() }
     player.shutdown()
+    controller.persistence?.saver.close()
     logger.notice("rampd stopped")
   }
 

@@ -30,6 +30,10 @@ final class DaemonTicket: CommandTicket, @unchecked Sendable {
   var events: [Event] = []
   /// The animations a `wait` must see end (set on the render thread, read on the event thread).
   var awaited: [UInt64]?
+  /// Model values of the persisted key paths after the command, when it may have changed them.
+  var models: [String: Double] = [:]
+  /// A ramp's key path value just before the command applied (for a saved schedule).
+  var rampFrom: Double?
   let deliver: @Sendable (DaemonTicket) -> Void
 
   init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {

@@ -11,7 +11,8 @@ struct Preparation: Sendable {
   let player: Player
   let streamNames: StreamNames
 
-  func prepare(_ command: Command) throws(ProtocolError) -> Operation {
+  /// `elapsed`: seconds a fade is already under way (a saved schedule applied late).
+  func prepare(_ command: Command, elapsed: Double = 0) throws(ProtocolError) -> Operation {
     switch command {
     case .ping:
       return Operation { _, _ in ["pong": true] }
@@ -34,7 +35,7 @@ struct Preparation: Sendable {
           return ["stream": .string(seek.stream), "position": .number(seek.position)]
         })
     case .fade(let fade):
-      return try prepare(fade)
+      return try prepare(fade, elapsed: elapsed)
     case .set(let set):
       return try prepare(set)
     case .get(let key):
@@ -173,9 +174,11 @@ struct Preparation: Sendable {
 
   // MARK: Ramps
 
-  private func prepare(_ fade: Fade) throws(ProtocolError) -> Operation {
+  private func prepare(_ fade: Fade, elapsed: Double = 0) throws(ProtocolError) -> Operation {
     // A fade of 0 s is as quick as is click-free: the declick ramp.
-    let duration = max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    let full = max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    // A transport fade cannot start part-way: what is left of it runs.
+    let duration = fade.then == nil ? full : max(full - elapsed, configuration.declick)
     let curve = fade.curve ?? configuration.fades.curve
     let space = fade.space ?? configuration.fades.space
     if let then = fade.then {
@@ -218,6 +221,8 @@ struct Preparation: Sendable {
           if case .basic(let basic) = ramp.content, basic.from == nil {
             ramp.content = .basic(BasicAnimation(from: try engine.presentation(key), to: basic.to))
           }
+          // Begun `elapsed` seconds ago, it is as far along as it would be had it started on time.
+          if elapsed > 0 { ramp.timing.beginTime = Double(engine.now) / engine.sampleRate - elapsed }
           try engine.set(key, to: fade.to, transaction: .instant)
           let id = try engine.add(ramp, forKey: name, to: key, continuity: continuity)
           ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: engine.now))

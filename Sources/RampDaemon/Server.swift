@@ -298,7 +298,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
         reply(unobserve(key, id: request.id))
       default:
         let controller = controller
-        if !request.command.opensFiles && queued.load(ordering: .acquiring) == 0 {
+        // Saving a schedule waits for the disk: that too runs off the event loop.
+        if !request.command.opensFiles && request.ack == .applied && queued.load(ordering: .acquiring) == 0 {
           controller.handle(request, from: self)
           return
         }

@@ -51,6 +51,12 @@ struct Rampd: ParsableCommand {
   var print = false
 
   func run() throws {
+    // Blocked before any thread starts (threads inherit the mask), these signals wait, pending,
+    // until the signal sources take them: one arriving while rampd starts is not lost.
+    var blocked = sigset_t()
+    sigemptyset(&blocked)
+    for number in SignalHandling.signals { sigaddset(&blocked, number) }
+    pthread_sigmask(SIG_BLOCK, &blocked, nil)
     let environment = ProcessInfo.processInfo.environment
     var overrides: [String: String] = [:]
     var flags: [String: String] = [:]
@@ -81,7 +87,6 @@ struct Rampd: ParsableCommand {
     let level = DaemonLogHandler.SharedLevel(configuration.log.level)
     LoggingSystem.bootstrap { _ in DaemonLogHandler(level: level, environment: environment) }
     let logger = Logger(label: "rampd")
-    // Signals are taken from here on: one arriving while rampd starts is not lost.
     let signals = SignalHandling(reload: load, level: level, logger: logger)
     let daemon: Daemon
     do {
@@ -116,9 +121,10 @@ final class SignalHandling: @unchecked Sendable {
   private var daemon: Daemon?
   private var stopping = false
 
+  static let signals = [SIGTERM, SIGINT, SIGHUP]
+
   init(reload: @escaping () throws -> DaemonConfiguration, level: DaemonLogHandler.SharedLevel, logger: Logger) {
-    for number in [SIGTERM, SIGINT, SIGHUP] {
-      signal(number, SIG_IGN)
+    for number in Self.signals {
       let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
       source.setEventHandler { [self] in
         if number == SIGHUP {

@@ -23,13 +23,19 @@ final class DaemonProcess {
   let process = Process()
   let stderr = Pipe()
   private(set) var log = ""
+  /// A daemon started on an earlier one's directory leaves it for that one to remove.
+  private let ownsDirectory: Bool
 
   init(
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
-    bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false
+    bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false,
+    reusing earlier: String? = nil
   ) throws {
+    ownsDirectory = earlier == nil
     directory =
-      NSTemporaryDirectory() + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
+      earlier
+      ?? NSTemporaryDirectory()
+      + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     socket = "\(directory)/rampd.sock"
     recording = "\(directory)/played.raw"
@@ -50,6 +56,8 @@ final class DaemonProcess {
       curve = "linear"
       [log]
       level = "debug"
+      [state]
+      path = "\(directory)/state.json"
       \(extraConfiguration)
       """
     try toml.write(toFile: "\(directory)/rampd.toml", atomically: true, encoding: .utf8)
@@ -67,6 +75,8 @@ final class DaemonProcess {
     process.environment = environment
     process.standardError = stderr
     process.standardOutput = FileHandle.nullDevice
+    // An earlier daemon killed on this directory left its socket file: wait for the new one.
+    unlink(socket)
     try process.run()
     let deadline = Date().addingTimeInterval(20)
     while !FileManager.default.fileExists(atPath: socket) {
@@ -82,7 +92,7 @@ final class DaemonProcess {
       process.terminate()
       process.waitUntilExit()
     }
-    try? FileManager.default.removeItem(atPath: directory)
+    if ownsDirectory { try? FileManager.default.removeItem(atPath: directory) }
   }
 
   func client() throws -> LineClient { try LineClient(path: socket) }
