@@ -492,18 +492,31 @@ def play_rampd(daemon, track, seconds, count_underruns=False, interval=0.1):
     return result
 
 
-def thread_cpu(pid):
-    """CPU seconds of each thread (schedstat, nanosecond resolution), by thread id."""
+def thread_cpu(pid, runs=None):
+    """CPU seconds of each thread (schedstat, nanosecond resolution), by thread id. With a dict as
+    `runs`, also fills it with each thread's count of times it ran (schedstat's third field: its
+    wake-ups, plus the preemptions it resumed from)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 name = f.read().strip()
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                out[int(tid)] = (name, int(f.read().split()[0]) / 1e9)
+                fields = f.read().split()
+            out[int(tid)] = (name, int(fields[0]) / 1e9)
+            if runs is not None:
+                runs[int(tid)] = int(fields[2])
         except FileNotFoundError:
             pass
     return out
+
+
+def thread_rates(before, after, seconds):
+    """Per thread, from two (cpu, runs) snapshots: (tid, name, CPU ms per second, runs per second)."""
+    (cpu0, runs0), (cpu1, runs1) = before, after
+    return [(tid, name, round((cpu - cpu0.get(tid, (name, 0))[1]) / seconds * 1e3, 3),
+             round((runs1.get(tid, 0) - runs0.get(tid, 0)) / seconds, 1))
+            for tid, (name, cpu) in sorted(cpu1.items())]
 
 
 def idle_cpu(pid, seconds):
@@ -579,13 +592,18 @@ def set_latency(rampd, work, tries):
 def analyse_latency(records, left, period, buffer):
     """Finds each set's first changed sample and maps the send time to the sample being played.
 
-    The model, from AlsaPCMOutput.waitForClock and Player.renderLoop (clock pacing): the frames
-    written are kept one buffer ahead of the wall clock counted from the first write (the anchor),
-    so the sample heard at time t is (t - anchor) * rate. A command is taken at the start of a
-    block; the block starting at sample N starts once the previous write returned, at
-    anchor + (N - buffer) / rate; its reply goes out after the block is written, not before
-    anchor + (N + period - buffer) / rate. Each status and set round trip therefore brackets the
-    anchor: send - (N - buffer)/rate <= anchor <= reply - (N + period - buffer)/rate.
+    The model, from AlsaPCMOutput.secondsUntilWritable and Player.renderLoop (clock pacing): the
+    frames written are kept between zero and one buffer ahead of the wall clock counted from the
+    first write (the anchor), so the sample heard at time t is (t - anchor) * rate. The render
+    thread waits before it renders a block, taking commands as they arrive; a command lands on the
+    next block's first sample N, the frames written when it is taken, at a time t between its send
+    and its reply; `status` reports such an N too (the next block's first sample, published once
+    that block fits). So 0 <= N - (t - anchor) * rate <= buffer, and each round trip brackets the
+    anchor: send - N/rate <= anchor <= reply - (N - buffer)/rate. The latest anchor the data
+    allows puts the playhead earliest: it gives an upper bound of each latency. (The model of
+    earlier runs, a command taken at a block start and replied to after the block's write, no
+    longer holds since commands are taken while waiting, commit 830c775: its bounds were up to a
+    period too low.)
     """
     for r in records:
         expected = 0.5 * r["value"]
@@ -600,10 +618,10 @@ def analyse_latency(records, left, period, buffer):
         if any(abs(x - (0.5 * (1.6 - r["value"]))) > 1e-6 for x in before):
             raise RuntimeError(f"unexpected samples before the change to {r['value']} (an underrun?)")
         r["changed"] = i
-    lows = [r["status_send"] - (r["status_sample"] - buffer) / RATE for r in records]
-    lows += [r["send"] - (r["changed"] - buffer) / RATE for r in records]
-    highs = [r["status_reply"] - (r["status_sample"] + period - buffer) / RATE for r in records]
-    highs += [r["reply"] - (r["changed"] + period - buffer) / RATE for r in records]
+    lows = [r["status_send"] - r["status_sample"] / RATE for r in records]
+    lows += [r["send"] - r["changed"] / RATE for r in records]
+    highs = [r["status_reply"] - (r["status_sample"] - buffer) / RATE for r in records]
+    highs += [r["reply"] - (r["changed"] - buffer) / RATE for r in records]
     low, high = max(lows), min(highs)
     consistent = low <= high + 1e-4
     # The latest anchor the data allows puts the playhead earliest: the latency's upper bound.
@@ -625,6 +643,45 @@ def analyse_latency(records, left, period, buffer):
 # ---------------------------------------------------------------- main
 
 
+def realtime(args, results, rampd, mpd, say):
+    """(b) in real time, both at once (each keeps a small fraction of a core busy): rampd paced by
+    the clock on ALSA `null`, MPD on its own `null` output paced in real time (sync "yes"). Both
+    daemons' CPU and wake-ups per thread over the middle of the playback."""
+    say(f"rampd and MPD play {args.short_seconds:g} s in real time ...")
+    mpd_realtime = {}
+    mpd_thread = threading.Thread(
+        target=lambda: mpd_realtime.update(play_mpd(mpd, os.path.basename(args.short_track), output=1)))
+    mpd_thread.start()
+    # Per-thread CPU over the middle of the playback (the decoder thread ends with the stream).
+    snapshots = []
+
+    def snapshot():
+        t = time.monotonic()
+        rampd_runs, mpd_runs = {}, {}
+        rampd_cpu, mpd_cpu = thread_cpu(rampd.pid, rampd_runs), thread_cpu(mpd.pid, mpd_runs)
+        snapshots.append((t, (rampd_cpu, rampd_runs), (mpd_cpu, mpd_runs)))
+
+    window = (min(5, args.short_seconds / 4), max(args.short_seconds - 5, args.short_seconds * 3 / 4))
+    timers = [threading.Timer(t, snapshot) for t in window]
+    for timer in timers:
+        timer.start()
+    results["rampd_realtime"] = play_rampd(rampd, args.short_track, args.short_seconds, count_underruns=True)
+    for timer in timers:
+        timer.join()
+    mpd_thread.join()
+    if not mpd_realtime:
+        raise RuntimeError("MPD's real-time playback failed (see the traceback above)")
+    results["mpd_realtime"] = mpd_realtime
+    (t0, rampd0, mpd0), (t1, rampd1, mpd1) = sorted(snapshots, key=lambda x: x[0])
+    # Thread ids in creation order; the render, decoder and recovery threads name themselves.
+    rates = thread_rates(rampd0, rampd1, t1 - t0)
+    results["rampd_realtime"]["threads_ms_per_s"] = [(tid, name, ms) for tid, name, ms, _ in rates]
+    results["rampd_realtime"]["threads"] = rates
+    results["mpd_realtime"]["threads"] = thread_rates(mpd0, mpd1, t1 - t0)
+    say(f"mpd real time: {mpd_realtime}")
+    say(f"rampd real time: {results['rampd_realtime']}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rampd", required=True)
@@ -636,15 +693,34 @@ def main():
     parser.add_argument("--short-seconds", type=float, required=True, help="its length")
     parser.add_argument("--results", required=True)
     parser.add_argument("--tries", type=int, default=50)
+    parser.add_argument("--only", choices=["realtime", "latency"],
+                        help="realtime: only (b) in real time (both daemons), with CPU and wake-ups per thread; "
+                        "latency: only (d)")
     args = parser.parse_args()
     mp.set_start_method("fork")
     work, music = args.work, os.path.dirname(args.track)
     results = {"rtt": []}
     say = lambda *a: print(*a, flush=True)
 
+    if args.only == "latency":
+        results["latency"] = set_latency(args.rampd, work, args.tries)
+        say(f"set latency: {results['latency']}")
+        with open(args.results, "w") as f:
+            json.dump(results, f, indent=1)
+        return
     # (c) idle, then (a): both daemons idle; rampd on `null` paced by the clock (what `auto` picks).
     mpd = start_mpd(args.mpd, work, music)
     rampd = start_rampd(args.rampd, work, "rampd", 'device = "null"\npacing = "clock"')
+    if args.only == "realtime":
+        try:
+            time.sleep(1.0)
+            realtime(args, results, rampd, mpd, say)
+        finally:
+            rampd.stop()
+            mpd.stop()
+        with open(args.results, "w") as f:
+            json.dump(results, f, indent=1)
+        return
     try:
         time.sleep(1.0)
         results["idle"] = {
@@ -664,34 +740,7 @@ def main():
                 say(f"round trip {kind:5} {clients:3} clients: p50 {r['p50_us']:9.1f} us  p99 {r['p99_us']:9.1f} us"
                     f"  max {r['max_us']:9.1f} us ({r['requests']} requests, {r['per_second']:.0f}/s;"
                     f" cores busy: daemon {r['daemon_cores']:.2f}, clients {r['client_cores']:.2f})")
-        # (b) real time, both at once (each keeps a small fraction of a core busy): rampd paced by the
-        # clock on ALSA `null`, MPD on its own `null` output paced in real time (sync "yes").
-        say(f"rampd and MPD play {args.short_seconds:g} s in real time ...")
-        mpd_realtime = {}
-        mpd_thread = threading.Thread(
-            target=lambda: mpd_realtime.update(play_mpd(mpd, os.path.basename(args.short_track), output=1)))
-        mpd_thread.start()
-        # Per-thread CPU over the middle of the playback (the decoder thread ends with the stream).
-        snapshots = []
-        window = (min(5, args.short_seconds / 4), max(args.short_seconds - 5, args.short_seconds * 3 / 4))
-        timers = [threading.Timer(t, lambda: snapshots.append((time.monotonic(), thread_cpu(rampd.pid))))
-                  for t in window]
-        for timer in timers:
-            timer.start()
-        results["rampd_realtime"] = play_rampd(rampd, args.short_track, args.short_seconds, count_underruns=True)
-        for timer in timers:
-            timer.join()
-        mpd_thread.join()
-        if not mpd_realtime:
-            raise RuntimeError("MPD's real-time playback failed (see the traceback above)")
-        results["mpd_realtime"] = mpd_realtime
-        say(f"mpd real time: {mpd_realtime}")
-        (t0, before), (t1, after) = sorted(snapshots, key=lambda x: x[0])
-        # Thread ids in creation order; Foundation's Thread.name does not reach the kernel's comm.
-        results["rampd_realtime"]["threads_ms_per_s"] = [
-            (tid, name, round((cpu - before.get(tid, (name, 0))[1]) / (t1 - t0) * 1e3, 3))
-            for tid, (name, cpu) in sorted(after.items())]
-        say(f"rampd real time: {results['rampd_realtime']}")
+        realtime(args, results, rampd, mpd, say)
     finally:
         rampd.stop()
 

@@ -34,7 +34,8 @@ public struct OutputConfiguration: Sendable, Equatable {
   public var sampleRate = 48_000
   public var channels = 2
   public var format: SampleFormat = .auto
-  /// Period (wake-up interval) in seconds.
+  /// Period (wake-up interval) in seconds. With clock pacing it is the block size and the margin
+  /// left ahead of the clock when the render thread wakes: it then wakes once per buffer − period.
   public var periodTime: Double = 0.010
   /// Buffer (total latency the device holds) in seconds.
   public var bufferTime: Double = 0.050
@@ -348,14 +349,19 @@ public final class AlsaPCMOutput {
 
   // MARK: Clock pacing
 
-  /// With clock pacing, how long a `write` of `frames` would sleep before writing (0 when it would
-  /// not, and always 0 with device pacing): the render thread spends that time taking commands.
-  public func secondsUntilWritable(frames: Int) -> Double {
+  /// With clock pacing, how long to wait before writing a block of `frames` (always 0 with device
+  /// pacing): the render thread spends that time taking commands. 0 while the block fits in the
+  /// buffer ahead of the clock; once it does not, the seconds until only `refill` frames are left
+  /// ahead, so a writer that then writes blocks back to back until the buffer is full again wakes
+  /// once per several blocks. The default, buffer − `frames`, is how long `write` would sleep.
+  public func secondsUntilWritable(frames: Int, refillAt refill: Int? = nil) -> Double {
+    let refill = refill ?? negotiated.bufferFrames - frames
     guard negotiated.pacing == .clock, clockStarted else { return 0 }
-    let ahead = clockFrames + Int64(frames) - Int64(negotiated.bufferFrames)
-    guard ahead > 0 else { return 0 }
-    let due = clockAnchor + nanoseconds(frames: ahead)
-    return max(Double(due - monotonicNanoseconds()) / 1e9, 0)
+    let now = monotonicNanoseconds()
+    let ahead = clockFrames - framesElapsed(now: now)
+    guard ahead + Int64(frames) > Int64(negotiated.bufferFrames) else { return 0 }
+    let due = clockAnchor + nanoseconds(frames: clockFrames - Int64(max(refill, 0)))
+    return max(Double(due - now) / 1e9, 0)
   }
 
   /// Sleeps until writing `frames` more keeps the frames written at most one buffer ahead of the wall
@@ -470,7 +476,7 @@ private func alsaError(_ code: Int32) -> String {
   String(cString: snd_strerror(code))
 }
 
-private func monotonicNanoseconds() -> Int64 {
+func monotonicNanoseconds() -> Int64 {
   var now = timespec()
   clock_gettime(CLOCK_MONOTONIC, &now)
   return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)

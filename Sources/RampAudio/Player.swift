@@ -1,4 +1,3 @@
-import CALSA
 import Foundation
 import RampEngine
 import Synchronization
@@ -27,24 +26,124 @@ open class CommandTicket: @unchecked Sendable, Equatable {
 }
 
 /// A key path's presentation value, published by the render thread at the start of every block
-/// for threads that must not touch the engine (mixer bindings, observers).
+/// for threads that must not touch the engine (mixer bindings, observers). A reader that polls
+/// only while the value moves can sleep in `waitForChange` while it holds still, if the value was
+/// published with `wakesOnChange` (the render thread then rings it when the value changes).
+///
+/// Paced by the clock, the render thread renders several blocks at one wake-up; each block's value
+/// then carries the time at which it becomes `latest`, one period after the one before, so a
+/// reader still sees a new value every period, as if the blocks had been rendered one at a time.
 public final class PublishedValue: @unchecked Sendable {
   public let keyPath: String
-  private let bits = Atomic<UInt64>(Double.nan.bitPattern)
-  private let at = Atomic<Int64>(-1)
+  /// The last values published, newest at `written - 1`: more than a batch of blocks holds at the
+  /// default period and buffer.
+  private let slots: [Slot]
+  private let written = Atomic<Int>(0)
+  /// The newest value stored (what `waitForChange` compares with).
+  private let newest = Atomic<UInt64>(Double.nan.bitPattern)
+  private let bell: Bell?
+  /// A reader sleeps in `waitForChange`.
+  private let sleeping = Atomic<Bool>(false)
 
-  init(keyPath: String) { self.keyPath = keyPath }
+  /// One published value. A sequence lock: odd `sequence` while the render thread writes it.
+  private final class Slot: Sendable {
+    let sequence = Atomic<Int>(0)
+    let index = Atomic<Int>(-1)
+    let sample = Atomic<Int64>(-1)
+    let bits = Atomic<UInt64>(Double.nan.bitPattern)
+    /// CLOCK_MONOTONIC nanoseconds from which it is `latest`.
+    let due = Atomic<Int64>(0)
+  }
 
-  /// The value and the output sample it applies to; NaN while the key path does not exist.
+  private static let slotCount = 16
+
+  init(keyPath: String) {
+    self.keyPath = keyPath
+    slots = (0..<Self.slotCount).map { _ in Slot() }
+    bell = nil
+  }
+
+  init(keyPath: String, wakesOnChange: Bool) throws(AudioError) {
+    self.keyPath = keyPath
+    slots = (0..<Self.slotCount).map { _ in Slot() }
+    bell = wakesOnChange ? try Bell("published value") : nil
+  }
+
+  /// The value and the output sample it applies to; NaN while the key path does not exist (and
+  /// sample −1 before the first block).
   public var latest: (value: Double, sample: Int64) {
-    let sample = at.load(ordering: .acquiring)
-    return (Double(bitPattern: bits.load(ordering: .relaxed)), sample)
+    let now = monotonicNanoseconds()
+    let count = written.load(ordering: .acquiring)
+    var oldest: (value: Double, sample: Int64) = (.nan, -1)
+    var index = count - 1
+    while index >= 0 && index >= count - Self.slotCount {
+      if let entry = read(index) {
+        if entry.due <= now { return (Double(bitPattern: entry.bits), entry.sample) }
+        oldest = (Double(bitPattern: entry.bits), entry.sample)
+      }
+      index -= 1
+    }
+    // Only values not yet due (or overwritten while read): the oldest of them.
+    return oldest
   }
 
-  fileprivate func store(_ value: Double, sample: Int64) {
-    bits.store(value.bitPattern, ordering: .relaxed)
-    at.store(sample, ordering: .releasing)
+  /// Entry `index`, unless the render thread has overwritten it with a newer one.
+  private func read(_ index: Int) -> (sample: Int64, bits: UInt64, due: Int64)? {
+    let slot = slots[index % Self.slotCount]
+    while true {
+      let before = slot.sequence.load(ordering: .acquiring)
+      if before & 1 == 1 { continue }
+      let entry = (
+        slot.sample.load(ordering: .relaxed), slot.bits.load(ordering: .relaxed),
+        slot.due.load(ordering: .relaxed)
+      )
+      let stored = slot.index.load(ordering: .relaxed)
+      atomicMemoryFence(ordering: .acquiring)
+      guard slot.sequence.load(ordering: .relaxed) == before else { continue }
+      return stored == index ? entry : nil
+    }
   }
+
+  /// Render thread: the value at `sample`, the latest from `due` (monotonic nanoseconds) on.
+  fileprivate func store(_ value: Double, sample: Int64, due: Int64) {
+    let index = written.load(ordering: .relaxed)
+    let slot = slots[index % Self.slotCount]
+    let sequence = slot.sequence.load(ordering: .relaxed)
+    slot.sequence.store(sequence + 1, ordering: .relaxed)
+    atomicMemoryFence(ordering: .releasing)
+    slot.index.store(index, ordering: .relaxed)
+    slot.sample.store(sample, ordering: .relaxed)
+    slot.bits.store(value.bitPattern, ordering: .relaxed)
+    slot.due.store(due, ordering: .relaxed)
+    slot.sequence.store(sequence + 2, ordering: .releasing)
+    written.store(index + 1, ordering: .releasing)
+    let previous = newest.exchange(value.bitPattern, ordering: .relaxed)
+    guard let bell, previous != value.bitPattern else { return }
+    // Pairs with the fence in `waitForChange`: either the reader sees the new value, or this sees
+    // the reader asleep.
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    if sleeping.load(ordering: .relaxed),
+      sleeping.compareExchange(expected: true, desired: false, ordering: .relaxed).exchanged
+    {
+      bell.ring()
+    }
+  }
+
+  /// Sleeps until the newest value stored is no longer `value` (bit for bit: NaN while the key
+  /// path does not exist), `wake()` is called, or `timeout` seconds pass (negative: no limit).
+  /// Returns at once for a value published without `wakesOnChange`.
+  public func waitForChange(from value: Double, timeout: Double = -1) {
+    guard let bell else { return }
+    sleeping.store(true, ordering: .relaxed)
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    if newest.load(ordering: .relaxed) == value.bitPattern {
+      bell.wait(milliseconds: timeout < 0 ? -1 : pollMilliseconds(timeout))
+    }
+    sleeping.store(false, ordering: .relaxed)
+  }
+
+  /// Wakes a reader sleeping in `waitForChange` (to stop it).
+  public func wake() { bell?.ring() }
 }
 
 public enum StreamEndReason: String, Sendable {
@@ -169,7 +268,13 @@ struct PlayerCommand {
 /// renders one period at a time: it applies queued commands, pulls each stream's decoded audio
 /// from its ring, multiplies by `streams.<id>.gain` × the stream's transport ramp, sums, applies
 /// `master.gain`, clamps, and writes to the device; completions and stream ends go back as
-/// events, and an eventfd doorbell wakes whoever waits for them.
+/// events, and a pipe doorbell wakes whoever waits for them.
+///
+/// Paced by the clock, the render thread wakes once per several periods: it writes blocks back to
+/// back until the buffer is full (one buffer ahead of the clock), then sleeps until only one
+/// period is left ahead. A command arriving meanwhile wakes it and is applied at once, to the next
+/// block, so it is heard within one buffer; the sleep costs one wake-up per (buffer − period) of
+/// audio instead of one or two per period.
 ///
 /// Commands run on the render thread between blocks (the engine belongs to that thread); a
 /// command scheduled for a sample splits the block there, so it lands on that exact sample. The
@@ -189,14 +294,20 @@ public final class Player: @unchecked Sendable {
   /// Several control threads may submit; the render thread is the only consumer and never locks.
   private let submitLock = Mutex<Void>(())
   private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 4096)
-  /// A pipe: the render thread writes a byte after posting events, waiters poll the read end.
-  private let doorbell: (read: Int32, write: Int32)
-  /// A pipe the other way: `perform` writes a byte, so a render thread waiting for the clock
-  /// wakes to take the command at once.
-  private let commandBell: (read: Int32, write: Int32)
+  /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
+  private let doorbell: Bell
+  /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
+  /// the command at once.
+  private let commandBell: Bell
+  /// Rung when the render thread hands over a dead device (and at shutdown): a recovery thread
+  /// with a healthy device sleeps on it, without waking.
+  private let recoveryBell: Bell
   private let running = Atomic<Bool>(false)
   private let finished = Atomic<Bool>(false)
   private var thread: Thread?
+  /// When and at which sample the render thread last woke to render a batch of blocks (render
+  /// thread only): when published values become due.
+  private var batchStart: (nanoseconds: Int64, sample: Int64)?
   /// Commands waiting for their sample, soonest first (render thread only).
   private var scheduled: ContiguousArray<PlayerCommand> = []
   public static let maximumScheduled = 4096
@@ -211,6 +322,9 @@ public final class Player: @unchecked Sendable {
   /// Underruns counted by devices since lost, so the total survives a reconnection.
   private var underrunsOfLostDevices = 0
 
+  /// The render thread's kernel id once it runs (tests read its `schedstat`).
+  var renderThreadID: Int32 { renderThread.load(ordering: .acquiring) }
+  private let renderThread = Atomic<Int32>(0)
   /// Blocks rendered, for status and tests.
   public var blocksRendered: Int { blockCount.load(ordering: .relaxed) }
   private let blockCount = Atomic<Int>(0)
@@ -239,28 +353,9 @@ public final class Player: @unchecked Sendable {
     state = try RenderState(
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: events)
     scheduled.reserveCapacity(max(scheduledCapacity, 16))
-    doorbell = try Self.makePipe("event")
-    commandBell = try Self.makePipe("command")
-  }
-
-  /// A non-blocking, close-on-exec pipe: (read end, write end).
-  private static func makePipe(_ purpose: String) throws -> (read: Int32, write: Int32) {
-    var ends: [Int32] = [-1, -1]
-    guard pipe(&ends) == 0 else {
-      throw AudioError(.device, "cannot create the \(purpose) pipe: \(String(cString: strerror(errno)))")
-    }
-    for end in ends {
-      _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
-      _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-    }
-    return (ends[0], ends[1])
-  }
-
-  deinit {
-    Glibc.close(doorbell.read)
-    Glibc.close(doorbell.write)
-    Glibc.close(commandBell.read)
-    Glibc.close(commandBell.write)
+    doorbell = try Bell("event")
+    commandBell = try Bell("command")
+    recoveryBell = try Bell("recovery")
   }
 
   /// Starts the render thread (and the thread that reopens a lost device).
@@ -281,6 +376,8 @@ public final class Player: @unchecked Sendable {
   public func shutdown() {
     guard thread != nil else { return }
     running.store(false, ordering: .releasing)
+    commandBell.ring()
+    recoveryBell.ring()
     while !finished.load(ordering: .acquiring) || !recoveryFinished.load(ordering: .acquiring) { usleep(1_000) }
     thread = nil
   }
@@ -295,10 +392,7 @@ public final class Player: @unchecked Sendable {
   ) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
     // Only a render thread waiting for the clock listens for it.
-    if wake && output.pacing == .clock {
-      var byte: UInt8 = 1
-      _ = write(commandBell.write, &byte, 1)
-    }
+    if wake && output.pacing == .clock { commandBell.ring() }
     return accepted
   }
 
@@ -309,10 +403,21 @@ public final class Player: @unchecked Sendable {
     return value
   }
 
+  /// The same, for a reader that sleeps in `PublishedValue.waitForChange` while the value holds
+  /// still. Throws when no pipe can be made for it.
+  public func publish(_ keyPath: String, wakesOnChange: Bool) throws(AudioError) -> PublishedValue {
+    let value = try PublishedValue(keyPath: keyPath, wakesOnChange: wakesOnChange)
+    perform { state in state.published.append(value) }
+    return value
+  }
+
   /// Stops publishing `value`.
   public func unpublish(_ value: PublishedValue) {
     perform { state in state.published.removeAll { $0 === value } }
   }
+
+  /// Wakes a thread sleeping in `waitForEvents` (to stop it: one that waits with no timeout).
+  public func wakeEventWaiters() { doorbell.ring() }
 
   /// The next event from the render thread, if any.
   public func nextEvent() -> PlayerEvent? { events.pop() }
@@ -320,22 +425,12 @@ public final class Player: @unchecked Sendable {
   /// Blocks until the render thread posts an event or `timeout` seconds pass. True when rung.
   @discardableResult
   public func waitForEvents(timeout: Double) -> Bool {
-    var descriptor = pollfd(fd: doorbell.read, events: Int16(POLLIN), revents: 0)
-    let ready = poll(&descriptor, 1, Int32(min(max(timeout, 0), 3600) * 1000))
-    guard ready > 0 else { return false }
-    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-    while read(doorbell.read, &bytes, 32) == 32 {}
-    return true
+    doorbell.wait(milliseconds: Int32(min(max(timeout, 0), 3600) * 1000))
   }
 
   /// The doorbell's read end, for an event loop that waits for events itself (readable when the
   /// render thread has posted some; whoever watches it reads the bytes, then drains `nextEvent`).
-  public var eventDescriptor: Int32 { doorbell.read }
-
-  private func ringDoorbell() {
-    var byte: UInt8 = 1
-    _ = write(doorbell.write, &byte, 1)
-  }
+  public var eventDescriptor: Int32 { doorbell.readEnd }
 
   /// Opens `path` now (so a bad file is refused here, with its name), then starts it as stream
   /// `id`: its gain at `gain`, faded in over `fadeIn` seconds with `curve` (or the declick ramp).
@@ -490,6 +585,8 @@ public final class Player: @unchecked Sendable {
   }
 
   private func renderLoop() {
+    nameThisThread("rampd-render")
+    renderThread.store(currentThreadID(), ordering: .releasing)
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
     defer {
       buffers.deallocate()
@@ -501,13 +598,26 @@ public final class Player: @unchecked Sendable {
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {
+      // With clock pacing, the wait comes before the block is rendered: a command taken during
+      // it lands on the block's first sample, heard at most one buffer later.
+      var due: Int64 = 0
+      if let device, output.pacing == .clock {
+        // The blocks of one wake-up become `latest` one period apart, from the wake-up on.
+        if takeCommandsWhileWaiting(for: device, frames: buffers.frames) || batchStart == nil {
+          batchStart = (monotonicNanoseconds(), state.engine.now)
+        }
+        if let batchStart {
+          due = batchStart.nanoseconds + (state.engine.now - batchStart.sample) * 1_000_000_000 / Int64(output.rate)
+        }
+      }
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
       flushEvents()
       resumeStreamsAfterSeek()
-      publishValues()
+      publishValues(due: due)
       renderScheduled(buffers)
-      // Published before the wait for the device, so commands taken during it count from here.
+      // Published before the write (with device pacing, the wait for the device), so commands
+      // taken meanwhile count from here.
       published.store(state.engine.now, ordering: .releasing)
       writeOrKeepTime(buffers)
       blockCount.add(1, ordering: .relaxed)
@@ -520,11 +630,12 @@ public final class Player: @unchecked Sendable {
   private func flushEvents() {
     guard state.posted else { return }
     state.posted = false
-    ringDoorbell()
+    doorbell.ring()
   }
 
-  /// Stores each published key path's value at the block's first sample. Allocation-free.
-  private func publishValues() {
+  /// Stores each published key path's value at the block's first sample, due at `due`
+  /// (monotonic nanoseconds). Allocation-free.
+  private func publishValues(due: Int64) {
     let engine = state.engine
     var index = 0
     while index < state.published.count {
@@ -534,7 +645,7 @@ public final class Player: @unchecked Sendable {
       if let handle = engine.handleIfDefined(published.keyPath) {
         engine.render(handle, start: engine.now, count: 1, into: &value)
       }
-      published.store(value, sample: engine.now)
+      published.store(value, sample: engine.now, due: due)
     }
   }
 
@@ -583,7 +694,6 @@ public final class Player: @unchecked Sendable {
       idleClock.wait(frames: buffers.frames, rate: output.rate)
       return
     }
-    takeCommandsWhileWaiting(for: device, frames: buffers.frames)
     do {
       try device.write(buffers.mix, frames: buffers.frames)
       underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
@@ -594,32 +704,44 @@ public final class Player: @unchecked Sendable {
       state.post(.deviceFailed(error.message))
       self.device = nil
       idleClock.reset()
+      batchStart = nil
       _ = deadDevices.push(device)
+      recoveryBell.ring()
     }
   }
 
-  /// Until the clock lets the block be written, sleeps on the command pipe: a command arriving
-  /// meanwhile is applied at once (to the next block, whose first sample is the engine's now) and
-  /// its reply leaves, instead of waiting for the next block start. With device pacing the write
-  /// itself blocks; commands then wait for the block boundary.
-  private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) {
-    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+  /// With clock pacing, until the next block may be written, sleeps on the command pipe: a
+  /// command arriving meanwhile is applied at once (to the next block, whose first sample is the
+  /// engine's now) and its reply leaves, instead of waiting for the next block start. Blocks go
+  /// out back to back while they fit in the buffer ahead of the clock; once it is full, the
+  /// sleep lasts until only one period is left ahead (`refillLead`), so one wake-up serves
+  /// (buffer − period) of audio. With device pacing the write itself blocks; commands then wait
+  /// for the block boundary.
+  /// True when it waited (a new batch of blocks starts).
+  private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
+    var waited = false
     while running.load(ordering: .relaxed) {
-      let wait = device.secondsUntilWritable(frames: frames)
-      if wait < 0.000_2 { return }
-      var descriptor = pollfd(fd: commandBell.read, events: Int16(POLLIN), revents: 0)
-      // ppoll, not poll: whole milliseconds would leave the last one deaf to commands.
-      var timeout = timespec(tv_sec: Int(wait), tv_nsec: Int((wait - wait.rounded(.down)) * 1e9))
-      guard ppoll(&descriptor, 1, &timeout, nil) > 0 else { return }
-      while read(commandBell.read, &bytes, 32) == 32 {}
+      let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead)
+      if wait <= 0 { break }
+      waited = true
+      // Rounded up to whole milliseconds: the block then fits when poll returns.
+      guard commandBell.wait(milliseconds: pollMilliseconds(wait)) else { continue }
       takeCommands()
       flushEvents()
     }
+    return waited
+  }
+
+  /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the
+  /// buffer: one period (less if the buffer holds under two), the margin against a late wake-up.
+  private var refillLead: Int {
+    min(output.periodFrames, max(output.bufferFrames - output.periodFrames, 0))
   }
 
   /// Closes dead devices and opens new ones, off the render thread: opening a device allocates
   /// and may block.
   private func recoveryLoop() {
+    nameThisThread("rampd-recovery")
     defer { recoveryFinished.store(true, ordering: .releasing) }
     var wanted = false
     var delay = recoveryBackoff.first
@@ -642,8 +764,9 @@ public final class Player: @unchecked Sendable {
           nextAttempt = monotonicSeconds() + delay
         }
       }
-      // Idle (the device is healthy) it only checks for a dead device now and then.
-      usleep(wanted ? 10_000 : 50_000)
+      // Healthy, it sleeps until the render thread hands a dead device over (or shutdown);
+      // reopening, until the next attempt.
+      recoveryBell.wait(milliseconds: wanted ? pollMilliseconds(nextAttempt - monotonicSeconds()) : -1)
     }
   }
 
@@ -692,7 +815,7 @@ public final class Player: @unchecked Sendable {
         if ramp[0] == 0 { continue }
       }
       let wanted = frames * channels
-      let got = stream.decoder.ring.read(into: audio, count: wanted)
+      let got = stream.decoder.read(into: audio, count: wanted)
       stream.position += got / channels
       if got < wanted {
         (audio + got).update(repeating: 0, count: wanted - got)

@@ -4,6 +4,11 @@ import Synchronization
 /// Decodes a file ahead of playback on a thread of its own, so disk reads never stall the render
 /// thread: libsndfile → libsoxr (when the file's rate differs from the output's) → channel map →
 /// a `RingBuffer` of interleaved output frames. The render thread only ever reads the ring.
+///
+/// The decoder fills the ring, then sleeps until the consumer has read it down to half
+/// (`lowWater`): `read` rings a pipe then, once per refill, so an idle decoder costs nothing and a
+/// busy one refills in large runs (about 0.7 s of audio for a one-second ring), however fast the
+/// consumer goes. A seek or a cancellation rings it too.
 public final class StreamDecoder: @unchecked Sendable {
   public let path: String
   public let outputChannels: Int
@@ -13,19 +18,34 @@ public final class StreamDecoder: @unchecked Sendable {
   public let fileChannels: Int
   public let ring: RingBuffer
   public let loops: Bool
+  /// Samples in the ring at or below which `read` wakes a decoder waiting for room: half of it.
+  public let lowWater: Int
 
   private let reader: SoundFileReader
   private let resampler: Resampler?
   private let channelMap: ChannelMap
   private let state = Atomic<Int>(State.running.rawValue)
   private let failure = Mutex<AudioError?>(nil)
-  private var thread: Thread?
+  /// Not the Thread itself: it holds its closure, which holds the decoder, and a decoder holding
+  /// it would never be freed (nor its file, ring and pipe).
+  private let started = Atomic<Bool>(false)
   /// A seek the consumer asked for (frame in the file), −1 when none.
   private let seekRequest = Atomic<Int>(-1)
   /// The ring's write position when the last seek took effect: data before it is stale.
   private let seekMark = Atomic<Int>(-1)
+  /// Rung by the consumer (room in the ring), by a seek and by a cancellation.
+  private let bell: Bell
+  /// What the decoder thread sleeps for (a `Waiting`): only a decoder waiting for room is rung
+  /// by `read`, so a finished one is not woken at every block while its ring drains.
+  private let waiting = Atomic<Int>(Waiting.nothing.rawValue)
+  /// The decoder thread's kernel id once it runs (tests read its `schedstat`).
+  var threadID: Int32 { decoderThread.load(ordering: .acquiring) }
+  private let decoderThread = Atomic<Int32>(0)
+  /// Frames decoded per read from the file.
+  static let blockFrames = 4096
 
   enum State: Int { case running, finished, failed, cancelled }
+  private enum Waiting: Int { case nothing, room, command }
 
   /// Opens `path` (errors name it) and starts decoding into a ring holding `bufferSeconds`.
   public init(
@@ -45,14 +65,16 @@ public final class StreamDecoder: @unchecked Sendable {
       : try Resampler(inputRate: Double(reader.sampleRate), outputRate: Double(outputRate), channels: reader.channels)
     channelMap = try ChannelMap(inputChannels: reader.channels, outputChannels: outputChannels)
     ring = RingBuffer(minimumCapacity: Int(Double(outputRate) * bufferSeconds) * outputChannels)
+    lowWater = ring.capacity / 2
+    bell = try Bell("decoder wake-up for '\(path)'", code: .unreadableFile)
     if start { self.start() }
   }
 
   public func start() {
-    guard thread == nil else { return }
+    guard !started.exchange(true, ordering: .relaxed) else { return }
+    // The thread holds the decoder until it returns (cancelled, failed).
     let thread = Thread { [self] in run() }
     thread.name = "rampd-decoder"
-    self.thread = thread
     thread.start()
   }
 
@@ -64,6 +86,27 @@ public final class StreamDecoder: @unchecked Sendable {
     while ring.available < wanted && !isFinished && DispatchTime.now().uptimeNanoseconds < deadline {
       usleep(500)
     }
+  }
+
+  /// Consumer (the render thread): copies up to `count` samples out of the ring; returns how many
+  /// there were. Once the ring is down to `lowWater` and the decoder sleeps waiting for room,
+  /// wakes it (one pipe write per refill). Allocation-free and lock-free.
+  @discardableResult
+  public func read(into samples: UnsafeMutablePointer<Float>, count: Int) -> Int {
+    let got = ring.read(into: samples, count: count)
+    if ring.available <= lowWater {
+      // Pairs with the fence in `sleep(until:)`: either the decoder sees the room this read
+      // made, or this sees the decoder asleep.
+      atomicMemoryFence(ordering: .sequentiallyConsistent)
+      if waiting.load(ordering: .relaxed) == Waiting.room.rawValue,
+        waiting.compareExchange(
+          expected: Waiting.room.rawValue, desired: Waiting.nothing.rawValue, ordering: .relaxed
+        ).exchanged
+      {
+        bell.ring()
+      }
+    }
+    return got
   }
 
   /// True once the whole file is in the ring (or decoding stopped); the stream ends when the ring
@@ -81,6 +124,7 @@ public final class StreamDecoder: @unchecked Sendable {
     seekMark.store(-1, ordering: .releasing)
     // Past the end is the end: the stream then finishes instead of failing on a bad seek.
     seekRequest.store(min(max(fileFrame, 0), Int(reader.frames)), ordering: .releasing)
+    bell.ring()
   }
 
   /// Consumer: once the decoder has sought, the ring position from which its data is the new
@@ -96,10 +140,32 @@ public final class StreamDecoder: @unchecked Sendable {
       _ = state.compareExchange(
         expected: from.rawValue, desired: State.cancelled.rawValue, ordering: .acquiringAndReleasing)
     }
+    bell.ring()
+  }
+
+  /// Decoder thread: sleeps until the ring is down to `lowWater` (`room`) or, in any case, until
+  /// a seek or a cancellation rings. The timeout is only a safety net (and keeps a consumer that
+  /// reads `ring` directly, not through `read`, supplied): for room, half again the time the
+  /// ring takes to fall to `lowWater` in real time.
+  private func sleep(until reason: Waiting) {
+    waiting.store(reason.rawValue, ordering: .relaxed)
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    let filled = ring.capacity - ring.space
+    let ready =
+      (reason == .room && filled <= lowWater) || seekRequest.load(ordering: .relaxed) >= 0
+      || state.load(ordering: .relaxed) == State.cancelled.rawValue
+    if !ready {
+      let samplesPerSecond = Double(outputRate * outputChannels)
+      let timeout = reason == .room ? 1.5 * Double(filled - lowWater) / samplesPerSecond + 0.02 : 1
+      bell.wait(milliseconds: pollMilliseconds(timeout))
+    }
+    waiting.store(Waiting.nothing.rawValue, ordering: .relaxed)
   }
 
   private func run() {
-    let block = 2048
+    nameThisThread("rampd-decoder")
+    decoderThread.store(currentThreadID(), ordering: .releasing)
+    let block = Self.blockFrames
     let fileFrames = UnsafeMutablePointer<Float>.allocate(capacity: block * fileChannels)
     let resampledCapacity = resampler.map { 2 * Int(Double(block) * Double(outputRate) / $0.inputRate) + 256 } ?? block
     let resampled = UnsafeMutablePointer<Float>.allocate(capacity: resampledCapacity * fileChannels)
@@ -111,6 +177,8 @@ public final class StreamDecoder: @unchecked Sendable {
     }
     var pending = 0  // mapped samples not yet in the ring
     var pendingOffset = 0
+    // Where they are: `mapped`, or the decoded samples themselves when the map is the identity.
+    var pendingBase = UnsafePointer(mapped)
     var endOfFile = false
     // Runs until cancelled or failed; a finished decoder waits for a seek back.
     while true {
@@ -133,20 +201,20 @@ public final class StreamDecoder: @unchecked Sendable {
         seekMark.store(ring.writePosition, ordering: .releasing)
       }
       if pending > 0 {
-        let written = ring.write(mapped + pendingOffset, count: pending)
+        let written = ring.write(pendingBase + pendingOffset, count: pending)
         pending -= written
         pendingOffset += written
         if pending > 0 {
-          // The ring is full: playback is a second ahead, so a nap of 10 ms costs nothing and
-          // keeps an idle decoder from waking 500 times a second.
-          usleep(10_000)
+          // The ring is full: sleep until it is half empty, then refill it in one run.
+          sleep(until: .room)
           continue
         }
       }
       if endOfFile {
         _ = state.compareExchange(
           expected: State.running.rawValue, desired: State.finished.rawValue, ordering: .acquiringAndReleasing)
-        usleep(10_000)
+        // Everything is in the ring: only a seek (back into the file) or the end wakes it.
+        sleep(until: .command)
         continue
       }
       do {
@@ -174,7 +242,12 @@ public final class StreamDecoder: @unchecked Sendable {
         } else if frames == 0 {
           endOfFile = true
         }
-        channelMap.map(source, frames: frames, into: mapped)
+        if channelMap.isIdentity {
+          pendingBase = source
+        } else {
+          channelMap.map(source, frames: frames, into: mapped)
+          pendingBase = UnsafePointer(mapped)
+        }
         pending = frames * outputChannels
         pendingOffset = 0
       } catch {

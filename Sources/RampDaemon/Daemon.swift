@@ -245,7 +245,8 @@ final class WatchdogFeeder: @unchecked Sendable {
 }
 
 /// Drives one ALSA mixer element from `mixers.<name>.volume` at the binding's control rate, on a
-/// thread of its own: the render thread only publishes the value.
+/// thread of its own: the render thread only publishes the value. While the value holds still the
+/// thread sleeps until the render thread publishes a different one.
 final class MixerDriver: @unchecked Sendable {
   private let binding: AlsaMixerBinding
   private let published: PublishedValue
@@ -260,7 +261,7 @@ final class MixerDriver: @unchecked Sendable {
     self.logger = logger
     let keyPath = configuration.keyPath
     player.perform { state in _ = try? state.engine.define(keyPath, value: 1, range: 0...1) }
-    published = player.publish(keyPath)
+    published = try player.publish(keyPath, wakesOnChange: true)
   }
 
   func start() {
@@ -271,15 +272,19 @@ final class MixerDriver: @unchecked Sendable {
 
   func stop() {
     running.store(false, ordering: .releasing)
+    published.wake()
     while !finished.load(ordering: .acquiring) { usleep(1_000) }
     player.unpublish(published)
   }
 
   private func run() {
+    nameThisThread("rampd-mixer")
     defer { finished.store(true, ordering: .releasing) }
     let interval = 1 / binding.configuration.controlRate
     var last: Double?
     var failing = false
+    /// The value read one control interval ago (bit pattern: NaN counts as a value).
+    var previousBits: UInt64?
     while running.load(ordering: .acquiring) {
       let (value, _) = published.latest
       // The first value is the binding's starting point: the element keeps its level until a
@@ -294,7 +299,14 @@ final class MixerDriver: @unchecked Sendable {
         }
       }
       if !value.isNaN { last = value }
-      usleep(UInt32(interval * 1e6))
+      if value.bitPattern == previousBits {
+        // At rest for a whole interval: sleep until it moves (or `stop`).
+        published.waitForChange(from: value)
+        previousBits = nil
+      } else {
+        previousBits = value.bitPattern
+        usleep(UInt32(interval * 1e6))
+      }
     }
   }
 }

@@ -1,0 +1,81 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// A wake-up from one thread to another that sleeps in `poll`: a non-blocking, close-on-exec
+/// pipe. `ring` never blocks (a full pipe is rung already) and a ring before the wait is not
+/// lost: the byte waits in the pipe. Neither side allocates or locks, so the render thread may
+/// ring or wait.
+final class Bell: @unchecked Sendable {
+  let readEnd: Int32
+  let writeEnd: Int32
+
+  /// `purpose` names the pipe in the error thrown when none can be made (out of descriptors).
+  init(_ purpose: String, code: AudioError.Code = .device) throws(AudioError) {
+    var ends: [Int32] = [-1, -1]
+    guard pipe(&ends) == 0 else {
+      throw AudioError(code, "cannot create the \(purpose) pipe: \(String(cString: strerror(errno)))")
+    }
+    for end in ends {
+      _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
+      _ = fcntl(end, F_SETFD, FD_CLOEXEC)
+    }
+    readEnd = ends[0]
+    writeEnd = ends[1]
+  }
+
+  deinit {
+    close(readEnd)
+    close(writeEnd)
+  }
+
+  func ring() {
+    var byte: UInt8 = 1
+    _ = write(writeEnd, &byte, 1)
+  }
+
+  /// Sleeps until rung or `milliseconds` pass (negative: no limit), then empties the pipe.
+  /// True when rung.
+  @discardableResult
+  func wait(milliseconds: Int32) -> Bool {
+    var descriptor = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
+    guard poll(&descriptor, 1, milliseconds) > 0 else { return false }
+    drain()
+    return true
+  }
+
+  /// Empties the pipe without waiting.
+  func drain() {
+    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+    while read(readEnd, &bytes, 32) == 32 {}
+  }
+}
+
+/// Milliseconds for `poll` from seconds, rounded up (a wait that ends early would cost a
+/// second wake-up), at least 1 and at most an hour.
+func pollMilliseconds(_ seconds: Double) -> Int32 {
+  Int32(min(max((seconds * 1000).rounded(.up), 1), 3_600_000))
+}
+
+/// Names the calling thread as `top` and `/proc/<pid>/task/<tid>/comm` show it (15 bytes at
+/// most): Foundation's `Thread.name` does not reach the kernel on Linux. Not for the render
+/// loop itself (it allocates); call it once when a thread starts.
+public func nameThisThread(_ name: String) {
+  let descriptor = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+  guard descriptor >= 0 else { return }
+  var bytes = Array(name.utf8.prefix(15))
+  _ = write(descriptor, &bytes, bytes.count)
+  close(descriptor)
+}
+
+/// The kernel's id of the calling thread (its directory under `/proc/self/task`), 0 if unknown:
+/// tests read the thread's `schedstat` with it. Allocates; call it once when a thread starts.
+func currentThreadID() -> Int32 {
+  var path = [CChar](repeating: 0, count: 64)
+  let length = readlink("/proc/thread-self", &path, path.count - 1)
+  guard length > 0 else { return 0 }
+  let text = String(decoding: path[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+  return text.split(separator: "/").last.flatMap { Int32($0) } ?? 0
+}
