@@ -336,6 +336,22 @@ public final class Player: @unchecked Sendable {
   private let underrunCount = Atomic<Int>(0)
   /// False while the device is lost and being reopened.
   public var deviceIsHealthy: Bool { healthy.load(ordering: .relaxed) }
+
+  /// The render thread's SCHED_FIFO priority, or 0 when it runs at normal priority.
+  public var realtimePriority: Int { realtime.load(ordering: .relaxed) }
+  private let realtime = Atomic<Int>(0)
+
+  /// Real time for the render thread where the process may have it without privilege: up to its
+  /// RLIMIT_RTPRIO (systemd's LimitRTPRIO=), capped at 50 to stay below the kernel's own
+  /// threads. Without that limit (or when refused) it stays at normal priority.
+  private func raisePriority() {
+    var limit = rlimit()
+    guard getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &limit) == 0, limit.rlim_cur > 0 else { return }
+    var parameters = sched_param(sched_priority: Int32(min(limit.rlim_cur, 50)))
+    if pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters) == 0 {
+      realtime.store(Int(parameters.sched_priority), ordering: .relaxed)
+    }
+  }
   private let healthy = Atomic<Bool>(true)
 
   /// `scheduledCapacity`: how many commands may wait for their sample at once (reserved here, so
@@ -586,6 +602,7 @@ public final class Player: @unchecked Sendable {
 
   private func renderLoop() {
     nameThisThread("rampd-render")
+    raisePriority()
     renderThread.store(currentThreadID(), ordering: .releasing)
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
     defer {

@@ -130,6 +130,7 @@ public final class Controller: @unchecked Sendable {
       "bufferFrames": .integer(output.bufferFrames), "pacing": .string(output.pacing.rawValue),
       "state": .string(player.deviceIsHealthy ? "playing" : "failed"),
       "underruns": .integer(player.deviceUnderruns),
+      "realtimePriority": .integer(player.realtimePriority),
     ]
     for (key, value) in outputNotes { object[key] = value }
     return object

@@ -29,7 +29,7 @@ final class DaemonProcess {
   init(
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
     bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false,
-    reusing earlier: String? = nil
+    reusing earlier: String? = nil, realtimeLimit: Int? = nil
   ) throws {
     ownsDirectory = earlier == nil
     directory =
@@ -63,6 +63,11 @@ final class DaemonProcess {
     try toml.write(toFile: "\(directory)/rampd.toml", atomically: true, encoding: .utf8)
     process.executableURL = URL(fileURLWithPath: Executables.rampd)
     process.arguments = ["--config", "\(directory)/rampd.toml"]
+    if let realtimeLimit {
+      // As systemd's LimitRTPRIO= does: prlimit sets it, then becomes rampd (the same process).
+      process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+      process.arguments = ["--rtprio=\(realtimeLimit)", "--", Executables.rampd] + process.arguments!
+    }
     var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
     environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
     environment.merge(extraEnvironment) { $1 }

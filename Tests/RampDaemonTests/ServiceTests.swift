@@ -55,6 +55,34 @@ import Testing
     #expect(plain.log.contains(" notice rampd") && !plain.log.contains("<5>"), "\(plain.log)")
   }
 
+  @Test func theRenderThreadRunsInRealTimeWhereTheLimitAllowsIt() throws {
+    // Without the limit it degrades to normal priority, and says so.
+    let plain = try DaemonProcess(realtimeLimit: 0)
+    #expect(try plain.client().request(["cmd": "status"]).result["output"]?["realtimePriority"]?.int == 0)
+    #expect(plain.stop() == 0)
+    // Raising RLIMIT_RTPRIO needs a hard limit that allows it (some containers pin it at 0).
+    var hard = rlimit()
+    getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &hard)
+    guard hard.rlim_max >= 20 else {
+      print("RLIMIT_RTPRIO's hard limit is \(hard.rlim_max) here: SCHED_FIFO not checked")
+      return
+    }
+    let allowed = try DaemonProcess(realtimeLimit: 20)
+    let output = try allowed.client().request(["cmd": "status"]).result["output"]
+    #expect(output?["realtimePriority"]?.int == 20, "\(output?.serialized() ?? "")")
+    // The kernel agrees: the render thread's policy is SCHED_FIFO (1), priority 20.
+    let tasks = "/proc/\(allowed.process.processIdentifier)/task"
+    let policies = try FileManager.default.contentsOfDirectory(atPath: tasks).compactMap { task -> (String, String)? in
+      let name = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8)
+      let fields = (try? String(contentsOfFile: "\(tasks)/\(task)/stat", encoding: .utf8))?.split(separator: ")").last?
+        .split(separator: " ")
+      guard let name, let fields, fields.count > 39 else { return nil }
+      return (name.trimmingCharacters(in: .whitespacesAndNewlines), "\(fields[38]) \(fields[37])")
+    }
+    #expect(policies.contains { $0.0 == "rampd-render" && $0.1 == "1 20" }, "\(policies)")
+    #expect(allowed.stop() == 0)
+  }
+
   @Test func sighupAppliesWhatItCanAndNamesWhatNeedsARestart() throws {
     let daemon = try DaemonProcess()
     let configuration = "\(daemon.directory)/rampd.toml"
