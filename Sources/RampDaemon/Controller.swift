@@ -114,12 +114,45 @@ public final class Controller: @unchecked Sendable {
         return .object(status)
       }
     case .batch(let requests):
-      submit(requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands") { results in
+      guard case .kept(let record) = save(request, respond: respond) else { return }
+      submit(requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands", record: record) {
+        results in
         ["results": .array(results)]
       }
     default:
-      submit([request.command], at: request.at, respond: respond, answerEarly: client.awaitsNoOtherReply) { $0[0] }
+      guard case .kept(let record) = save(request, respond: respond) else { return }
+      submit(
+        [request.command], at: request.at, respond: respond, answerEarly: client.awaitsNoOtherReply, record: record
+      ) { $0[0] }
     }
+  }
+
+  /// What `save` did: kept the schedule (nil: nothing to keep, no `at`), or refused the request.
+  private enum Saving {
+    case kept(SavedSchedule?)
+    case refused
+  }
+
+  /// A scheduled request is saved before it is queued, so it outlives a restart even though its
+  /// reply waits for its time (a timeline script's lines, say).
+  private func save(_ request: Request, respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void) -> Saving {
+    guard let at = request.at, let persistence else { return .kept(nil) }
+    let due: Double
+    switch at {
+    case .delay(let seconds): due = Date().timeIntervalSince1970 + seconds
+    case .date(let date): due = date
+    }
+    var saved = request
+    saved.id = nil
+    saved.at = nil
+    guard let id = persistence.add(saved.json.objectValue ?? [:], due: due) else {
+      respond(
+        .failure(
+          ProtocolError(
+            .internalError, field: "at", "the schedule could not be saved (see rampd's log); nothing was scheduled")))
+      return .refused
+    }
+    return .kept(SavedSchedule(id: id, due: due, rampSeconds: rampSeconds(of: request.command)))
   }
 
   private var outputStatus: JSONObject {
@@ -291,6 +324,7 @@ public final class Controller: @unchecked Sendable {
       let limit = configuration.limits.pendingScheduled
       guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
         scheduled.subtract(1, ordering: .relaxed)
+        if let record { persistence?.finish(record.id) }
         respond(
           .failure(
             ProtocolError(
@@ -351,6 +385,7 @@ public final class Controller: @unchecked Sendable {
     }
     if !accepted {
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if let record { persistence?.finish(record.id) }
       respond(.failure(ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")))
     } else if let foregone {
       respond(.success(combine([foregone])))

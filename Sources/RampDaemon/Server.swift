@@ -299,7 +299,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
       default:
         let controller = controller
         // Saving a schedule waits for the disk: that too runs off the event loop.
-        if !request.command.opensFiles && request.ack == .applied && queued.load(ordering: .acquiring) == 0 {
+        if !request.command.opensFiles && request.at == nil && queued.load(ordering: .acquiring) == 0 {
           controller.handle(request, from: self)
           return
         }

@@ -84,7 +84,8 @@ final class DaemonProcess {
     unlink(socket)
     try process.run()
     let deadline = Date().addingTimeInterval(20)
-    while !FileManager.default.fileExists(atPath: socket) {
+    // The socket file appears at bind, a moment before rampd listens: wait for a greeting.
+    while (try? LineClient(path: socket)) == nil {
       guard process.isRunning, Date() < deadline else {
         throw HarnessError("rampd did not start: \(readLog())")
       }
