@@ -88,7 +88,12 @@ let package = Package(
         .product(name: "PropertyBased", package: "swift-property-based"),
       ]
     ),
-    .testTarget(name: "RampDaemonTests", dependencies: ["RampDaemon", "RampProtocol", "RampEngine", "RampAudio"]),
+    .testTarget(
+      name: "RampDaemonTests",
+      dependencies: [
+        "RampDaemon", "RampProtocol", "RampEngine", "RampAudio", .product(name: "Logging", package: "swift-log"),
+      ]
+    ),
     // Counts heap allocations per thread, so tests can prove the render path makes none.
     .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
     .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationCounter"]),

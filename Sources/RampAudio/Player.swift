@@ -336,6 +336,22 @@ public final class Player: @unchecked Sendable {
   private let underrunCount = Atomic<Int>(0)
   /// False while the device is lost and being reopened.
   public var deviceIsHealthy: Bool { healthy.load(ordering: .relaxed) }
+
+  /// The render thread's SCHED_FIFO priority, or 0 when it runs at normal priority.
+  public var realtimePriority: Int { realtime.load(ordering: .relaxed) }
+  private let realtime = Atomic<Int>(0)
+
+  /// Real time for the render thread where the process may have it without privilege: up to its
+  /// RLIMIT_RTPRIO (systemd's LimitRTPRIO=), capped at 50 to stay below the kernel's own
+  /// threads. Without that limit (or when refused) it stays at normal priority.
+  private func raisePriority() {
+    var limit = rlimit()
+    guard getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &limit) == 0, limit.rlim_cur > 0 else { return }
+    var parameters = sched_param(sched_priority: Int32(min(limit.rlim_cur, 50)))
+    if pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters) == 0 {
+      realtime.store(Int(parameters.sched_priority), ordering: .relaxed)
+    }
+  }
   private let healthy = Atomic<Bool>(true)
 
   /// `scheduledCapacity`: how many commands may wait for their sample at once (reserved here, so
@@ -384,11 +400,15 @@ public final class Player: @unchecked Sendable {
 
   /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split
   /// there), or before the next block when nil or already past. False when the queue is full.
+  /// `wake` false leaves a render thread that waits for the clock asleep: the command still lands
+  /// on the next block's first sample, but whoever waits for its outcome waits for that block.
   @discardableResult
-  public func perform(at sample: Int64? = nil, _ body: @escaping @Sendable (RenderState) -> Void) -> Bool {
+  public func perform(
+    at sample: Int64? = nil, wake: Bool = true, _ body: @escaping @Sendable (RenderState) -> Void
+  ) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
     // Only a render thread waiting for the clock listens for it.
-    if output.pacing == .clock { commandBell.ring() }
+    if wake && output.pacing == .clock { commandBell.ring() }
     return accepted
   }
 
@@ -423,6 +443,10 @@ public final class Player: @unchecked Sendable {
   public func waitForEvents(timeout: Double) -> Bool {
     doorbell.wait(milliseconds: Int32(min(max(timeout, 0), 3600) * 1000))
   }
+
+  /// The doorbell's read end, for an event loop that waits for events itself (readable when the
+  /// render thread has posted some; whoever watches it reads the bytes, then drains `nextEvent`).
+  public var eventDescriptor: Int32 { doorbell.readEnd }
 
   /// Opens `path` now (so a bad file is refused here, with its name), then starts it as stream
   /// `id`: its gain at `gain`, faded in over `fadeIn` seconds with `curve` (or the declick ramp).
@@ -578,6 +602,7 @@ public final class Player: @unchecked Sendable {
 
   private func renderLoop() {
     nameThisThread("rampd-render")
+    raisePriority()
     renderThread.store(currentThreadID(), ordering: .releasing)
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
     defer {

@@ -123,8 +123,10 @@ public enum ReplyText {
       return "device-failed: \(message)"
     case .deviceRecovered(let device):
       return "device-recovered \(device)"
-    case .configReloaded:
-      return "config-reloaded"
+    case .configReloaded(let applied, let restartRequired):
+      let changed = applied.isEmpty ? "nothing changed" : "applied " + applied.joined(separator: ", ")
+      let later = restartRequired.isEmpty ? "" : "; restart needed for " + restartRequired.joined(separator: ", ")
+      return "config-reloaded: " + changed + later
     case .underrun(let stream):
       return "underrun" + (stream.map { " \($0)" } ?? " (output device)")
     case .value(let key, let value, let sample):

@@ -3,6 +3,7 @@ import Logging
 import RampAudio
 import RampEngine
 import RampProtocol
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -41,6 +42,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
   public var log = LogSettings()
   /// `[state]`: where state is persisted.
   public var state = StateSettings()
+  /// `[shutdown]`.
+  public var shutdown = ShutdownSettings()
 
   /// The defaults.
   public init() {}
@@ -172,6 +175,15 @@ public struct LogSettings: Sendable, Equatable {
   public init(level: Logger.Level = .info) { self.level = level }
 }
 
+/// `[shutdown]`.
+public struct ShutdownSettings: Sendable, Equatable {
+  /// Seconds over which SIGTERM or SIGINT fades every stream out before rampd exits (0: the
+  /// declick ramp only).
+  public var fade: Double = 0.3
+
+  public init(fade: Double = 0.3) { self.fade = fade }
+}
+
 /// `[state]`.
 public struct StateSettings: Sendable, Equatable {
   /// Nil (or `""`): see `resolvedPath`.
@@ -185,6 +197,10 @@ public struct StateSettings: Sendable, Equatable {
     environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
   ) -> String {
     if let path { return path }
+    // systemd's StateDirectory= (the first, when several are given).
+    if let directory = environment["STATE_DIRECTORY"]?.split(separator: ":").first, directory.hasPrefix("/") {
+      return directory + "/state.json"
+    }
     if !isRoot {
       if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/rampd/state.json" }
       if let home = environment["HOME"], home.hasPrefix("/"), home != "/" {
@@ -238,4 +254,16 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     if let key { text += "\(key): " }
     return text + message
   }
+}
+
+/// The running configuration: replaced whole when rampd reloads, read by whoever needs a value
+/// now (never the render thread).
+public final class LiveConfiguration: Sendable {
+  private let value: Mutex<DaemonConfiguration>
+
+  public init(_ configuration: DaemonConfiguration) { value = Mutex(configuration) }
+
+  public var current: DaemonConfiguration { value.withLock { $0 } }
+
+  func replace(with configuration: DaemonConfiguration) { value.withLock { $0 = configuration } }
 }

@@ -54,12 +54,13 @@ struct ConfigKey: Sendable {
 enum ConfigSchema {
   static let sections = [
     "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "limits", "media", "log", "state",
+    "shutdown",
   ]
   /// Sections that are arrays of tables (`[[mixer]]`).
   static let arraySections: Set<String> = ["mixer"]
 
   static let keys: [ConfigKey] =
-    socket + output + embeddedOutput + fade + implicit + gain + limits + media + log + state
+    socket + output + embeddedOutput + fade + implicit + gain + limits + media + log + state + shutdown
 
   static let keysByPath: [String: ConfigKey] = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0) })
   static let keysByEnvironmentName: [String: ConfigKey] = Dictionary(
@@ -330,6 +331,15 @@ enum ConfigSchema {
         builder.configuration.state.path = try ConfigParse.optionalAbsolutePath(value)
       },
       render: { ConfigText.quoted($0.state.path ?? "") }, computedDefault: true)
+  ]
+
+  static let shutdown: [ConfigKey] = [
+    ConfigKey(
+      section: "shutdown", name: "fade",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.shutdown.fade = try ConfigParse.duration(value, in: 0...10)
+      },
+      render: { ConfigText.durationValue($0.shutdown.fade) })
   ]
 
   // MARK: [[mixer]]

@@ -11,17 +11,22 @@ public protocol Client: AnyObject, Sendable {
   func reply(_ line: JSONValue)
   /// An event; a client that cannot keep up drops it rather than hold anyone up.
   func event(_ line: JSONValue)
+  /// Whether the request being handled is the only one of this client's still without a reply,
+  /// so a reply sent before the render thread has run it cannot overtake another.
+  var awaitsNoOtherReply: Bool { get }
 }
 
 /// Runs commands against the player and sends replies and events back: the daemon's middle.
 ///
 /// Commands are prepared on the calling thread (validation, opening files) and applied on the
-/// render thread, at the sample their `at` names or at the next block. A thread of its own waits
-/// on the player's doorbell and hands replies and events out, so the render thread never touches
+/// render thread, at the sample their `at` names or at the next block. Replies and events come
+/// back through the player's event queue and `deliverEvents`, so the render thread never touches
 /// a socket.
 public final class Controller: @unchecked Sendable {
   public let player: Player
-  public let configuration: DaemonConfiguration
+  /// The running configuration, replaced whole by `reload`.
+  public let live: LiveConfiguration
+  public var configuration: DaemonConfiguration { live.current }
   public let startedAt = Date()
   /// Extra facts `status` reports about the output (embedded file, …).
   public let outputNotes: JSONObject
@@ -30,11 +35,14 @@ public final class Controller: @unchecked Sendable {
   private let subscribers = Mutex<[ObjectIdentifier: Subscription]>([:])
   private let waits = Mutex<WaitRegistry>(WaitRegistry())
   private let scheduled = Atomic<Int>(0)
+  private let playing = Mutex<[String]>([])
+  /// Where model values and acknowledged schedules are kept across restarts (set before start).
+  public var persistence: Persistence?
+  /// The key paths whose model values are persisted.
+  public var persistedKeys: [String] = ["master.gain"]
   private let stopping = Atomic<Bool>(false)
-  private var pump: Thread?
   /// How many clients are connected (the server sets it).
   public var connectedClients: @Sendable () -> Int = { 0 }
-  private let pumpFinished = Atomic<Bool>(false)
 
   struct Subscription {
     weak var client: (any Client)?
@@ -43,23 +51,18 @@ public final class Controller: @unchecked Sendable {
 
   public init(player: Player, configuration: DaemonConfiguration, outputNotes: JSONObject = [:], logger: Logger) {
     self.player = player
-    self.configuration = configuration
+    live = LiveConfiguration(configuration)
     self.outputNotes = outputNotes
     self.logger = logger
-    preparation = Preparation(configuration: configuration, player: player, streamNames: StreamNames())
+    preparation = Preparation(live: live, player: player, streamNames: StreamNames())
   }
 
-  /// Starts the thread that hands replies and events out.
-  public func start() {
-    let thread = Thread { [self] in pumpEvents() }
-    thread.name = "rampd-events"
-    pump = thread
-    thread.start()
-  }
+  /// The streams playing (or paused), in the order they started, as the events told.
+  public var playingStreams: [String] { playing.withLock { $0 } }
 
+  /// Refuses further requests.
   public func shutdown() {
     stopping.store(true, ordering: .releasing)
-    while pump != nil && !pumpFinished.load(ordering: .acquiring) { usleep(1_000) }
   }
 
   // MARK: Requests
@@ -78,7 +81,13 @@ public final class Controller: @unchecked Sendable {
       respond(.failure(ProtocolError(.shuttingDown, "rampd is shutting down")))
       return
     }
+    if request.ack == .scheduled {
+      acknowledgeSchedule(request, respond: respond)
+      return
+    }
     switch request.command {
+    case .version:
+      respond(.success(Preparation.versionResult))
     case .subscribe(let kinds):
       respond(.success(subscribe(client, to: kinds)))
     case .unsubscribe(let kinds):
@@ -95,15 +104,55 @@ public final class Controller: @unchecked Sendable {
         status["output"] = .object(outputStatus)
         status["clients"] = .integer(connectedClients())
         status["subscribers"] = .integer(subscribers.withLock { $0.values.count { !$0.kinds.isEmpty } })
+        status["scheduled"] = .array(
+          (persistence?.snapshot.schedules ?? []).map { entry in
+            [
+              "schedule": .integer(entry.id), "due": .string(RFC3339.format(entry.due)),
+              "cmd": entry.request["cmd"] ?? .null, "started": .bool(entry.from != nil),
+            ]
+          })
         return .object(status)
       }
     case .batch(let requests):
-      submit(requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands") { results in
+      guard case .kept(let record) = save(request, respond: respond) else { return }
+      submit(requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands", record: record) {
+        results in
         ["results": .array(results)]
       }
     default:
-      submit([request.command], at: request.at, respond: respond) { $0[0] }
+      guard case .kept(let record) = save(request, respond: respond) else { return }
+      submit(
+        [request.command], at: request.at, respond: respond, answerEarly: client.awaitsNoOtherReply, record: record
+      ) { $0[0] }
     }
+  }
+
+  /// What `save` did: kept the schedule (nil: nothing to keep, no `at`), or refused the request.
+  private enum Saving {
+    case kept(SavedSchedule?)
+    case refused
+  }
+
+  /// A scheduled request is saved before it is queued, so it outlives a restart even though its
+  /// reply waits for its time (a timeline script's lines, say).
+  private func save(_ request: Request, respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void) -> Saving {
+    guard let at = request.at, let persistence else { return .kept(nil) }
+    let due: Double
+    switch at {
+    case .delay(let seconds): due = Date().timeIntervalSince1970 + seconds
+    case .date(let date): due = date
+    }
+    var saved = request
+    saved.id = nil
+    saved.at = nil
+    guard let id = persistence.add(saved.json.objectValue ?? [:], due: due) else {
+      respond(
+        .failure(
+          ProtocolError(
+            .internalError, field: "at", "the schedule could not be saved (see rampd's log); nothing was scheduled")))
+      return .refused
+    }
+    return .kept(SavedSchedule(id: id, due: due, rampSeconds: rampSeconds(of: request.command)))
   }
 
   private var outputStatus: JSONObject {
@@ -114,31 +163,168 @@ public final class Controller: @unchecked Sendable {
       "bufferFrames": .integer(output.bufferFrames), "pacing": .string(output.pacing.rawValue),
       "state": .string(player.deviceIsHealthy ? "playing" : "failed"),
       "underruns": .integer(player.deviceUnderruns),
+      "realtimePriority": .integer(player.realtimePriority),
     ]
     for (key, value) in outputNotes { object[key] = value }
     return object
   }
 
   /// Prepares `commands`, then applies them all at one sample on the render thread, or none.
+  // MARK: Saved schedules
+
+  /// A schedule kept in the state file: its id, and how long its ramp lasts once it starts.
+  struct SavedSchedule {
+    let id: UInt64
+    let due: Double
+    let rampSeconds: Double?
+  }
+
+  /// `"ack": "scheduled"`: checked, saved to disk, answered at once; it takes effect at its time
+  /// even if rampd restarts meanwhile.
+  private func acknowledgeSchedule(
+    _ request: Request, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
+  ) {
+    guard let persistence, let at = request.at else {
+      respond(.failure(ProtocolError(.internalError, field: "ack", "schedules cannot be saved")))
+      return
+    }
+    let due: Double
+    switch at {
+    case .delay(let seconds): due = Date().timeIntervalSince1970 + seconds
+    case .date(let date): due = date
+    }
+    var saved = request
+    saved.id = nil
+    saved.at = nil
+    saved.ack = .applied
+    let commands: [Command]
+    if case .batch(let requests) = request.command {
+      commands = requests.map(\.command)
+    } else {
+      commands = [request.command]
+    }
+    // Checked before it is saved, so a bad request is refused now rather than at its time.
+    for (index, command) in commands.enumerated() {
+      do {
+        _ = try preparation.prepare(command)
+      } catch {
+        respond(.failure(commands.count > 1 ? error.prefixed("commands[\(index)]") : error))
+        return
+      }
+    }
+    guard let id = persistence.add(saved.json.objectValue ?? [:], due: due) else {
+      respond(
+        .failure(
+          ProtocolError(
+            .internalError, field: "ack", "the schedule could not be saved (see rampd's log); nothing was scheduled")))
+      return
+    }
+    let record = SavedSchedule(id: id, due: due, rampSeconds: rampSeconds(of: request.command))
+    run(saved, record: record, at: .date(due), elapsed: 0)
+    respond(.success(["scheduled": .integer(id), "due": .string(RFC3339.format(due))]))
+  }
+
+  /// Re-arms the schedules saved by an earlier run. One whose time passed while rampd was down
+  /// takes effect now; a ramp among them starts as far along as it would be now (from the value
+  /// it started from, when it had started), and one that would be over lands on its end value.
+  public func restore(_ schedules: [PersistedSchedule]) {
+    let now = Date().timeIntervalSince1970
+    for entry in schedules {
+      let (_, parsed) = Request.parse(utf8: Array(JSONValue.object(entry.request).serialized().utf8))
+      guard case .success(var request) = parsed else {
+        logger.error("a saved schedule no longer parses; dropped", metadata: ["schedule": "\(entry.id)"])
+        persistence?.finish(entry.id)
+        continue
+      }
+      let ramp = rampSeconds(of: request.command)
+      let record = SavedSchedule(id: entry.id, due: entry.due, rampSeconds: ramp)
+      let late = now - entry.due
+      if late <= 0 {
+        run(request, record: record, at: .date(entry.due), elapsed: 0)
+        continue
+      }
+      logger.notice(
+        "a saved schedule's time passed while rampd was down; applying it now",
+        metadata: ["schedule": "\(entry.id)", "cmd": "\(request.command.name)", "late": "\(late)"])
+      if case .fade(var fade) = request.command, let ramp {
+        if entry.from != nil, fade.from == nil { fade.from = entry.from }
+        if late >= ramp { fade.duration = 0 }
+        request.command = .fade(fade)
+      }
+      run(request, record: record, at: nil, elapsed: ramp.map { min(late, $0) } ?? 0)
+    }
+  }
+
+  /// How long a command's ramp lasts once applied, when it has one.
+  private func rampSeconds(of command: Command) -> Double? {
+    switch command {
+    case .fade(let fade): return max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    default: return nil
+    }
+  }
+
+  /// Applies a saved schedule; its outcome goes to the log, since whoever asked is not waiting.
+  private func run(_ request: Request, record: SavedSchedule, at: Schedule?, elapsed: Double) {
+    let logger = logger
+    let name = request.command.name
+    let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { result in
+      switch result {
+      case .success: logger.info("schedule applied", metadata: ["schedule": "\(record.id)", "cmd": "\(name)"])
+      case .failure(let error):
+        logger.error(
+          "schedule refused when its time came", metadata: ["schedule": "\(record.id)", "error": "\(error.message)"])
+      }
+    }
+    if case .batch(let requests) = request.command {
+      submit(requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands", record: record) { _ in .null }
+    } else {
+      submit([request.command], at: at, respond: respond, record: record, elapsed: elapsed) { $0[0] }
+    }
+  }
+
+  /// After a saved schedule applied: a ramp keeps its entry until it ends.
+  private func applied(_ record: SavedSchedule, from: Double?) {
+    guard let persistence else { return }
+    let ends = record.due + (record.rampSeconds ?? 0)
+    let left = ends - Date().timeIntervalSince1970
+    guard let from, left > 0 else {
+      persistence.finish(record.id)
+      return
+    }
+    persistence.started(record.id, from: from)
+    DispatchQueue.global().asyncAfter(deadline: .now() + left) { persistence.finish(record.id) }
+  }
+
+  // MARK: Applying
+
   private func submit(
     _ commands: [Command], at schedule: Schedule?,
     respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
-    fieldPrefix: String? = nil, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+    fieldPrefix: String? = nil, answerEarly: Bool = false, record: SavedSchedule? = nil, elapsed: Double = 0,
+    combine: @escaping @Sendable ([JSONValue]) -> JSONValue
   ) {
     var operations: [Operation] = []
     for (index, command) in commands.enumerated() {
       do {
-        operations.append(try preparation.prepare(command))
+        operations.append(try preparation.prepare(command, elapsed: elapsed))
       } catch {
+        if let record { persistence?.finish(record.id) }
         respond(.failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error))
         return
       }
     }
+    let changesModels = commands.contains { $0.mayChangeModels }
+    let persistedKeys = persistence == nil ? [] : persistedKeys
+    let rampKey: String? = {
+      guard record?.rampSeconds != nil, case .fade(let fade) = commands.first, fade.then == nil else { return nil }
+      return fade.key
+    }()
     var sample: Int64?
     if let schedule {
       let limit = configuration.limits.pendingScheduled
       guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
         scheduled.subtract(1, ordering: .relaxed)
+        if let record { persistence?.finish(record.id) }
         respond(
           .failure(
             ProtocolError(
@@ -148,11 +334,31 @@ public final class Controller: @unchecked Sendable {
       sample = targetSample(for: schedule)
     }
     let all = operations
+    // A change that cannot fail on the render thread is acknowledged once queued, as MPD's
+    // setvol is: the round trip does not wait for the render thread.
+    let foregone = schedule == nil && all.count == 1 && answerEarly ? all[0].foregoneResult : nil
+    let logger = logger
     let ticket = DaemonTicket { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if !ticket.models.isEmpty { persistence?.record(values: ticket.models) }
+      if let record {
+        if case .success = ticket.result {
+          applied(record, from: ticket.rampFrom)
+        } else {
+          persistence?.finish(record.id)
+        }
+      }
+      guard foregone == nil else {
+        if case .failure(let error) = ticket.result {
+          logger.error("an acknowledged command failed", metadata: ["error": "\(error.message)"])
+        }
+        return
+      }
       respond(ticket.result.map { combine($0.arrayValue ?? []) })
     }
-    let accepted = player.perform(at: sample) { state in
+    // An acknowledged change lands on the next block's first sample whether or not the render
+    // thread is woken for it now.
+    let accepted = player.perform(at: sample, wake: foregone == nil) { state in
       defer { state.complete(ticket) }
       for (index, operation) in all.enumerated() {
         if let error = operation.check(state) {
@@ -160,7 +366,13 @@ public final class Controller: @unchecked Sendable {
           return
         }
       }
+      if let rampKey { ticket.rampFrom = try? state.engine.presentation(rampKey) }
       var results: [JSONValue] = []
+      defer {
+        if changesModels {
+          for key in persistedKeys { ticket.models[key] = try? state.engine.model(key) }
+        }
+      }
       for (index, operation) in all.enumerated() {
         do throws(ProtocolError) {
           results.append(try operation.apply(state, ticket))
@@ -173,7 +385,10 @@ public final class Controller: @unchecked Sendable {
     }
     if !accepted {
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if let record { persistence?.finish(record.id) }
       respond(.failure(ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")))
+    } else if let foregone {
+      respond(.success(combine([foregone])))
     }
   }
 
@@ -298,12 +513,10 @@ public final class Controller: @unchecked Sendable {
     for client in targets { client.event(line) }
   }
 
-  private func pumpEvents() {
-    defer { pumpFinished.store(true, ordering: .releasing) }
-    while !stopping.load(ordering: .acquiring) {
-      player.waitForEvents(timeout: 0.25)
-      while let event = player.nextEvent() { dispatch(event) }
-    }
+  /// Hands out every reply and event the render thread has posted. The server calls it on its
+  /// event loop whenever `player.eventDescriptor` becomes readable.
+  public func deliverEvents() {
+    while let event = player.nextEvent() { dispatch(event) }
   }
 
   private func dispatch(_ event: PlayerEvent) {
@@ -322,9 +535,11 @@ public final class Controller: @unchecked Sendable {
       let finished = waits.withLock { $0.finish(report.id, finished: report.finished) }
       for waiter in finished { waiter.respond(.success(["animations": .array(waiter.describe)])) }
     case .streamStarted(let id, let path):
+      playing.withLock { $0.append(id) }
       logger.info("stream started", metadata: ["stream": "\(id)", "path": "\(path)"])
       broadcast(.streamStarted(stream: id, path: path))
     case .streamEnded(let id, let reason):
+      playing.withLock { $0.removeAll { $0 == id } }
       logger.info("stream ended", metadata: ["stream": "\(id)", "reason": "\(reason.rawValue)"])
       broadcast(.streamEnded(stream: id, reason: RampProtocol.StreamEndReason(rawValue: reason.rawValue) ?? .failed))
     case .underrun(let stream):
@@ -381,5 +596,16 @@ struct WaitRegistry {
       }
     }
     return done
+  }
+}
+
+extension Command {
+  /// Whether applying it may change a model value (what is persisted).
+  var mayChangeModels: Bool {
+    switch self {
+    case .set, .fade, .cancel: true
+    case .batch(let requests): requests.contains { $0.command.mayChangeModels }
+    default: false
+    }
   }
 }

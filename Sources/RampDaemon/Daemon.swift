@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
@@ -16,11 +17,18 @@ public final class Daemon: @unchecked Sendable {
   public let embeddedFile: String?
   private let logger: Logger
   private var mixers: [MixerDriver] = []
+  /// The service manager (systemd), when it started us.
+  public let notifier: ServiceNotifier
+  private var watchdog: RepeatedTask?
+  private let master: PublishedValue
+  /// What the state file held at start.
+  private let restored: PersistentState
 
   /// Opens the output and prepares the server; nothing plays or listens until `start`.
   public init(configuration: DaemonConfiguration, environment: [String: String], logger: Logger) throws {
     self.configuration = configuration
     self.logger = logger
+    notifier = ServiceNotifier(environment: environment)
     let isRoot = geteuid() == 0
     var notes: JSONObject = ["embedded": false]
     do {
@@ -43,9 +51,15 @@ public final class Daemon: @unchecked Sendable {
     }
     controller = Controller(player: player, configuration: configuration, outputNotes: notes, logger: logger)
     let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
-    server = Server(path: socketPath, controller: controller, configuration: configuration, logger: logger)
+    server = Server(path: socketPath, controller: controller, logger: logger)
     let server = server
     controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
+    master = player.publish("master.gain")
+    let store = StateStore(
+      path: configuration.state.resolvedPath(environment: environment, isRoot: isRoot), logger: logger)
+    restored = store.load()
+    controller.persistence = Persistence(saver: StateSaver(store: store, logger: logger), restored: restored)
+    controller.persistedKeys = ["master.gain"] + configuration.mixers.map(\.keyPath)
   }
 
   /// ALSA's `file` plugin over `null`, paced by the clock: a real ALSA PCM that needs no card, and
@@ -70,8 +84,8 @@ public final class Daemon: @unchecked Sendable {
     let transaction = configuration.transaction
     player.perform { state in state.engine.defaultTransaction = transaction }
     player.start()
-    controller.start()
     startMixers()
+    restoreState()
     if let inheritedSocket {
       try server.start(inheritedDescriptor: inheritedSocket)
     } else {
@@ -85,14 +99,112 @@ public final class Daemon: @unchecked Sendable {
         "rate": "\(output.rate)", "format": "\(output.format.rawValue)", "period": "\(output.periodFrames)",
         "buffer": "\(output.bufferFrames)", "pacing": "\(output.pacing.rawValue)",
       ])
+    notifier.ready(status: statusLine)
+    startWatchdog()
+  }
+
+  /// The saved model values (applied at once, before anything plays) and schedules.
+  private func restoreState() {
+    let keys = controller.persistedKeys
+    let values = restored.values.filter { keys.contains($0.key) }
+    if !values.isEmpty {
+      player.perform { state in
+        for (key, value) in values {
+          guard let range = try? state.engine.range(key) else { continue }
+          _ = try? state.engine.set(key, to: min(max(value, range.lowerBound), range.upperBound), transaction: .instant)
+        }
+      }
+    }
+    controller.restore(restored.schedules)
+    if !values.isEmpty || !restored.schedules.isEmpty {
+      logger.notice(
+        "state restored",
+        metadata: ["values": "\(values.count)", "schedules": "\(restored.schedules.count)"])
+    }
+  }
+
+  /// What `systemctl status` shows: what plays, the master gain, where it goes.
+  public var statusLine: String {
+    let streams = controller.playingStreams
+    let playing =
+      streams.isEmpty
+      ? "idle" : "playing \(streams.count) stream\(streams.count == 1 ? "" : "s"): \(streams.joined(separator: ", "))"
+    let gain = master.latest.value
+    let level = gain.isNaN ? "" : String(format: "; master.gain %.3f", gain)
+    return playing + level + "; output " + (embeddedFile.map { "embedded WAV \($0)" } ?? player.output.device)
+  }
+
+  /// Feeds systemd's watchdog from the event loop, and only while the render loop has rendered
+  /// since the last time: a stalled render thread or event loop gets the service restarted.
+  private func startWatchdog() {
+    guard notifier.isActive else { return }
+    let every = min((notifier.watchdogInterval ?? 10) / 2, 5)
+    let feeder = WatchdogFeeder()
+    watchdog = server.eventLoop.scheduleRepeatedTask(
+      initialDelay: .zero, delay: .milliseconds(Int64(every * 1000))
+    ) { [weak self] _ in
+      guard let self else { return }
+      feeder.tick(blocks: player.blocksRendered, status: statusLine, notifier: notifier, logger: logger)
+    }
+  }
+
+  /// Applies what can change while running (see config/README.md, "Reloading") and says which
+  /// changed keys need a restart. Subscribers get a `config-reloaded` event.
+  @discardableResult
+  public func reload(_ new: DaemonConfiguration) -> (applied: [String], restartRequired: [String]) {
+    let old = controller.configuration
+    var merged = old
+    merged.fades = new.fades
+    merged.transaction = new.transaction
+    merged.limits = new.limits
+    merged.limits.pendingScheduled = old.limits.pendingScheduled
+    merged.media = new.media
+    merged.log = new.log
+    merged.shutdown = new.shutdown
+    var applied: [String] = []
+    var restartRequired: [String] = []
+    for key in ConfigSchema.keys where key.render(old) != key.render(new) {
+      if key.render(merged) == key.render(new) { applied.append(key.path) } else { restartRequired.append(key.path) }
+    }
+    if old.mixers != new.mixers { restartRequired.append("mixer") }
+    controller.live.replace(with: merged)
+    let transaction = merged.transaction
+    player.perform { state in state.engine.defaultTransaction = transaction }
+    logger.notice(
+      "configuration reloaded",
+      metadata: [
+        "applied": "\(applied.isEmpty ? "nothing changed" : applied.joined(separator: ","))",
+        "restart-required": "\(restartRequired.joined(separator: ","))",
+      ])
+    controller.broadcast(.configReloaded(applied: applied, restartRequired: restartRequired))
+    return (applied, restartRequired)
+  }
+
+  /// SIGTERM's way out: refuse requests, fade every stream out (`[shutdown] fade`), let the
+  /// output play what it holds, then stop.
+  public func stopGracefully() {
+    notifier.stopping(status: "stopping: fading out")
+    controller.shutdown()
+    let configuration = controller.configuration
+    if !controller.playingStreams.isEmpty {
+      let fade = max(configuration.shutdown.fade, configuration.declick)
+      logger.notice("stopping: fading out", metadata: ["fade": "\(fade)"])
+      player.stop(nil, fade: fade, curve: configuration.fades.curve)
+      // The streams end when their fade has been rendered; the output then drains in `shutdown`.
+      let deadline = Date().addingTimeInterval(fade + 1)
+      while !controller.playingStreams.isEmpty && Date() < deadline { usleep(5_000) }
+    }
+    shutdown()
   }
 
   /// Stops accepting, lets the output drain, and stops every thread.
   public func shutdown() {
+    watchdog?.cancel()
     server.shutdown()
     controller.shutdown()
     for mixer in mixers { mixer.stop() }
     player.shutdown()
+    controller.persistence?.saver.close()
     logger.notice("rampd stopped")
   }
 
@@ -105,6 +217,29 @@ public final class Daemon: @unchecked Sendable {
       } catch {
         logger.error("mixer binding unusable; skipped", metadata: ["mixer": "\(binding.name)", "error": "\(error)"])
       }
+    }
+  }
+}
+
+/// The watchdog's memory between ticks (event loop only).
+final class WatchdogFeeder: @unchecked Sendable {
+  private var lastBlocks = -1
+  private var lastStatus = ""
+  private var stalled = false
+
+  func tick(blocks: Int, status: String, notifier: ServiceNotifier, logger: Logger) {
+    if blocks != lastBlocks {
+      if notifier.watchdogInterval != nil { notifier.watchdog() }
+      if stalled { logger.notice("render loop running again") }
+      stalled = false
+    } else if !stalled {
+      stalled = true
+      logger.error("render loop stalled: not feeding the watchdog")
+    }
+    lastBlocks = blocks
+    if status != lastStatus {
+      notifier.status(status)
+      lastStatus = status
     }
   }
 }

@@ -8,13 +8,18 @@ import RampProtocol
 struct Operation: Sendable {
   let check: @Sendable (RenderState) -> ProtocolError?
   let apply: @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
+  /// The result, when it is known before the render thread applies the change because nothing
+  /// there can make it fail (an instant `set` of master.gain): the reply need not wait for it.
+  let foregoneResult: JSONValue?
 
   init(
     check: @escaping @Sendable (RenderState) -> ProtocolError? = { _ in nil },
+    foregoneResult: JSONValue? = nil,
     apply: @escaping @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
   ) {
     self.check = check
     self.apply = apply
+    self.foregoneResult = foregoneResult
   }
 }
 
@@ -25,6 +30,10 @@ final class DaemonTicket: CommandTicket, @unchecked Sendable {
   var events: [Event] = []
   /// The animations a `wait` must see end (set on the render thread, read on the event thread).
   var awaited: [UInt64]?
+  /// Model values of the persisted key paths after the command, when it may have changed them.
+  var models: [String: Double] = [:]
+  /// A ramp's key path value just before the command applied (for a saved schedule).
+  var rampFrom: Double?
   let deliver: @Sendable (DaemonTicket) -> Void
 
   init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {

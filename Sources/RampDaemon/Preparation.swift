@@ -6,11 +6,13 @@ import Synchronization
 /// Turns commands into operations: everything that can be checked without the render thread's
 /// state is checked here, with the configuration's defaults and limits; files are opened here.
 struct Preparation: Sendable {
-  let configuration: DaemonConfiguration
+  let live: LiveConfiguration
+  var configuration: DaemonConfiguration { live.current }
   let player: Player
   let streamNames: StreamNames
 
-  func prepare(_ command: Command) throws(ProtocolError) -> Operation {
+  /// `elapsed`: seconds a fade is already under way (a saved schedule applied late).
+  func prepare(_ command: Command, elapsed: Double = 0) throws(ProtocolError) -> Operation {
     switch command {
     case .ping:
       return Operation { _, _ in ["pong": true] }
@@ -33,7 +35,7 @@ struct Preparation: Sendable {
           return ["stream": .string(seek.stream), "position": .number(seek.position)]
         })
     case .fade(let fade):
-      return try prepare(fade)
+      return try prepare(fade, elapsed: elapsed)
     case .set(let set):
       return try prepare(set)
     case .get(let key):
@@ -172,9 +174,11 @@ struct Preparation: Sendable {
 
   // MARK: Ramps
 
-  private func prepare(_ fade: Fade) throws(ProtocolError) -> Operation {
+  private func prepare(_ fade: Fade, elapsed: Double = 0) throws(ProtocolError) -> Operation {
     // A fade of 0 s is as quick as is click-free: the declick ramp.
-    let duration = max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    let full = max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    // A transport fade cannot start part-way: what is left of it runs.
+    let duration = fade.then == nil ? full : max(full - elapsed, configuration.declick)
     let curve = fade.curve ?? configuration.fades.curve
     let space = fade.space ?? configuration.fades.space
     if let then = fade.then {
@@ -217,6 +221,8 @@ struct Preparation: Sendable {
           if case .basic(let basic) = ramp.content, basic.from == nil {
             ramp.content = .basic(BasicAnimation(from: try engine.presentation(key), to: basic.to))
           }
+          // Begun `elapsed` seconds ago, it is as far along as it would be had it started on time.
+          if elapsed > 0 { ramp.timing.beginTime = Double(engine.now) / engine.sampleRate - elapsed }
           try engine.set(key, to: fade.to, transaction: .instant)
           let id = try engine.add(ramp, forKey: name, to: key, continuity: continuity)
           ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: engine.now))
@@ -242,8 +248,13 @@ struct Preparation: Sendable {
     if let continuity = set.continuity { transaction.continuity = continuity }
     let chosen = transaction
     let key = set.key
+    // master.gain always exists and its range is checked above; an instant change starts no
+    // animation, so the engine has nothing left to refuse.
+    let instant = chosen.disableActions || chosen.duration == 0
     return Operation(
       check: { state in Self.checkKey(key, value: set.value, field: "value", in: state) },
+      foregoneResult: key == "master.gain" && instant
+        ? ["key": .string(key), "animation": .null, "value": .number(set.value)] : nil,
       apply: {
         state, ticket throws(ProtocolError) in
         do throws(EngineError) {

@@ -10,19 +10,22 @@ import Synchronization
 public final class Server: @unchecked Sendable {
   public let path: String
   private let controller: Controller
-  private let configuration: DaemonConfiguration
+  private var configuration: DaemonConfiguration { controller.configuration }
   private let logger: Logger
   private let group: MultiThreadedEventLoopGroup
   private var channel: Channel?
+  private var bell: Channel?
   let clientCount = Atomic<Int>(0)
 
-  public init(path: String, controller: Controller, configuration: DaemonConfiguration, logger: Logger) {
+  public init(path: String, controller: Controller, logger: Logger) {
     self.path = path
     self.controller = controller
-    self.configuration = configuration
     self.logger = logger
     group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
   }
+
+  /// The loop that serves every connection (and hands replies out).
+  public var eventLoop: EventLoop { group.next() }
 
   /// Binds the socket (replacing a stale one), sets its mode and group, and starts accepting.
   public func start() throws {
@@ -31,14 +34,32 @@ public final class Server: @unchecked Sendable {
     let channel = try bootstrap().bind(unixDomainSocketPath: path).wait()
     try applyPermissions()
     self.channel = channel
+    try watchEvents()
   }
 
   /// Serves on a socket that systemd (or a test harness) already bound and listens on.
   public func start(inheritedDescriptor descriptor: CInt) throws {
     channel = try bootstrap().withBoundSocket(descriptor).wait()
+    try watchEvents()
+  }
+
+  /// Replies and events are handed out on the event loop itself, woken by the player's doorbell:
+  /// a reply crosses from the render thread straight to the loop that writes it.
+  private func watchEvents() throws {
+    let descriptor = dup(controller.player.eventDescriptor)
+    guard descriptor >= 0 else { throw ServerError("cannot watch the player's events: \(errnoText())") }
+    let controller = controller
+    bell = try NIOPipeBootstrap(group: group)
+      .channelInitializer { channel in
+        channel.eventLoop.makeCompletedFuture {
+          try channel.pipeline.syncOperations.addHandler(EventBell(controller: controller))
+        }
+      }
+      .takingOwnershipOfDescriptor(input: descriptor).wait()
   }
 
   public func shutdown() {
+    try? bell?.close().wait()
     try? channel?.close().wait()
     try? group.syncShutdownGracefully()
     if channel?.localAddress?.pathname == path { unlink(path) }
@@ -46,13 +67,14 @@ public final class Server: @unchecked Sendable {
 
   private func bootstrap() -> ServerBootstrap {
     let controller = controller
-    let configuration = configuration
     let logger = logger
     let clients = self
     return ServerBootstrap(group: group)
       .serverChannelOption(.backlog, value: 64)
       .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
       .childChannelInitializer { channel in
+        // Read per connection, so a reload's limits apply to the next one.
+        let configuration = controller.configuration
         let limit = configuration.limits.clients
         guard clients.clientCount.add(1, ordering: .relaxed).newValue <= limit else {
           clients.clientCount.subtract(1, ordering: .relaxed)
@@ -62,7 +84,7 @@ public final class Server: @unchecked Sendable {
           }
         }
         channel.closeFuture.whenComplete { _ in clients.clientCount.subtract(1, ordering: .relaxed) }
-        let session = Session(channel: channel, controller: controller, configuration: configuration, logger: logger)
+        let session = Session(channel: channel, controller: controller, logger: logger)
         return channel.pipeline.eventLoop.makeCompletedFuture {
           try channel.pipeline.syncOperations.addHandler(
             ByteToMessageHandler(LineDecoder(maximumLength: configuration.limits.lineLength)))
@@ -179,6 +201,18 @@ struct LineDecoder: ByteToMessageDecoder {
   }
 }
 
+/// Delivers the render thread's replies and events whenever its doorbell rings.
+final class EventBell: ChannelInboundHandler, Sendable {
+  typealias InboundIn = ByteBuffer
+  let controller: Controller
+
+  init(controller: Controller) { self.controller = controller }
+
+  func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
+
+  func channelReadComplete(context: ChannelHandlerContext) { controller.deliverEvents() }
+}
+
 /// Says why a connection is refused, instead of the greeting, and closes it.
 final class Refusal: ChannelInboundHandler, Sendable {
   typealias InboundIn = ByteBuffer
@@ -207,13 +241,17 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
 
   private let channel: Channel
   private let controller: Controller
-  private let configuration: DaemonConfiguration
+  private var configuration: DaemonConfiguration { controller.configuration }
   private let logger: Logger
   /// Observed key paths (event-loop thread only).
   private var observers: [String: Observer] = [:]
-  /// Commands run here, in the order they came, so opening a file never stalls the event loop
-  /// that serves every client.
+  /// Commands that open files run here, so that never stalls the event loop that serves every
+  /// client; the others run on the event loop, unless one of this connection's is still queued
+  /// here (its commands take effect in the order they came).
   private let commands = DispatchQueue(label: "rampd.session")
+  private let queued = Atomic<Int>(0)
+  /// Requests read and not yet answered.
+  private let unanswered = Atomic<Int>(0)
 
   /// Lives on the connection's event loop only.
   final class Observer: @unchecked Sendable {
@@ -223,10 +261,9 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     init(published: PublishedValue) { self.published = published }
   }
 
-  init(channel: Channel, controller: Controller, configuration: DaemonConfiguration, logger: Logger) {
+  init(channel: Channel, controller: Controller, logger: Logger) {
     self.channel = channel
     self.controller = controller
-    self.configuration = configuration
     self.logger = logger
   }
 
@@ -246,6 +283,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     let line = unwrapInboundIn(data)
     let bytes = line.readableBytesView
     if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
+    // Every request gets exactly one reply, through `reply`.
+    unanswered.add(1, ordering: .relaxed)
     let (id, result) = Request.parse(
       utf8: bytes, options: ParseOptions(decibelFloor: configuration.fades.decibelFloor))
     switch result {
@@ -259,7 +298,16 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
         reply(unobserve(key, id: request.id))
       default:
         let controller = controller
-        commands.async { [self] in controller.handle(request, from: self) }
+        // Saving a schedule waits for the disk: that too runs off the event loop.
+        if !request.command.opensFiles && request.at == nil && queued.load(ordering: .acquiring) == 0 {
+          controller.handle(request, from: self)
+          return
+        }
+        queued.add(1, ordering: .relaxed)
+        commands.async { [self] in
+          controller.handle(request, from: self)
+          queued.subtract(1, ordering: .releasing)
+        }
       }
     }
   }
@@ -279,7 +327,12 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
 
   // MARK: Client
 
-  func reply(_ line: JSONValue) { write(line) }
+  func reply(_ line: JSONValue) {
+    unanswered.subtract(1, ordering: .relaxed)
+    write(line)
+  }
+
+  var awaitsNoOtherReply: Bool { unanswered.load(ordering: .relaxed) == 1 }
 
   func event(_ line: JSONValue) {
     // A subscriber that does not read loses events instead of holding the daemon's memory.
@@ -348,5 +401,16 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private func stop(_ observer: Observer) {
     observer.task?.cancel()
     controller.player.unpublish(observer.published)
+  }
+}
+
+extension Command {
+  /// Whether preparing it opens files (so it may block on a slow disk).
+  var opensFiles: Bool {
+    switch self {
+    case .play: true
+    case .batch(let requests): requests.contains { $0.command.opensFiles }
+    default: false
+    }
   }
 }

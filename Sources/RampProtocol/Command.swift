@@ -5,13 +5,22 @@ public struct Request: Sendable, Equatable {
   /// Any JSON scalar the client chose (a number or a string, usually); echoed in the reply.
   public var id: JSONValue?
   public var at: Schedule?
+  /// When a scheduled request is answered: when it takes effect (the default), or at once, when
+  /// it is scheduled and saved (`"ack": "scheduled"`; it then survives a restart of rampd).
+  public var ack: Acknowledgement
   public var command: Command
 
-  public init(id: JSONValue? = nil, at: Schedule? = nil, _ command: Command) {
+  public init(id: JSONValue? = nil, at: Schedule? = nil, ack: Acknowledgement = .applied, _ command: Command) {
     self.id = id
     self.at = at
+    self.ack = ack
     self.command = command
   }
+}
+
+/// `"ack"`: what a scheduled request's reply waits for.
+public enum Acknowledgement: String, Sendable, Equatable, CaseIterable {
+  case applied, scheduled
 }
 
 public enum Command: Sendable, Equatable {

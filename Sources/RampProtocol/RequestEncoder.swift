@@ -7,6 +7,7 @@ extension Request {
     var object = JSONObject()
     if let id { object["id"] = id }
     if let at { object["at"] = at.json }
+    if ack == .scheduled { object["ack"] = .string(ack.rawValue) }
     object["cmd"] = .string(command.name)
     command.encodeFields(into: &object)
     return .object(object)

@@ -55,7 +55,7 @@ struct RequestParser {
   let prefix: String
   let options: ParseOptions
 
-  static let commonKeys = ["id", "cmd", "at"]
+  static let commonKeys = ["id", "cmd", "at", "ack"]
 
   static func id(_ object: JSONObject) throws(ProtocolError) -> JSONValue? {
     guard let id = object["id"], id != .null else { return nil }
@@ -72,7 +72,7 @@ struct RequestParser {
   func request(_ object: JSONObject, inBatch: Bool) throws(ProtocolError) -> Request {
     let name = try commandName(object)
     if inBatch {
-      for key in ["id", "at"] where object[key].map({ $0 != .null }) == true {
+      for key in ["id", "at", "ack"] where object[key].map({ $0 != .null }) == true {
         throw .at(prefix + key, .invalidField, "commands in a batch take no \(key); give it to the batch")
       }
       if Command.notInBatch.contains(name) {
@@ -86,7 +86,17 @@ struct RequestParser {
     let at = try object["at"].flatMap { $0 == .null ? nil : $0 }.map { value throws(ProtocolError) in
       try Schedule.parse(value, field: prefix + "at")
     }
-    return Request(id: id, at: at, try command(name, object))
+    var ack = Acknowledgement.applied
+    if let value = object["ack"], value != .null {
+      guard case .string(let text) = value, let chosen = Acknowledgement(rawValue: text) else {
+        throw .at(prefix + "ack", .invalidField, "ack: expected \"applied\" or \"scheduled\", got \(describe(value))")
+      }
+      if chosen == .scheduled && at == nil {
+        throw .at(prefix + "ack", .invalidField, "ack: \"scheduled\" needs \"at\"")
+      }
+      ack = chosen
+    }
+    return Request(id: id, at: at, ack: ack, try command(name, object))
   }
 
   private func commandName(_ object: JSONObject) throws(ProtocolError) -> String {

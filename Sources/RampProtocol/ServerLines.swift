@@ -61,7 +61,9 @@ public enum Event: Sendable, Equatable {
   case streamEnded(stream: String, reason: StreamEndReason, message: String? = nil)
   case deviceFailed(message: String)
   case deviceRecovered(device: String)
-  case configReloaded
+  /// `applied`: the keys whose new values took effect; `restartRequired`: changed keys that take
+  /// effect only when rampd restarts.
+  case configReloaded(applied: [String], restartRequired: [String])
   /// `stream` nil: the output device itself ran dry.
   case underrun(stream: String?)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
@@ -110,8 +112,9 @@ public enum Event: Sendable, Equatable {
       object["message"] = .string(message)
     case .deviceRecovered(let device):
       object["device"] = .string(device)
-    case .configReloaded:
-      break
+    case .configReloaded(let applied, let restartRequired):
+      object["applied"] = .array(applied.map(JSONValue.string))
+      object["restartRequired"] = .array(restartRequired.map(JSONValue.string))
     case .underrun(let stream):
       object["stream"] = stream.map(JSONValue.string)
     case .value(let key, let value, let sample):
@@ -146,7 +149,10 @@ public enum Event: Sendable, Equatable {
         stream: try fields.string("stream"), reason: reason, message: fields.optionalString("message"))
     case "device-failed": return .deviceFailed(message: try fields.string("message"))
     case "device-recovered": return .deviceRecovered(device: try fields.string("device"))
-    case "config-reloaded": return .configReloaded
+    case "config-reloaded":
+      // A server that leaves the lists out named nothing.
+      return .configReloaded(
+        applied: try fields.optionalStrings("applied"), restartRequired: try fields.optionalStrings("restartRequired"))
     case "underrun": return .underrun(stream: fields.optionalString("stream"))
     case "value":
       return .value(
@@ -217,6 +223,18 @@ private struct ServerFields {
   }
 
   func optionalString(_ key: String) -> String? { object[key]?.stringValue }
+
+  /// An array of strings, or empty when absent.
+  func optionalStrings(_ key: String) throws(ProtocolError) -> [String] {
+    guard let value = object[key] else { return [] }
+    guard case .array(let items) = value else { throw missing(key, "an array of strings") }
+    var names: [String] = []
+    for item in items {
+      guard case .string(let name) = item else { throw missing(key, "an array of strings") }
+      names.append(name)
+    }
+    return names
+  }
 
   func bool(_ key: String) throws(ProtocolError) -> Bool {
     guard case .bool(let flag)? = object[key] else { throw missing(key, "true or false") }

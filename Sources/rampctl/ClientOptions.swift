@@ -56,10 +56,50 @@ struct RampOptions: ParsableArguments {
 
   @Option(help: ArgumentHelp("The animation's name on the key path (default: fade); a new one replaces it."))
   var name: String?
+
+  @Option(
+    help: ArgumentHelp(
+      "Take effect later: a time of day (23:00, 07:30:15: the next to come, local time), an RFC 3339 date, or a "
+        + "delay (20m, 90s). rampd saves the schedule, so it survives a restart; rampctl returns at once.",
+      valueName: "when"))
+  var at: String?
+
+  /// `request` scheduled by `--at` (and saved by rampd), if given.
+  func scheduled(_ request: Request) throws -> Request {
+    guard let at else { return request }
+    var scheduled = request
+    scheduled.at = try Parse.when(at, "--at")
+    scheduled.ack = .scheduled
+    return scheduled
+  }
 }
 
 /// Turning typed text into protocol values; every refusal names the option, as a usage error.
 enum Parse {
+  /// `--at`: `HH:MM[:SS]` (the next such local time), an RFC 3339 date, or a delay.
+  static func when(_ text: String, _ option: String, now: Date = Date()) throws -> Schedule {
+    let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+    if (2...3).contains(parts.count), let hour = Int(parts[0]), let minute = Int(parts[1]),
+      (0..<24).contains(hour), (0..<60).contains(minute), parts[1].count == 2
+    {
+      let second = parts.count == 3 ? Int(parts[2]) : 0
+      guard let second, (0..<60).contains(second), parts.count == 2 || parts[2].count == 2 else {
+        throw ValidationError("\(option): '\(text)' is not a time of day (HH:MM or HH:MM:SS)")
+      }
+      let calendar = Calendar.current
+      let today = calendar.date(bySettingHour: hour, minute: minute, second: second, of: now)!
+      let next = today > now ? today : calendar.date(byAdding: .day, value: 1, to: today)!
+      return .date(next.timeIntervalSince1970)
+    }
+    if let date = RFC3339.parse(text) { return .date(date) }
+    do {
+      return .delay(try HumanUnits.duration(text, option: option))
+    } catch {
+      throw ValidationError(
+        "\(option): '\(text)' is neither a time of day (23:00), an RFC 3339 date nor a delay (20m)")
+    }
+  }
+
   static func gain(_ text: String, _ option: String) throws -> Double {
     do { return try HumanUnits.gain(text, option: option) } catch { throw usage(error) }
   }

@@ -88,8 +88,13 @@ struct ClientRun {
     let reply = try connection.reply(to: id, deadline: Self.deadline(for: request)) { other throws(ClientFailure) in
       if case .event(.streamEnded(let stream, _, _)) = other.line { ended.append(stream) }
     }
+    if !options.json, let schedule = reply.result["scheduled"]?.numberValue, let due = reply.result["due"]?.stringValue
+    {
+      Output.print("scheduled (#\(ReplyText.number(.number(schedule)))): takes effect at \(due)")
+      return
+    }
     Output.print(options.json ? reply.text : command.summary(of: reply.result))
-    guard var wait = command.rampWait(for: reply.result) else { return }
+    guard request.ack == .applied, var wait = command.rampWait(for: reply.result) else { return }
     if !collectEnds { wait.streams = [] }
     try RampWaiter(connection: connection, json: options.json).wait(for: wait, alreadyEnded: ended)
   }
@@ -97,6 +102,7 @@ struct ClientRun {
   /// A scheduled request replies when it takes effect, so its deadline moves with its `at`.
   static func deadline(for request: Request) -> Date {
     var seconds = replyTimeout
+    if request.ack == .scheduled { return Date().addingTimeInterval(seconds) }
     switch request.at {
     case .delay(let delay)?: seconds += delay
     case .date(let date)?: seconds += max(date - Date().timeIntervalSince1970, 0)

@@ -16,7 +16,7 @@ extension RampOptions {
       kind: kind, key: Parse.keyPath(key), from: try Parse.gain(from, "--from"), to: to,
       duration: try Parse.duration(duration, "--duration"), curve: try Parse.curve(curve),
       space: try Parse.space(space), continuity: slope ? .slope : .value, name: name, then: then)
-    return try Parse.checked(Request(.fade(fade)), options: fadeOptions)
+    return try scheduled(Parse.checked(Request(.fade(fade)), options: fadeOptions))
   }
 
   /// `master.gain → 0.5 (-6.02 dB) over 2s (#4)`, or the streams a `then` ramp acts on.

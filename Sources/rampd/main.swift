@@ -51,6 +51,12 @@ struct Rampd: ParsableCommand {
   var print = false
 
   func run() throws {
+    // Blocked before any thread starts (threads inherit the mask), these signals wait, pending,
+    // until the signal sources take them: one arriving while rampd starts is not lost.
+    var blocked = sigset_t()
+    sigemptyset(&blocked)
+    for number in SignalHandling.signals { sigaddset(&blocked, number) }
+    pthread_sigmask(SIG_BLOCK, &blocked, nil)
     let environment = ProcessInfo.processInfo.environment
     var overrides: [String: String] = [:]
     var flags: [String: String] = [:]
@@ -63,10 +69,13 @@ struct Rampd: ParsableCommand {
     override("output.device", device, "--device")
     override("log.level", logLevel, "--log-level")
     override("embedded-output.path", embeddedFile, "--embedded-file")
+    let file = config ?? environment["RAMPD_CONFIG"]
+    let load = { [overrides, flags] in
+      try DaemonConfiguration.load(file: file, environment: environment, overrides: overrides, flags: flags)
+    }
     let configuration: DaemonConfiguration
     do {
-      configuration = try DaemonConfiguration.load(
-        file: config ?? environment["RAMPD_CONFIG"], environment: environment, overrides: overrides, flags: flags)
+      configuration = try load()
     } catch {
       FileHandle.standardError.write(Data("rampd: \(error)\n".utf8))
       throw ExitCode(78)  // EX_CONFIG
@@ -75,12 +84,10 @@ struct Rampd: ParsableCommand {
       if print { Swift.print(configuration.rendered, terminator: "") } else { Swift.print("configuration OK") }
       return
     }
-    LoggingSystem.bootstrap { label in
-      var handler = StreamLogHandler.standardError(label: label)
-      handler.logLevel = configuration.log.level
-      return handler
-    }
+    let level = DaemonLogHandler.SharedLevel(configuration.log.level)
+    LoggingSystem.bootstrap { _ in DaemonLogHandler(level: level, environment: environment) }
     let logger = Logger(label: "rampd")
+    let signals = SignalHandling(reload: load, level: level, logger: logger)
     let daemon: Daemon
     do {
       daemon = try Daemon(configuration: configuration, environment: environment, logger: logger)
@@ -89,8 +96,7 @@ struct Rampd: ParsableCommand {
       logger.critical("cannot start: \(error)")
       throw ExitCode(69)  // EX_UNAVAILABLE
     }
-    Self.waitForTermination()
-    daemon.shutdown()
+    signals.serve(daemon)
   }
 
   /// The first socket systemd passed (LISTEN_PID/LISTEN_FDS, sd_listen_fds(3)), if any.
@@ -103,20 +109,55 @@ struct Rampd: ParsableCommand {
     unsetenv("LISTEN_FDNAMES")
     return 3
   }
+}
 
-  /// Blocks until SIGTERM or SIGINT.
-  static func waitForTermination() {
-    let done = DispatchSemaphore(value: 0)
-    var sources: [DispatchSourceSignal] = []
-    for number in [SIGTERM, SIGINT] {
-      signal(number, SIG_IGN)
-      let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-      source.setEventHandler { done.signal() }
+/// SIGHUP reloads the configuration. The first SIGTERM or SIGINT stops gracefully (streams fade
+/// out, the output drains, exit 0); a second one exits at once.
+final class SignalHandling: @unchecked Sendable {
+  private let queue = DispatchQueue(label: "rampd.signals")
+  private let stop = DispatchSemaphore(value: 0)
+  private var sources: [DispatchSourceSignal] = []
+  // On `queue` only.
+  private var daemon: Daemon?
+  private var stopping = false
+
+  static let signals = [SIGTERM, SIGINT, SIGHUP]
+
+  init(reload: @escaping () throws -> DaemonConfiguration, level: DaemonLogHandler.SharedLevel, logger: Logger) {
+    for number in Self.signals {
+      let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
+      source.setEventHandler { [self] in
+        if number == SIGHUP {
+          guard let daemon, !stopping else { return }
+          daemon.notifier.reloading()
+          do {
+            let configuration = try reload()
+            daemon.reload(configuration)
+            level.set(configuration.log.level)
+            daemon.notifier.ready(status: daemon.statusLine)
+          } catch {
+            logger.error("reload refused; the running configuration stays: \(error)")
+            daemon.notifier.ready(status: "reload refused: \(error)")
+          }
+          return
+        }
+        if stopping {
+          logger.warning("second signal: exiting at once")
+          _exit(128 + number)
+        }
+        stopping = true
+        stop.signal()
+      }
       source.resume()
       sources.append(source)
     }
-    done.wait()
-    _ = sources
+  }
+
+  /// Serves until SIGTERM or SIGINT, then stops `daemon` gracefully.
+  func serve(_ daemon: Daemon) {
+    queue.sync { self.daemon = daemon }
+    stop.wait()
+    daemon.stopGracefully()
   }
 }
 

@@ -563,7 +563,7 @@ extension ConfigurationTests {
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
         "[playback]\ndevice = \"hw:0\"",
-        "test:1: unknown section [playback]; the sections are [socket], [output], [embedded-output], [fade], [implicit], [gain], [[mixer]], [limits], [media], [log], [state]"
+        "test:1: unknown section [playback]; the sections are [socket], [output], [embedded-output], [fade], [implicit], [gain], [[mixer]], [limits], [media], [log], [state], [shutdown]"
       ),
       (
         "device = \"hw:0\"",

@@ -23,13 +23,19 @@ final class DaemonProcess {
   let process = Process()
   let stderr = Pipe()
   private(set) var log = ""
+  /// A daemon started on an earlier one's directory leaves it for that one to remove.
+  private let ownsDirectory: Bool
 
   init(
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
-    bufferMs: Int = 20
+    bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false,
+    reusing earlier: String? = nil, realtimeLimit: Int? = nil
   ) throws {
+    ownsDirectory = earlier == nil
     directory =
-      NSTemporaryDirectory() + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
+      earlier
+      ?? NSTemporaryDirectory()
+      + "rampd-e2e-\(getpid())-\(name.filter(\.isLetter))-\(UInt32.random(in: 0...UInt32.max))"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     socket = "\(directory)/rampd.sock"
     recording = "\(directory)/played.raw"
@@ -50,19 +56,36 @@ final class DaemonProcess {
       curve = "linear"
       [log]
       level = "debug"
+      [state]
+      path = "\(directory)/state.json"
       \(extraConfiguration)
       """
     try toml.write(toFile: "\(directory)/rampd.toml", atomically: true, encoding: .utf8)
     process.executableURL = URL(fileURLWithPath: Executables.rampd)
     process.arguments = ["--config", "\(directory)/rampd.toml"]
+    if let realtimeLimit {
+      // As systemd's LimitRTPRIO= does: prlimit sets it, then becomes rampd (the same process).
+      process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
+      process.arguments = ["--rtprio=\(realtimeLimit)", "--", Executables.rampd] + process.arguments!
+    }
     var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
     environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
+    environment.merge(extraEnvironment) { $1 }
+    if journal {
+      // As systemd does: the device and inode of the stream standard error goes to.
+      var info = stat()
+      fstat(stderr.fileHandleForWriting.fileDescriptor, &info)
+      environment["JOURNAL_STREAM"] = "\(info.st_dev):\(info.st_ino)"
+    }
     process.environment = environment
     process.standardError = stderr
     process.standardOutput = FileHandle.nullDevice
+    // An earlier daemon killed on this directory left its socket file: wait for the new one.
+    unlink(socket)
     try process.run()
     let deadline = Date().addingTimeInterval(20)
-    while !FileManager.default.fileExists(atPath: socket) {
+    // The socket file appears at bind, a moment before rampd listens: wait for a greeting.
+    while (try? LineClient(path: socket)) == nil {
       guard process.isRunning, Date() < deadline else {
         throw HarnessError("rampd did not start: \(readLog())")
       }
@@ -75,7 +98,7 @@ final class DaemonProcess {
       process.terminate()
       process.waitUntilExit()
     }
-    try? FileManager.default.removeItem(atPath: directory)
+    if ownsDirectory { try? FileManager.default.removeItem(atPath: directory) }
   }
 
   func client() throws -> LineClient { try LineClient(path: socket) }

@@ -64,10 +64,12 @@ import Testing
     let id = try #require(retarget.result["animation"]?.int)
     let waited = try client.request(["cmd": "wait", "animations": [.integer(id)]])
     #expect(waited.result["animations"] == [["id": .integer(id), "finished": true]])
+    usleep(100_000)
     daemon.stop()
     let left = try daemon.played(channel: 0).map(Double.init)
     let first = try #require(left.firstIndex { $0 > 0 })
-    let end = try #require(left.lastIndex { $0 > 0 })
+    // The end is the shutdown fade ([shutdown] fade, 300 ms): left out.
+    let end = try #require(left.lastIndex { $0 > 0 }) - 15_000
     let playing = Array(left[(first + 480)..<end])
     let steepest = zip(playing, playing.dropFirst()).map { abs($1 - $0) }.max() ?? 1
     // Down at 1/48000 per sample, back up at (0.8 - ~0.7)/24000: never more than 1/24000.
@@ -174,6 +176,31 @@ import Testing
 
   /// A command scheduled with `at` takes effect at the sample it names, relative to when it was
   /// received: the reply comes when it applies.
+  /// An instant set of master.gain is answered before the render thread runs it; pipelined
+  /// behind and ahead of commands that wait for the render thread, replies still come in request
+  /// order, and each `get` sees the set before it.
+  @Test func earlyAnswersKeepRequestOrder() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    var lines: [String] = []
+    var expected: [Int: Double] = [:]
+    for round in 0..<50 {
+      let value = Double(round % 10) / 10
+      lines.append(#"{"id":\#(3 * round),"cmd":"set","key":"master.gain","value":\#(value),"duration":0}"#)
+      lines.append(#"{"id":\#(3 * round + 1),"cmd":"get","key":"master.gain"}"#)
+      lines.append(#"{"id":\#(3 * round + 2),"cmd":"set","key":"master.gain","value":\#(1 - value),"duration":0}"#)
+      expected[3 * round + 1] = value
+    }
+    try client.send(raw: lines.joined(separator: "\n"))
+    for id in 0..<150 {
+      let reply = try client.readLine()
+      #expect(reply["id"] == .integer(id) && reply.isOK, "reply \(id): \(reply.serialized())")
+      if let value = expected[id] { #expect(reply.result["model"]?.numberValue == value, "\(reply.serialized())") }
+    }
+    let final = try client.request(["cmd": "get", "key": "master.gain"])
+    #expect(final.result["model"]?.numberValue == 1 - 0.9 && final.result["presentation"]?.numberValue == 1 - 0.9)
+  }
+
   @Test func aScheduledSetLandsLater() throws {
     let daemon = try DaemonProcess()
     let client = try daemon.client()

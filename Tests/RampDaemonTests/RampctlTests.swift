@@ -91,6 +91,29 @@ import Testing
     #expect(reply["result"]?["presentation"]?.numberValue == model, "the ramp is over")
   }
 
+  /// `--at` schedules the ramp in rampd, which saves it; rampctl returns at once.
+  @Test func fadeOutAtATimeIsScheduledAndSaved() throws {
+    let daemon = try DaemonProcess()
+    let later = try rampctl(
+      ["fade-out", "--at", "23:00", "--duration", "20m", "--then", "stop"], socket: daemon.socket)
+    #expect(later.status == 0 && later.stdout.contains("scheduled (#1): takes effect at "), "\(later)")
+    let soon = try rampctl(
+      ["fade", "master.gain", "0.5", "--at", "300ms", "--duration", "100ms"], socket: daemon.socket)
+    #expect(soon.status == 0 && soon.stdout.contains("scheduled (#2)"), "\(soon)")
+    let client = try daemon.client()
+    let scheduled = try #require(client.request(["cmd": "status"]).result["scheduled"]?.arrayValue)
+    #expect(scheduled.compactMap { $0["cmd"]?.stringValue }.sorted() == ["fade", "fade-out"])
+    // 23:00 is the next 23:00 to come, in local time.
+    let due = try #require(scheduled.first { $0["cmd"] == "fade-out" }?["due"]?.stringValue.flatMap(RFC3339.parse))
+    let parts = Calendar.current.dateComponents([.hour, .minute], from: Date(timeIntervalSince1970: due))
+    #expect(parts.hour == 23 && parts.minute == 0 && due > Date().timeIntervalSince1970)
+    #expect(due - Date().timeIntervalSince1970 <= 86_400)
+    usleep(600_000)
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["presentation"]?.numberValue == 0.5)
+    let bad = try rampctl(["fade-out", "--at", "25:00"], socket: daemon.socket)
+    #expect(bad.status == 64 && bad.stderr.contains("--at"), "\(bad)")
+  }
+
   /// An endless keyframe animation replies with its id (and cannot be waited for).
   @Test func animateKeyframesForEver() throws {
     let daemon = try DaemonProcess()

@@ -80,7 +80,10 @@ import Testing
     ),
     (.deviceFailed(message: "device gone"), #"{"event":"device-failed","message":"device gone"}"#),
     (.deviceRecovered(device: "default"), #"{"event":"device-recovered","device":"default"}"#),
-    (.configReloaded, #"{"event":"config-reloaded"}"#),
+    (
+      .configReloaded(applied: ["fade.duration"], restartRequired: ["output.device"]),
+      #"{"event":"config-reloaded","applied":["fade.duration"],"restartRequired":["output.device"]}"#
+    ),
     (.underrun(stream: "s1"), #"{"event":"underrun","stream":"s1"}"#),
     (.underrun(stream: nil), #"{"event":"underrun"}"#),
     (
@@ -100,7 +103,8 @@ import Testing
       Event.animationStarted(id: 1, key: "k", name: "n", sample: 0).kind,
       Event.animationFinished(id: 1, key: "k", name: "n", finished: false, sample: 0).kind,
       Event.streamStarted(stream: "s", path: "p").kind, Event.streamEnded(stream: "s", reason: .stopped).kind,
-      Event.deviceFailed(message: "m").kind, Event.deviceRecovered(device: "d").kind, Event.configReloaded.kind,
+      Event.deviceFailed(message: "m").kind, Event.deviceRecovered(device: "d").kind,
+      Event.configReloaded(applied: [], restartRequired: []).kind,
       Event.underrun(stream: nil).kind,
     ]
     #expect(kinds.compactMap { $0 } == EventKind.allCases)
@@ -128,7 +132,8 @@ import Testing
         == .unknownEvent(["event": "tempo-changed", "bpm": 120]))
     // Newer servers may add members to known events.
     #expect(
-      try ServerLine.parse(#"{"event":"config-reloaded","path":"/etc/rampd.toml"}"#) == .event(.configReloaded))
+      try ServerLine.parse(#"{"event":"config-reloaded","path":"/etc/rampd.toml"}"#)
+        == .event(.configReloaded(applied: [], restartRequired: [])))
   }
 
   @Test func refusesMalformedServerLines() {

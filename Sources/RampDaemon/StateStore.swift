@@ -1,0 +1,558 @@
+import Logging
+import RampProtocol
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// What rampd remembers across restarts.
+public struct PersistentState: Equatable, Sendable {
+  /// Model values by key path (`master.gain`, `mixers.<name>.volume`).
+  public var values: [String: Double]
+  /// Acknowledged scheduled commands, soonest first.
+  public var schedules: [PersistedSchedule]
+
+  public init(values: [String: Double] = [:], schedules: [PersistedSchedule] = []) {
+    self.values = values
+    self.schedules = schedules
+  }
+
+  public var isEmpty: Bool { values.isEmpty && schedules.isEmpty }
+}
+
+/// An acknowledged scheduled command, as it is kept across restarts.
+public struct PersistedSchedule: Equatable, Sendable {
+  /// The daemon's schedule id.
+  public var id: UInt64
+  /// The request object as received, without `"id"` and `"at"`; it has a string `"cmd"`.
+  public var request: JSONObject
+  /// The wall-clock time it takes effect, seconds since the Unix epoch.
+  public var due: Double
+  /// For a ramp already under way: the value it started from.
+  public var from: Double?
+
+  public init(id: UInt64, request: JSONObject, due: Double, from: Double? = nil) {
+    self.id = id
+    self.request = request
+    self.due = due
+    self.from = from
+  }
+}
+
+/// Why a state could not be saved. The previous state file is left as it was, except when the
+/// directory could not be synced after the rename (the new file is then in place, but may not
+/// survive a power cut).
+public struct StateStoreError: Error, Sendable, Equatable, CustomStringConvertible {
+  /// The state file.
+  public var path: String
+  /// The `errno` of the call that failed, or 0 when the state itself cannot be written (a NaN
+  /// value, a request without `"cmd"`…).
+  public var code: Int32
+  /// One line naming the state file, the step and the reason:
+  /// `cannot save state to /var/lib/rampd/state.json: writing /var/lib/rampd/state.json.tmp-42:
+  /// No space left on device`.
+  public var description: String
+
+  init(path: String, code: Int32, step: String) {
+    self.path = path
+    self.code = code
+    self.description = "cannot save state to \(path): \(step)" + (code == 0 ? "" : ": " + errorText(code))
+  }
+}
+
+/// The durable state file of rampd: model values and acknowledged scheduled commands.
+///
+/// `save` is atomic (a temporary file in the same directory, synced, renamed over the state
+/// file, the directory synced), so after a crash or a power cut the file holds either the old
+/// state or the new one, never a mixture. `load` never fails: a file it cannot use is moved
+/// aside with a warning and rampd starts empty, because a daemon that refuses to start over a
+/// damaged state file is worse than one that forgets its volume.
+///
+/// Saves and loads through one store are serialised (they share the temporary file's name).
+public final class StateStore: Sendable {
+  /// The state file.
+  public let path: String
+  private let logger: Logger
+  private let lock = Mutex<Void>(())
+
+  public init(path: String, logger: Logger) {
+    self.path = path
+    self.logger = logger
+  }
+
+  /// The directory holding the state file.
+  var directory: String {
+    guard let slash = path.lastIndex(of: "/") else { return "." }
+    return slash == path.startIndex ? "/" : String(path[..<slash])
+  }
+
+  private var fileName: String {
+    guard let slash = path.lastIndex(of: "/") else { return path }
+    return String(path[path.index(after: slash)...])
+  }
+
+  // MARK: Load
+
+  /// The saved state. A missing file gives an empty state. An unreadable, corrupt or truncated
+  /// file, one of another version or with members of the wrong type is moved aside (renamed to
+  /// `<path>.corrupt-<UTC time>`, such as `state.json.corrupt-20260121T073000Z`), a warning names
+  /// the file and the problem, and the state is empty. A single bad value or scheduled command in
+  /// an otherwise good file is dropped with a warning that quotes it (see `StateFile`).
+  ///
+  /// Also removes temporary files (`<path>.tmp-<pid>`) that a process which no longer runs left
+  /// behind when it crashed in the middle of a save.
+  public func load() -> PersistentState {
+    lock.withLock { _ in loadLocked() }
+  }
+
+  private func loadLocked() -> PersistentState {
+    removeStaleTemporaries()
+    let bytes: [UInt8]
+    switch readFile() {
+    case .missing:
+      logger.info("no state file at \(path) yet; starting with an empty state")
+      return PersistentState()
+    case .unusable(let problem):
+      return setAside(problem)
+    case .read(let contents):
+      bytes = contents
+    }
+    let decoded: StateFile.Decoded
+    do {
+      decoded = try StateFile.decode(bytes)
+    } catch {
+      return setAside(error.message)
+    }
+    for problem in decoded.dropped {
+      logger.warning("state file \(path): dropped \(problem)")
+    }
+    logger.info(
+      "restored \(decoded.state.values.count) values and \(decoded.state.schedules.count) scheduled commands from \(path)"
+    )
+    return decoded.state
+  }
+
+  private enum ReadOutcome {
+    case missing
+    case unusable(String)
+    case read([UInt8])
+  }
+
+  private func readFile() -> ReadOutcome {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else {
+      let code = errno
+      return code == ENOENT ? .missing : .unusable("cannot open it: \(errorText(code))")
+    }
+    defer { close(descriptor) }
+    var status = stat()
+    guard fstat(descriptor, &status) == 0 else { return .unusable("cannot stat it: \(errorText(errno))") }
+    guard status.st_mode & S_IFMT == S_IFREG else { return .unusable("it is not a regular file") }
+    guard status.st_size <= StateFile.maxBytes else {
+      return .unusable("it is \(status.st_size) bytes long, more than the \(StateFile.maxBytes) a state file may be")
+    }
+    var bytes: [UInt8] = []
+    bytes.reserveCapacity(Int(status.st_size))
+    var chunk = [UInt8](repeating: 0, count: 65_536)
+    while true {
+      let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+      if count < 0 {
+        if errno == EINTR { continue }
+        return .unusable("cannot read it: \(errorText(errno))")
+      }
+      if count == 0 { return .read(bytes) }
+      bytes += chunk[..<count]
+      guard bytes.count <= StateFile.maxBytes else {
+        return .unusable("it is more than the \(StateFile.maxBytes) bytes a state file may be")
+      }
+    }
+  }
+
+  /// Renames the state file to `<path>.corrupt-<UTC time>` and returns an empty state.
+  private func setAside(_ problem: String) -> PersistentState {
+    var stamp = String(RFC3339.format(wallClock().rounded(.down)).filter { $0 != "-" && $0 != ":" })
+    var target = "\(path).corrupt-\(stamp)"
+    // Two bad files within a second: the second is `…Z-2`, and so on.
+    var attempt = 1
+    while access(target, F_OK) == 0 && attempt < 1000 {
+      attempt += 1
+      stamp = String(stamp.prefix { $0 != "-" }) + "-\(attempt)"
+      target = "\(path).corrupt-\(stamp)"
+    }
+    if rename(path, target) == 0 {
+      _ = syncDirectory(directory)
+      logger.warning(
+        "state file \(path) is unusable (\(problem)); moved it to \(target) and starting with an empty state")
+    } else {
+      // The next save replaces it.
+      let reason = errorText(errno)
+      logger.warning(
+        "state file \(path) is unusable (\(problem)) and could not be moved aside (\(reason)); starting with an empty state"
+      )
+    }
+    return PersistentState()
+  }
+
+  /// Removes `<path>.tmp-<pid>` files whose process no longer runs (or is this one: saves are
+  /// serialised with loads, so none of this process's is in use).
+  private func removeStaleTemporaries() {
+    guard let stream = opendir(directory) else { return }
+    defer { closedir(stream) }
+    let prefix = fileName + ".tmp-"
+    var stale: [String] = []
+    while let entry = readdir(stream) {
+      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+      }
+      guard name.hasPrefix(prefix), let pid = pid_t(name.dropFirst(prefix.count)), pid > 0 else { continue }
+      if pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH) { stale.append(name) }
+    }
+    for name in stale {
+      let file = directory == "/" ? "/" + name : directory + "/" + name
+      if unlink(file) == 0 { logger.info("removed \(file), left by an interrupted save") }
+    }
+  }
+
+  // MARK: Save
+
+  /// Writes `state` atomically: `<path>.tmp-<pid>` in the same directory, synced, renamed over
+  /// `path`, then the directory synced. Creates the directory (mode 0700) when it is missing. On
+  /// failure (a full disk, a read-only file system, permissions) the previous file is intact,
+  /// the temporary file is removed, and the error names the path and the reason.
+  ///
+  /// A state that `load` would not read back (a NaN value, an empty key path, an id above 2^53,
+  /// a request without a string `"cmd"`, two schedules with one id) is refused with code 0.
+  public func save(_ state: PersistentState) throws(StateStoreError) {
+    if let problem = StateFile.problem(in: state) {
+      throw StateStoreError(path: path, code: 0, step: problem)
+    }
+    let bytes = Array(StateFile.encode(state, savedAt: wallClock().rounded(.down)).utf8)
+    try lock.withLock { _ throws(StateStoreError) in try writeAtomically(bytes) }
+  }
+
+  private func writeAtomically(_ bytes: [UInt8]) throws(StateStoreError) {
+    let directory = directory
+    try makeDirectory(directory)
+    let temporary = "\(path).tmp-\(getpid())"
+    let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+    guard descriptor >= 0 else { throw failure("creating \(temporary)") }
+    var renamed = false
+    defer { if !renamed { unlink(temporary) } }
+    var step = "writing \(temporary)"
+    var code = writeAll(bytes, to: descriptor)
+    if code == 0 {
+      step = "syncing \(temporary)"
+      code = fsync(descriptor) == 0 ? 0 : errno
+    }
+    // close can report a deferred write error (NFS, quotas).
+    if close(descriptor) != 0 && code == 0 {
+      step = "closing \(temporary)"
+      code = errno
+    }
+    guard code == 0 else { throw StateStoreError(path: path, code: code, step: step) }
+    guard rename(temporary, path) == 0 else { throw failure("renaming \(temporary) to \(path)") }
+    renamed = true
+    code = syncDirectory(directory)
+    guard code == 0 else { throw StateStoreError(path: path, code: code, step: "syncing the directory \(directory)") }
+  }
+
+  /// Creates `directory` and its missing parents, mode 0700 (less the umask).
+  private func makeDirectory(_ directory: String) throws(StateStoreError) {
+    var status = stat()
+    if stat(directory, &status) == 0 {
+      guard status.st_mode & S_IFMT == S_IFDIR else {
+        throw StateStoreError(path: path, code: ENOTDIR, step: "using the directory \(directory)")
+      }
+      return
+    }
+    guard errno == ENOENT else { throw failure("using the directory \(directory)") }
+    if let slash = directory.lastIndex(of: "/"), slash != directory.startIndex {
+      try makeDirectory(String(directory[..<slash]))
+    }
+    guard mkdir(directory, 0o700) == 0 || errno == EEXIST else { throw failure("creating the directory \(directory)") }
+  }
+
+  private func failure(_ step: String) -> StateStoreError { StateStoreError(path: path, code: errno, step: step) }
+}
+
+/// Writes all of `bytes`: 0, or the errno (EIO if the file takes no more).
+private func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Int32 {
+  var written = 0
+  while written < bytes.count {
+    let count = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress! + written, $0.count - written) }
+    if count < 0 && errno == EINTR { continue }
+    guard count > 0 else { return count == 0 ? EIO : errno }
+    written += count
+  }
+  return 0
+}
+
+/// Syncs a directory so that a rename in it is durable: 0, or the errno. File systems that
+/// cannot sync a directory (EINVAL) count as synced.
+private func syncDirectory(_ directory: String) -> Int32 {
+  let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+  guard descriptor >= 0 else { return errno }
+  defer { close(descriptor) }
+  guard fsync(descriptor) == 0 else { return errno == EINVAL ? 0 : errno }
+  return 0
+}
+
+private func errorText(_ code: Int32) -> String { String(cString: strerror(code)) }
+
+/// Seconds since the Unix epoch.
+private func wallClock() -> Double {
+  var now = timespec()
+  clock_gettime(CLOCK_REALTIME, &now)
+  return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+}
+
+// MARK: - The file format
+
+/// The state file: JSON, read and written with RampProtocol's own parser and serializer.
+///
+/// ```json
+/// {
+///   "version": 1,
+///   "savedAt": "2026-01-21T07:30:00Z",
+///   "values": {
+///     "master.gain": 0.5,
+///     "mixers.master.volume": 0.8
+///   },
+///   "schedules": [
+///     {"id":12,"due":1768980600.5,"request":{"cmd":"fade","key":"master.gain","to":0,"duration":2}},
+///     {"id":13,"due":1768984200,"from":0.25,"request":{"cmd":"fade-in","duration":1800}}
+///   ]
+/// }
+/// ```
+///
+/// One value and one schedule a line, values sorted by key path, so the file reads well and
+/// diffs well. `version` is required and must be 1; `savedAt` (RFC 3339, informational) is
+/// required; members this version does not know are ignored, so a later version 1 writer may
+/// add optional ones. A schedule is `id` (a whole number from 0 to 2^53, unique), `due` (Unix
+/// seconds), `request` (an object with a string `cmd`, without `id` or `at`) and an optional
+/// `from`.
+///
+/// What makes the whole file unusable (it is then moved aside): not UTF-8, not JSON (NaN,
+/// Infinity, a number that overflows, a truncated file are all not JSON), not an object, a
+/// missing or other `version`, a missing or bad `savedAt`, `values` not an object, `schedules`
+/// not an array. What drops just one entry, with a warning that quotes it: a value that is not a
+/// finite number or has an empty key path; a schedule that is not an object or has a bad `id`,
+/// `due`, `from` or `request`, or repeats an earlier id. Decision: an entry is independent of its
+/// neighbours, so one bad scheduled command (a hand edit, a future field's wrong type) should
+/// not cost the volume and every other alarm; the warning keeps the dropped entry's text, so
+/// nothing is lost silently. A damaged file never reaches this point: truncation or garbage
+/// breaks the JSON, and the file goes aside whole.
+enum StateFile {
+  static let version = 1
+  /// A file longer than this is not read (1,000,000 scheduled commands, the most
+  /// `limits.pending-scheduled` allows, take about 150 MB).
+  static let maxBytes = 256 << 20
+  /// 2^53: ids are JSON numbers, exact up to here.
+  static let maxID = 9_007_199_254_740_992.0
+  /// A request may nest as deep as the protocol parser allows; in the file it sits three levels
+  /// down (the file, `schedules`, the schedule).
+  static let maxRequestDepth = JSON.defaultMaxDepth
+
+  struct Problem: Error {
+    var message: String
+    init(_ message: String) { self.message = message }
+  }
+
+  struct Decoded {
+    var state: PersistentState
+    /// One line per dropped entry: where, what, and the entry's JSON.
+    var dropped: [String]
+  }
+
+  // MARK: Encoding
+
+  static func encode(_ state: PersistentState, savedAt: Double) -> String {
+    var text = "{\n  \"version\": \(version),\n"
+    text += "  \"savedAt\": \(JSONValue.string(RFC3339.format(savedAt)).serialized()),\n"
+    let values = state.values.sorted { $0.key < $1.key }.map {
+      "    \(JSONValue.string($0.key).serialized()): \(JSONValue.number($0.value).serialized())"
+    }
+    text += values.isEmpty ? "  \"values\": {},\n" : "  \"values\": {\n" + values.joined(separator: ",\n") + "\n  },\n"
+    let schedules = state.schedules.map { "    " + json($0).serialized() }
+    text +=
+      schedules.isEmpty
+      ? "  \"schedules\": []\n" : "  \"schedules\": [\n" + schedules.joined(separator: ",\n") + "\n  ]\n"
+    return text + "}\n"
+  }
+
+  private static func json(_ schedule: PersistedSchedule) -> JSONValue {
+    var object: JSONObject = ["id": .integer(schedule.id), "due": .number(schedule.due)]
+    if let from = schedule.from { object["from"] = .number(from) }
+    object["request"] = .object(schedule.request)
+    return .object(object)
+  }
+
+  /// Why `state` cannot be written so that `decode` reads it back, or nil.
+  static func problem(in state: PersistentState) -> String? {
+    for (key, value) in state.values {
+      if key.isEmpty { return "a value has an empty key path" }
+      if !value.isFinite { return "the value of \(key) is \(value), not a finite number" }
+    }
+    var ids = Set<UInt64>()
+    for schedule in state.schedules {
+      if Double(schedule.id) > maxID { return "schedule \(schedule.id): the id is above 2^53" }
+      if !ids.insert(schedule.id).inserted { return "two schedules have the id \(schedule.id)" }
+      if let problem = problem(schedule) { return "schedule \(schedule.id): \(problem)" }
+    }
+    return nil
+  }
+
+  private static func problem(_ schedule: PersistedSchedule) -> String? {
+    if !schedule.due.isFinite { return "due is \(schedule.due), not a finite number" }
+    if let from = schedule.from, !from.isFinite { return "from is \(from), not a finite number" }
+    return problem(request: schedule.request)
+  }
+
+  private static func problem(request: JSONObject) -> String? {
+    guard let command = request["cmd"] else { return "the request has no \"cmd\"" }
+    guard case .string(let name) = command, !name.isEmpty else { return "the request's \"cmd\" is not a command name" }
+    for key in ["id", "at"] where request.contains(key) { return "the request has \"\(key)\", which is not kept" }
+    if let problem = problem(in: .object(request), depth: 1) { return "the request \(problem)" }
+    return nil
+  }
+
+  /// Numbers the serializer cannot write (it would write null) and nesting the parser refuses.
+  private static func problem(in value: JSONValue, depth: Int) -> String? {
+    guard depth <= maxRequestDepth else { return "is nested deeper than \(maxRequestDepth) levels" }
+    switch value {
+    case .number(let number): return number.isFinite ? nil : "holds \(number), which JSON cannot write"
+    case .null, .bool, .string: return nil
+    case .array(let elements):
+      return elements.lazy.compactMap { problem(in: $0, depth: depth + 1) }.first
+    case .object(let object):
+      return object.lazy.compactMap { problem(in: $0.value, depth: depth + 1) }.first
+    }
+  }
+
+  // MARK: Decoding
+
+  static func decode(_ bytes: [UInt8]) throws(Problem) -> Decoded {
+    guard bytes.contains(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) else { throw Problem("it is empty") }
+    guard let text = String(validating: bytes, as: UTF8.self) else { throw Problem("it is not UTF-8 text") }
+    let document: JSONValue
+    do {
+      document = try JSON.parse(text, maxDepth: maxRequestDepth + 3)
+    } catch {
+      throw Problem(jsonMessage(error.message, text: bytes))
+    }
+    guard case .object(let top) = document else { throw Problem("it holds \(describe(document)), not an object") }
+    guard let version = top["version"] else { throw Problem("it has no \"version\"") }
+    guard case .number(let number) = version, number == Double(Self.version) else {
+      throw Problem("its version is \(describe(version)); this rampd reads version \(Self.version)")
+    }
+    guard let savedAt = top["savedAt"] else { throw Problem("it has no \"savedAt\"") }
+    guard let stamp = savedAt.stringValue, RFC3339.parse(stamp) != nil else {
+      throw Problem("\"savedAt\" is \(describe(savedAt)), not an RFC 3339 date and time")
+    }
+    guard let valuesMember = top["values"] else { throw Problem("it has no \"values\"") }
+    guard case .object(let values) = valuesMember else {
+      throw Problem("\"values\" is \(describe(valuesMember)), not an object")
+    }
+    guard let schedulesMember = top["schedules"] else { throw Problem("it has no \"schedules\"") }
+    guard case .array(let entries) = schedulesMember else {
+      throw Problem("\"schedules\" is \(describe(schedulesMember)), not an array")
+    }
+
+    var decoded = Decoded(state: PersistentState(), dropped: [])
+    for (key, value) in values {
+      if key.isEmpty {
+        decoded.dropped.append("a value with an empty key path: \(quote(value))")
+      } else if case .number(let number) = value, number.isFinite {
+        decoded.state.values[key] = number
+      } else {
+        decoded.dropped.append("the value of \(key): expected a finite number, got \(describe(value))")
+      }
+    }
+    var ids = Set<UInt64>()
+    for (index, entry) in entries.enumerated() {
+      do throws(Problem) {
+        let schedule = try decodeSchedule(entry)
+        guard ids.insert(schedule.id).inserted else {
+          throw Problem("the id \(schedule.id) is used by an earlier schedule")
+        }
+        decoded.state.schedules.append(schedule)
+      } catch {
+        decoded.dropped.append("schedules[\(index)]: \(error.message): \(quote(entry))")
+      }
+    }
+    // Soonest first; ties in id order, which is the order the daemon acknowledged them.
+    decoded.state.schedules.sort { ($0.due, $0.id) < ($1.due, $1.id) }
+    return decoded
+  }
+
+  private static func decodeSchedule(_ entry: JSONValue) throws(Problem) -> PersistedSchedule {
+    guard case .object(let object) = entry else { throw Problem("expected an object, got \(describe(entry))") }
+    guard let idMember = object["id"] else { throw Problem("no \"id\"") }
+    guard case .number(let id) = idMember, id >= 0, id <= maxID, id == id.rounded() else {
+      throw Problem("\"id\" is \(describe(idMember)), not a whole number from 0 to 2^53")
+    }
+    guard let dueMember = object["due"] else { throw Problem("no \"due\"") }
+    guard case .number(let due) = dueMember, due.isFinite else {
+      throw Problem("\"due\" is \(describe(dueMember)), not a number of seconds")
+    }
+    var from: Double?
+    if let fromMember = object["from"] {
+      guard case .number(let value) = fromMember, value.isFinite else {
+        throw Problem("\"from\" is \(describe(fromMember)), not a number")
+      }
+      from = value
+    }
+    guard let requestMember = object["request"] else { throw Problem("no \"request\"") }
+    guard case .object(let request) = requestMember else {
+      throw Problem("\"request\" is \(describe(requestMember)), not an object")
+    }
+    if let problem = problem(request: request) { throw Problem(problem) }
+    return PersistedSchedule(id: UInt64(id), request: request, due: due, from: from)
+  }
+
+  /// What a JSON value is, for messages: `the string "loud"`, `an array`, `null`.
+  private static func describe(_ value: JSONValue) -> String {
+    switch value {
+    case .null: return "null"
+    case .bool(let flag): return flag ? "true" : "false"
+    case .number(let number): return JSONValue.number(number).serialized()
+    case .string: return "the string \(quote(value))"
+    case .array: return "an array"
+    case .object: return "an object"
+    }
+  }
+
+  /// A value's JSON, cut to 400 characters.
+  private static func quote(_ value: JSONValue) -> String {
+    let text = value.serialized()
+    return text.count <= 400 ? text : text.prefix(400) + "…"
+  }
+
+  /// The parser speaks of one line ("bad JSON at column 812: …, got end of line"); a state file
+  /// has many, so the byte offset becomes a line and a column.
+  private static func jsonMessage(_ message: String, text bytes: [UInt8]) -> String {
+    var message = message.replacingEndOfLine()
+    let prefix = "bad JSON at column "
+    guard message.hasPrefix(prefix) else { return message }
+    let rest = message.dropFirst(prefix.count)
+    guard let colon = rest.firstIndex(of: ":"), let column = Int(rest[..<colon]), column >= 1 else { return message }
+    let offset = min(column - 1, bytes.count)
+    let line = bytes[..<offset].count { $0 == 0x0A } + 1
+    let lineStart = bytes[..<offset].lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
+    message = "bad JSON at line \(line), column \(offset - lineStart + 1)" + rest[colon...]
+    return message
+  }
+}
+
+extension String {
+  fileprivate func replacingEndOfLine() -> String {
+    var result = ""
+    var rest = self[...]
+    while let range = rest.firstRange(of: "end of line") {
+      result += rest[..<range.lowerBound] + "end of file"
+      rest = rest[range.upperBound...]
+    }
+    return result + rest
+  }
+}
