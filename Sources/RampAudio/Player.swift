@@ -56,6 +56,8 @@ public final class PublishedValue: @unchecked Sendable {
   }
 
   private static let slotCount = 16
+  /// The key path's property as the render thread last looked it up (render thread only).
+  fileprivate var handle: PropertyHandle?
 
   init(keyPath: String) {
     self.keyPath = keyPath
@@ -308,6 +310,9 @@ public final class Player: @unchecked Sendable {
   /// When and at which sample the render thread last woke to render a batch of blocks (render
   /// thread only): when published values become due.
   private var batchStart: (nanoseconds: Int64, sample: Int64)?
+  /// A command ran or a stream left since the published values' handles were looked up (render
+  /// thread only).
+  private var publishedHandlesStale = true
   /// Commands waiting for their sample, soonest first (render thread only).
   private var scheduled: ContiguousArray<PlayerCommand> = []
   public static let maximumScheduled = 4096
@@ -580,7 +585,14 @@ public final class Player: @unchecked Sendable {
   /// Runs the queued commands now, on the calling thread: for tests that drive `renderBlock`
   /// themselves instead of starting the render thread.
   func applyPendingCommands() {
-    while let command = commands.pop() { command.body(state) }
+    while let command = commands.pop() { run(command) }
+  }
+
+  /// Runs a command's body. It may define or undefine key paths, so the published values'
+  /// handles are looked up again before the next block.
+  private func run(_ command: PlayerCommand) {
+    command.body(state)
+    publishedHandlesStale = true
   }
 
   /// True while a stream's ring holds less than a block (tests pace themselves with it).
@@ -656,12 +668,16 @@ public final class Player: @unchecked Sendable {
   /// (monotonic nanoseconds). Allocation-free.
   private func publishValues(due: Int64) {
     let engine = state.engine
+    // Key paths are looked up (hashed) only after something may have defined or undefined one.
+    let lookUp = publishedHandlesStale
+    publishedHandlesStale = false
     var index = 0
     while index < state.published.count {
       let published = state.published[index]
       index += 1
+      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
       var value = Double.nan
-      if let handle = engine.handleIfDefined(published.keyPath) {
+      if let handle = published.handle {
         engine.render(handle, start: engine.now, count: 1, into: &value)
       }
       published.store(value, sample: engine.now, due: due)
@@ -673,13 +689,13 @@ public final class Player: @unchecked Sendable {
     let now = state.engine.now
     while let command = commands.pop() {
       guard let sample = command.sample, sample > now else {
-        command.body(state)
+        run(command)
         continue
       }
       if scheduled.count == scheduled.capacity {
         // Beyond the capacity reserved at start (the daemon's limit keeps it from happening):
         // run it now, early, rather than allocate here.
-        command.body(state)
+        run(command)
         continue
       }
       var position = scheduled.count
@@ -694,7 +710,7 @@ public final class Player: @unchecked Sendable {
     while offset < buffers.frames {
       let now = state.engine.now
       while let first = scheduled.first, (first.sample ?? now) <= now {
-        scheduled.removeFirst().body(state)
+        run(scheduled.removeFirst())
       }
       var span = buffers.frames - offset
       if let first = scheduled.first, let sample = first.sample { span = min(span, Int(sample - now)) }
@@ -905,6 +921,7 @@ public final class Player: @unchecked Sendable {
         state.post(.streamEnded(id: stream.id, reason: reason))
         engine.undefine("streams.\(stream.id)")
         state.streams.remove(at: index)
+        publishedHandlesStale = true
       }
       index -= 1
     }

@@ -220,4 +220,24 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     }
     #expect(worst == 0, "off by \(worst)")
   }
+
+  /// Published values look their key paths up again when a command or a stream's end may have
+  /// defined or removed one (and not every block): NaN before the stream, its gain while it
+  /// plays, NaN again once it has ended.
+  @Test func publishedValuesFollowKeyPathsThatComeAndGo() throws {
+    _ = AlsaTestConfig.directory
+    let player = try Player(
+      output: OutputConfiguration(
+        device: "rampd_test_player14", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock))
+    let gain = player.publish("streams.s.gain")
+    player.start()
+    defer { player.shutdown() }
+    #expect(secondsUntil(5) { gain.latest.sample >= 0 } != nil)
+    #expect(gain.latest.value.isNaN)
+    let path = try temporaryDirectory().appendingPathComponent("short.wav").path
+    try writeSignal(path, frames: 9_600, channels: 2)
+    try player.play(path, id: "s", gain: 0.25)
+    #expect(secondsUntil(5) { gain.latest.value == 0.25 } != nil, "\(gain.latest)")
+    #expect(secondsUntil(5) { gain.latest.value.isNaN } != nil, "\(gain.latest) after the stream")
+  }
 }
