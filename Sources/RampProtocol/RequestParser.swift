@@ -89,10 +89,10 @@ struct RequestParser {
     var ack = Acknowledgement.applied
     if let value = object["ack"], value != .null {
       guard case .string(let text) = value, let chosen = Acknowledgement(rawValue: text) else {
-        throw .at(prefix + "ack", .invalidField, "ack: expected \"applied\" or \"scheduled\", got \(describe(value))")
+        throw .at(prefix + "ack", .invalidField, "expected \"applied\" or \"scheduled\", got \(describe(value))")
       }
       if chosen == .scheduled && at == nil {
-        throw .at(prefix + "ack", .invalidField, "ack: \"scheduled\" needs \"at\"")
+        throw .at(prefix + "ack", .invalidField, "\"scheduled\" needs \"at\"")
       }
       ack = chosen
     }

@@ -228,6 +228,7 @@ extension ConfigurationTests {
     @Test(arguments: [
       ("[output]\nrate = \"fast\"", #"test:2: output.rate: expected an integer, got string "fast""#),
       ("[output]\nrate = 1000", "test:2: output.rate: 1000 Hz is outside 8000...384000"),
+      ("[shutdown]\nfade = \"11s\"", "test:2: shutdown.fade: 11 s is outside 0 s...10 s"),
       ("[output]\nrate = 44100.5", "test:2: output.rate: expected an integer, got floating-point number 44100.5"),
       ("[output]\nchannels = 0", "test:2: output.channels: 0 is outside 1...32"),
       ("[output]\nchannels = true", "test:2: output.channels: expected an integer, got boolean true"),

@@ -165,6 +165,19 @@ import Testing
     #expect(refusal(#"{"id":"\#(longID)","cmd":"ping"}"#)?.code == .badRequest)
   }
 
+  @Test func ackIsCheckedAndRoundTrips() throws {
+    let saved = try request(#"{"cmd":"fade-out","at":60,"ack":"scheduled"}"#)
+    #expect(saved.ack == .scheduled && saved.at == .delay(60))
+    #expect(try Request.parse(saved.json) == saved)
+    #expect(try request(#"{"cmd":"ping","at":1}"#).ack == .applied)
+    #expect(refusal(#"{"cmd":"ping","at":1,"ack":"later"}"#)?.field == "ack")
+    #expect(refusal(#"{"cmd":"ping","at":1,"ack":true}"#)?.code == .invalidField)
+    #expect(
+      refusal(#"{"cmd":"fade-out","ack":"scheduled"}"#)
+        == ProtocolError(.invalidField, field: "ack", #"ack: "scheduled" needs "at""#))
+    #expect(refusal(#"{"cmd":"batch","commands":[{"cmd":"ping","ack":"applied"}]}"#)?.field == "commands[0].ack")
+  }
+
   @Test func unknownCommandsSuggestTheClosest() {
     #expect(
       refusal(#"{"cmd":"fadeout"}"#)
