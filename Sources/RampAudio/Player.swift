@@ -437,9 +437,6 @@ public final class Player: @unchecked Sendable {
     perform { state in state.published.removeAll { $0 === value } }
   }
 
-  /// Wakes a thread sleeping in `waitForEvents` (to stop it: one that waits with no timeout).
-  public func wakeEventWaiters() { doorbell.ring() }
-
   /// The next event from the render thread, if any.
   public func nextEvent() -> PlayerEvent? { events.pop() }
 

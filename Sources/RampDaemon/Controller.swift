@@ -135,24 +135,36 @@ public final class Controller: @unchecked Sendable {
 
   /// A scheduled request is saved before it is queued, so it outlives a restart even though its
   /// reply waits for its time (a timeline script's lines, say).
-  private func save(_ request: Request, respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void) -> Saving {
+  private func save(
+    _ request: Request, field: String = "at", respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
+  ) -> Saving {
     guard let at = request.at, let persistence else { return .kept(nil) }
-    let due: Double
-    switch at {
-    case .delay(let seconds): due = Date().timeIntervalSince1970 + seconds
-    case .date(let date): due = date
-    }
-    var saved = request
-    saved.id = nil
-    saved.at = nil
-    guard let id = persistence.add(saved.json.objectValue ?? [:], due: due) else {
+    let due = Self.dueTime(at)
+    guard let id = persistence.add(Self.unscheduled(request).json.objectValue ?? [:], due: due) else {
       respond(
         .failure(
           ProtocolError(
-            .internalError, field: "at", "the schedule could not be saved (see rampd's log); nothing was scheduled")))
+            .internalError, field: field, "the schedule could not be saved (see rampd's log); nothing was scheduled")))
       return .refused
     }
     return .kept(SavedSchedule(id: id, due: due, rampSeconds: rampSeconds(of: request.command)))
+  }
+
+  /// When `at` falls, in Unix seconds.
+  private static func dueTime(_ at: Schedule) -> Double {
+    switch at {
+    case .delay(let seconds): Date().timeIntervalSince1970 + seconds
+    case .date(let date): date
+    }
+  }
+
+  /// The request as a saved schedule keeps it: no id, no `at`, answered when applied.
+  private static func unscheduled(_ request: Request) -> Request {
+    var kept = request
+    kept.id = nil
+    kept.at = nil
+    kept.ack = .applied
+    return kept
   }
 
   private var outputStatus: JSONObject {
@@ -184,19 +196,10 @@ public final class Controller: @unchecked Sendable {
   private func acknowledgeSchedule(
     _ request: Request, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
   ) {
-    guard let persistence, let at = request.at else {
+    guard persistence != nil else {
       respond(.failure(ProtocolError(.internalError, field: "ack", "schedules cannot be saved")))
       return
     }
-    let due: Double
-    switch at {
-    case .delay(let seconds): due = Date().timeIntervalSince1970 + seconds
-    case .date(let date): due = date
-    }
-    var saved = request
-    saved.id = nil
-    saved.at = nil
-    saved.ack = .applied
     let commands: [Command]
     if case .batch(let requests) = request.command {
       commands = requests.map(\.command)
@@ -212,16 +215,9 @@ public final class Controller: @unchecked Sendable {
         return
       }
     }
-    guard let id = persistence.add(saved.json.objectValue ?? [:], due: due) else {
-      respond(
-        .failure(
-          ProtocolError(
-            .internalError, field: "ack", "the schedule could not be saved (see rampd's log); nothing was scheduled")))
-      return
-    }
-    let record = SavedSchedule(id: id, due: due, rampSeconds: rampSeconds(of: request.command))
-    run(saved, record: record, at: .date(due), elapsed: 0)
-    respond(.success(["scheduled": .integer(id), "due": .string(RFC3339.format(due))]))
+    guard case .kept(let record?) = save(request, field: "ack", respond: respond) else { return }
+    run(Self.unscheduled(request), record: record, at: .date(record.due), elapsed: 0)
+    respond(.success(["scheduled": .integer(record.id), "due": .string(RFC3339.format(record.due))]))
   }
 
   /// Re-arms the schedules saved by an earlier run. One whose time passed while rampd was down
@@ -258,7 +254,7 @@ public final class Controller: @unchecked Sendable {
   /// How long a command's ramp lasts once applied, when it has one.
   private func rampSeconds(of command: Command) -> Double? {
     switch command {
-    case .fade(let fade): return max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    case .fade(let fade): return preparation.duration(of: fade)
     default: return nil
     }
   }
@@ -394,11 +390,7 @@ public final class Controller: @unchecked Sendable {
 
   private func targetSample(for schedule: Schedule) -> Int64 {
     let rate = Double(player.output.rate)
-    let seconds: Double
-    switch schedule {
-    case .delay(let delay): seconds = delay
-    case .date(let date): seconds = max(date - Date().timeIntervalSince1970, 0)
-    }
+    let seconds = max(Self.dueTime(schedule) - Date().timeIntervalSince1970, 0)
     return player.currentSample + Int64((seconds * rate).rounded())
   }
 

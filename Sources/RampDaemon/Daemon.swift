@@ -20,7 +20,8 @@ public final class Daemon: @unchecked Sendable {
   /// The service manager (systemd), when it started us.
   public let notifier: ServiceNotifier
   private var watchdog: RepeatedTask?
-  private let master: PublishedValue
+  /// master.gain for the status line, published only for a service manager to read.
+  private let master: PublishedValue?
   /// What the state file held at start.
   private let restored: PersistentState
 
@@ -54,7 +55,7 @@ public final class Daemon: @unchecked Sendable {
     server = Server(path: socketPath, controller: controller, logger: logger)
     let server = server
     controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
-    master = player.publish("master.gain")
+    master = notifier.isActive ? player.publish("master.gain") : nil
     let store = StateStore(
       path: configuration.state.resolvedPath(environment: environment, isRoot: isRoot), logger: logger)
     restored = store.load()
@@ -129,7 +130,7 @@ public final class Daemon: @unchecked Sendable {
     let playing =
       streams.isEmpty
       ? "idle" : "playing \(streams.count) stream\(streams.count == 1 ? "" : "s"): \(streams.joined(separator: ", "))"
-    let gain = master.latest.value
+    let gain = master?.latest.value ?? .nan
     let level = gain.isNaN ? "" : String(format: "; master.gain %.3f", gain)
     return playing + level + "; output " + (embeddedFile.map { "embedded WAV \($0)" } ?? player.output.device)
   }

@@ -174,9 +174,14 @@ struct Preparation: Sendable {
 
   // MARK: Ramps
 
+  /// A fade's length: the configured default when it gives none, at least the declick ramp.
+  func duration(of fade: Fade) -> Double {
+    max(fade.duration ?? configuration.fades.duration, configuration.declick)
+  }
+
   private func prepare(_ fade: Fade, elapsed: Double = 0) throws(ProtocolError) -> Operation {
     // A fade of 0 s is as quick as is click-free: the declick ramp.
-    let full = max(fade.duration ?? configuration.fades.duration, configuration.declick)
+    let full = duration(of: fade)
     // A transport fade cannot start part-way: what is left of it runs.
     let duration = fade.then == nil ? full : max(full - elapsed, configuration.declick)
     let curve = fade.curve ?? configuration.fades.curve

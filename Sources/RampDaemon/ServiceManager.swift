@@ -41,23 +41,14 @@ public final class ServiceNotifier: Sendable {
     let descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard descriptor >= 0 else { return }
     defer { close(descriptor) }
-    var destination = sockaddr_un()
-    destination.sun_family = sa_family_t(AF_UNIX)
-    var bytes = Array(address.utf8)
-    let abstract = bytes.first == UInt8(ascii: "@")
-    if abstract { bytes[0] = 0 }
-    guard bytes.count < MemoryLayout.size(ofValue: destination.sun_path) else { return }
-    withUnsafeMutableBytes(of: &destination.sun_path) { raw in
-      raw.copyBytes(from: bytes)
-      if !abstract { raw[bytes.count] = 0 }
-    }
-    // An abstract address is exactly as long as its name; a path one includes its terminator.
-    let length = MemoryLayout.offset(of: \sockaddr_un.sun_path)! + bytes.count + (abstract ? 0 : 1)
+    guard let made = UnixAddress.make(address) else { return }
+    var destination = made.0
+    let length = made.1
     let payload = Array(message.utf8)
     _ = withUnsafePointer(to: &destination) { pointer in
       pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
         payload.withUnsafeBytes {
-          sendto(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), socketAddress, socklen_t(length))
+          sendto(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), socketAddress, length)
         }
       }
     }
