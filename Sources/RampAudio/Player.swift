@@ -360,17 +360,20 @@ public final class Player: @unchecked Sendable {
   private let healthy = Atomic<Bool>(true)
 
   /// `scheduledCapacity`: how many commands may wait for their sample at once (reserved here, so
-  /// the render thread never grows the schedule).
+  /// the render thread never grows the schedule). `animationsPerKeyPath`: reserved per property
+  /// for the same reason.
   public init(
     output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1,
-    scheduledCapacity: Int = Player.maximumScheduled
+    scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64
   ) throws {
     let device = try AlsaPCMOutput(configuration)
     self.device = device
     self.configuration = configuration
     output = device.negotiated
     self.declick = declick
-    let engine = try AnimationEngine(sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64))
+    let engine = try AnimationEngine(
+      sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64),
+      maxAnimationsPerKeyPath: animationsPerKeyPath)
     state = try RenderState(
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: events)
     scheduled.reserveCapacity(max(scheduledCapacity, 16))
@@ -463,12 +466,17 @@ public final class Player: @unchecked Sendable {
 
   /// The part of `play` that may block (opening, prefilling), done on the calling thread; the
   /// returned closure joins the stream to the mix on the render thread, or fails if `id` is taken.
+  /// `admit` sees the file actually opened (symbolic links resolved) before anything is decoded;
+  /// what it throws refuses the file.
   public func prepare(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
-    loop: Bool = false, paused: Bool = false
+    loop: Bool = false, paused: Bool = false, admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> @Sendable (RenderState) -> Result<Void, EngineError> {
     let decoder = try StreamDecoder(
-      path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop)
+      path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop,
+      start: false)
+    try admit(decoder.openedPath)
+    decoder.start()
     decoder.waitUntilPrefilled()
     let declick = declick
     return { state in

@@ -57,6 +57,17 @@ private func openSndfile(_ path: String, mode: Int32, info: inout SF_INFO) -> Re
   }
 }
 
+/// Reads an open descriptor with libsndfile (which leaves it open); on failure returns libsndfile's
+/// reason instead.
+private func openSndfile(descriptor: CInt, info: inout SF_INFO) -> Result<OpaquePointer, Reason> {
+  sndfileOpenLock.withLock { _ in
+    if let file = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0) {
+      return .success(file)
+    }
+    return .failure(Reason(text: String(cString: sf_strerror(nil))))
+  }
+}
+
 private struct Reason: Error {
   var text: String
 }
@@ -82,6 +93,10 @@ private func majorFormatName(_ format: Int32) -> String {
 public final class SoundFileReader {
   /// The path the reader was opened with.
   public let path: String
+  /// The file actually opened, symbolic links resolved, as the kernel names the descriptor; a
+  /// policy on where files may be checks this, which no rename after the open can change.
+  public let openedPath: String
+  private let descriptor: CInt
   /// Frames per second.
   public let sampleRate: Int
   /// Interleaved channels per frame.
@@ -112,25 +127,40 @@ public final class SoundFileReader {
   ///   a directory or other non-regular file, not audio, corrupt header, unsupported format.
   public init(path: String) throws(AudioError) {
     self.path = path
+    // The kind is judged on the open descriptor, not the name, so nothing can be swapped in between;
+    // O_NONBLOCK keeps a FIFO from blocking the open until a writer comes.
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+    guard descriptor >= 0 else {
+      throw AudioError(.unreadableFile, "cannot read '\(path)': \(String(cString: strerror(errno))).")
+    }
     var status = stat()
-    if stat(path, &status) == 0 {
-      let kind = status.st_mode & S_IFMT
+    guard fstat(descriptor, &status) == 0 else {
+      let reason = String(cString: strerror(errno))
+      close(descriptor)
+      throw AudioError(.unreadableFile, "cannot read '\(path)': \(reason).")
+    }
+    let kind = status.st_mode & S_IFMT
+    guard kind == S_IFREG else {
+      close(descriptor)
       if kind == S_IFDIR {
         throw AudioError(.unreadableFile, "cannot read '\(path)': it is a directory, not an audio file.")
       }
-      if kind != S_IFREG {
-        throw AudioError(.unreadableFile, "cannot read '\(path)': it is not a regular file.")
-      }
+      throw AudioError(.unreadableFile, "cannot read '\(path)': it is not a regular file.")
     }
-    // A missing or unreadable path is left to sf_open, which gives the system's reason.
+    _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) & ~O_NONBLOCK)
+    openedPath = Self.pathOf(descriptor) ?? path
     var info = SF_INFO()
     let file: OpaquePointer
-    switch openSndfile(path, mode: Int32(SFM_READ), info: &info) {
+    switch openSndfile(descriptor: descriptor, info: &info) {
     case .success(let opened): file = opened
-    case .failure(let reason): throw AudioError(.unreadableFile, "cannot read '\(path)': \(reason.text)")
+    case .failure(let reason):
+      close(descriptor)
+      throw AudioError(.unreadableFile, "cannot read '\(path)': \(reason.text)")
     }
+    self.descriptor = descriptor
     guard info.channels > 0, info.samplerate > 0 else {
       sf_close(file)
+      close(descriptor)
       throw AudioError(
         .unreadableFile,
         "cannot read '\(path)': header declares \(info.channels) channels at \(info.samplerate) Hz.")
@@ -147,6 +177,15 @@ public final class SoundFileReader {
 
   deinit {
     sf_close(file)
+    close(descriptor)
+  }
+
+  /// What the kernel says an open descriptor is: the file's canonical path when it was opened.
+  private static func pathOf(_ descriptor: CInt) -> String? {
+    var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+    let length = readlink("/proc/self/fd/\(descriptor)", &buffer, buffer.count - 1)
+    guard length > 0 else { return nil }
+    return String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
   }
 
   /// Reads up to `frames` interleaved frames (`frames × channels` floats) into `buffer`.

@@ -11,6 +11,8 @@ import Synchronization
 /// consumer goes. A seek or a cancellation rings it too.
 public final class StreamDecoder: @unchecked Sendable {
   public let path: String
+  /// The file opened, as the kernel names it (see `SoundFileReader.openedPath`).
+  public let openedPath: String
   public let outputChannels: Int
   public let outputRate: Int
   /// The file's own rate and channels.
@@ -54,6 +56,7 @@ public final class StreamDecoder: @unchecked Sendable {
   ) throws(AudioError) {
     reader = try SoundFileReader(path: path)
     self.path = path
+    openedPath = reader.openedPath
     self.outputRate = outputRate
     self.outputChannels = outputChannels
     self.loops = loops

@@ -38,6 +38,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
   public var limits = Limits()
   /// `[media]`: which files `play` may open.
   public var media = MediaSettings()
+  /// `[access]`: who may connect, checked with the peer's credentials.
+  public var access = AccessSettings()
   /// `[log]`.
   public var log = LogSettings()
   /// `[state]`: where state is persisted.
@@ -59,7 +61,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
       && lhs.transaction.valueSpace == rhs.transaction.valueSpace
       && lhs.transaction.continuity == rhs.transaction.continuity && lhs.maxGainDecibels == rhs.maxGainDecibels
       && lhs.declick == rhs.declick && lhs.mixers == rhs.mixers && lhs.limits == rhs.limits && lhs.media == rhs.media
-      && lhs.log == rhs.log && lhs.state == rhs.state
+      && lhs.access == rhs.access && lhs.log == rhs.log && lhs.state == rhs.state
   }
 }
 
@@ -67,13 +69,13 @@ public struct DaemonConfiguration: Sendable, Equatable {
 public struct SocketSettings: Sendable, Equatable {
   /// Nil (or `""` in the file): `runtimeDirectory/rampd.sock` (see `DaemonConfiguration.runtimeDirectory`).
   public var path: String?
-  /// Permission bits of the socket file (`"0660"` in the file).
-  public var mode: UInt16 = 0o660
-  /// Group owning the socket file; nil (or `""`) keeps the daemon's group. Existence is checked when
+  /// Permission bits of the socket file (`"0660"` in the file); nil (`""`): see `resolvedMode`.
+  public var mode: UInt16?
+  /// Group owning the socket file; nil (`""`): see `resolvedGroup`. Existence is checked when
   /// the socket is created, not here, so a file can be checked on another machine.
   public var group: String?
 
-  public init(path: String? = nil, mode: UInt16 = 0o660, group: String? = nil) {
+  public init(path: String? = nil, mode: UInt16? = nil, group: String? = nil) {
     self.path = path
     self.mode = mode
     self.group = group
@@ -84,6 +86,40 @@ public struct SocketSettings: Sendable, Equatable {
     environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
   ) -> String {
     path ?? DaemonConfiguration.runtimeDirectory(environment: environment, isRoot: isRoot) + "/rampd.sock"
+  }
+
+  /// `mode`, or 0600 for a user's daemon (its socket under `$XDG_RUNTIME_DIR`), 0660 for a system one.
+  public func resolvedMode(
+    environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
+  ) -> UInt16 {
+    mode ?? (SocketLocation.isUserSession(environment: environment, isRoot: isRoot) ? 0o600 : 0o660)
+  }
+
+  /// `group`, or for a system daemon `audio` when that group exists (the group that may use sound
+  /// devices is the natural one to drive them); a user's daemon keeps its own group.
+  public func resolvedGroup(
+    environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
+  ) -> String? {
+    if let group { return group }
+    guard !SocketLocation.isUserSession(environment: environment, isRoot: isRoot) else { return nil }
+    return getgrnam(Self.systemGroup) == nil ? nil : Self.systemGroup
+  }
+
+  public static let systemGroup = "audio"
+}
+
+/// `[access]`: who may connect besides root and rampd's own user, checked with the peer's
+/// credentials (`SO_PEERCRED`) on top of the socket file's permissions. The socket's group is
+/// always admitted: giving the socket to a group is a grant.
+public struct AccessSettings: Sendable, Equatable {
+  /// User names or uids; `"*"` admits whoever the socket file's permissions let connect.
+  public var users: [String] = []
+  /// Group names or gids: a client whose primary or supplementary group is listed is admitted.
+  public var groups: [String] = []
+
+  public init(users: [String] = [], groups: [String] = []) {
+    self.users = users
+    self.groups = groups
   }
 }
 
@@ -146,11 +182,19 @@ public struct Limits: Sendable, Equatable {
   public var maxObserveRate: Double = 200
   /// Commands scheduled with `at` and not yet applied, over all connections.
   public var pendingScheduled = 1024
+  /// Animations on one key path at once (additive layers, keyframes, retargets still declicking).
+  public var animationsPerKeyPath = 64
+  /// Seconds a connection may go without a complete request before it is closed, unless it
+  /// subscribes, observes or awaits a reply; 0 never closes one.
+  public var idleTimeout: Double = 300
 
   public init(
     clients: Int = 64, lineLength: Int = 65_536, streams: Int = 16, observersPerClient: Int = 16,
-    maxObserveRate: Double = 200, pendingScheduled: Int = 1024
+    maxObserveRate: Double = 200, pendingScheduled: Int = 1024, animationsPerKeyPath: Int = 64,
+    idleTimeout: Double = 300
   ) {
+    self.animationsPerKeyPath = animationsPerKeyPath
+    self.idleTimeout = idleTimeout
     self.clients = clients
     self.lineLength = lineLength
     self.streams = streams

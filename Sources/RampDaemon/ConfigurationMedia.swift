@@ -17,6 +17,8 @@ public struct MediaPathError: Error, Sendable, Equatable, CustomStringConvertibl
     case notFound(String)
     /// A directory or a device, not a file.
     case notAFile
+    /// A confined client (neither root nor rampd's user), and no `media.roots` to confine it to.
+    case confinedWithoutRoots
   }
 
   /// The path as the request gave it.
@@ -35,6 +37,9 @@ public struct MediaPathError: Error, Sendable, Equatable, CustomStringConvertibl
     case .outsideRoots: return "'\(path)' is outside the media roots"
     case .notFound(let detail): return "'\(path)': \(detail)"
     case .notAFile: return "'\(path)' is not a file"
+    case .confinedWithoutRoots:
+      return
+        "'\(path)': clients other than root and rampd's user may play only files under [media] roots, and none are set"
     }
   }
 }
@@ -47,8 +52,11 @@ extension MediaSettings {
   /// under one of them, canonicalised too: a symbolic link inside a root that points outside is
   /// refused. A path outside the roots is refused as such whether or not it exists, so a client
   /// cannot probe for files it may not play.
-  public func resolve(_ path: String) throws(MediaPathError) -> String {
+  ///
+  /// `confined`: a client that is neither root nor rampd's user, which may play only under roots.
+  public func resolve(_ path: String, confined: Bool = false) throws(MediaPathError) -> String {
     guard !path.isEmpty else { throw MediaPathError(path: path, reason: .empty) }
+    if confined && roots.isEmpty { throw MediaPathError(path: path, reason: .confinedWithoutRoots) }
     let absolute: String
     if path.hasPrefix("/") {
       absolute = path
@@ -77,6 +85,12 @@ extension MediaSettings {
       throw MediaPathError(path: path, reason: .notAFile)
     }
     return canonical
+  }
+
+  /// Whether a file already open (its path as the kernel names the descriptor) lies under a root:
+  /// the check that holds even if a directory on the way was swapped for a link after `resolve`.
+  public func contains(openedPath: String) -> Bool {
+    roots.isEmpty || roots.compactMap(Self.realPath).contains { Self.isWithin(openedPath, $0) }
   }
 
   static func isWithin(_ path: String, _ root: String) -> Bool {

@@ -53,14 +53,14 @@ struct ConfigKey: Sendable {
 /// Every section and key, in the order of `config/rampd.toml`.
 enum ConfigSchema {
   static let sections = [
-    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "limits", "media", "log", "state",
-    "shutdown",
+    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "limits", "media", "access", "log",
+    "state", "shutdown",
   ]
   /// Sections that are arrays of tables (`[[mixer]]`).
   static let arraySections: Set<String> = ["mixer"]
 
   static let keys: [ConfigKey] =
-    socket + output + embeddedOutput + fade + implicit + gain + limits + media + log + state + shutdown
+    socket + output + embeddedOutput + fade + implicit + gain + limits + media + access + log + state + shutdown
 
   static let keysByPath: [String: ConfigKey] = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0) })
   static let keysByEnvironmentName: [String: ConfigKey] = Dictionary(
@@ -84,9 +84,13 @@ enum ConfigSchema {
     ConfigKey(
       section: "socket", name: "mode",
       apply: { builder, value throws(ValueProblem) in
-        builder.configuration.socket.mode = try ConfigParse.fileMode(value)
+        if case .string(let text) = value, text.isEmpty {
+          builder.configuration.socket.mode = nil
+        } else {
+          builder.configuration.socket.mode = try ConfigParse.fileMode(value)
+        }
       },
-      render: { ConfigText.quoted(ConfigText.mode($0.socket.mode)) }),
+      render: { ConfigText.quoted($0.socket.mode.map(ConfigText.mode) ?? "") }, computedDefault: true),
     ConfigKey(
       section: "socket", name: "group",
       apply: { builder, value throws(ValueProblem) in
@@ -284,6 +288,13 @@ enum ConfigSchema {
       },
       render: { ConfigText.number($0.limits.maxObserveRate) }),
     limitKey("pending-scheduled", 0...1_000_000, \.pendingScheduled),
+    limitKey("animations-per-key-path", 1...1024, \.animationsPerKeyPath),
+    ConfigKey(
+      section: "limits", name: "idle-timeout",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.limits.idleTimeout = try ConfigParse.duration(value, in: 0...604_800)
+      },
+      render: { ConfigText.durationValue($0.limits.idleTimeout) }),
   ]
 
   private static func limitKey(
@@ -314,6 +325,34 @@ enum ConfigSchema {
       },
       render: { "[" + $0.media.roots.map(ConfigText.quoted).joined(separator: ", ") + "]" })
   ]
+
+  static let access: [ConfigKey] = [
+    ConfigKey(
+      section: "access", name: "users",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.access.users = try accountList(value, allowingAnyone: true)
+      },
+      render: { "[" + $0.access.users.map(ConfigText.quoted).joined(separator: ", ") + "]" }),
+    ConfigKey(
+      section: "access", name: "groups",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.access.groups = try accountList(value, allowingAnyone: false)
+      },
+      render: { "[" + $0.access.groups.map(ConfigText.quoted).joined(separator: ", ") + "]" }),
+  ]
+
+  /// Names or numeric ids. Whether a name exists is checked when rampd starts, not here, so a file
+  /// can be checked on another machine.
+  private static func accountList(_ value: ConfigValue, allowingAnyone: Bool) throws(ValueProblem) -> [String] {
+    let names = try ConfigParse.stringList(value)
+    for (index, name) in names.enumerated() {
+      if allowingAnyone && name == "*" { continue }
+      guard !name.isEmpty, !name.contains(where: { $0 == "/" || $0 == ":" || $0.isWhitespace || $0 == "\0" }) else {
+        throw ValueProblem("item \(index + 1): \(ConfigText.quoted(name)) is not a name or a number")
+      }
+    }
+    return names
+  }
 
   static let log: [ConfigKey] = [
     ConfigKey(

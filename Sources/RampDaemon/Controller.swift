@@ -14,6 +14,8 @@ public protocol Client: AnyObject, Sendable {
   /// Whether the request being handled is the only one of this client's still without a reply,
   /// so a reply sent before the render thread has run it cannot overtake another.
   var awaitsNoOtherReply: Bool { get }
+  /// Neither root nor rampd's user: `play` may open only files under the media roots.
+  var confinedToMediaRoots: Bool { get }
 }
 
 /// Runs commands against the player and sends replies and events back: the daemon's middle.
@@ -81,8 +83,9 @@ public final class Controller: @unchecked Sendable {
       respond(.failure(ProtocolError(.shuttingDown, "rampd is shutting down")))
       return
     }
+    let confined = client.confinedToMediaRoots
     if request.ack == .scheduled {
-      acknowledgeSchedule(request, respond: respond)
+      acknowledgeSchedule(request, confined: confined, respond: respond)
       return
     }
     switch request.command {
@@ -114,15 +117,18 @@ public final class Controller: @unchecked Sendable {
         return .object(status)
       }
     case .batch(let requests):
-      guard case .kept(let record) = save(request, respond: respond) else { return }
-      submit(requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands", record: record) {
-        results in
+      guard case .kept(let record) = save(request, confined: confined, respond: respond) else { return }
+      submit(
+        requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands", record: record,
+        confined: confined
+      ) { results in
         ["results": .array(results)]
       }
     default:
-      guard case .kept(let record) = save(request, respond: respond) else { return }
+      guard case .kept(let record) = save(request, confined: confined, respond: respond) else { return }
       submit(
-        [request.command], at: request.at, respond: respond, answerEarly: client.awaitsNoOtherReply, record: record
+        [request.command], at: request.at, respond: respond, answerEarly: client.awaitsNoOtherReply, record: record,
+        confined: confined
       ) { $0[0] }
     }
   }
@@ -136,11 +142,13 @@ public final class Controller: @unchecked Sendable {
   /// A scheduled request is saved before it is queued, so it outlives a restart even though its
   /// reply waits for its time (a timeline script's lines, say).
   private func save(
-    _ request: Request, field: String = "at", respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
+    _ request: Request, field: String = "at", confined: Bool,
+    respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
   ) -> Saving {
     guard let at = request.at, let persistence else { return .kept(nil) }
     let due = Self.dueTime(at)
-    guard let id = persistence.add(Self.unscheduled(request).json.objectValue ?? [:], due: due) else {
+    guard let id = persistence.add(Self.unscheduled(request).json.objectValue ?? [:], due: due, confined: confined)
+    else {
       respond(
         .failure(
           ProtocolError(
@@ -194,7 +202,7 @@ public final class Controller: @unchecked Sendable {
   /// `"ack": "scheduled"`: checked, saved to disk, answered at once; it takes effect at its time
   /// even if rampd restarts meanwhile.
   private func acknowledgeSchedule(
-    _ request: Request, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
+    _ request: Request, confined: Bool, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
   ) {
     guard persistence != nil else {
       respond(.failure(ProtocolError(.internalError, field: "ack", "schedules cannot be saved")))
@@ -209,14 +217,14 @@ public final class Controller: @unchecked Sendable {
     // Checked before it is saved, so a bad request is refused now rather than at its time.
     for (index, command) in commands.enumerated() {
       do {
-        _ = try preparation.prepare(command)
+        _ = try preparation.prepare(command, confined: confined)
       } catch {
         respond(.failure(commands.count > 1 ? error.prefixed("commands[\(index)]") : error))
         return
       }
     }
-    guard case .kept(let record?) = save(request, field: "ack", respond: respond) else { return }
-    run(Self.unscheduled(request), record: record, at: .date(record.due), elapsed: 0)
+    guard case .kept(let record?) = save(request, field: "ack", confined: confined, respond: respond) else { return }
+    run(Self.unscheduled(request), record: record, at: .date(record.due), elapsed: 0, confined: confined)
     respond(.success(["scheduled": .integer(record.id), "due": .string(RFC3339.format(record.due))]))
   }
 
@@ -236,7 +244,7 @@ public final class Controller: @unchecked Sendable {
       let record = SavedSchedule(id: entry.id, due: entry.due, rampSeconds: ramp)
       let late = now - entry.due
       if late <= 0 {
-        run(request, record: record, at: .date(entry.due), elapsed: 0)
+        run(request, record: record, at: .date(entry.due), elapsed: 0, confined: entry.confined)
         continue
       }
       logger.notice(
@@ -247,7 +255,7 @@ public final class Controller: @unchecked Sendable {
         if late >= ramp { fade.duration = 0 }
         request.command = .fade(fade)
       }
-      run(request, record: record, at: nil, elapsed: ramp.map { min(late, $0) } ?? 0)
+      run(request, record: record, at: nil, elapsed: ramp.map { min(late, $0) } ?? 0, confined: entry.confined)
     }
   }
 
@@ -260,7 +268,7 @@ public final class Controller: @unchecked Sendable {
   }
 
   /// Applies a saved schedule; its outcome goes to the log, since whoever asked is not waiting.
-  private func run(_ request: Request, record: SavedSchedule, at: Schedule?, elapsed: Double) {
+  private func run(_ request: Request, record: SavedSchedule, at: Schedule?, elapsed: Double, confined: Bool) {
     let logger = logger
     let name = request.command.name
     let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { result in
@@ -272,9 +280,13 @@ public final class Controller: @unchecked Sendable {
       }
     }
     if case .batch(let requests) = request.command {
-      submit(requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands", record: record) { _ in .null }
+      submit(
+        requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands", record: record, confined: confined
+      ) { _ in .null }
     } else {
-      submit([request.command], at: at, respond: respond, record: record, elapsed: elapsed) { $0[0] }
+      submit([request.command], at: at, respond: respond, record: record, elapsed: elapsed, confined: confined) {
+        $0[0]
+      }
     }
   }
 
@@ -297,12 +309,12 @@ public final class Controller: @unchecked Sendable {
     _ commands: [Command], at schedule: Schedule?,
     respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
     fieldPrefix: String? = nil, answerEarly: Bool = false, record: SavedSchedule? = nil, elapsed: Double = 0,
-    combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+    confined: Bool = false, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
   ) {
     var operations: [Operation] = []
     for (index, command) in commands.enumerated() {
       do {
-        operations.append(try preparation.prepare(command, elapsed: elapsed))
+        operations.append(try preparation.prepare(command, elapsed: elapsed, confined: confined))
       } catch {
         if let record { persistence?.finish(record.id) }
         respond(.failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error))
@@ -467,6 +479,11 @@ public final class Controller: @unchecked Sendable {
   }
 
   // MARK: Events
+
+  /// Whether `client` receives events of some kind.
+  func isSubscribed(_ client: any Client) -> Bool {
+    subscribers.withLock { $0[ObjectIdentifier(client)]?.kinds.isEmpty == false }
+  }
 
   private func subscribe(_ client: any Client, to kinds: [EventKind]?) -> JSONValue {
     let wanted = Set(kinds ?? EventKind.allCases)

@@ -35,7 +35,8 @@ public final class Daemon: @unchecked Sendable {
     do {
       player = try Player(
         output: configuration.output, declick: configuration.declick, maxGain: configuration.maxGain,
-        scheduledCapacity: configuration.limits.pendingScheduled)
+        scheduledCapacity: configuration.limits.pendingScheduled,
+        animationsPerKeyPath: configuration.limits.animationsPerKeyPath)
       embeddedFile = nil
     } catch {
       guard configuration.embeddedOutput.enabled else { throw error }
@@ -46,7 +47,8 @@ public final class Daemon: @unchecked Sendable {
         metadata: ["device": "\(configuration.output.device)", "reason": "\(error)", "file": "\(file)"])
       player = try Player(
         output: embedded, declick: configuration.declick, maxGain: configuration.maxGain,
-        scheduledCapacity: configuration.limits.pendingScheduled)
+        scheduledCapacity: configuration.limits.pendingScheduled,
+        animationsPerKeyPath: configuration.limits.animationsPerKeyPath)
       embeddedFile = file
       notes = ["embedded": true, "file": .string(file), "requestedDevice": .string(configuration.output.device)]
     }
@@ -159,7 +161,9 @@ public final class Daemon: @unchecked Sendable {
     merged.transaction = new.transaction
     merged.limits = new.limits
     merged.limits.pendingScheduled = old.limits.pendingScheduled
+    merged.limits.animationsPerKeyPath = old.limits.animationsPerKeyPath
     merged.media = new.media
+    merged.access = new.access
     merged.log = new.log
     merged.shutdown = new.shutdown
     var applied: [String] = []

@@ -32,10 +32,10 @@ public final class Persistence: Sendable {
 
   /// Adds a schedule and writes it to disk before returning: nil when it could not be saved (and
   /// it is then forgotten).
-  func add(_ request: JSONObject, due: Double) -> UInt64? {
+  func add(_ request: JSONObject, due: Double, confined: Bool = false) -> UInt64? {
     let id = lastID.add(1, ordering: .relaxed).newValue
     let updated = state.withLock { state in
-      state.schedules.append(PersistedSchedule(id: id, request: request, due: due))
+      state.schedules.append(PersistedSchedule(id: id, request: request, due: due, confined: confined))
       state.schedules.sort { ($0.due, $0.id) < ($1.due, $1.id) }
       return state
     }

@@ -11,15 +11,16 @@ struct Preparation: Sendable {
   let player: Player
   let streamNames: StreamNames
 
-  /// `elapsed`: seconds a fade is already under way (a saved schedule applied late).
-  func prepare(_ command: Command, elapsed: Double = 0) throws(ProtocolError) -> Operation {
+  /// `elapsed`: seconds a fade is already under way (a saved schedule applied late). `confined`:
+  /// for a client that may play only files under the media roots.
+  func prepare(_ command: Command, elapsed: Double = 0, confined: Bool = false) throws(ProtocolError) -> Operation {
     switch command {
     case .ping:
       return Operation { _, _ in ["pong": true] }
     case .version:
       return Operation { _, _ in Self.versionResult }
     case .play(let play):
-      return try prepare(play)
+      return try prepare(play, confined: confined)
     case .stop(let transport):
       return prepareTransport(transport, stop: true)
     case .pause(let transport):
@@ -93,14 +94,22 @@ struct Preparation: Sendable {
 
   // MARK: Streams
 
-  private func prepare(_ play: Play) throws(ProtocolError) -> Operation {
+  private func prepare(_ play: Play, confined: Bool) throws(ProtocolError) -> Operation {
     let path: String
+    let media = configuration.media
     do {
-      path = try configuration.media.resolve(play.path)
+      path = try media.resolve(play.path, confined: confined)
     } catch {
       switch error.reason {
-      case .outsideRoots, .relativeWithoutRoots: throw ProtocolError(.forbiddenPath, field: "path", error.description)
+      case .outsideRoots, .relativeWithoutRoots, .confinedWithoutRoots:
+        throw ProtocolError(.forbiddenPath, field: "path", error.description)
       default: throw ProtocolError(.fileError, field: "path", error.description)
+      }
+    }
+    let admit = { (opened: String) throws(ProtocolError) in
+      guard media.contains(openedPath: opened) else {
+        throw ProtocolError(
+          .forbiddenPath, field: "path", MediaPathError(path: play.path, reason: .outsideRoots).description)
       }
     }
     let gain = play.gain ?? 1
@@ -110,7 +119,9 @@ struct Preparation: Sendable {
     do {
       start = try player.prepare(
         path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
-        loop: play.loop, paused: play.paused)
+        loop: play.loop, paused: play.paused, admit: admit)
+    } catch let error as ProtocolError {
+      throw error
     } catch let error as AudioError {
       throw ProtocolError(.fileError, field: "path", error.message)
     } catch {

@@ -16,6 +16,9 @@ public final class Server: @unchecked Sendable {
   private var channel: Channel?
   private var bell: Channel?
   let clientCount = Atomic<Int>(0)
+  /// The access rules of the running configuration, resolved once per change (a name lookup may be
+  /// slow, and the event loop serves everyone).
+  private let policies = Mutex<(settings: AccessSettings, socketGroup: String?, policy: AccessPolicy)?>(nil)
 
   public init(path: String, controller: Controller, logger: Logger) {
     self.path = path
@@ -29,6 +32,7 @@ public final class Server: @unchecked Sendable {
 
   /// Binds the socket (replacing a stale one), sets its mode and group, and starts accepting.
   public func start() throws {
+    _ = try accessPolicy(throwing: true)
     try Self.prepareDirectory(for: path)
     try Self.removeStaleSocket(at: path)
     let channel = try bootstrap().bind(unixDomainSocketPath: path).wait()
@@ -39,6 +43,7 @@ public final class Server: @unchecked Sendable {
 
   /// Serves on a socket that systemd (or a test harness) already bound and listens on.
   public func start(inheritedDescriptor descriptor: CInt) throws {
+    _ = try accessPolicy(throwing: true)
     channel = try bootstrap().withBoundSocket(descriptor).wait()
     try watchEvents()
   }
@@ -84,8 +89,17 @@ public final class Server: @unchecked Sendable {
           }
         }
         channel.closeFuture.whenComplete { _ in clients.clientCount.subtract(1, ordering: .relaxed) }
-        let session = Session(channel: channel, controller: controller, logger: logger)
-        return channel.pipeline.eventLoop.makeCompletedFuture {
+        return PeerCredentials.read(from: channel).flatMapThrowing { peer in
+          let policy = try? clients.accessPolicy(throwing: false)
+          guard let peer, let policy, policy.admits(peer) else {
+            let refusal =
+              peer.map(AccessPolicy.refusal) ?? ProtocolError(.permissionDenied, "the peer's credentials are unknown")
+            logger.notice("connection refused", metadata: ["reason": "\(refusal.message)"])
+            try channel.pipeline.syncOperations.addHandler(Refusal(line: Reply.failure(id: nil, error: refusal)))
+            return
+          }
+          let session = Session(
+            channel: channel, controller: controller, peer: peer, confined: !policy.isOwner(peer), logger: logger)
           try channel.pipeline.syncOperations.addHandler(
             ByteToMessageHandler(LineDecoder(maximumLength: configuration.limits.lineLength)))
           try channel.pipeline.syncOperations.addHandler(session)
@@ -93,11 +107,35 @@ public final class Server: @unchecked Sendable {
       }
   }
 
-  private func applyPermissions() throws {
-    guard chmod(path, mode_t(configuration.socket.mode)) == 0 else {
-      throw ServerError("cannot set mode \(String(configuration.socket.mode, radix: 8)) on \(path): \(errnoText())")
+  /// The access rules for the configuration now in force. A name that no longer resolves (a user
+  /// deleted since the last reload) keeps the previous rules, with an error in the log.
+  func accessPolicy(throwing: Bool) throws -> AccessPolicy {
+    let configuration = configuration
+    let socketGroup = configuration.socket.resolvedGroup()
+    return try policies.withLock { cached in
+      if let cached, cached.settings == configuration.access, cached.socketGroup == socketGroup {
+        return cached.policy
+      }
+      do {
+        let policy = try AccessPolicy(access: configuration.access, socketGroup: socketGroup)
+        cached = (configuration.access, socketGroup, policy)
+        return policy
+      } catch {
+        if throwing { throw ServerError("\(error)") }
+        logger.error("access rules not updated", metadata: ["error": "\(error)"])
+        guard let old = cached?.policy else { throw ServerError("\(error)") }
+        cached = (configuration.access, socketGroup, old)
+        return old
+      }
     }
-    if let name = configuration.socket.group {
+  }
+
+  private func applyPermissions() throws {
+    let mode = configuration.socket.resolvedMode()
+    guard chmod(path, mode_t(mode)) == 0 else {
+      throw ServerError("cannot set mode \(String(mode, radix: 8)) on \(path): \(errnoText())")
+    }
+    if let name = configuration.socket.resolvedGroup() {
       guard let entry = getgrnam(name) else { throw ServerError("socket.group: no group '\(name)'") }
       guard chown(path, uid_t.max, entry.pointee.gr_gid) == 0 else {
         throw ServerError("cannot give \(path) to group '\(name)': \(errnoText())")
@@ -264,6 +302,12 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private let queued = Atomic<Int>(0)
   /// Requests read and not yet answered.
   private let unanswered = Atomic<Int>(0)
+  let peer: Peer
+  let confinedToMediaRoots: Bool
+  /// When the last complete request arrived (event-loop thread only): a client that trickles a
+  /// line byte by byte is as idle as one that sends nothing.
+  private var lastRequest = NIODeadline.now()
+  private var idleCheck: Scheduled<Void>?
 
   /// Lives on the connection's event loop only.
   final class Observer: @unchecked Sendable {
@@ -273,18 +317,22 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     init(published: PublishedValue) { self.published = published }
   }
 
-  init(channel: Channel, controller: Controller, logger: Logger) {
+  init(channel: Channel, controller: Controller, peer: Peer, confined: Bool, logger: Logger) {
     self.channel = channel
     self.controller = controller
+    self.peer = peer
+    confinedToMediaRoots = confined
     self.logger = logger
   }
 
   func channelActive(context: ChannelHandlerContext) {
     write(Greeting.line(version: RampdVersion.current))
+    scheduleIdleCheck(after: nil)
     context.fireChannelActive()
   }
 
   func channelInactive(context: ChannelHandlerContext) {
+    idleCheck?.cancel()
     for observer in observers.values { stop(observer) }
     observers = [:]
     controller.disconnected(self)
@@ -294,6 +342,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   func channelRead(context: ChannelHandlerContext, data: NIOAny) {
     let line = unwrapInboundIn(data)
     let bytes = line.readableBytesView
+    lastRequest = .now()
     if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
     // Every request gets exactly one reply, through `reply`.
     unanswered.add(1, ordering: .relaxed)
@@ -335,6 +384,40 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     }
     logger.debug("connection error", metadata: ["error": "\(error)"])
     context.close(promise: nil)
+  }
+
+  // MARK: Idle connections
+
+  /// Checks again after `delay`, or after the idle timeout. With no timeout configured it looks
+  /// every minute, so a reload that sets one reaches connections already open.
+  private func scheduleIdleCheck(after delay: TimeAmount?) {
+    let timeout = configuration.limits.idleTimeout
+    let wait = delay ?? (timeout > 0 ? .nanoseconds(Int64(timeout * 1e9)) : .seconds(60))
+    idleCheck = channel.eventLoop.scheduleTask(in: wait) { [weak self] in self?.checkIdle() }
+  }
+
+  /// Closes a connection that sent no request for `limits.idle-timeout` and waits for nothing: no
+  /// subscription, no observer, no reply due.
+  private func checkIdle() {
+    let timeout = configuration.limits.idleTimeout
+    guard timeout > 0, channel.isActive else {
+      if channel.isActive { scheduleIdleCheck(after: nil) }
+      return
+    }
+    let limit = TimeAmount.nanoseconds(Int64(timeout * 1e9))
+    let idle = NIODeadline.now() - lastRequest
+    let waiting = !observers.isEmpty || unanswered.load(ordering: .relaxed) > 0 || controller.isSubscribed(self)
+    guard idle >= limit, !waiting else {
+      scheduleIdleCheck(after: idle >= limit ? limit : limit - idle)
+      return
+    }
+    logger.info("closing an idle connection", metadata: ["peer": "\(peer)"])
+    let error = ProtocolError(
+      .timeout, "no request for \(ConfigText.duration(timeout)) (limits.idle-timeout); closing the connection")
+    var buffer = channel.allocator.buffer(capacity: 256)
+    buffer.writeString(Reply.failure(id: nil, error: error).serialized() + "\n")
+    let channel = channel
+    channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
   }
 
   // MARK: Client

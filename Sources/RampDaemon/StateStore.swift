@@ -31,12 +31,15 @@ public struct PersistedSchedule: Equatable, Sendable {
   public var due: Double
   /// For a ramp already under way: the value it started from.
   public var from: Double?
+  /// Asked by a client that may play only files under the media roots; so is the restored one.
+  public var confined: Bool
 
-  public init(id: UInt64, request: JSONObject, due: Double, from: Double? = nil) {
+  public init(id: UInt64, request: JSONObject, due: Double, from: Double? = nil, confined: Bool = false) {
     self.id = id
     self.request = request
     self.due = due
     self.from = from
+    self.confined = confined
   }
 }
 
@@ -384,6 +387,7 @@ enum StateFile {
   private static func json(_ schedule: PersistedSchedule) -> JSONValue {
     var object: JSONObject = ["id": .integer(schedule.id), "due": .number(schedule.due)]
     if let from = schedule.from { object["from"] = .number(from) }
+    if schedule.confined { object["confined"] = .bool(true) }
     object["request"] = .object(schedule.request)
     return .object(object)
   }
@@ -503,12 +507,19 @@ enum StateFile {
       }
       from = value
     }
+    var confined = false
+    if let confinedMember = object["confined"] {
+      guard case .bool(let value) = confinedMember else {
+        throw Problem("\"confined\" is \(describe(confinedMember)), not true or false")
+      }
+      confined = value
+    }
     guard let requestMember = object["request"] else { throw Problem("no \"request\"") }
     guard case .object(let request) = requestMember else {
       throw Problem("\"request\" is \(describe(requestMember)), not an object")
     }
     if let problem = problem(request: request) { throw Problem(problem) }
-    return PersistedSchedule(id: UInt64(id), request: request, due: due, from: from)
+    return PersistedSchedule(id: UInt64(id), request: request, due: due, from: from, confined: confined)
   }
 
   /// What a JSON value is, for messages: `the string "loud"`, `an array`, `null`.

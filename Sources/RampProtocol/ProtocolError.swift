@@ -24,6 +24,8 @@ public enum ErrorCode: String, Sendable, CaseIterable {
   case fileError = "file-error"
   /// A path outside the configured media roots.
   case forbiddenPath = "forbidden-path"
+  /// A connection from a user the access rules do not admit (sent instead of the greeting).
+  case permissionDenied = "permission-denied"
   case limitExceeded = "limit-exceeded"
   case timeout
   case shuttingDown = "shutting-down"

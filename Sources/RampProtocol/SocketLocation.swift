@@ -7,10 +7,16 @@ public enum SocketLocation {
   /// `$XDG_RUNTIME_DIR/rampd` when not root and `XDG_RUNTIME_DIR` is an absolute path (a user
   /// session), else `/run/rampd` (a system service).
   public static func runtimeDirectory(environment: [String: String], isRoot: Bool) -> String {
-    if !isRoot, let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") {
+    if isUserSession(environment: environment, isRoot: isRoot), let runtime = environment["XDG_RUNTIME_DIR"] {
       return (runtime.hasSuffix("/") ? String(runtime.dropLast()) : runtime) + "/rampd"
     }
     return "/run/rampd"
+  }
+
+  /// Whether a process with this environment runs in a user's session (not root, with an
+  /// absolute `XDG_RUNTIME_DIR`) rather than as a system service.
+  public static func isUserSession(environment: [String: String], isRoot: Bool) -> Bool {
+    !isRoot && environment["XDG_RUNTIME_DIR"]?.hasPrefix("/") == true
   }
 
   /// The socket a daemon with no `socket.path` listens on.

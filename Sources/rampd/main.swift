@@ -132,6 +132,8 @@ final class SignalHandling: @unchecked Sendable {
           daemon.notifier.reloading()
           do {
             let configuration = try reload()
+            // A name in [access] that does not resolve refuses the reload like any bad value.
+            _ = try AccessPolicy(access: configuration.access, socketGroup: configuration.socket.resolvedGroup())
             daemon.reload(configuration)
             level.set(configuration.log.level)
             daemon.notifier.ready(status: daemon.statusLine)

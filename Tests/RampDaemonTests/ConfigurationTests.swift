@@ -50,7 +50,16 @@ extension ConfigurationTests {
   @Suite struct Defaults {
     @Test func defaults() throws {
       let c = DaemonConfiguration()
-      #expect(c.socket == SocketSettings(path: nil, mode: 0o660, group: nil))
+      #expect(c.socket == SocketSettings(path: nil, mode: nil, group: nil))
+      let user = ["XDG_RUNTIME_DIR": "/run/user/1000"]
+      #expect(c.socket.resolvedMode(environment: user, isRoot: false) == 0o600)
+      #expect(c.socket.resolvedGroup(environment: user, isRoot: false) == nil)
+      #expect(c.socket.resolvedMode(environment: [:], isRoot: false) == 0o660)
+      #expect(c.socket.resolvedMode(environment: user, isRoot: true) == 0o660)
+      #expect(
+        c.socket.resolvedGroup(environment: [:], isRoot: true) == (getgrnam("audio") == nil ? nil : "audio"))
+      #expect(c.limits.idleTimeout == 300 && c.limits.animationsPerKeyPath == 64)
+      #expect(c.access == AccessSettings(users: [], groups: []))
       #expect(c.output == OutputConfiguration())
       #expect(c.output.device == "default" && c.output.sampleRate == 48_000 && c.output.channels == 2)
       #expect(c.output.format == .auto && c.output.periodTime == 0.010 && c.output.bufferTime == 0.050)
@@ -564,7 +573,7 @@ extension ConfigurationTests {
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
         "[playback]\ndevice = \"hw:0\"",
-        "test:1: unknown section [playback]; the sections are [socket], [output], [embedded-output], [fade], [implicit], [gain], [[mixer]], [limits], [media], [log], [state], [shutdown]"
+        "test:1: unknown section [playback]; the sections are [socket], [output], [embedded-output], [fade], [implicit], [gain], [[mixer]], [limits], [media], [access], [log], [state], [shutdown]"
       ),
       (
         "device = \"hw:0\"",
@@ -808,8 +817,11 @@ extension ConfigurationTests {
           name: "b-2", card: "x", element: "PCM", index: 3, controlRate: 33.3, minimumDecibels: -90.5),
       ]
       c.limits = Limits(
-        clients: 3, lineLength: 2048, streams: 2, observersPerClient: 0, maxObserveRate: 12.5, pendingScheduled: 0)
+        clients: 3, lineLength: 2048, streams: 2, observersPerClient: 0, maxObserveRate: 12.5, pendingScheduled: 0,
+        animationsPerKeyPath: 7, idleTimeout: 90.5)
       c.media.roots = ["/srv/a", "/srv/b c"]
+      c.access = AccessSettings(users: ["*", "1000", "alice"], groups: ["audio", "29"])
+      c.socket.mode = 0o640
       c.log.level = .critical
       c.state.path = "/var/tmp/s.json"
 
@@ -824,7 +836,9 @@ extension ConfigurationTests {
 
     @Test func renderedText() {
       let text = DaemonConfiguration().rendered
-      #expect(text.contains("[socket]\npath = \"\"  # default\nmode = \"0660\"\ngroup = \"\"  # default\n"))
+      #expect(text.contains("[socket]\npath = \"\"  # default\nmode = \"\"  # default\ngroup = \"\"  # default\n"))
+      #expect(text.contains("animations-per-key-path = 64\nidle-timeout = \"5m\"\n"))
+      #expect(text.contains("[access]\nusers = []\ngroups = []\n"))
       #expect(
         text.contains(
           "[output]\ndevice = \"default\"\nrate = 48000\nchannels = 2\nformat = \"auto\"\nperiod = \"10ms\"\nbuffer = \"50ms\"\npacing = \"auto\"\n"
