@@ -15,6 +15,8 @@ public enum ClientFailure: Error, Equatable, Sendable, CustomStringConvertible {
   case interrupted
   /// Nothing came within the time allowed.
   case timedOut(String)
+  /// rampd does not admit this user (`permission-denied` instead of the greeting).
+  case notPermitted(path: String, error: ProtocolError)
 
   public enum ExitStatus {
     public static let success: Int32 = 0
@@ -28,6 +30,8 @@ public enum ClientFailure: Error, Equatable, Sendable, CustomStringConvertible {
     public static let protocolError: Int32 = 70
     /// EX_TEMPFAIL: a wait was interrupted (Ctrl-C) or timed out; the ramp itself goes on.
     public static let interrupted: Int32 = 75
+    /// EX_NOPERM: rampd does not admit this user.
+    public static let notPermitted: Int32 = 77
   }
 
   public var exitStatus: Int32 {
@@ -37,6 +41,7 @@ public enum ClientFailure: Error, Equatable, Sendable, CustomStringConvertible {
     case .refused(let error): return error.code == .timeout ? ExitStatus.interrupted : ExitStatus.refused
     case .protocolViolation: return ExitStatus.protocolError
     case .interrupted, .timedOut: return ExitStatus.interrupted
+    case .notPermitted: return ExitStatus.notPermitted
     }
   }
 
@@ -57,6 +62,11 @@ public enum ClientFailure: Error, Equatable, Sendable, CustomStringConvertible {
       return "interrupted; what was started goes on in rampd"
     case .timedOut(let message):
       return "timed out: \(message)"
+    case .notPermitted(let path, let error):
+      return """
+        rampd at \(path) does not admit this user: \(error.message)
+        Its administrator can add the user or one of its groups to [access] in rampd's configuration.
+        """
     }
   }
 

@@ -63,6 +63,7 @@ public final class DaemonConnection {
       close(descriptor)
       // A daemon at its client limit answers with an error instead of a greeting: try later.
       if case .reply(_, .failure(let error)) = greeting.line {
+        if error.code == .permissionDenied { throw .notPermitted(path: path, error: error) }
         throw .unreachable(path: path, reason: "rampd refused the connection: \(ClientFailure.describe(error))")
       }
       throw .protocolViolation("expected a greeting from \(path), got \(greeting.text)")

@@ -30,6 +30,7 @@ struct RampCtl: ParsableCommand {
         69  rampd is unreachable: no socket, or the connection was refused
         70  protocol error: a reply rampctl did not expect
         75  a wait was interrupted (Ctrl-C) or timed out; the ramp goes on
+        77  rampd does not admit this user (see [access] in its configuration)
 
       Examples:
         rampctl play song.flac --fade-in 3s

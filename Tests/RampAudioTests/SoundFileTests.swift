@@ -261,6 +261,35 @@ private let roundTripCases: [RoundTripCase] = SoundFileWriter.writableExtensions
     #expect(error?.message.contains("directory") == true)
   }
 
+  /// A FIFO is judged on the open descriptor, opened without waiting for a writer: refused at
+  /// once instead of blocking the caller.
+  @Test func fifoAndDeviceAreRefusedWithoutBlocking() throws {
+    let dir = try makeTemporaryDirectory()
+    defer { removeDirectory(dir) }
+    let fifo = dir + "/pipe.wav"
+    #expect(mkfifo(fifo, 0o600) == 0)
+    for path in [fifo, "/dev/zero", "/dev/null"] {
+      let started = Date()
+      let error = #expect(throws: AudioError.self) { try SoundFileReader(path: path) }
+      #expect(error?.message.contains("not a regular file") == true, "\(path): \(error?.message ?? "")")
+      #expect(Date().timeIntervalSince(started) < 1)
+    }
+  }
+
+  /// `openedPath` is what the descriptor is, links resolved: what a policy on places checks.
+  @Test func openedPathResolvesLinks() throws {
+    let dir = try makeTemporaryDirectory()
+    defer { removeDirectory(dir) }
+    try FileManager.default.createDirectory(atPath: dir + "/real", withIntermediateDirectories: false)
+    try write([0, 0.5], to: dir + "/real/a.wav", rate: 8000, channels: 1, encoding: .float)
+    #expect(symlink(dir + "/real", dir + "/linked") == 0)
+    let reader = try SoundFileReader(path: dir + "/linked/./a.wav")
+    let canonical = try #require(realpath(dir + "/real/a.wav", nil))
+    defer { free(canonical) }
+    #expect(reader.openedPath == String(cString: canonical))
+    #expect(reader.path == dir + "/linked/./a.wav")
+  }
+
   @Test func textFileIsNotAudio() throws {
     let dir = try makeTemporaryDirectory()
     defer { removeDirectory(dir) }

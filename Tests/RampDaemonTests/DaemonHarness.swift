@@ -14,6 +14,45 @@ enum Executables {
   static var rampctl: String { "\(directory)/rampctl" }
 }
 
+/// What a finished child process said.
+struct ProcessOutcome: CustomStringConvertible {
+  var status: Int32
+  var stdout: String
+  var stderr: String
+  var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
+}
+
+/// Runs `executable` to its end, feeding it `stdin` and collecting both of its outputs.
+func runProcess(
+  _ executable: String, _ arguments: [String], environment: [String: String]? = nil, stdin: String? = nil,
+  directory: String? = nil
+) throws -> ProcessOutcome {
+  let process = Process()
+  process.executableURL = URL(fileURLWithPath: executable)
+  process.arguments = arguments
+  if let environment { process.environment = environment }
+  if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+  let output = Pipe()
+  let errors = Pipe()
+  process.standardOutput = output
+  process.standardError = errors
+  let input = Pipe()
+  process.standardInput = input
+  try process.run()
+  if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+  try input.fileHandleForWriting.close()
+  // Both pipes are read to their end before waiting, so a full pipe cannot stall the child.
+  let collected = DispatchGroup()
+  nonisolated(unsafe) var errorText = ""
+  DispatchQueue.global().async(group: collected) {
+    errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+  }
+  let outputText = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+  collected.wait()
+  process.waitUntilExit()
+  return ProcessOutcome(status: process.terminationStatus, stdout: outputText, stderr: errorText)
+}
+
 /// A real `rampd` process playing into ALSA's `file` plugin over `null` (raw float samples, paced
 /// by the clock), with its own socket, configuration and recording in a temporary directory.
 final class DaemonProcess {
@@ -200,8 +239,8 @@ final class LineClient {
 
   deinit { close(descriptor) }
 
-  func send(raw line: String) throws {
-    let bytes = Array((line + "\n").utf8)
+  func send(raw line: String, newline: Bool = true) throws {
+    let bytes = Array((newline ? line + "\n" : line).utf8)
     var sent = 0
     while sent < bytes.count {
       let result = bytes[sent...].withUnsafeBytes {

@@ -7,42 +7,15 @@ import Testing
 /// The real `rampctl` binary against the real `rampd` (on an ALSA file PCM): exit statuses,
 /// what it prints, and the samples its commands made rampd play.
 @Suite struct RampctlTests {
-  struct Outcome: CustomStringConvertible {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-    var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
-  }
+  typealias Outcome = ProcessOutcome
 
   /// Runs rampctl with `arguments`, finding the daemon through `RAMPD_SOCKET` as a user would.
   func rampctl(_ arguments: [String], socket: String, stdin: String? = nil, directory: String? = nil) throws -> Outcome
   {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: Executables.rampctl)
-    process.arguments = arguments
     var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
     environment["RAMPD_SOCKET"] = socket
-    process.environment = environment
-    if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    let input = Pipe()
-    process.standardInput = input
-    try process.run()
-    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try input.fileHandleForWriting.close()
-    // Both pipes are read to their end before waiting, so a full pipe cannot stall the child.
-    let collected = DispatchGroup()
-    nonisolated(unsafe) var errorText = ""
-    DispatchQueue.global().async(group: collected) {
-      errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    }
-    let outputText = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    collected.wait()
-    process.waitUntilExit()
-    return Outcome(status: process.terminationStatus, stdout: outputText, stderr: errorText)
+    return try runProcess(
+      Executables.rampctl, arguments, environment: environment, stdin: stdin, directory: directory)
   }
 
   /// `play --fade-in --wait`, then `fade-out --then stop --wait`: both exit 0 once their ramps are

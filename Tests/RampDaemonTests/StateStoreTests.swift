@@ -140,7 +140,7 @@ private let richState = PersistentState(
           ["cmd": "set", "key": "streams.music.gain", "to": 0.25, "instant": true, "note": .null] as JSONValue,
         ],
       ],
-      due: 1_768_980_600.125, from: 0.333_333_333_333_333_3),
+      due: 1_768_980_600.125, from: 0.333_333_333_333_333_3, confined: true),
     PersistedSchedule(
       id: 9_007_199_254_740_992,
       request: [
@@ -192,6 +192,7 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
       #expect(json["schedules"]?.arrayValue?.count == 3)
       #expect(text.hasPrefix("{\n  \"version\": 1,\n  \"savedAt\": \""))
       #expect(text.contains("\n    \"master.gain\": 0.5,\n"))
+      #expect(text.components(separatedBy: "\"confined\":true").count == 2, "written for the confined one only")
       #expect(text.split(separator: "\n").count == 6 + richState.values.count + 3 + 2)
 
       // A second save replaces the first.

@@ -301,41 +301,21 @@ enum SystemTool {
   }
 }
 
-struct Shell {
-  struct Outcome: CustomStringConvertible {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-    var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
-
-    /// Lines of either stream that mention `marker` (a path of ours) or a rampd unit.
-    func warnings(about marker: String) -> [String] {
-      (stdout + "\n" + stderr).split(separator: "\n").map(String.init).filter {
-        $0.contains(marker) || $0.contains("rampd")
-      }
-    }
-  }
+enum Shell {
+  typealias Outcome = ProcessOutcome
 
   static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws -> Outcome {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable)
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    let output = Pipe()
-    let errors = Pipe()
-    process.standardOutput = output
-    process.standardError = errors
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    let collected = DispatchGroup()
-    nonisolated(unsafe) var errorText = ""
-    DispatchQueue.global().async(group: collected) {
-      errorText = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    try runProcess(
+      executable, arguments, environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
+  }
+}
+
+extension ProcessOutcome {
+  /// Lines of either stream that mention `marker` (a path of ours) or a rampd unit.
+  func warnings(about marker: String) -> [String] {
+    (stdout + "\n" + stderr).split(separator: "\n").map(String.init).filter {
+      $0.contains(marker) || $0.contains("rampd")
     }
-    let outputText = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    collected.wait()
-    process.waitUntilExit()
-    return Outcome(status: process.terminationStatus, stdout: outputText, stderr: errorText)
   }
 }
 
