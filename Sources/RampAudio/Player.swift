@@ -295,7 +295,12 @@ public final class Player: @unchecked Sendable {
   private let commands = SPSCQueue<PlayerCommand>(minimumCapacity: 4096)
   /// Several control threads may submit; the render thread is the only consumer and never locks.
   private let submitLock = Mutex<Void>(())
-  private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 4096)
+  /// A completed command's ticket is its reply, which must not be dropped: commands are taken
+  /// only while this queue keeps `eventReserve` slots free (for the events and tickets of the
+  /// commands taken, scheduled ones coming due and the engine's own), and otherwise wait in
+  /// theirs until the control side has caught up.
+  private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 16_384)
+  static let eventReserve = 8192
   /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
   private let doorbell: Bell
   /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
@@ -692,7 +697,7 @@ public final class Player: @unchecked Sendable {
   /// Moves submitted commands into the schedule (soonest first) or runs them now.
   private func takeCommands() {
     let now = state.engine.now
-    while let command = commands.pop() {
+    while events.freeSlots > Self.eventReserve, let command = commands.pop() {
       guard let sample = command.sample, sample > now else {
         run(command)
         continue

@@ -24,6 +24,9 @@ public final class SPSCQueue<Element>: @unchecked Sendable {
     slots.deallocate()
   }
 
+  /// Producer: how many more values fit now (the consumer may make more room meanwhile).
+  public var freeSlots: Int { capacity - (head.load(ordering: .relaxed) - tail.load(ordering: .acquiring)) }
+
   /// Producer: false when the queue is full (the value is not taken).
   @discardableResult
   public func push(_ value: Element) -> Bool {

@@ -308,6 +308,11 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   /// line byte by byte is as idle as one that sends nothing.
   private var lastRequest = NIODeadline.now()
   private var idleCheck: Scheduled<Void>?
+  /// Flow control: the connection is not read while its unsent output is past the high water mark
+  /// or this many of its requests await replies, so a client that floods without reading holds a
+  /// bounded amount of the daemon's memory (and the kernel's socket buffers hold the rest).
+  static let maximumInFlight = 4096
+  private let readingPaused = Atomic<Bool>(false)
 
   /// Lives on the connection's event loop only.
   final class Observer: @unchecked Sendable {
@@ -343,6 +348,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     let line = unwrapInboundIn(data)
     let bytes = line.readableBytesView
     lastRequest = .now()
+    defer { updateReading() }
     if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
     // Every request gets exactly one reply, through `reply`.
     unanswered.add(1, ordering: .relaxed)
@@ -422,7 +428,24 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
 
   // MARK: Client
 
+  func channelWritabilityChanged(context: ChannelHandlerContext) {
+    updateReading()
+    context.fireChannelWritabilityChanged()
+  }
+
+  /// Pauses or resumes reading requests (see `maximumInFlight`). Event loop only.
+  private func updateReading() {
+    let read = channel.isWritable && unanswered.load(ordering: .relaxed) < Self.maximumInFlight
+    guard read == readingPaused.load(ordering: .relaxed) else { return }
+    readingPaused.store(!read, ordering: .relaxed)
+    channel.setOption(ChannelOptions.autoRead, value: read).whenFailure { _ in }
+  }
+
   func reply(_ line: JSONValue) {
+    if readingPaused.load(ordering: .relaxed) {
+      // Replies may come from the command queue; reading resumes on the event loop.
+      channel.eventLoop.execute { [self] in updateReading() }
+    }
     unanswered.subtract(1, ordering: .relaxed)
     write(line)
   }
