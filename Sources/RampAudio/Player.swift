@@ -296,6 +296,8 @@ public final class Player: @unchecked Sendable {
   /// Several control threads may submit; the render thread is the only consumer and never locks.
   private let submitLock = Mutex<Void>(())
   private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 4096)
+  /// Event slots kept free for what is not a reply (streams ending, animations finishing).
+  static let eventHeadroom = 1024
   /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
   private let doorbell: Bell
   /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
@@ -556,7 +558,9 @@ public final class Player: @unchecked Sendable {
   @discardableResult
   public func seek(_ id: String, to seconds: Double, in state: RenderState) -> Bool {
     guard let stream = state.streams.first(where: { $0.id == id }) else { return false }
-    let frame = Int(max(seconds, 0) * Double(output.rate))
+    // Past the end is the end: capping at the file's length keeps a position such as 1e308 s from
+    // overflowing the frame count.
+    let frame = Int(min(max(seconds, 0) * Double(output.rate), Double(stream.decoder.outputLength)))
     _ = try? state.engine.set(
       "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
     stream.pendingSeek = frame
@@ -684,7 +688,10 @@ public final class Player: @unchecked Sendable {
   /// Moves submitted commands into the schedule (soonest first) or runs them now.
   private func takeCommands() {
     let now = state.engine.now
-    while let command = commands.pop() {
+    // A command's reply leaves through the event queue, which drops what does not fit: while it is
+    // nearly full (the control side is behind), commands wait in theirs, and once that is full too
+    // a client hears so at once, rather than never getting its reply.
+    while events.count < events.capacity - Self.eventHeadroom, let command = commands.pop() {
       guard let sample = command.sample, sample > now else {
         run(command)
         continue

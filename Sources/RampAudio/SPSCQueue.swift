@@ -24,6 +24,10 @@ public final class SPSCQueue<Element>: @unchecked Sendable {
     slots.deallocate()
   }
 
+  /// How many values are queued: for the producer an upper bound (the consumer may have taken
+  /// more since), for the consumer a lower bound.
+  public var count: Int { head.load(ordering: .acquiring) - tail.load(ordering: .acquiring) }
+
   /// Producer: false when the queue is full (the value is not taken).
   @discardableResult
   public func push(_ value: Element) -> Bool {

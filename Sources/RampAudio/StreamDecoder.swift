@@ -41,8 +41,13 @@ public final class StreamDecoder: @unchecked Sendable {
   /// The decoder thread's kernel id once it runs (tests read its `schedstat`).
   var threadID: Int32 { decoderThread.load(ordering: .acquiring) }
   private let decoderThread = Atomic<Int32>(0)
+  /// The file's length in output frames (at most 10¹⁵, whatever its header claims).
+  public let outputLength: Int
   /// Frames decoded per read from the file.
   static let blockFrames = 4096
+  /// The file rates decoded: a header outside them is damaged, and resampling from, say, 1 Hz
+  /// would need gigabytes of buffer.
+  public static let fileRates = 1000...768_000
 
   enum State: Int { case running, finished, failed, cancelled }
   private enum Waiting: Int { case nothing, room, command }
@@ -59,6 +64,13 @@ public final class StreamDecoder: @unchecked Sendable {
     self.loops = loops
     fileRate = reader.sampleRate
     fileChannels = reader.channels
+    guard Self.fileRates.contains(fileRate) else {
+      throw AudioError(
+        .unreadableFile,
+        "cannot read '\(path)': its sample rate, \(fileRate) Hz, is outside the \(Self.fileRates.lowerBound) to "
+          + "\(Self.fileRates.upperBound) Hz rampd decodes.")
+    }
+    outputLength = Int(min(max((Double(reader.frames) * Double(outputRate) / Double(fileRate)).rounded(), 0), 1e15))
     resampler =
       reader.sampleRate == outputRate
       ? nil
@@ -132,10 +144,12 @@ public final class StreamDecoder: @unchecked Sendable {
   /// converted to the file's rate). Until `takeSeekMark()` returns a mark, the ring still holds
   /// audio from before the seek.
   public func requestSeek(toOutputFrame frame: Int) {
-    let fileFrame = Int((Double(frame) * Double(fileRate) / Double(outputRate)).rounded())
+    // Past the end is the end: the stream then finishes instead of failing on a bad seek. Clamped
+    // before the conversion, which traps on a value beyond Int.
+    let fileFrame = min(
+      max((Double(frame) * Double(fileRate) / Double(outputRate)).rounded(), 0), Double(reader.frames))
     seekMark.store(-1, ordering: .releasing)
-    // Past the end is the end: the stream then finishes instead of failing on a bad seek.
-    seekRequest.store(min(max(fileFrame, 0), Int(reader.frames)), ordering: .releasing)
+    seekRequest.store(Int(fileFrame), ordering: .releasing)
     bell.ring()
   }
 
@@ -177,7 +191,9 @@ public final class StreamDecoder: @unchecked Sendable {
   private func run() {
     nameThisThread("rampd-decoder")
     decoderThread.store(currentThreadID(), ordering: .releasing)
-    let block = Self.blockFrames
+    // Upsampling reads fewer file frames at a time, so a block stays about `blockFrames` output
+    // frames, whatever the ratio.
+    let block = min(max(Self.blockFrames * fileRate / outputRate, 16), Self.blockFrames)
     let fileFrames = UnsafeMutablePointer<Float>.allocate(capacity: block * fileChannels)
     let resampledCapacity = resampler.map { 2 * Int(Double(block) * Double(outputRate) / $0.inputRate) + 256 } ?? block
     let resampled = UnsafeMutablePointer<Float>.allocate(capacity: resampledCapacity * fileChannels)

@@ -324,6 +324,13 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     }
   }
 
+  func channelWritabilityChanged(context: ChannelHandlerContext) {
+    // A client that does not read its replies is not read from either: its requests wait in its
+    // socket rather than their replies piling up in the daemon's memory.
+    try? context.channel.syncOptions?.setOption(.autoRead, value: context.channel.isWritable)
+    context.fireChannelWritabilityChanged()
+  }
+
   func errorCaught(context: ChannelHandlerContext, error: Error) {
     if let tooLong = error as? LineTooLong {
       let reply = Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: tooLong.limit))
@@ -382,7 +389,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     }
     if let old = observers.removeValue(forKey: key) { stop(old) }
     let observer = Observer(published: controller.player.publish(key))
-    let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
+    // A rate of 1e-300 Hz is allowed (above 0) and means never: capped, as the conversion traps.
+    let interval = TimeAmount.nanoseconds(Int64(min(1e9 / rate, 1e18)))
     observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
       [weak self, observer] _ in
       self?.report(observer)
