@@ -188,6 +188,16 @@ public final class StreamDecoder: @unchecked Sendable {
     waiting.store(Waiting.nothing.rawValue, ordering: .relaxed)
   }
 
+  /// NaN and infinite samples (a damaged float file) become silence here: in the mix, one would
+  /// silence every other stream with it, whatever this stream's gain.
+  static func silenceNonFinite(_ samples: UnsafeMutablePointer<Float>, count: Int) {
+    var index = 0
+    while index < count {
+      if !samples[index].isFinite { samples[index] = 0 }
+      index += 1
+    }
+  }
+
   private func run() {
     nameThisThread("rampd-decoder")
     decoderThread.store(currentThreadID(), ordering: .releasing)
@@ -206,7 +216,7 @@ public final class StreamDecoder: @unchecked Sendable {
     var pending = 0  // mapped samples not yet in the ring
     var pendingOffset = 0
     // Where they are: `mapped`, or the decoded samples themselves when the map is the identity.
-    var pendingBase = UnsafePointer(mapped)
+    var pendingBase = mapped
     var endOfFile = false
     // Runs until cancelled or failed; a finished decoder waits for a seek back.
     while true {
@@ -251,7 +261,8 @@ public final class StreamDecoder: @unchecked Sendable {
           try reader.seek(toFrame: 0)
           frames = try reader.read(into: fileFrames, frames: block)
         }
-        var source = UnsafePointer(fileFrames)
+        Self.silenceNonFinite(fileFrames, count: frames * fileChannels)
+        var source = fileFrames
         if let resampler {
           // soxr may take the input in parts; offer the rest until it is all in.
           var offered = 0
@@ -264,7 +275,7 @@ public final class StreamDecoder: @unchecked Sendable {
             offered += result.consumed
             produced += result.produced
           } while frames > 0 && offered < frames && produced < resampledCapacity
-          source = UnsafePointer(resampled)
+          source = resampled
           if frames == 0 && produced == 0 { endOfFile = true }
           frames = produced
         } else if frames == 0 {
@@ -274,9 +285,11 @@ public final class StreamDecoder: @unchecked Sendable {
           pendingBase = source
         } else {
           channelMap.map(source, frames: frames, into: mapped)
-          pendingBase = UnsafePointer(mapped)
+          pendingBase = mapped
         }
         pending = frames * outputChannels
+        // Filtering or folding huge (finite) samples can overflow.
+        Self.silenceNonFinite(pendingBase, count: pending)
         pendingOffset = 0
       } catch {
         failure.withLock { $0 = error }
