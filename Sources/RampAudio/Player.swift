@@ -569,7 +569,9 @@ public final class Player: @unchecked Sendable {
   @discardableResult
   public func seek(_ id: String, to seconds: Double, in state: RenderState) -> Bool {
     guard let stream = state.streams.first(where: { $0.id == id }) else { return false }
-    let frame = Int(max(seconds, 0) * Double(output.rate))
+    // Past the end is the end: capping at the file's length keeps a position such as 1e308 s from
+    // overflowing the frame count.
+    let frame = Int(min(max(seconds, 0) * Double(output.rate), Double(stream.decoder.outputLength)))
     _ = try? state.engine.set(
       "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
     stream.pendingSeek = frame

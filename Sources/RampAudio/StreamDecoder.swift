@@ -43,8 +43,13 @@ public final class StreamDecoder: @unchecked Sendable {
   /// The decoder thread's kernel id once it runs (tests read its `schedstat`).
   var threadID: Int32 { decoderThread.load(ordering: .acquiring) }
   private let decoderThread = Atomic<Int32>(0)
+  /// The file's length in output frames (at most 10¹⁵, whatever its header claims).
+  public let outputLength: Int
   /// Frames decoded per read from the file.
   static let blockFrames = 4096
+  /// The file rates decoded: a header outside them is damaged, and resampling from, say, 1 Hz
+  /// would need gigabytes of buffer.
+  public static let fileRates = 1000...768_000
 
   enum State: Int { case running, finished, failed, cancelled }
   private enum Waiting: Int { case nothing, room, command }
@@ -62,6 +67,13 @@ public final class StreamDecoder: @unchecked Sendable {
     self.loops = loops
     fileRate = reader.sampleRate
     fileChannels = reader.channels
+    guard Self.fileRates.contains(fileRate) else {
+      throw AudioError(
+        .unreadableFile,
+        "cannot read '\(path)': its sample rate, \(fileRate) Hz, is outside the \(Self.fileRates.lowerBound) to "
+          + "\(Self.fileRates.upperBound) Hz rampd decodes.")
+    }
+    outputLength = Int(min(max((Double(reader.frames) * Double(outputRate) / Double(fileRate)).rounded(), 0), 1e15))
     resampler =
       reader.sampleRate == outputRate
       ? nil
@@ -135,10 +147,12 @@ public final class StreamDecoder: @unchecked Sendable {
   /// converted to the file's rate). Until `takeSeekMark()` returns a mark, the ring still holds
   /// audio from before the seek.
   public func requestSeek(toOutputFrame frame: Int) {
-    let fileFrame = Int((Double(frame) * Double(fileRate) / Double(outputRate)).rounded())
+    // Past the end is the end: the stream then finishes instead of failing on a bad seek. Clamped
+    // before the conversion, which traps on a value beyond Int.
+    let fileFrame = min(
+      max((Double(frame) * Double(fileRate) / Double(outputRate)).rounded(), 0), Double(reader.frames))
     seekMark.store(-1, ordering: .releasing)
-    // Past the end is the end: the stream then finishes instead of failing on a bad seek.
-    seekRequest.store(min(max(fileFrame, 0), Int(reader.frames)), ordering: .releasing)
+    seekRequest.store(Int(fileFrame), ordering: .releasing)
     bell.ring()
   }
 
@@ -177,10 +191,22 @@ public final class StreamDecoder: @unchecked Sendable {
     waiting.store(Waiting.nothing.rawValue, ordering: .relaxed)
   }
 
+  /// NaN and infinite samples (a damaged float file) become silence here: in the mix, one would
+  /// silence every other stream with it, whatever this stream's gain.
+  static func silenceNonFinite(_ samples: UnsafeMutablePointer<Float>, count: Int) {
+    var index = 0
+    while index < count {
+      if !samples[index].isFinite { samples[index] = 0 }
+      index += 1
+    }
+  }
+
   private func run() {
     nameThisThread("rampd-decoder")
     decoderThread.store(currentThreadID(), ordering: .releasing)
-    let block = Self.blockFrames
+    // Upsampling reads fewer file frames at a time, so a block stays about `blockFrames` output
+    // frames, whatever the ratio.
+    let block = min(max(Self.blockFrames * fileRate / outputRate, 16), Self.blockFrames)
     let fileFrames = UnsafeMutablePointer<Float>.allocate(capacity: block * fileChannels)
     let resampledCapacity = resampler.map { 2 * Int(Double(block) * Double(outputRate) / $0.inputRate) + 256 } ?? block
     let resampled = UnsafeMutablePointer<Float>.allocate(capacity: resampledCapacity * fileChannels)
@@ -193,7 +219,7 @@ public final class StreamDecoder: @unchecked Sendable {
     var pending = 0  // mapped samples not yet in the ring
     var pendingOffset = 0
     // Where they are: `mapped`, or the decoded samples themselves when the map is the identity.
-    var pendingBase = UnsafePointer(mapped)
+    var pendingBase = mapped
     var endOfFile = false
     // Runs until cancelled or failed; a finished decoder waits for a seek back.
     while true {
@@ -238,7 +264,8 @@ public final class StreamDecoder: @unchecked Sendable {
           try reader.seek(toFrame: 0)
           frames = try reader.read(into: fileFrames, frames: block)
         }
-        var source = UnsafePointer(fileFrames)
+        Self.silenceNonFinite(fileFrames, count: frames * fileChannels)
+        var source = fileFrames
         if let resampler {
           // soxr may take the input in parts; offer the rest until it is all in.
           var offered = 0
@@ -251,7 +278,7 @@ public final class StreamDecoder: @unchecked Sendable {
             offered += result.consumed
             produced += result.produced
           } while frames > 0 && offered < frames && produced < resampledCapacity
-          source = UnsafePointer(resampled)
+          source = resampled
           if frames == 0 && produced == 0 { endOfFile = true }
           frames = produced
         } else if frames == 0 {
@@ -261,9 +288,11 @@ public final class StreamDecoder: @unchecked Sendable {
           pendingBase = source
         } else {
           channelMap.map(source, frames: frames, into: mapped)
-          pendingBase = UnsafePointer(mapped)
+          pendingBase = mapped
         }
         pending = frames * outputChannels
+        // Filtering or folding huge (finite) samples can overflow.
+        Self.silenceNonFinite(pendingBase, count: pending)
         pendingOffset = 0
       } catch {
         failure.withLock { $0 = error }

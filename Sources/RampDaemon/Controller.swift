@@ -403,7 +403,9 @@ public final class Controller: @unchecked Sendable {
   private func targetSample(for schedule: Schedule) -> Int64 {
     let rate = Double(player.output.rate)
     let seconds = max(Self.dueTime(schedule) - Date().timeIntervalSince1970, 0)
-    return player.currentSample + Int64((seconds * rate).rounded())
+    // A saved schedule may be due later than the clock can count (a state file from before delays
+    // were bounded): it then never comes, instead of trapping.
+    return player.currentSample + Int64(min((seconds * rate).rounded(), 1e18))
   }
 
   // MARK: Wait

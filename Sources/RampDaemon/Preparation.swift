@@ -253,7 +253,7 @@ struct Preparation: Sendable {
 
   private func prepare(_ set: SetValue) throws(ProtocolError) -> Operation {
     try Self.checkAddressable(set.key)
-    if InternalKeyPath.isGain(set.key) { try checkGain(set.value, field: "value") }
+    if InternalKeyPath.isGain(set.key) { try checkGain(set.value, field: set.valueField) }
     var transaction = configuration.transaction
     if let duration = set.duration {
       transaction.duration = duration
@@ -268,7 +268,7 @@ struct Preparation: Sendable {
     // animation, so the engine has nothing left to refuse.
     let instant = chosen.disableActions || chosen.duration == 0
     return Operation(
-      check: { state in Self.checkKey(key, value: set.value, field: "value", in: state) },
+      check: { state in Self.checkKey(key, value: set.value, field: set.valueField, in: state) },
       foregoneResult: key == "master.gain" && instant
         ? ["key": .string(key), "animation": .null, "value": .number(set.value)] : nil,
       apply: {

@@ -488,7 +488,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     }
     if let old = observers.removeValue(forKey: key) { stop(old) }
     let observer = Observer(published: controller.player.publish(key))
-    let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
+    // A rate of 1e-300 Hz is allowed (above 0) and means never: capped, as the conversion traps.
+    let interval = TimeAmount.nanoseconds(Int64(min(1e9 / rate, 1e18)))
     observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
       [weak self, observer] _ in
       self?.report(observer)

@@ -32,6 +32,11 @@ public struct SpringParameters: Sendable, Hashable {
       throw EngineError(.invalidValue, field: "bounce", "must be greater than -1 and less than 1, got \(bounce)")
     }
     let stiffness = (2 * Double.pi / duration) * (2 * Double.pi / duration)
+    // A duration such as 1e-320 or 1e308 makes the stiffness overflow or vanish: say so of the
+    // duration, the field given, not of the stiffness derived from it.
+    guard stiffness.isFinite, stiffness > 0 else {
+      throw EngineError(.invalidValue, field: "duration", "\(duration) s is too short or too long for a spring")
+    }
     let ratio = bounce >= 0 ? 1 - bounce : 1 / (1 + bounce)
     return SpringParameters(
       mass: 1, stiffness: stiffness, damping: 4 * .pi * ratio / duration,

@@ -213,10 +213,13 @@ public struct SetValue: Sendable, Equatable {
   public var curve: TimingFunction?
   public var space: ValueSpace?
   public var continuity: Continuity?
+  /// The key the value came in, `value` or `to`, so that a refusal names the field the client
+  /// sent. Not part of equality: both spell the same request.
+  public var valueField: String
 
   public init(
     key: String, value: Double, duration: Double? = nil, curve: TimingFunction? = nil, space: ValueSpace? = nil,
-    continuity: Continuity? = nil
+    continuity: Continuity? = nil, valueField: String = "value"
   ) {
     self.key = key
     self.value = value
@@ -224,6 +227,12 @@ public struct SetValue: Sendable, Equatable {
     self.curve = curve
     self.space = space
     self.continuity = continuity
+    self.valueField = valueField
+  }
+
+  public static func == (a: SetValue, b: SetValue) -> Bool {
+    a.key == b.key && a.value == b.value && a.duration == b.duration && a.curve == b.curve && a.space == b.space
+      && a.continuity == b.continuity
   }
 }
 

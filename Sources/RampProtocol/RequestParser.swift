@@ -179,6 +179,9 @@ struct RequestParser {
     let r = try reader(object, "play", ["path", "stream", "gain", "fadeIn", "curve", "loop", "paused"])
     let path = try r.required(try r.string("path", limit: ProtocolLimits.pathBytes), "path")
     guard !path.isEmpty else { throw r.invalid("path", "must not be empty") }
+    // The C calls that open it would stop at the NUL, opening a path other than the one checked
+    // and reported.
+    guard !path.utf8.contains(0) else { throw r.invalid("path", "must not contain a NUL character (\\u0000)") }
     return Play(
       path: path, stream: try r.identifier("stream"), gain: try r.number("gain"), fadeIn: try r.seconds("fadeIn"),
       curve: try r.curve("curve"), loop: try r.bool("loop") ?? false, paused: try r.bool("paused") ?? false)
@@ -224,7 +227,7 @@ struct RequestParser {
     return SetValue(
       key: try r.required(try r.keyPath("key"), "key"), value: try r.required(value, "value"),
       duration: try r.seconds("duration"), curve: try r.curve("curve"), space: try r.space("space"),
-      continuity: try r.choice("continuity", Continuity.self))
+      continuity: try r.choice("continuity", Continuity.self), valueField: to != nil ? "to" : "value")
   }
 
   private func animate(_ object: JSONObject) throws(ProtocolError) -> Animate {

@@ -13,12 +13,21 @@ public enum Schedule: Sendable, Equatable {
     }
   }
 
+  /// The longest delay: 10¹⁰ s.
+  public static let maximumDelay = 1e10
+
   static func parse(_ value: JSONValue, field: String) throws(ProtocolError) -> Schedule {
     switch value {
     case .number(let seconds):
       guard seconds.isFinite, seconds >= 0 else {
         throw .at(
           field, .invalidField, "a delay must be a finite number of seconds, not negative, got \(describe(value))")
+      }
+      // Further and the due sample would overflow the output's clock (and the due date RFC 3339).
+      guard seconds <= maximumDelay else {
+        throw .at(
+          field, .invalidField,
+          "a delay must be at most \(JSONValue.format(maximumDelay)) seconds (about 317 years), got \(describe(value))")
       }
       return .delay(seconds)
     case .string(let text):
