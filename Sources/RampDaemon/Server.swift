@@ -410,7 +410,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private func unobserve(_ key: String?, id: JSONValue?) -> JSONValue {
     let keys = key.map { [$0] } ?? Array(observers.keys)
     if let key, observers[key] == nil {
-      return Reply.failure(id: id, error: ProtocolError(.invalidField, field: "key", "'\(key)' is not observed"))
+      return Reply.failure(id: id, error: ProtocolError(.invalidField, field: "key", "key: '\(key)' is not observed"))
     }
     for key in keys {
       if let observer = observers.removeValue(forKey: key) { stop(observer) }

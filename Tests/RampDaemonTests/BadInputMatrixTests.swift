@@ -55,7 +55,7 @@ final class BadInputRun {
   private var underrunEvents: [JSONValue] = []
   private(set) var baselineResident = 0
   /// Growth of resident memory tolerated over the whole run.
-  static let memoryBound = 24 << 20
+  static let memoryBound = 16 << 20
 
   init() throws {
     try ensureDescriptorLimit(4096)
@@ -162,7 +162,9 @@ final class BadInputRun {
         reply["ok"] == false && reply.errorCode == code && reply.errorField == field,
         "\(row): expected \(expected), got \(shown)")
       #expect(!message.isEmpty, "\(row): no message")
-      if let field, ["missing-field", "unknown-field", "unknown-command", "invalid-field", "bad-request"].contains(code) {
+      if let field,
+        ["missing-field", "unknown-field", "unknown-command", "invalid-field", "bad-request"].contains(code)
+      {
         #expect(message.hasPrefix("\(field): "), "\(row): the message does not start with \(field): \(message)")
       }
       if code == "bad-json" || (code == "bad-request" && field == nil) {
@@ -184,7 +186,9 @@ final class BadInputRun {
     let ids = streams.compactMap { $0["stream"]?.stringValue }
     #expect(ids.contains("bg") && ids.contains("t"), "bg or t is gone after \(row): \(ids)")
     for stream in streams {
-      guard let id = stream["stream"]?.stringValue, id != "bg", id != "t", stream["stopping"] == .bool(false) else { continue }
+      guard let id = stream["stream"]?.stringValue, id != "bg", id != "t", stream["stopping"] == .bool(false) else {
+        continue
+      }
       try client.request(["cmd": "stop", "stream": .string(id)])
     }
   }
@@ -388,7 +392,8 @@ final class BadInputRun {
     for chunk in stride(from: 0, to: count, by: 250) {
       var lines: [UInt8] = []
       for i in chunk..<(chunk + 250) {
-        let line = #"{"id":\#(i),"cmd":"fade","key":"streams.t.gain","to":\#(Double(i % 10) / 10),"duration":5,"name":"flood"}"#
+        let line =
+          #"{"id":\#(i),"cmd":"fade","key":"streams.t.gain","to":\#(Double(i % 10) / 10),"duration":5,"name":"flood"}"#
         lines += Array(line.utf8) + [10]
       }
       try flooder.send(bytes: lines)
@@ -466,6 +471,7 @@ final class BadInputRun {
     try readReplies(until: unsent.isEmpty ? sent : sent - 1)
     #expect(greedy.sendAll(unsent))
     try readReplies(until: sent)
-    #expect(answered.count == sent && duplicates == 0, "\(answered.count) of \(sent) pings answered, \(duplicates) twice")
+    #expect(
+      answered.count == sent && duplicates == 0, "\(answered.count) of \(sent) pings answered, \(duplicates) twice")
   }
 }

@@ -68,7 +68,8 @@ struct BadInputDocument {
       for row in try table(name, in: text).rows {
         guard row.count >= 3 else { throw HarnessError("\(name): \(row)") }
         let field = row[2] == "—" ? nil : unquoted(row[2])
-        document[keyPath: keyPath].append(LineRow(sends: unquoted(row[0]), expected: try expected(row[1], field: field)))
+        document[keyPath: keyPath].append(
+          LineRow(sends: unquoted(row[0]), expected: try expected(row[1], field: field)))
       }
     }
     document.connections = try table("connections", in: text).rows.map { unquoted($0[0]) }
