@@ -97,8 +97,32 @@ final class BadInputRun {
     ] {
       try files.createSymbolicLink(atPath: "\(root)/\(link)", withDestinationPath: target)
     }
+    // Damaged on purpose: NaN and infinite samples; sample rates no audio has.
+    var nan = [Float](repeating: 0.5, count: 96_000)
+    for i in stride(from: 0, to: nan.count, by: 50) {
+      nan[i] = .nan
+      nan[i + 25] = i % 100 == 0 ? .infinity : -.infinity
+    }
+    _ = files.createFile(
+      atPath: "\(root)/nan.wav",
+      contents: wav(format: 3, channels: 2, rate: 48_000, bits: 32, data: nan.withUnsafeBytes { Data($0) }))
+    for (name, rate) in [("rate-1hz.wav", 1), ("rate-max.wav", 0x7FFF_FFFF)] {
+      _ = files.createFile(
+        atPath: "\(root)/\(name)",
+        contents: wav(format: 1, channels: 2, rate: rate, bits: 16, data: Data(count: 38_400)))
+    }
     _ = files.createFile(atPath: "\(root)/empty.wav", contents: Data())
     _ = files.createFile(atPath: "\(root)/notes.txt", contents: Data("not audio\n".utf8))
+  }
+
+  /// A WAV file as written here, header fields and all (little-endian).
+  static func wav(format: Int, channels: Int, rate: Int, bits: Int, data: Data) -> Data {
+    func le(_ value: Int, _ width: Int) -> [UInt8] { (0..<width).map { UInt8((value >> (8 * $0)) & 0xFF) } }
+    let align = channels * bits / 8
+    let fmt =
+      le(format, 2) + le(channels, 2) + le(rate, 4) + le(rate &* align & 0xFFFF_FFFF, 4) + le(align, 2) + le(bits, 2)
+    let body = Array("WAVEfmt ".utf8) + le(fmt.count, 4) + fmt + Array("data".utf8) + le(data.count, 4)
+    return Data(Array("RIFF".utf8) + le(body.count + data.count, 4) + body) + data
   }
 
   /// One second of stereo float at `level`.
@@ -215,9 +239,10 @@ final class BadInputRun {
     // The declick ramp (10 ms) and a margin.
     let steady = played[(first + 2 * 960)...]
     let wrong = steady.indices.filter { steady[$0] != Self.level }
+    let unchanged = wrong.isEmpty
     #expect(
-      wrong.isEmpty,
-      "\(wrong.count) of \(steady.count) samples are not \(Self.level); first at frame \((wrong.first ?? 0) / 2): \(wrong.prefix(4).map { steady[$0] })"
+      unchanged,
+      "\(wrong.count) of \(steady.count) samples are not \(Self.level); the first at frame \((wrong.first ?? 0) / 2): \(wrong.prefix(4).map { steady[$0] })"
     )
     #expect(steady.count > 48_000 * 2, "bg played at least a second")
     daemon.stop()

@@ -71,7 +71,6 @@ extension BadInputMatrixTests {
       if !left.isEmpty { usleep(50_000) }
     } while !left.isEmpty && Date() < deadline
     #expect(left.isEmpty, "mutant streams still there: \(left)")
-    print("DBG mutants", mutants.count, accepted, refused)
     #expect(accepted > 0 && refused > 0, "\(accepted) played, \(refused) refused: the mutants test both ways")
     try run.checkAlive(after: "every mutant")
     try run.finish()
