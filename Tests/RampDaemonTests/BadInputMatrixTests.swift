@@ -260,6 +260,7 @@ final class BadInputRun {
       "byte-at-a-time": byteAtATime, "last-line-without-newline": lastLineWithoutNewline,
       "disconnect-mid-line": disconnectMidLine, "1000-idle-connections": idleConnections,
       "subscriber-never-reads": subscriberNeverReads, "client-never-reads-replies": clientNeverReadsReplies,
+      "15MiB-line-under-a-raised-limit": longLineUnderRaisedLimit,
     ]
   }
 
@@ -296,6 +297,40 @@ final class BadInputRun {
     // The daemon closes as soon as the line passes the limit: the rest may not be sent.
     connection.sendAll([UInt8](repeating: UInt8(ascii: "a"), count: 10 << 20) + (newline ? [10] : []))
     try expectLineTooLong(connection, "10 MiB\(newline ? " and a newline" : " without a newline")")
+  }
+
+  /// A second daemon, whose line limit is raised to 16 MiB: a 15 MiB line is read whole, and
+  /// meanwhile another client is served within seconds.
+  private func longLineUnderRaisedLimit() throws {
+    let raised = try DaemonProcess(
+      name: "longline",
+      extraConfiguration: """
+        [limits]
+        line-length = "16MiB"
+        """)
+    let sender = try RawConnection(path: raised.socket)
+    let other = try RawConnection(path: raised.socket)
+    _ = try sender.readLineBytes()
+    _ = try other.readLineBytes()
+    let line =
+      Array(#"{"id":"long","cmd":"ping","pad":""#.utf8) + [UInt8](repeating: UInt8(ascii: "a"), count: 15 << 20)
+      + Array(#""}"#.utf8) + [10]
+    let start = Date()
+    let sending = Thread { sender.sendAll(line) }
+    sending.start()
+    usleep(100_000)
+    other.sendAll(Array(#"{"id":"other","cmd":"ping"}"#.utf8) + [10])
+    other.setTimeout(seconds: 120)
+    let pong = try other.readLine()
+    let waited = Date().timeIntervalSince(start)
+    #expect(pong?.isOK == true, "\(pong?.serialized() ?? "closed")")
+    #expect(waited < 10, "another client waited \(waited) s while a 15 MiB line came in")
+    sender.setTimeout(seconds: 120)
+    let reply = try sender.readLine()
+    #expect(
+      reply?.errorCode == "unknown-field" && reply?.errorField == "pad" && reply?["id"] == "long",
+      "the 15 MiB line: \(reply?.serialized() ?? "closed")")
+    #expect(raised.process.isRunning)
   }
 
   private func binaryGarbage() throws {

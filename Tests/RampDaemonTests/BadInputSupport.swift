@@ -191,7 +191,8 @@ extension LineClient {
 }
 
 /// A bare connection, for clients that misbehave: no greeting check, raw bytes, its own reading.
-final class RawConnection {
+/// Unchecked: one thread may send while another reads (sending touches no state).
+final class RawConnection: @unchecked Sendable {
   let descriptor: CInt
   private var pending: [UInt8] = []
 
