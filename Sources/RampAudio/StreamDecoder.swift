@@ -150,7 +150,7 @@ public final class StreamDecoder: @unchecked Sendable {
     // Past the end is the end: the stream then finishes instead of failing on a bad seek. Clamped
     // before the conversion, which traps on a value beyond Int.
     let fileFrame = min(
-      max((Double(frame) * Double(fileRate) / Double(outputRate)).rounded(), 0), Double(reader.frames))
+      max((Double(frame) * Double(fileRate) / Double(outputRate)).rounded(), 0), Double(reader.frames), 1e18)
     seekMark.store(-1, ordering: .releasing)
     seekRequest.store(Int(fileFrame), ordering: .releasing)
     bell.ring()

@@ -156,12 +156,13 @@ struct Preparation: Sendable {
       stop: stop)
   }
 
+  /// `field`: what named the stream (a fade-out's `key`).
   private func transportOperation(
-    stream: String?, fade: Double, curve: TimingFunction, space: ValueSpace, stop: Bool
+    stream: String?, fade: Double, curve: TimingFunction, space: ValueSpace, stop: Bool, field: String = "stream"
   ) -> Operation {
     let player = player
     return Operation(
-      check: { state in stream.flatMap { Self.checkStream($0, in: state) } },
+      check: { state in stream.flatMap { Self.checkStream($0, field: field, in: state) } },
       apply: { state, ticket in
         let changes =
           stop
@@ -209,7 +210,8 @@ struct Preparation: Sendable {
           .invalidField, field: "then",
           "'then' needs key master.gain (every stream) or streams.<id>.gain, not \(fade.key)")
       }
-      return transportOperation(stream: stream, fade: duration, curve: curve, space: space, stop: then == .stop)
+      return transportOperation(
+        stream: stream, fade: duration, curve: curve, space: space, stop: then == .stop, field: "key")
     }
     try Self.checkAddressable(fade.key)
     if InternalKeyPath.isGain(fade.key) {
@@ -288,6 +290,7 @@ struct Preparation: Sendable {
 
   private func prepare(_ animate: Animate) throws(ProtocolError) -> Operation {
     try Self.checkAddressable(animate.key)
+    try Self.checkChildrenAddressable(animate.animation, field: "animation")
     let key = animate.key
     let name = animate.name
     let animation = animate.animation
@@ -335,6 +338,20 @@ struct Preparation: Sendable {
     }
   }
 
+  /// A group's children may name their own key paths: not a transport either.
+  static func checkChildrenAddressable(_ animation: Animation, field: String) throws(ProtocolError) {
+    guard case .group(let children) = animation.content else { return }
+    for (index, child) in children.enumerated() {
+      let childField = "\(field).animations[\(index)]"
+      if let path = child.keyPath, InternalKeyPath.isInternal(path) {
+        throw ProtocolError(
+          .unknownKeyPath, field: childField + ".keyPath",
+          "'\(path)' is internal to the daemon; use pause, resume and stop")
+      }
+      try checkChildrenAddressable(child, field: childField)
+    }
+  }
+
   static func checkKey(_ key: String, value: Double? = nil, field: String = "value", in state: RenderState)
     -> ProtocolError?
   {
@@ -348,9 +365,9 @@ struct Preparation: Sendable {
     return nil
   }
 
-  static func checkStream(_ id: String, in state: RenderState) -> ProtocolError? {
+  static func checkStream(_ id: String, field: String = "stream", in state: RenderState) -> ProtocolError? {
     state.contains(stream: id)
-      ? nil : ProtocolError(.unknownStream, field: "stream", "no stream '\(id)' is playing")
+      ? nil : ProtocolError(.unknownStream, field: field, "no stream '\(id)' is playing")
   }
 
   private static func hint(_ key: String, in state: RenderState) -> String {

@@ -55,7 +55,7 @@ final class BadInputRun {
   private var underrunEvents: [JSONValue] = []
   private(set) var baselineResident = 0
   /// Growth of resident memory tolerated over the whole run.
-  static let memoryBound = 24 << 20
+  static let memoryBound = 16 << 20
 
   init() throws {
     try ensureDescriptorLimit(4096)
@@ -97,8 +97,32 @@ final class BadInputRun {
     ] {
       try files.createSymbolicLink(atPath: "\(root)/\(link)", withDestinationPath: target)
     }
+    // Damaged on purpose: NaN and infinite samples; sample rates no audio has.
+    var nan = [Float](repeating: 0.5, count: 96_000)
+    for i in stride(from: 0, to: nan.count, by: 50) {
+      nan[i] = .nan
+      nan[i + 25] = i % 100 == 0 ? .infinity : -.infinity
+    }
+    _ = files.createFile(
+      atPath: "\(root)/nan.wav",
+      contents: wav(format: 3, channels: 2, rate: 48_000, bits: 32, data: nan.withUnsafeBytes { Data($0) }))
+    for (name, rate) in [("rate-1hz.wav", 1), ("rate-max.wav", 0x7FFF_FFFF)] {
+      _ = files.createFile(
+        atPath: "\(root)/\(name)",
+        contents: wav(format: 1, channels: 2, rate: rate, bits: 16, data: Data(count: 38_400)))
+    }
     _ = files.createFile(atPath: "\(root)/empty.wav", contents: Data())
     _ = files.createFile(atPath: "\(root)/notes.txt", contents: Data("not audio\n".utf8))
+  }
+
+  /// A WAV file as written here, header fields and all (little-endian).
+  static func wav(format: Int, channels: Int, rate: Int, bits: Int, data: Data) -> Data {
+    func le(_ value: Int, _ width: Int) -> [UInt8] { (0..<width).map { UInt8((value >> (8 * $0)) & 0xFF) } }
+    let align = channels * bits / 8
+    let fmt =
+      le(format, 2) + le(channels, 2) + le(rate, 4) + le(rate &* align & 0xFFFF_FFFF, 4) + le(align, 2) + le(bits, 2)
+    let body = Array("WAVEfmt ".utf8) + le(fmt.count, 4) + fmt + Array("data".utf8) + le(data.count, 4)
+    return Data(Array("RIFF".utf8) + le(body.count + data.count, 4) + body) + data
   }
 
   /// One second of stereo float at `level`.
@@ -162,7 +186,9 @@ final class BadInputRun {
         reply["ok"] == false && reply.errorCode == code && reply.errorField == field,
         "\(row): expected \(expected), got \(shown)")
       #expect(!message.isEmpty, "\(row): no message")
-      if let field, ["missing-field", "unknown-field", "unknown-command", "invalid-field", "bad-request"].contains(code) {
+      if let field,
+        ["missing-field", "unknown-field", "unknown-command", "invalid-field", "bad-request"].contains(code)
+      {
         #expect(message.hasPrefix("\(field): "), "\(row): the message does not start with \(field): \(message)")
       }
       if code == "bad-json" || (code == "bad-request" && field == nil) {
@@ -184,7 +210,9 @@ final class BadInputRun {
     let ids = streams.compactMap { $0["stream"]?.stringValue }
     #expect(ids.contains("bg") && ids.contains("t"), "bg or t is gone after \(row): \(ids)")
     for stream in streams {
-      guard let id = stream["stream"]?.stringValue, id != "bg", id != "t", stream["stopping"] == .bool(false) else { continue }
+      guard let id = stream["stream"]?.stringValue, id != "bg", id != "t", stream["stopping"] == .bool(false) else {
+        continue
+      }
       try client.request(["cmd": "stop", "stream": .string(id)])
     }
   }
@@ -211,9 +239,10 @@ final class BadInputRun {
     // The declick ramp (10 ms) and a margin.
     let steady = played[(first + 2 * 960)...]
     let wrong = steady.indices.filter { steady[$0] != Self.level }
+    let unchanged = wrong.isEmpty
     #expect(
-      wrong.isEmpty,
-      "\(wrong.count) of \(steady.count) samples are not \(Self.level); first at frame \((wrong.first ?? 0) / 2): \(wrong.prefix(4).map { steady[$0] })"
+      unchanged,
+      "\(wrong.count) of \(steady.count) samples are not \(Self.level); the first at frame \((wrong.first ?? 0) / 2): \(wrong.prefix(4).map { steady[$0] })"
     )
     #expect(steady.count > 48_000 * 2, "bg played at least a second")
     daemon.stop()
@@ -231,6 +260,7 @@ final class BadInputRun {
       "byte-at-a-time": byteAtATime, "last-line-without-newline": lastLineWithoutNewline,
       "disconnect-mid-line": disconnectMidLine, "1000-idle-connections": idleConnections,
       "subscriber-never-reads": subscriberNeverReads, "client-never-reads-replies": clientNeverReadsReplies,
+      "15MiB-line-under-a-raised-limit": longLineUnderRaisedLimit,
     ]
   }
 
@@ -267,6 +297,40 @@ final class BadInputRun {
     // The daemon closes as soon as the line passes the limit: the rest may not be sent.
     connection.sendAll([UInt8](repeating: UInt8(ascii: "a"), count: 10 << 20) + (newline ? [10] : []))
     try expectLineTooLong(connection, "10 MiB\(newline ? " and a newline" : " without a newline")")
+  }
+
+  /// A second daemon, whose line limit is raised to 16 MiB: a 15 MiB line is read whole, and
+  /// meanwhile another client is served within seconds.
+  private func longLineUnderRaisedLimit() throws {
+    let raised = try DaemonProcess(
+      name: "longline",
+      extraConfiguration: """
+        [limits]
+        line-length = "16MiB"
+        """)
+    let sender = try RawConnection(path: raised.socket)
+    let other = try RawConnection(path: raised.socket)
+    _ = try sender.readLineBytes()
+    _ = try other.readLineBytes()
+    let line =
+      Array(#"{"id":"long","cmd":"ping","pad":""#.utf8) + [UInt8](repeating: UInt8(ascii: "a"), count: 15 << 20)
+      + Array(#""}"#.utf8) + [10]
+    let start = Date()
+    let sending = Thread { sender.sendAll(line) }
+    sending.start()
+    usleep(100_000)
+    other.sendAll(Array(#"{"id":"other","cmd":"ping"}"#.utf8) + [10])
+    other.setTimeout(seconds: 120)
+    let pong = try other.readLine()
+    let waited = Date().timeIntervalSince(start)
+    #expect(pong?.isOK == true, "\(pong?.serialized() ?? "closed")")
+    #expect(waited < 10, "another client waited \(waited) s while a 15 MiB line came in")
+    sender.setTimeout(seconds: 120)
+    let reply = try sender.readLine()
+    #expect(
+      reply?.errorCode == "unknown-field" && reply?.errorField == "pad" && reply?["id"] == "long",
+      "the 15 MiB line: \(reply?.serialized() ?? "closed")")
+    #expect(raised.process.isRunning)
   }
 
   private func binaryGarbage() throws {
@@ -388,7 +452,8 @@ final class BadInputRun {
     for chunk in stride(from: 0, to: count, by: 250) {
       var lines: [UInt8] = []
       for i in chunk..<(chunk + 250) {
-        let line = #"{"id":\#(i),"cmd":"fade","key":"streams.t.gain","to":\#(Double(i % 10) / 10),"duration":5,"name":"flood"}"#
+        let line =
+          #"{"id":\#(i),"cmd":"fade","key":"streams.t.gain","to":\#(Double(i % 10) / 10),"duration":5,"name":"flood"}"#
         lines += Array(line.utf8) + [10]
       }
       try flooder.send(bytes: lines)
@@ -466,6 +531,7 @@ final class BadInputRun {
     try readReplies(until: unsent.isEmpty ? sent : sent - 1)
     #expect(greedy.sendAll(unsent))
     try readReplies(until: sent)
-    #expect(answered.count == sent && duplicates == 0, "\(answered.count) of \(sent) pings answered, \(duplicates) twice")
+    #expect(
+      answered.count == sent && duplicates == 0, "\(answered.count) of \(sent) pings answered, \(duplicates) twice")
   }
 }

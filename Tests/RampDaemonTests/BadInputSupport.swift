@@ -68,7 +68,8 @@ struct BadInputDocument {
       for row in try table(name, in: text).rows {
         guard row.count >= 3 else { throw HarnessError("\(name): \(row)") }
         let field = row[2] == "—" ? nil : unquoted(row[2])
-        document[keyPath: keyPath].append(LineRow(sends: unquoted(row[0]), expected: try expected(row[1], field: field)))
+        document[keyPath: keyPath].append(
+          LineRow(sends: unquoted(row[0]), expected: try expected(row[1], field: field)))
       }
     }
     document.connections = try table("connections", in: text).rows.map { unquoted($0[0]) }
@@ -190,7 +191,8 @@ extension LineClient {
 }
 
 /// A bare connection, for clients that misbehave: no greeting check, raw bytes, its own reading.
-final class RawConnection {
+/// Unchecked: one thread may send while another reads (sending touches no state).
+final class RawConnection: @unchecked Sendable {
   let descriptor: CInt
   private var pending: [UInt8] = []
 
