@@ -10,7 +10,8 @@ import Testing
 /// The built executables (`swift build --build-tests` builds them next to the test bundle).
 enum Executables {
   static let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
-  static var rampd: String { "\(directory)/rampd" }
+  /// RAMPD_TEST_BINARY runs the daemon tests on another build (a release build, to measure).
+  static var rampd: String { ProcessInfo.processInfo.environment["RAMPD_TEST_BINARY"] ?? "\(directory)/rampd" }
   static var rampctl: String { "\(directory)/rampctl" }
 }
 
