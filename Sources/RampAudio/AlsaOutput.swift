@@ -98,7 +98,8 @@ public final class AlsaPCMOutput {
   }
 
   public let negotiated: Negotiated
-  /// Underruns (-EPIPE) and suspends (-ESTRPIPE) recovered from in `write`.
+  /// Underruns (-EPIPE) and suspends (-ESTRPIPE) recovered from in `write`; with clock pacing, also
+  /// each time the writer fell behind the clock (the sink itself, `null` or `file`, never underruns).
   public private(set) var underruns = 0
 
   /// Frames converted per `snd_pcm_writei` call: the conversion buffer holds this many frames.
@@ -374,7 +375,8 @@ public final class AlsaPCMOutput {
   }
 
   /// Sleeps until writing `frames` more keeps the frames written at most one buffer ahead of the wall
-  /// clock since the first write. If the writer fell behind the clock (a virtual underrun), re-anchors.
+  /// clock since the first write. If the writer fell behind the clock (a virtual underrun), counts an
+  /// underrun and re-anchors.
   private func waitForClock(frames: Int) {
     let now = monotonicNanoseconds()
     if !clockStarted {
@@ -384,6 +386,9 @@ public final class AlsaPCMOutput {
       return
     }
     if framesElapsed(now: now) > clockFrames {
+      // Everything written has been "played": a device would have run dry here. Counted, or a
+      // clock-paced output (the embedded WAV file, tests) would never report a late render.
+      underruns += 1
       clockAnchor = now - nanoseconds(frames: clockFrames)
     }
     let ahead = clockFrames + Int64(frames) - Int64(negotiated.bufferFrames)

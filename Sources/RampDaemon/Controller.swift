@@ -7,8 +7,9 @@ import Synchronization
 
 /// Something that receives lines from the controller: a client connection.
 public protocol Client: AnyObject, Sendable {
-  /// A reply to one of this client's requests. Always delivered.
-  func reply(_ line: JSONValue)
+  /// The reply to this client's request `sequence` (the number `handle` was given with it), from
+  /// any thread. Always delivered.
+  func reply(_ line: JSONValue, sequence: Int)
   /// An event; a client that cannot keep up drops it rather than hold anyone up.
   func event(_ line: JSONValue)
   /// Whether the request being handled is the only one of this client's still without a reply,
@@ -71,12 +72,12 @@ public final class Controller: @unchecked Sendable {
 
   /// Runs `request` for `client`; the reply arrives through `client.reply`, possibly later (a
   /// scheduled command replies when it takes effect, `wait` when the animations end).
-  public func handle(_ request: Request, from client: any Client) {
+  public func handle(_ request: Request, from client: any Client, sequence: Int) {
     let id = request.id
     let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { [weak client] result in
       switch result {
-      case .success(let value): client?.reply(Reply.success(id: id, result: value))
-      case .failure(let error): client?.reply(Reply.failure(id: id, error: error))
+      case .success(let value): client?.reply(Reply.success(id: id, result: value), sequence: sequence)
+      case .failure(let error): client?.reply(Reply.failure(id: id, error: error), sequence: sequence)
       }
     }
     if stopping.load(ordering: .acquiring) {

@@ -321,6 +321,16 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   /// bounded amount of the daemon's memory (and the kernel's socket buffers hold the rest).
   static let maximumInFlight = 4096
   private let readingPaused = Atomic<Bool>(false)
+  /// Replies leave in request order (PROTOCOL.md §1), yet some are ready before an earlier one: a
+  /// refusal found while parsing, `subscribe`, `observe` or `version` are answered at once, while an
+  /// earlier command may still wait for the render thread. The rest is event-loop only.
+  private var nextSequence = 0
+  /// The requests whose replies keep request order and are not written yet, oldest first.
+  private var inOrder = CircularBuffer<Int>()
+  /// Replies ready before an earlier one, by request.
+  private var held: [Int: JSONValue] = [:]
+  /// `wait` (when its animations end) and a plain `at` (when it takes effect) reply whenever.
+  private var anyOrder = Set<Int>()
 
   /// Lives on the connection's event loop only.
   final class Observer: @unchecked Sendable {
@@ -360,27 +370,37 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
     // Every request gets exactly one reply, through `reply`.
     unanswered.add(1, ordering: .relaxed)
+    let sequence = nextSequence
+    nextSequence += 1
     let (id, result) = Request.parse(
       utf8: bytes, options: ParseOptions(decibelFloor: configuration.fades.decibelFloor))
     switch result {
     case .failure(let error):
-      reply(Reply.failure(id: id, error: error))
+      inOrder.append(sequence)
+      reply(Reply.failure(id: id, error: error), sequence: sequence)
     case .success(let request):
+      if case .wait = request.command {
+        anyOrder.insert(sequence)
+      } else if request.at != nil && request.ack != .scheduled {
+        anyOrder.insert(sequence)
+      } else {
+        inOrder.append(sequence)
+      }
       switch request.command {
       case .observe(let key, let rate):
-        reply(observe(key, rate: rate, id: request.id))
+        reply(observe(key, rate: rate, id: request.id), sequence: sequence)
       case .unobserve(let key):
-        reply(unobserve(key, id: request.id))
+        reply(unobserve(key, id: request.id), sequence: sequence)
       default:
         let controller = controller
         // Saving a schedule waits for the disk: that too runs off the event loop.
         if !request.command.opensFiles && request.at == nil && queued.load(ordering: .acquiring) == 0 {
-          controller.handle(request, from: self)
+          controller.handle(request, from: self, sequence: sequence)
           return
         }
         queued.add(1, ordering: .relaxed)
         commands.async { [self] in
-          controller.handle(request, from: self)
+          controller.handle(request, from: self, sequence: sequence)
           queued.subtract(1, ordering: .releasing)
         }
       }
@@ -449,13 +469,34 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     channel.setOption(ChannelOptions.autoRead, value: read).whenFailure { _ in }
   }
 
-  func reply(_ line: JSONValue) {
-    if readingPaused.load(ordering: .relaxed) {
-      // Replies may come from the command queue; reading resumes on the event loop.
-      channel.eventLoop.execute { [self] in updateReading() }
+  func reply(_ line: JSONValue, sequence: Int) {
+    let loop = channel.eventLoop
+    if loop.inEventLoop {
+      deliver(line, sequence: sequence)
+    } else {
+      // Written from the loop only, so a reply handed over from another thread cannot be
+      // overtaken there by a later one written directly.
+      loop.execute { self.deliver(line, sequence: sequence) }
     }
+  }
+
+  private func deliver(_ line: JSONValue, sequence: Int) {
     unanswered.subtract(1, ordering: .relaxed)
+    if readingPaused.load(ordering: .relaxed) { updateReading() }
+    if anyOrder.remove(sequence) != nil {
+      write(line)
+      return
+    }
+    guard inOrder.first == sequence else {
+      held[sequence] = line
+      return
+    }
+    inOrder.removeFirst()
     write(line)
+    while let next = inOrder.first, let ready = held.removeValue(forKey: next) {
+      inOrder.removeFirst()
+      write(ready)
+    }
   }
 
   var awaitsNoOtherReply: Bool { unanswered.load(ordering: .relaxed) == 1 }

@@ -282,6 +282,21 @@ private func testSignal(frames: Int, amplitude: Double = 0.9) -> [Float] {
     #expect(fast < .milliseconds(100), "\(fast)")
   }
 
+  /// A clock-paced writer that falls behind the clock has let the (virtual) buffer run dry: an
+  /// underrun, as a device would count one. One that keeps up counts none.
+  @Test func clockPacingCountsAWriterThatFellBehind() throws {
+    let signal = testSignal(frames: 4_800)  // 0.1 s
+    let paced = try openOutput("null", format: .float32, pacing: .clock)
+    try writeAll(paced, signal, chunk: 480)
+    #expect(paced.underruns == 0)
+    // Twice the 50 ms buffer without a write: everything written has been played and more.
+    usleep(100_000)
+    try writeAll(paced, signal, chunk: 480)
+    #expect(paced.underruns == 1)
+    try writeAll(paced, signal, chunk: 480)
+    #expect(paced.underruns == 1, "caught up again, the clock re-anchored")
+  }
+
   @Test func autoChoosesClockForNullChains() throws {
     for device in ["null", "rampd_test_auto_file", "rampd_test_auto_plug"] {
       let output = try openOutput(device, pacing: .auto)

@@ -10,7 +10,8 @@ import Testing
 /// The built executables (`swift build --build-tests` builds them next to the test bundle).
 enum Executables {
   static let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
-  static var rampd: String { "\(directory)/rampd" }
+  /// RAMPD_TEST_BINARY runs the daemon tests on another build (a release build, to measure).
+  static var rampd: String { ProcessInfo.processInfo.environment["RAMPD_TEST_BINARY"] ?? "\(directory)/rampd" }
   static var rampctl: String { "\(directory)/rampctl" }
 }
 
@@ -61,7 +62,10 @@ final class DaemonProcess {
   let recording: String
   let process = Process()
   let stderr = Pipe()
-  private(set) var log = ""
+  /// What rampd wrote to standard error, read as it comes: a full pipe would stop the daemon at its
+  /// next log line.
+  private let logSink = LogSink()
+  var log: String { logSink.text }
   /// A daemon started on an earlier one's directory leaves it for that one to remove.
   private let ownsDirectory: Bool
 
@@ -118,6 +122,13 @@ final class DaemonProcess {
     }
     process.environment = environment
     process.standardError = stderr
+    let sink = logSink
+    stderr.fileHandleForReading.readabilityHandler = { handle in
+      let data = handle.availableData
+      // End of file: the handler would be called again and again.
+      if data.isEmpty { handle.readabilityHandler = nil }
+      sink.append(data)
+    }
     process.standardOutput = FileHandle.nullDevice
     // An earlier daemon killed on this directory left its socket file: wait for the new one.
     unlink(socket)
@@ -151,10 +162,12 @@ final class DaemonProcess {
     return process.terminationStatus
   }
 
+  /// The log so far; once the daemon has exited, all of it.
   @discardableResult
   func readLog() -> String {
     if !process.isRunning {
-      log += String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+      stderr.fileHandleForReading.readabilityHandler = nil
+      logSink.append(stderr.fileHandleForReading.readDataToEndOfFile())
     }
     return log
   }
@@ -185,6 +198,18 @@ final class DaemonProcess {
     try writer.close()
     return path
   }
+}
+
+/// Text gathered from another thread.
+final class LogSink: @unchecked Sendable {
+  private let lock = NSLock()
+  private var data = Data()
+
+  func append(_ more: Data) {
+    lock.withLock { data.append(more) }
+  }
+
+  var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }
 }
 
 /// Builds a test fixture (an ALSA plugin in Tests/Fixtures) into a shared library with cc.
