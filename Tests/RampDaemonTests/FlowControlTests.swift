@@ -15,6 +15,7 @@ import Testing
     let file = try daemon.constantFile("bed", seconds: 30, left: 0.5, right: 0.5)
     let other = try daemon.client()
     #expect(try other.request(["cmd": "play", "path": .string(file), "stream": "bed"])["ok"] == .bool(true))
+    #expect(try other.request(["cmd": "subscribe", "events": ["underrun"]])["ok"] == .bool(true))
     let before = try residentKilobytes(of: daemon.process.processIdentifier)
 
     let flooder = try daemon.client()
@@ -46,9 +47,11 @@ import Testing
     #expect(Date().timeIntervalSince(asked) < 1)
     let after = try residentKilobytes(of: daemon.process.processIdentifier)
     #expect(after - before < 40_000, "memory grew by \(after - before) kB for \(requests) unread requests")
+    // The stream's decoder kept up (output lateness on a loaded test machine is not the flood's
+    // doing, so `status.output.underruns` is not asked here).
     let status = try other.request(["cmd": "status"])["result"]
-    #expect(status?["output"]?["underruns"] == 0)
     #expect(status?["streams"]?.arrayValue?.count == 1)
+    #expect(other.events.filter { $0["event"] == .string("underrun") }.isEmpty, "\(other.events)")
 
     // Reading resumes when the client reads: every request it got in is answered, in order.
     _ = fcntl(flooder.descriptor, F_SETFL, fcntl(flooder.descriptor, F_GETFL) & ~O_NONBLOCK)
