@@ -51,9 +51,10 @@ final class Harness {
     let expected = Expectation(input, lineLimit: daemon.lineLimit, options: daemon.parseOptions)
     for request in expected.requests { checkRoundTrip(request, input: input) }
     converse(input, expected: expected, with: daemon)
-    daemon.reset(timeout: replyTimeout, input: input)
-    if inputs % 256 == 0, daemon.pendingSchedules(timeout: replyTimeout) > Generation.pendingLimit / 2 {
-      retire()
+    if expected.changesState { daemon.reset(timeout: replyTimeout, input: input) }
+    if inputs % 256 == 0 {
+      let pending = daemon.pendingSchedules(timeout: replyTimeout)
+      if pending > Generation.pendingLimit / 2 { retire(pending: pending) }
     }
   }
 
@@ -66,8 +67,10 @@ final class Harness {
   }
 
   /// Schedules far in the future would fill `limits.pending-scheduled` and make every `at` refused.
-  private func retire() {
+  private func retire(pending: Int) {
     guard let daemon else { return }
+    FileHandle.standardError.write(
+      Data("rampd-fuzz: \(pending) schedules pending after \(inputs) inputs; starting a fresh rampd\n".utf8))
     daemon.daemon.shutdown()
     retired.append(daemon)
     self.daemon = nil
@@ -134,6 +137,9 @@ struct Expectation {
   var prompt = 0
   var closes = false
   var requests: [Request] = []
+  /// Whether the input may leave streams or animations behind: a request that changes the
+  /// player's state, or a last line without a newline, read only when the connection closes.
+  var changesState = false
 
   init(_ input: [UInt8], lineLimit: Int, options: ParseOptions) {
     var start = 0
@@ -151,6 +157,8 @@ struct Expectation {
     if input.count - start > lineLimit {
       prompt += 1
       closes = true
+    } else if start < input.count {
+      changesState = true
     }
   }
 
@@ -162,6 +170,10 @@ struct Expectation {
       return
     }
     requests.append(request)
+    switch request.command {
+    case .ping, .version, .status, .get, .list, .subscribe, .unsubscribe, .observe, .unobserve, .wait: break
+    default: changesState = true
+    }
     if case .wait = request.command { return }
     if request.at != nil && request.ack == .applied { return }
     prompt += 1
