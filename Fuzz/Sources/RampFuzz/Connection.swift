@@ -9,6 +9,11 @@ import Foundation
 final class Connection {
   private let descriptor: CInt
   private var received: [UInt8] = []
+  /// Where the next line starts in `received`.
+  private var start = 0
+  /// One receive buffer for every connection (libFuzzer runs inputs one at a time): a fresh one
+  /// per read cost more than the rest of the harness.
+  nonisolated(unsafe) private static let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 65_536, alignment: 8)
   /// The server closed its side.
   private(set) var closed = false
 
@@ -54,11 +59,13 @@ final class Connection {
   /// (monotonic seconds) passed.
   func line(before deadline: Double) -> [UInt8]? {
     while true {
-      if let newline = received.firstIndex(of: UInt8(ascii: "\n")) {
-        let line = Array(received[..<newline])
-        received.removeSubrange(...newline)
+      if let newline = received[start...].firstIndex(of: UInt8(ascii: "\n")) {
+        let line = Array(received[start..<newline])
+        start = newline + 1
         return line
       }
+      received.removeFirst(start)
+      start = 0
       if closed { return nil }
       let left = deadline - Clock.now
       guard left > 0 else { return nil }
@@ -66,8 +73,8 @@ final class Connection {
       let ready = poll(&poller, 1, Int32(min(left * 1000, 1000)) + 1)
       if ready < 0 && errno != EINTR { closed = true }
       guard ready > 0 else { continue }
-      var chunk = [UInt8](repeating: 0, count: 65_536)
-      let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+      let chunk = Self.chunk
+      let count = recv(descriptor, chunk.baseAddress, chunk.count, 0)
       if count < 0 && errno == EINTR { continue }
       if count <= 0 {
         closed = true

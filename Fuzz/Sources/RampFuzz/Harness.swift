@@ -206,7 +206,7 @@ final class Generation {
       max = "+6dB"
       [limits]
       clients = 4096
-      line-length = 2048
+      line-length = 1024
       streams = 4
       pending-scheduled = \(Self.pendingLimit)
       [media]

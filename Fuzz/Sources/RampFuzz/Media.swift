@@ -12,11 +12,11 @@ enum Media {
     for path in [root, root + "/sub", other, outside] {
       try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
-    try write(wav(rate: 48_000, channels: 2, frames: 12_000, frequency: 440), to: root + "/tone.wav")
-    try write(wav(rate: 22_050, channels: 1, frames: 4_410, frequency: 330), to: root + "/mono22k.wav")
+    try write(wav(rate: 48_000, channels: 2, frames: 4_800, frequency: 440), to: root + "/tone.wav")
+    try write(wav(rate: 22_050, channels: 1, frames: 2_205, frequency: 330), to: root + "/mono22k.wav")
     try write(wav(rate: 48_000, channels: 2, frames: 240, frequency: 1000), to: root + "/click.wav")
-    try write(wav(rate: 44_100, channels: 2, frames: 8_820, frequency: 220), to: root + "/sub/deep.wav")
-    try write(wav(rate: 48_000, channels: 1, frames: 4_800, frequency: 550), to: other + "/other.wav")
+    try write(wav(rate: 44_100, channels: 2, frames: 4_410, frequency: 220), to: root + "/sub/deep.wav")
+    try write(wav(rate: 48_000, channels: 1, frames: 2_400, frequency: 550), to: other + "/other.wav")
     try write(wav(rate: 48_000, channels: 2, frames: 4_800, frequency: 660), to: outside + "/secret.wav")
     try write(Array("not audio\n".utf8), to: root + "/notes.txt")
     try write([], to: root + "/empty.wav")
