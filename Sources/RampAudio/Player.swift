@@ -558,7 +558,9 @@ public final class Player: @unchecked Sendable {
   @discardableResult
   public func seek(_ id: String, to seconds: Double, in state: RenderState) -> Bool {
     guard let stream = state.streams.first(where: { $0.id == id }) else { return false }
-    let frame = Int(max(seconds, 0) * Double(output.rate))
+    // A position past any file (only a double bounds it) seeks to the end, rather than trap here
+    // or when the decoder converts it to the file's rate.
+    let frame = Int(min(max(seconds, 0) * Double(output.rate), 0x1p53))
     _ = try? state.engine.set(
       "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
     stream.pendingSeek = frame

@@ -391,7 +391,9 @@ public final class Controller: @unchecked Sendable {
   private func targetSample(for schedule: Schedule) -> Int64 {
     let rate = Double(player.output.rate)
     let seconds = max(Self.dueTime(schedule) - Date().timeIntervalSince1970, 0)
-    return player.currentSample + Int64((seconds * rate).rounded())
+    // A delay the sample clock cannot count to (only a double bounds it: `"at": 1e300`) waits at
+    // the end of time rather than trap.
+    return player.currentSample + Int64(min((seconds * rate).rounded(), 4e18))
   }
 
   // MARK: Wait

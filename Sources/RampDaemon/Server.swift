@@ -382,7 +382,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     }
     if let old = observers.removeValue(forKey: key) { stop(old) }
     let observer = Observer(published: controller.player.publish(key))
-    let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
+    // A rate so low (only "above 0" bounds it) that its interval outgrows a TimeAmount: never.
+    let interval = TimeAmount.nanoseconds(Int64(min(1e9 / rate, 9e18)))
     observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
       [weak self, observer] _ in
       self?.report(observer)

@@ -50,3 +50,42 @@ import Testing
     #expect(threads(named: "rampd-decoder", in: daemon) == 3)
   }
 }
+
+/// Numbers the parser accepts (finite, not negative) but that overflowed an integer conversion
+/// and crashed rampd.
+@Suite struct HugeNumberTests {
+  /// Found by the fuzz target: `"at": 9007199254740993` (any delay past about 6 million years)
+  /// trapped converting the due time to a sample.
+  @Test func aDelayBeyondTheSampleClockIsScheduledForTheEndOfTime() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let scheduled = try client.request(["cmd": "ping", "at": 1e300, "ack": "scheduled"])
+    #expect(scheduled.result["due"] == "9999-12-31T23:59:59Z", "\(scheduled.serialized())")
+    let status = try client.request(["cmd": "status"])
+    #expect(status.result["scheduled"]?.arrayValue?.first?["cmd"] == "ping", "\(status.serialized())")
+  }
+
+  /// `observe` with a rate above 0 but below about 1e-10 Hz trapped computing its interval.
+  @Test func anObserveRateNearZeroIsAccepted() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let observed = try client.request(["cmd": "observe", "key": "master.gain", "rate": 1e-300])
+    #expect(observed.result["rate"] == 1e-300, "\(observed.serialized())")
+    #expect(try client.request(["cmd": "ping"]).result["pong"] == true)
+  }
+
+  /// `seek` to a position past what the sample clock counts trapped on the render thread.
+  @Test func aSeekBeyondAnyFileFinishesTheStream() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("tone", seconds: 5)
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
+    let play = try client.request(["cmd": "play", "path": .string(file), "stream": "a"])
+    #expect(play["ok"] == true, "\(play.serialized())")
+    let seek = try client.request(["cmd": "seek", "stream": "a", "position": 1e300])
+    #expect(seek.result["position"] == 1e300, "\(seek.serialized())")
+    let ended = try client.waitForEvent { $0["event"] == "stream-ended" }
+    #expect(ended["reason"] == "finished", "\(ended.serialized())")
+    #expect(try client.request(["cmd": "ping"]).result["pong"] == true)
+  }
+}
