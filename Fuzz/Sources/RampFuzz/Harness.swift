@@ -13,12 +13,18 @@ import RampProtocol
 /// server writes back is read with the client's own parser.
 ///
 /// What it checks beyond the sanitizers:
-/// - every request that should be answered at once is answered within `replyTimeout` (a render
-///   thread or event loop that hangs, or a lost reply), and the server closes a connection only
-///   after `line-too-long`;
+/// - every request that should be answered at once (or within `soon` seconds) is answered within
+///   `replyTimeout` (a render thread or event loop that hangs, or a lost reply), and the server
+///   closes a connection only after `line-too-long`;
 /// - every server line parses as a greeting, a reply or an event;
 /// - every request that parses comes back the same from its `json`, as a saved schedule is read
 ///   back after a restart.
+///
+/// A request that fails does so before the input is over, so libFuzzer keeps the right input: the
+/// input's last line is ended and a `ping` follows it, whose reply comes after every request
+/// before it has been handled (those that open files or are scheduled are handled off the event
+/// loop, in order). Only requests scheduled further ahead than `soon` seconds, and `wait`s, may
+/// still act after the input; the last 16 inputs are kept in `recent/` for such a case.
 ///
 /// State is kept bounded across inputs: after each one every stream is stopped and master.gain's
 /// animations removed; a daemon whose schedules (far in the future) pile up is retired and a fresh
@@ -30,6 +36,7 @@ final class Harness {
   private var retired: [Generation] = []
   private var generations = 0
   private var inputs = 0
+  static let barrier = Array("\n{\"id\":\"rampd-fuzz-barrier\",\"cmd\":\"ping\"}\n".utf8)
 
   init() {
     signal(SIGPIPE, SIG_IGN)
@@ -40,6 +47,7 @@ final class Harness {
     do {
       try? FileManager.default.removeItem(atPath: directory)
       try Media.populate(directory)
+      try FileManager.default.createDirectory(atPath: directory + "/recent", withIntermediateDirectories: true)
     } catch {
       fatalError("fuzz harness: cannot prepare \(directory): \(error)")
     }
@@ -48,6 +56,7 @@ final class Harness {
   func run(_ input: [UInt8]) {
     let daemon = current()
     inputs += 1
+    _ = FileManager.default.createFile(atPath: "\(directory)/recent/\(inputs % 16)", contents: Data(input))
     let expected = Expectation(input, lineLimit: daemon.lineLimit, options: daemon.parseOptions)
     for request in expected.requests { checkRoundTrip(request, input: input) }
     converse(input, expected: expected, with: daemon)
@@ -88,14 +97,19 @@ final class Harness {
       Failure.report("the first line is not a greeting: \(text(greeting))", input: input)
     }
     connection.send(input)
+    var awaited = expected.prompt
+    if !expected.closes {
+      connection.send(Self.barrier)
+      awaited += 1
+    }
     var replies = 0
-    while replies < expected.prompt {
+    while replies < awaited {
       guard let line = connection.line(before: deadline) else {
         if connection.closed && expected.closes { return }
         Failure.report(
           connection.closed
-            ? "the server closed the connection after \(replies) of \(expected.prompt) replies"
-            : "\(replies) of \(expected.prompt) replies within \(replyTimeout) s", input: input)
+            ? "the server closed the connection after \(replies) of \(awaited) replies"
+            : "\(replies) of \(awaited) replies within \(replyTimeout) s", input: input)
       }
       switch read(line, input: input) {
       case .reply: replies += 1
@@ -129,16 +143,16 @@ final class Harness {
 }
 
 /// What the server must answer to one input: one reply per request line that is not blank, at
-/// once unless it waits (`wait`, or `at` without `"ack": "scheduled"`). The framing rules are
-/// rampd's (PROTOCOL.md §1): lines end at `\n`, a `\r` before it is dropped, a line longer than the
-/// limit is answered with `line-too-long` and the connection closed. A last line without a newline
-/// is read when the client closes: its reply is not awaited.
+/// once unless it waits (`wait`, or `at` more than `soon` seconds ahead without `"ack":
+/// "scheduled"`). The framing rules are rampd's (PROTOCOL.md §1): lines end at `\n`, a `\r` before
+/// it is dropped, a line longer than the limit is answered with `line-too-long` and the connection
+/// closed. The harness ends a last line without a newline (unless it is already too long).
 struct Expectation {
+  static let soon = 0.1
   var prompt = 0
   var closes = false
   var requests: [Request] = []
-  /// Whether the input may leave streams or animations behind: a request that changes the
-  /// player's state, or a last line without a newline, read only when the connection closes.
+  /// Whether the input may leave streams or animations behind.
   var changesState = false
 
   init(_ input: [UInt8], lineLimit: Int, options: ParseOptions) {
@@ -158,7 +172,9 @@ struct Expectation {
       prompt += 1
       closes = true
     } else if start < input.count {
-      changesState = true
+      var line = input[start...]
+      if line.last == UInt8(ascii: "\r") { line = line.dropLast() }
+      consider(line, options: options)
     }
   }
 
@@ -175,7 +191,14 @@ struct Expectation {
     default: changesState = true
     }
     if case .wait = request.command { return }
-    if request.at != nil && request.ack == .applied { return }
+    if let at = request.at, request.ack == .applied {
+      let ahead: Double
+      switch at {
+      case .delay(let seconds): ahead = seconds
+      case .date(let seconds): ahead = seconds - Date().timeIntervalSince1970
+      }
+      guard ahead <= Self.soon else { return }
+    }
     prompt += 1
   }
 }
