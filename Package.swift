@@ -8,6 +8,8 @@ let package = Package(
     .library(name: "RampEngine", targets: ["RampEngine"]),
     .library(name: "RampAudio", targets: ["RampAudio"]),
     .library(name: "RampProtocol", targets: ["RampProtocol"]),
+    // For the fuzz target in Fuzz/, a package of its own (built with sanitizers by script/fuzz).
+    .library(name: "RampDaemon", targets: ["RampDaemon"]),
     .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
     .executable(name: "rampbench", targets: ["rampbench"]),

@@ -484,6 +484,7 @@ public final class Player: @unchecked Sendable {
     decoder.start()
     decoder.waitUntilPrefilled()
     let declick = declick
+    let unstarted = UnstartedDecoder(decoder)
     return { state in
       do {
         if state.contains(stream: id) {
@@ -502,6 +503,7 @@ public final class Player: @unchecked Sendable {
         }
         state.streams.append(
           PlayingStream(id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused))
+        unstarted.joined = true
         state.post(.streamStarted(id: id, path: path))
         return .success(())
       } catch let error as EngineError {
@@ -938,6 +940,20 @@ public final class Player: @unchecked Sendable {
       index -= 1
     }
   }
+}
+
+/// A decoder `prepare` started, until its stream joins the mix. Its thread holds it until
+/// cancelled, so a stream that never joins (its command refused, a batch refused, a request
+/// dropped before it ran) must stop it: that happens when the last reference to the closure
+/// `prepare` returned goes, possibly on the render thread (cancelling rings a pipe, no more).
+private final class UnstartedDecoder: @unchecked Sendable {
+  let decoder: StreamDecoder
+  /// Set on the render thread when the stream joins the mix.
+  var joined = false
+
+  init(_ decoder: StreamDecoder) { self.decoder = decoder }
+
+  deinit { if !joined { decoder.cancel() } }
 }
 
 /// Keeps time against the monotonic clock when there is no device to block on.

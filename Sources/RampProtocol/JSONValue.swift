@@ -1,6 +1,6 @@
 /// A JSON value. Numbers are doubles, as in JSON itself; objects keep their keys in order so
 /// that replies read the way they were written.
-public indirect enum JSONValue: Sendable, Equatable {
+public enum JSONValue: Sendable, Equatable {
   case null
   case bool(Bool)
   case number(Double)

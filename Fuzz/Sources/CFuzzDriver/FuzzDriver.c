@@ -1,0 +1,2 @@
+// The declaration of libFuzzer's driver is all there is: see include/FuzzDriver.h.
+#include "FuzzDriver.h"
