@@ -128,10 +128,10 @@ public final class StateStore: Sendable {
     case .missing:
       logger.info("no state file at \(path) yet; starting with an empty state")
       // A journal refines a state file; alone (the file deleted to start afresh), it is stale.
-      unlink(journalPath)
+      dropJournal()
       return PersistentState()
     case .unusable(let problem):
-      unlink(journalPath)
+      dropJournal()
       return setAside(problem)
     case .read(let contents):
       bytes = contents
@@ -140,7 +140,7 @@ public final class StateStore: Sendable {
     do {
       decoded = try StateFile.decode(bytes)
     } catch {
-      unlink(journalPath)
+      dropJournal()
       return setAside(error.message)
     }
     for problem in decoded.dropped {
@@ -150,6 +150,14 @@ public final class StateStore: Sendable {
       "restored \(decoded.state.values.count) values and \(decoded.state.schedules.count) scheduled commands from \(path)"
     )
     return withJournal(decoded.state)
+  }
+
+  private func dropJournal() {
+    journalFile.withLock { file in
+      unlink(journalPath)
+      if file.descriptor >= 0 { close(file.descriptor) }
+      file.descriptor = -1
+    }
   }
 
   /// The levels from the journal, when it holds later ones than the state file.
@@ -196,11 +204,15 @@ public final class StateStore: Sendable {
       }
       if problem == nil {
         let count = bytes.withUnsafeBytes { pwrite(file.descriptor, $0.baseAddress, $0.count, 0) }
-        if count != bytes.count { problem = "cannot write \(journalPath): " + (count < 0 ? errorText(errno) : "short write") }
+        if count != bytes.count {
+          problem = "cannot write \(journalPath): " + (count < 0 ? errorText(errno) : "short write")
+        }
       }
       if let problem {
         defer { file.logged = problem }
-        return (false, file.logged == problem ? nil : (.warning, "\(problem); levels are saved with the state file only"))
+        return (
+          false, file.logged == problem ? nil : (.warning, "\(problem); levels are saved with the state file only")
+        )
       }
       // A shorter entry than the last leaves the old tail after its newline: trimmed if possible.
       _ = ftruncate(file.descriptor, off_t(bytes.count))

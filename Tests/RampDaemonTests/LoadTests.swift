@@ -266,7 +266,8 @@ final class LoadRun: Sendable {
         batch += request.line + "\n"
         pending.append(
           Pending(
-            id: nextID, line: request.line, sent: monotonicSeconds(), expectation: request.expectation, unordered: request.unordered,
+            id: nextID, line: request.line, sent: monotonicSeconds(), expectation: request.expectation,
+            unordered: request.unordered,
             thenWait: request.thenWait))
         // The follow-up wait needs the fade's reply first.
         if request.thenWait { break }
@@ -402,7 +403,10 @@ final class LoadRun: Sendable {
       return ok(#""version""#)
     // Bad input, answered with the field at fault while everything else goes on.
     case 94..<96:
-      return (head + #""fade","key":"\#(key)","to":0.5,"durtion":1}"#, .error(code: "unknown-field", field: "durtion"), false, false)
+      return (
+        head + #""fade","key":"\#(key)","to":0.5,"durtion":1}"#, .error(code: "unknown-field", field: "durtion"), false,
+        false
+      )
     case 96..<98:
       return (head + #""set","key":"\#(key)","value":7}"#, .error(code: "out-of-range", field: "value"), false, false)
     default:
@@ -529,7 +533,6 @@ func monotonicSeconds() -> Double {
   return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
 }
 
-
 /// Resident KiB of each mapping of a process (address range and file, or "anon").
 func regions(_ pid: pid_t) throws -> [String: Int] {
   let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: "/proc/\(pid)/smaps"))
@@ -549,4 +552,3 @@ func regions(_ pid: pid_t) throws -> [String: Int] {
   }
   return result
 }
-

@@ -146,7 +146,8 @@ import Testing
   }
 
   @Test func nothingAcknowledgedIsLostToKill9UnderLoad() throws {
-    let seed = ProcessInfo.processInfo.environment["RAMPD_TEST_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
+    let seed =
+      ProcessInfo.processInfo.environment["RAMPD_TEST_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
     print("kill -9 under load: seed \(seed) (RAMPD_TEST_SEED=\(seed) repeats it)")
     var random = SplitMix(seed: seed)
     let scratch = NSTemporaryDirectory() + "rampd-kill-\(getpid())"
@@ -208,7 +209,10 @@ import Testing
           for k in 1..<100_000 {
             let value = Double(base + k) / 1_000_000
             let index = mixer.sending(value)
-            let request: JSONObject = ["cmd": "set", "key": "mixers.m1.volume", "value": .number(value), "duration": .number(k % 3 == 0 ? 0.05 : 0)]
+            let request: JSONObject = [
+              "cmd": "set", "key": "mixers.m1.volume", "value": .number(value),
+              "duration": .number(k % 3 == 0 ? 0.05 : 0),
+            ]
             guard try client.request(request).isOK else { return }
             mixer.acknowledged(index)
           }
@@ -218,7 +222,9 @@ import Testing
           let client = try LineClient(path: socket)
           for k in 1..<100_000 {
             let index = far.sending(0)
-            let reply = try client.request(["cmd": "fade", "to": 0.1, "duration": 5, "at": .number(3600 + Double(k)), "ack": "scheduled"])
+            let reply = try client.request([
+              "cmd": "fade", "to": 0.1, "duration": 5, "at": .number(3600 + Double(k)), "ack": "scheduled",
+            ])
             guard let id = reply.result["scheduled"]?.int else { return }
             far.acknowledged(index, schedule: id)
           }
@@ -231,7 +237,10 @@ import Testing
             let value = Double(base + k) / 1_000_000
             let index = soon.sending(value)
             let at = RFC3339.format(start + 0.4 + Double(k) * 0.002)
-            let request: JSONObject = ["cmd": "set", "key": "mixers.m2.volume", "value": .number(value), "duration": 0, "at": .string(at), "ack": "scheduled"]
+            let request: JSONObject = [
+              "cmd": "set", "key": "mixers.m2.volume", "value": .number(value), "duration": 0, "at": .string(at),
+              "ack": "scheduled",
+            ]
             guard let id = try client.request(request).result["scheduled"]?.int else { return }
             soon.acknowledged(index, schedule: id)
           }
@@ -273,7 +282,8 @@ import Testing
       let model = try #require(client.request(["cmd": "get", "key": .string(key)]).result["model"]?.numberValue)
       #expect(
         possible.contains(model),
-        "round \(round): \(key) is \(model); acknowledged \(possible.first ?? -1), sent after it \(possible.dropFirst().prefix(3))")
+        "round \(round): \(key) is \(model); acknowledged \(possible.first ?? -1), sent after it \(possible.dropFirst().prefix(3))"
+      )
     }
     let listed = Set(
       try client.request(["cmd": "status"]).result["scheduled"]?.arrayValue?.compactMap { $0["schedule"]?.int } ?? [])
