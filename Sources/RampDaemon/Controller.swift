@@ -346,10 +346,16 @@ public final class Controller: @unchecked Sendable {
     // A change that cannot fail on the render thread is acknowledged once queued, as MPD's
     // setvol is: the round trip does not wait for the render thread.
     let foregone = schedule == nil && all.count == 1 && answerEarly ? all[0].foregoneResult : nil
+    // Journaled before it is acknowledged, like every other change of a persisted value.
+    let early: (key: String, value: Double)? = foregone.flatMap { result in
+      guard let key = result["key"]?.stringValue, persistedKeys.contains(key), let value = result["value"]?.numberValue
+      else { return nil }
+      return (key, value)
+    }
     let logger = logger
     let ticket = DaemonTicket { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
-      if !ticket.models.isEmpty { persistence?.record(values: ticket.models) }
+      if !ticket.models.isEmpty { persistence?.record(values: ticket.models, settling: early?.key) }
       if let record {
         if case .success = ticket.result {
           applied(record, from: ticket.rampFrom)
@@ -365,6 +371,7 @@ public final class Controller: @unchecked Sendable {
       }
       respond(ticket.result.map { combine($0.arrayValue ?? []) })
     }
+    if let early { persistence?.acknowledgeEarly(early.key, value: early.value) }
     // An acknowledged change lands on the next block's first sample whether or not the render
     // thread is woken for it now.
     let accepted = player.perform(at: sample, wake: foregone == nil) { state in
@@ -393,6 +400,8 @@ public final class Controller: @unchecked Sendable {
       ticket.result = .success(.array(results))
     }
     if !accepted {
+      // Refused after all: the key path's value is recorded again from the next command.
+      if let early { persistence?.record(values: [:], settling: early.key) }
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if let record { persistence?.finish(record.id) }
       respond(.failure(ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")))

@@ -61,7 +61,11 @@ public final class Daemon: @unchecked Sendable {
     let store = StateStore(
       path: configuration.state.resolvedPath(environment: environment, isRoot: isRoot), logger: logger)
     restored = store.load()
-    controller.persistence = Persistence(saver: StateSaver(store: store, logger: logger), restored: restored)
+    let saver = StateSaver(store: store, logger: logger)
+    // A state file from the start: the levels journal only refines one (see StateStore.journal).
+    saver.update(restored)
+    saver.flush()
+    controller.persistence = Persistence(saver: saver, restored: restored)
     controller.persistedKeys = ["master.gain"] + configuration.mixers.map(\.keyPath)
   }
 

@@ -5,41 +5,73 @@ import Synchronization
 /// What rampd keeps across restarts, held in memory and handed to the saver on every change: the
 /// model values of master.gain and the mixer key paths, and the schedules acknowledged with
 /// `"ack": "scheduled"` until they have taken effect (a ramp: until it ends).
+///
+/// A changed model value is also written to the levels journal (`StateStore.journal`) before the
+/// change is acknowledged, so no acknowledged level is lost when rampd is killed; the state file
+/// follows within the saver's interval.
 public final class Persistence: Sendable {
   let saver: StateSaver
-  private let state: Mutex<PersistentState>
+  private let state: Mutex<Recorded>
   private let lastID: Atomic<UInt64>
+
+  private struct Recorded {
+    var state: PersistentState
+    /// Changes acknowledged before the render thread applied them, by key path: until they have
+    /// been, a model value read after an earlier command is older than the acknowledged one.
+    var early: [String: Int] = [:]
+  }
 
   init(saver: StateSaver, restored: PersistentState) {
     self.saver = saver
-    state = Mutex(restored)
+    state = Mutex(Recorded(state: restored))
     lastID = Atomic(restored.schedules.map(\.id).max() ?? 0)
   }
 
-  var snapshot: PersistentState { state.withLock { $0 } }
+  var snapshot: PersistentState { state.withLock { $0.state } }
 
-  /// Records model values; a write follows only when one changed.
-  func record(values: [String: Double]) {
-    let changed = state.withLock { state -> PersistentState? in
-      var merged = state.values
-      for (key, value) in values { merged[key] = value }
-      guard merged != state.values else { return nil }
-      state.values = merged
-      return state
+  /// Records model values read after a command was applied; a write follows only when one
+  /// changed. `settling`: the key path of the change this command acknowledged early.
+  func record(values: [String: Double], settling: String? = nil) {
+    state.withLock { recorded in
+      if let settling, let count = recorded.early[settling] {
+        recorded.early[settling] = count > 1 ? count - 1 : nil
+      }
+      var merged = recorded.state.values
+      for (key, value) in values where recorded.early[key] == nil { merged[key] = value }
+      change(&recorded, to: merged)
     }
-    if let changed { saver.update(changed) }
+  }
+
+  /// Records a change acknowledged before it is applied (an instant `set` of master.gain).
+  func acknowledgeEarly(_ key: String, value: Double) {
+    state.withLock { recorded in
+      recorded.early[key, default: 0] += 1
+      var merged = recorded.state.values
+      merged[key] = value
+      change(&recorded, to: merged)
+    }
+  }
+
+  /// In the lock, so the journal's writes come in the order of the changes.
+  private func change(_ recorded: inout Recorded, to values: [String: Double]) {
+    guard values != recorded.state.values else { return }
+    recorded.state.values = values
+    recorded.state.sequence += 1
+    saver.store.journal(values: values, sequence: recorded.state.sequence)
+    saver.update(recorded.state)
   }
 
   /// Adds a schedule and writes it to disk before returning: nil when it could not be saved (and
   /// it is then forgotten).
   func add(_ request: JSONObject, due: Double, confined: Bool = false) -> UInt64? {
     let id = lastID.add(1, ordering: .relaxed).newValue
-    let updated = state.withLock { state in
-      state.schedules.append(PersistedSchedule(id: id, request: request, due: due, confined: confined))
-      state.schedules.sort { ($0.due, $0.id) < ($1.due, $1.id) }
-      return state
+    // Handed to the saver in the lock: a snapshot taken before this one, handed over after it,
+    // would have the flush below write a state without the schedule.
+    state.withLock { recorded in
+      recorded.state.schedules.append(PersistedSchedule(id: id, request: request, due: due, confined: confined))
+      recorded.state.schedules.sort { ($0.due, $0.id) < ($1.due, $1.id) }
+      saver.update(recorded.state)
     }
-    saver.update(updated)
     guard saver.flush() else {
       finish(id)
       return nil
@@ -49,20 +81,18 @@ public final class Persistence: Sendable {
 
   /// A ramp under way keeps its entry, with the value it started from, until it ends.
   func started(_ id: UInt64, from: Double) {
-    let updated = state.withLock { state -> PersistentState? in
-      guard let index = state.schedules.firstIndex(where: { $0.id == id }) else { return nil }
-      state.schedules[index].from = from
-      return state
+    state.withLock { recorded in
+      guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return }
+      recorded.state.schedules[index].from = from
+      saver.update(recorded.state)
     }
-    if let updated { saver.update(updated) }
   }
 
   func finish(_ id: UInt64) {
-    let updated = state.withLock { state -> PersistentState? in
-      guard let index = state.schedules.firstIndex(where: { $0.id == id }) else { return nil }
-      state.schedules.remove(at: index)
-      return state
+    state.withLock { recorded in
+      guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return }
+      recorded.state.schedules.remove(at: index)
+      saver.update(recorded.state)
     }
-    if let updated { saver.update(updated) }
   }
 }

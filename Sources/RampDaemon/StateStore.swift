@@ -12,10 +12,14 @@ public struct PersistentState: Equatable, Sendable {
   public var values: [String: Double]
   /// Acknowledged scheduled commands, soonest first.
   public var schedules: [PersistedSchedule]
+  /// Counts the changes of `values`, so that the newer of the state file and the levels journal
+  /// (`StateStore.journal`) can be told apart. 0: never counted (not written to the file).
+  public var sequence: UInt64
 
-  public init(values: [String: Double] = [:], schedules: [PersistedSchedule] = []) {
+  public init(values: [String: Double] = [:], schedules: [PersistedSchedule] = [], sequence: UInt64 = 0) {
     self.values = values
     self.schedules = schedules
+    self.sequence = sequence
   }
 
   public var isEmpty: Bool { values.isEmpty && schedules.isEmpty }
@@ -76,12 +80,23 @@ public struct StateStoreError: Error, Sendable, Equatable, CustomStringConvertib
 public final class StateStore: Sendable {
   /// The state file.
   public let path: String
+  /// The levels journal: `<path>.levels` (see `journal`).
+  public var journalPath: String { path + ".levels" }
   private let logger: Logger
   private let lock = Mutex<Void>(())
+  /// The journal's descriptor (-1 until opened) and the last error logged; apart from `lock`, so a
+  /// journal write never waits for a save's fsync.
+  private let journalFile = Mutex<(descriptor: Int32, logged: String?)>((-1, nil))
 
   public init(path: String, logger: Logger) {
     self.path = path
     self.logger = logger
+  }
+
+  deinit {
+    journalFile.withLock { file in
+      if file.descriptor >= 0 { close(file.descriptor) }
+    }
   }
 
   /// The directory holding the state file.
@@ -115,8 +130,11 @@ public final class StateStore: Sendable {
     switch readFile() {
     case .missing:
       logger.info("no state file at \(path) yet; starting with an empty state")
+      // A journal refines a state file; alone (the file deleted to start afresh), it is stale.
+      dropJournal()
       return PersistentState()
     case .unusable(let problem):
+      dropJournal()
       return setAside(problem)
     case .read(let contents):
       bytes = contents
@@ -125,6 +143,7 @@ public final class StateStore: Sendable {
     do {
       decoded = try StateFile.decode(bytes)
     } catch {
+      dropJournal()
       return setAside(error.message)
     }
     for problem in decoded.dropped {
@@ -133,7 +152,78 @@ public final class StateStore: Sendable {
     logger.info(
       "restored \(decoded.state.values.count) values and \(decoded.state.schedules.count) scheduled commands from \(path)"
     )
-    return decoded.state
+    return withJournal(decoded.state)
+  }
+
+  private func dropJournal() {
+    journalFile.withLock { file in
+      unlink(journalPath)
+      if file.descriptor >= 0 { close(file.descriptor) }
+      file.descriptor = -1
+    }
+  }
+
+  /// The levels from the journal, when it holds later ones than the state file.
+  private func withJournal(_ state: PersistentState) -> PersistentState {
+    guard let journal = readJournal(), journal.sequence > state.sequence else { return state }
+    var merged = state
+    merged.values = journal.values
+    merged.sequence = journal.sequence
+    logger.info("restored \(journal.values.count) values from \(journalPath), newer than the state file's")
+    return merged
+  }
+
+  private func readJournal() -> (values: [String: Double], sequence: UInt64)? {
+    let descriptor = open(journalPath, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { return nil }
+    defer { close(descriptor) }
+    var bytes = [UInt8](repeating: 0, count: StateFile.maxJournalBytes)
+    let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+    // One line; anything after it was left by a longer, older entry.
+    guard count > 0, let end = bytes[..<count].firstIndex(of: 0x0A),
+      let entry = StateFile.decodeJournal(Array(bytes[..<end]))
+    else {
+      logger.warning("levels journal \(journalPath) is unreadable; using the state file's levels")
+      return nil
+    }
+    return entry
+  }
+
+  /// Writes the model values to the levels journal, `<path>.levels`, in place and without
+  /// syncing: a few microseconds, so it is done before a change is acknowledged, and the change
+  /// then survives the process being killed (the kernel has it). The state file, synced and
+  /// renamed, is written later by the saver; `load` takes the journal's values when its
+  /// `sequence` is the higher. A power cut may lose the journal's latest write (or leave it
+  /// unreadable, and then it is ignored): the state file's levels are then restored, as they
+  /// were at most one save interval earlier. False when the write failed (logged once per error).
+  @discardableResult
+  public func journal(values: [String: Double], sequence: UInt64) -> Bool {
+    let bytes = Array(StateFile.encodeJournal(values: values, sequence: sequence).utf8)
+    let (written, message) = journalFile.withLock { file -> (Bool, (Logger.Level, String)?) in
+      var problem: String?
+      if file.descriptor < 0 {
+        file.descriptor = open(journalPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if file.descriptor < 0 { problem = "cannot open \(journalPath): \(errorText(errno))" }
+      }
+      if problem == nil {
+        let count = bytes.withUnsafeBytes { pwrite(file.descriptor, $0.baseAddress, $0.count, 0) }
+        if count != bytes.count {
+          problem = "cannot write \(journalPath): " + (count < 0 ? errorText(errno) : "short write")
+        }
+      }
+      if let problem {
+        defer { file.logged = problem }
+        return (
+          false, file.logged == problem ? nil : (.warning, "\(problem); levels are saved with the state file only")
+        )
+      }
+      // A shorter entry than the last leaves the old tail after its newline: trimmed if possible.
+      _ = ftruncate(file.descriptor, off_t(bytes.count))
+      defer { file.logged = nil }
+      return (true, file.logged == nil ? nil : (.notice, "wrote the levels journal \(journalPath) again"))
+    }
+    if let (level, text) = message { logger.log(level: level, "\(text)") }
+    return written
   }
 
   private enum ReadOutcome {
@@ -373,6 +463,7 @@ enum StateFile {
   static func encode(_ state: PersistentState, savedAt: Double) -> String {
     var text = "{\n  \"version\": \(version),\n"
     text += "  \"savedAt\": \(JSONValue.string(RFC3339.format(savedAt)).serialized()),\n"
+    if state.sequence > 0 { text += "  \"sequence\": \(state.sequence),\n" }
     let values = state.values.sorted { $0.key < $1.key }.map {
       "    \(JSONValue.string($0.key).serialized()): \(JSONValue.number($0.value).serialized())"
     }
@@ -434,6 +525,33 @@ enum StateFile {
     }
   }
 
+  // MARK: The levels journal
+
+  /// The most a journal entry may take (a few hundred bytes in practice).
+  static let maxJournalBytes = 1 << 20
+
+  /// One line: `{"sequence":12,"values":{"master.gain":0.5}}` and a newline.
+  static func encodeJournal(values: [String: Double], sequence: UInt64) -> String {
+    let members = values.sorted { $0.key < $1.key }.map {
+      JSONValue.string($0.key).serialized() + ":" + JSONValue.number($0.value).serialized()
+    }
+    return "{\"sequence\":\(sequence),\"values\":{\(members.joined(separator: ","))}}\n"
+  }
+
+  /// The entry, or nil when it is not one (a torn or foreign file).
+  static func decodeJournal(_ bytes: [UInt8]) -> (values: [String: Double], sequence: UInt64)? {
+    guard let text = String(validating: bytes, as: UTF8.self), let entry = try? JSON.parse(text),
+      case .number(let sequence)? = entry["sequence"], sequence >= 1, sequence <= maxID,
+      sequence == sequence.rounded(), case .object(let members)? = entry["values"]
+    else { return nil }
+    var values: [String: Double] = [:]
+    for (key, value) in members {
+      guard !key.isEmpty, case .number(let number) = value, number.isFinite else { return nil }
+      values[key] = number
+    }
+    return (values, UInt64(sequence))
+  }
+
   // MARK: Decoding
 
   static func decode(_ bytes: [UInt8]) throws(Problem) -> Decoded {
@@ -464,6 +582,13 @@ enum StateFile {
     }
 
     var decoded = Decoded(state: PersistentState(), dropped: [])
+    if let member = top["sequence"] {
+      if case .number(let number) = member, number >= 0, number <= maxID, number == number.rounded() {
+        decoded.state.sequence = UInt64(number)
+      } else {
+        decoded.dropped.append("\"sequence\": expected a whole number, got \(describe(member))")
+      }
+    }
     for (key, value) in values {
       if key.isEmpty {
         decoded.dropped.append("a value with an empty key path: \(quote(value))")

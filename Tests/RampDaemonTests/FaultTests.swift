@@ -38,7 +38,9 @@ import Testing
     // A slow fade, lost halfway.
     #expect(try client.request(["cmd": "fade", "to": 0.2, "duration": 1]).isOK)
     usleep(400_000)
-    guard FileManager.default.createFile(atPath: flag, contents: nil) else { throw HarnessError("cannot create \(flag)") }
+    guard FileManager.default.createFile(atPath: flag, contents: nil) else {
+      throw HarnessError("cannot create \(flag)")
+    }
     let failed = try watcher.waitForEvent { $0["event"] == "device-failed" }
     #expect(failed["message"]?.stringValue?.isEmpty == false, "\(failed.serialized())")
     let lostAt = Date()
@@ -75,7 +77,8 @@ import Testing
     #expect(resumed.count > 2 * 48_000 / 5, "\(resumed.count / 2) frames played since")
     let level = Float(0.8) * 0.5
     let off = resumed.firstIndex { $0 != level }
-    #expect(off == nil, "sample \(off ?? 0) after the device came back is \(off.map { resumed[$0] } ?? 0), not \(level)")
+    #expect(
+      off == nil, "sample \(off ?? 0) after the device came back is \(off.map { resumed[$0] } ?? 0), not \(level)")
     // Before the loss: the first fade, falling from 1 and not yet at its end.
     let lost = Array(samples[..<(framesBeforeReplug * 2)])
     #expect(lost.contains(1) && (lost.last ?? 0) < 1 && (lost.last ?? 0) > 0.2, "\(lost.last ?? -1)")

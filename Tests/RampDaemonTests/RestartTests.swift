@@ -113,6 +113,185 @@ import Testing
   }
 }
 
+/// Kill -9 at random moments under load, then a restart on the same state: nothing acknowledged is
+/// lost. Rounds with a seeded random moment (the seed is printed; RAMPD_TEST_SEED repeats a run).
+@Suite(.serialized) struct KillUnderLoadTests {
+  /// What one client sent, in order, and which of it was acknowledged.
+  final class Sent: @unchecked Sendable {
+    private let lock = NSLock()
+    private var entries: [(value: Double, acknowledged: Bool, schedule: Int?)] = []
+
+    func sending(_ value: Double) -> Int {
+      lock.withLock {
+        entries.append((value, false, nil))
+        return entries.count - 1
+      }
+    }
+
+    func acknowledged(_ index: Int, schedule: Int? = nil) {
+      lock.withLock { entries[index] = (entries[index].value, true, schedule) }
+    }
+
+    /// The values the key may hold now: the last acknowledged one and any sent after it (those may
+    /// or may not have been applied). Nil when nothing was acknowledged yet.
+    var possible: [Double]? {
+      lock.withLock {
+        guard let last = entries.lastIndex(where: \.acknowledged) else { return nil }
+        return entries[last...].map(\.value)
+      }
+    }
+
+    var schedules: [Int] { lock.withLock { entries.compactMap(\.schedule) } }
+    var count: Int { lock.withLock { entries.filter(\.acknowledged).count } }
+  }
+
+  @Test func nothingAcknowledgedIsLostToKill9UnderLoad() throws {
+    let seed =
+      ProcessInfo.processInfo.environment["RAMPD_TEST_SEED"].flatMap(UInt64.init) ?? UInt64.random(in: 1...999_999)
+    print("kill -9 under load: seed \(seed) (RAMPD_TEST_SEED=\(seed) repeats it)")
+    var random = SplitMix(seed: seed)
+    let scratch = NSTemporaryDirectory() + "rampd-kill-\(getpid())"
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: scratch) }
+    let library = "\(scratch)/libasound_module_ctl_recorder.so"
+    try Fixture.compile("ctl_recorder.c", to: library)
+    let configuration = """
+      [[mixer]]
+      name = "m1"
+      card = "rampd_kill_ctl1"
+      element = "Master"
+      [[mixer]]
+      name = "m2"
+      card = "rampd_kill_ctl2"
+      element = "Master"
+      """
+    let alsa = """
+      ctl_type.recorder { lib "\(library)" }
+      ctl.rampd_kill_ctl1 { type recorder; log "\(scratch)/m1.log" }
+      ctl.rampd_kill_ctl2 { type recorder; log "\(scratch)/m2.log" }
+      """
+    // The first daemon owns the directory (its state file) and removes it when it goes.
+    var first: DaemonProcess?
+    var directory: String?
+    var farSchedules: [Int] = []
+    var expected: [String: [Double]] = [:]
+    var counter = 0
+    for round in 0..<5 {
+      let daemon = try DaemonProcess(extraConfiguration: configuration, extraALSA: alsa, reusing: directory)
+      directory = daemon.directory
+      if first == nil { first = daemon }
+      if round > 0 {
+        try check(daemon, expected: expected, farSchedules: farSchedules, round: round)
+      }
+      let master = Sent()
+      let mixer = Sent()
+      let far = Sent()
+      let soon = Sent()
+      let socket = daemon.socket
+      let start = Date().timeIntervalSince1970
+      let base = counter
+      counter += 100_000
+      let writers: [@Sendable () throws -> Void] = [
+        // Instant sets of master.gain: answered as soon as they are queued.
+        {
+          let client = try LineClient(path: socket)
+          for k in 1..<100_000 {
+            let value = Double(base + k) / 1_000_000
+            let index = master.sending(value)
+            guard try client.request(["cmd": "set", "key": "master.gain", "value": .number(value), "duration": 0]).isOK
+            else { return }
+            master.acknowledged(index)
+          }
+        },
+        // Sets of a mixer key path, some ramped: answered once applied.
+        {
+          let client = try LineClient(path: socket)
+          for k in 1..<100_000 {
+            let value = Double(base + k) / 1_000_000
+            let index = mixer.sending(value)
+            let request: JSONObject = [
+              "cmd": "set", "key": "mixers.m1.volume", "value": .number(value),
+              "duration": .number(k % 3 == 0 ? 0.05 : 0),
+            ]
+            guard try client.request(request).isOK else { return }
+            mixer.acknowledged(index)
+          }
+        },
+        // Ramps an hour away, acknowledged once saved.
+        {
+          let client = try LineClient(path: socket)
+          for k in 1..<100_000 {
+            let index = far.sending(0)
+            let reply = try client.request([
+              "cmd": "fade", "to": 0.1, "duration": 5, "at": .number(3600 + Double(k)), "ack": "scheduled",
+            ])
+            guard let id = reply.result["scheduled"]?.int else { return }
+            far.acknowledged(index, schedule: id)
+          }
+        },
+        // Sets of another mixer due within the second, each later than the one before: the last
+        // one saved is the value the mixer ends at, before or after a restart.
+        {
+          let client = try LineClient(path: socket)
+          for k in 1..<100_000 {
+            let value = Double(base + k) / 1_000_000
+            let index = soon.sending(value)
+            let at = RFC3339.format(start + 0.4 + Double(k) * 0.002)
+            let request: JSONObject = [
+              "cmd": "set", "key": "mixers.m2.volume", "value": .number(value), "duration": 0, "at": .string(at),
+              "ack": "scheduled",
+            ]
+            guard let id = try client.request(request).result["scheduled"]?.int else { return }
+            soon.acknowledged(index, schedule: id)
+          }
+        },
+      ]
+      let done = DispatchGroup()
+      for writer in writers {
+        done.enter()
+        Thread {
+          _ = try? writer()
+          done.leave()
+        }.start()
+      }
+      let delay = 0.3 + 1.2 * random.unit()
+      usleep(UInt32(delay * 1e6))
+      daemon.kill()
+      done.wait()
+      print(
+        "kill -9 round \(round) after \(String(format: "%.2f", delay)) s: acknowledged \(master.count) master sets,"
+          + " \(mixer.count) mixer sets, \(far.count) + \(soon.count) schedules")
+      farSchedules += far.schedules
+      for (key, sent) in [("master.gain", master), ("mixers.m1.volume", mixer), ("mixers.m2.volume", soon)] {
+        if let possible = sent.possible { expected[key] = possible }
+      }
+      // The soon-due sets, all due by now: the restart applies those it kept.
+      usleep(UInt32(max(0, start + 0.6 + Double(soon.count + 1) * 0.002 - Date().timeIntervalSince1970) * 1e6))
+    }
+    let last = try DaemonProcess(extraConfiguration: configuration, extraALSA: alsa, reusing: directory)
+    try check(last, expected: expected, farSchedules: farSchedules, round: 5)
+    #expect(last.stop() == 0)
+    #expect(first != nil)
+  }
+
+  private func check(_ daemon: DaemonProcess, expected: [String: [Double]], farSchedules: [Int], round: Int) throws {
+    let client = try daemon.client()
+    // Schedules restored as already due were applied when the daemon started.
+    usleep(100_000)
+    for (key, possible) in expected.sorted(by: { $0.key < $1.key }) {
+      let model = try #require(client.request(["cmd": "get", "key": .string(key)]).result["model"]?.numberValue)
+      #expect(
+        possible.contains(model),
+        "round \(round): \(key) is \(model); acknowledged \(possible.first ?? -1), sent after it \(possible.dropFirst().prefix(3))"
+      )
+    }
+    let listed = Set(
+      try client.request(["cmd": "status"]).result["scheduled"]?.arrayValue?.compactMap { $0["schedule"]?.int } ?? [])
+    let missing = farSchedules.filter { !listed.contains($0) }
+    #expect(missing.isEmpty, "round \(round): acknowledged schedules lost: \(missing.prefix(10))")
+  }
+}
+
 extension DaemonProcess {
   /// SIGKILL: no chance to save anything more or to drain.
   func kill() {

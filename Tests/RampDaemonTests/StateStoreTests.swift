@@ -739,3 +739,80 @@ extension StateStoreTests {
     }
   }
 }
+
+/// The levels journal: the model values a change writes, unsynced, before it is acknowledged, read
+/// back over the state file when they are the newer.
+@Suite struct LevelsJournalTests {
+  private static let schedule = PersistedSchedule(id: 7, request: ["cmd": "ping"], due: 1_000)
+
+  @Test func aNewerJournalRefinesTheStateFile() throws {
+    try withScratch { directory in
+      let log = LogRecorder()
+      let store = StateStore(path: directory + "/state.json", logger: log.logger)
+      try store.save(PersistentState(values: ["master.gain": 0.5], schedules: [Self.schedule], sequence: 3))
+      #expect(store.journal(values: ["master.gain": 0.25, "mixers.m.volume": 0.75], sequence: 4))
+      let loaded = StateStore(path: directory + "/state.json", logger: log.logger).load()
+      #expect(loaded.values == ["master.gain": 0.25, "mixers.m.volume": 0.75] && loaded.sequence == 4)
+      #expect(loaded.schedules == [Self.schedule], "schedules come from the state file")
+    }
+  }
+
+  @Test func anOlderJournalIsIgnored() throws {
+    try withScratch { directory in
+      let log = LogRecorder()
+      let store = StateStore(path: directory + "/state.json", logger: log.logger)
+      #expect(store.journal(values: ["master.gain": 0.25], sequence: 2))
+      try store.save(PersistentState(values: ["master.gain": 0.5], sequence: 3))
+      let loaded = store.load()
+      #expect(loaded.values == ["master.gain": 0.5] && loaded.sequence == 3)
+    }
+  }
+
+  @Test func eachEntryReplacesTheLastWhateverItsLength() throws {
+    try withScratch { directory in
+      let log = LogRecorder()
+      let store = StateStore(path: directory + "/state.json", logger: log.logger)
+      try store.save(PersistentState(values: ["master.gain": 1], sequence: 1))
+      #expect(
+        store.journal(values: ["master.gain": 0.123456789, "mixers.a.volume": 0.5, "mixers.b.volume": 1], sequence: 2))
+      #expect(store.journal(values: ["master.gain": 0], sequence: 3))
+      #expect(
+        String(decoding: contents(store.journalPath) ?? [], as: UTF8.self)
+          == #"{"sequence":3,"values":{"master.gain":0}}"# + "\n")
+      #expect(store.load().values == ["master.gain": 0])
+    }
+  }
+
+  /// A power cut can leave anything there: the state file's levels are used, with a warning.
+  @Test func aTornJournalIsIgnored() throws {
+    try withScratch { directory in
+      let log = LogRecorder()
+      let store = StateStore(path: directory + "/state.json", logger: log.logger)
+      try store.save(PersistentState(values: ["master.gain": 0.5], sequence: 3))
+      for torn in [
+        #"{"sequence":9,"values":{"master.gain":0."#, "\0\0\0\0",
+        #"{"sequence":9,"values":{"master.gain":"x"}}"# + "\n",
+      ] {
+        put(torn, at: store.journalPath)
+        #expect(store.load().values == ["master.gain": 0.5], "\(torn)")
+      }
+      #expect(log.warnings.count == 3 && log.warnings.allSatisfy { $0.contains("journal") }, "\(log.warnings)")
+    }
+  }
+
+  /// Deleting the state file (or a damaged one) starts afresh: the journal alone is not trusted.
+  @Test func aJournalWithoutAUsableStateFileIsDropped() throws {
+    try withScratch { directory in
+      let log = LogRecorder()
+      let store = StateStore(path: directory + "/state.json", logger: log.logger)
+      #expect(store.journal(values: ["master.gain": 0.25], sequence: 4))
+      #expect(store.load() == PersistentState())
+      #expect(!exists(store.journalPath))
+      #expect(store.journal(values: ["master.gain": 0.25], sequence: 4))
+      #expect(exists(store.journalPath))
+      put("{ not json", at: store.path)
+      #expect(store.load() == PersistentState())
+      #expect(!exists(store.journalPath))
+    }
+  }
+}
