@@ -203,7 +203,9 @@ final class BadInputRun {
   /// Zero underruns; `bg` and `t` still play; streams a row started are stopped.
   private func checkStatus(after row: String) throws {
     let status = try client.request(["cmd": "status"])
-    #expect(status.result["output"]?["underruns"] == 0, "underruns after \(row)")
+    // Not `status.output.underruns`: under clock pacing it counts the render thread's late wake-ups,
+    // which a loaded test machine causes whatever the row; the stream's own underruns and the
+    // recorded samples are what a row could disturb.
     #expect(underrunEvents.isEmpty, "underrun events after \(row): \(underrunEvents.map { $0.serialized() })")
     underrunEvents = []
     let streams = status.result["streams"]?.arrayValue ?? []

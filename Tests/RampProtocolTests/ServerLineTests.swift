@@ -28,7 +28,8 @@ import Testing
       ErrorCode.allCases.map(\.rawValue) == [
         "bad-json", "bad-request", "line-too-long", "unknown-command", "missing-field", "invalid-field",
         "unknown-field", "out-of-range", "unknown-key-path", "unknown-stream", "unknown-animation", "stream-exists",
-        "file-error", "forbidden-path", "limit-exceeded", "timeout", "shutting-down", "internal-error",
+        "file-error", "forbidden-path", "permission-denied", "limit-exceeded", "timeout", "shutting-down",
+        "internal-error",
       ])
     #expect(
       ProtocolError(.timeout, field: "timeout", "timeout: 5 s passed").description == "timeout: timeout: 5 s passed")
