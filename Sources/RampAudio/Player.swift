@@ -409,6 +409,9 @@ public final class Player: @unchecked Sendable {
     recoveryBell.ring()
     while !finished.load(ordering: .acquiring) || !recoveryFinished.load(ordering: .acquiring) { usleep(1_000) }
     thread = nil
+    // Never to run now: what they hold goes with them (a scheduled play's decoder, its thread).
+    scheduled.removeAll()
+    while commands.pop() != nil {}
   }
 
   /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split

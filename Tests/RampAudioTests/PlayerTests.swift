@@ -241,6 +241,28 @@ extension PlayerTests {
     #expect(samples[2 * (start - 1)] == 1 && samples[2 * (start - 1) + 1] == 1, "centred before the sweep")
     #expect(samples[2 * (start + 4_800)] == 1 && samples[2 * (start + 4_800) + 1] == 1, "centred after it")
   }
+
+  /// A command still waiting for its sample when the player shuts down is released, with what it
+  /// holds: a scheduled play holds its decoder (a thread, a ring of a second, a file) until then.
+  /// Found by the fuzz target, whose daemons piled up decoder threads after shutting down.
+  @Test func shutdownReleasesCommandsStillWaiting() throws {
+    final class Held: Sendable {}
+    let player = try Player(output: OutputConfiguration(device: "null", format: .float32, pacing: .clock))
+    player.start()
+    weak var released: Held?
+    do {
+      let held = Held()
+      released = held
+      player.perform(at: 48_000 * 3600) { _ in _ = held }
+    }
+    // Taken into the schedule once a few blocks have gone by.
+    let blocks = player.blocksRendered
+    let deadline = Date().addingTimeInterval(10)
+    while player.blocksRendered < blocks + 3 && Date() < deadline { usleep(1_000) }
+    #expect(released != nil, "held while waiting")
+    player.shutdown()
+    #expect(released == nil)
+  }
 }
 
 func largestStep(_ samples: [Double]) -> Double {

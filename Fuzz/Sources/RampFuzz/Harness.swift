@@ -61,7 +61,7 @@ final class Harness {
     for request in expected.requests { checkRoundTrip(request, input: input) }
     converse(input, expected: expected, with: daemon)
     if expected.changesState { daemon.reset(timeout: replyTimeout, input: input) }
-    if inputs % 256 == 0 {
+    if inputs % 64 == 0 {
       let pending = daemon.pendingSchedules(timeout: replyTimeout)
       if pending > Generation.pendingLimit / 2 { retire(pending: pending) }
     }
@@ -205,7 +205,8 @@ struct Expectation {
 
 /// One daemon: its configuration, socket and state file, and a client of its own for resets.
 final class Generation {
-  static let pendingLimit = 256
+  /// Small, since a scheduled play holds its decoder (a thread and a second of audio) until due.
+  static let pendingLimit = 64
   let daemon: Daemon
   let socketPath: String
   let lineLimit: Int

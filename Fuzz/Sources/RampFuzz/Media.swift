@@ -23,7 +23,8 @@ enum Media {
     // A WAV header that promises more than the file holds.
     try write(Array(wav(rate: 48_000, channels: 2, frames: 4_800, frequency: 440).prefix(100)), to: root + "/cut.wav")
     try? FileManager.default.removeItem(atPath: root + "/escape.wav")
-    try FileManager.default.createSymbolicLink(atPath: root + "/escape.wav", withDestinationPath: outside + "/secret.wav")
+    try FileManager.default.createSymbolicLink(
+      atPath: root + "/escape.wav", withDestinationPath: outside + "/secret.wav")
     try? FileManager.default.removeItem(atPath: root + "/inside.wav")
     try FileManager.default.createSymbolicLink(atPath: root + "/inside.wav", withDestinationPath: "tone.wav")
   }
