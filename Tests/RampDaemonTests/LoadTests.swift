@@ -554,3 +554,34 @@ func regions(_ pid: pid_t) throws -> [String: Int] {
   }
   return result
 }
+
+/// Replies come back in request order on a connection, though some are ready before an earlier
+/// one that waits for the render thread (PROTOCOL.md §1; found by the load test).
+@Suite struct ReplyOrderTests {
+  @Test func answersReadyAtOnceWaitForEarlierOnes() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let requests = [
+      #""fade","key":"master.gain","to":0.5,"duration":0.1"#,
+      #""subscribe","events":["stream-ended"]"#,
+      #""get","key":"master.gain""#,
+      #""version""#,
+      #""set","key":"master.gain","value":7"#,
+      #""observe","key":"master.gain","rate":1"#,
+      #""fade","key":"master.gain","durtion":1"#,
+      #""unobserve""#,
+      #""unsubscribe""#,
+      #""ping""#,
+    ]
+    for round in 0..<20 {
+      let ids = requests.indices.map { round * 100 + $0 + 1 }
+      try client.send(raw: zip(ids, requests).map { #"{"id":\#($0),"cmd":\#($1)}"# }.joined(separator: "\n"))
+      var replies: [Int] = []
+      while replies.count < ids.count {
+        let line = try client.readLine()
+        if line["event"] == nil, let id = line["id"]?.int { replies.append(id) }
+      }
+      #expect(replies == ids, "round \(round)")
+    }
+  }
+}
