@@ -275,7 +275,7 @@ final class Generation {
     let (_, parsed) = Request.parse(line: line)
     guard case .success(let request) = parsed else { fatalError("fuzz harness: \(line) does not parse") }
     let client = Inbox()
-    daemon.controller.handle(request, from: client)
+    daemon.controller.handle(request, from: client, sequence: 0)
     return client.wait(timeout: timeout)
   }
 }
@@ -285,7 +285,7 @@ final class Inbox: Client, @unchecked Sendable {
   private let condition = NSCondition()
   private var received: JSONValue?
 
-  func reply(_ line: JSONValue) {
+  func reply(_ line: JSONValue, sequence: Int) {
     condition.lock()
     received = line
     condition.signal()
@@ -295,6 +295,8 @@ final class Inbox: Client, @unchecked Sendable {
   func event(_ line: JSONValue) {}
 
   var awaitsNoOtherReply: Bool { true }
+
+  var confinedToMediaRoots: Bool { false }
 
   func wait(timeout: Double) -> JSONValue? {
     let deadline = Date(timeIntervalSinceNow: timeout)
