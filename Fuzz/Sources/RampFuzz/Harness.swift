@@ -51,6 +51,10 @@ final class Harness {
     } catch {
       fatalError("fuzz harness: cannot prepare \(directory): \(error)")
     }
+    // script/fuzz gives a directory it removes itself; a bare run (a replay) cleans up after itself.
+    if environment["RAMPD_FUZZ_DIR"] == nil {
+      atexit { try? FileManager.default.removeItem(atPath: harness.directory) }
+    }
   }
 
   func run(_ input: [UInt8]) {
