@@ -21,9 +21,9 @@ import RampProtocol
 ///   back after a restart.
 ///
 /// A request that fails does so before the input is over, so libFuzzer keeps the right input: the
-/// input's last line is ended and a `ping` follows it, whose reply comes after every request
+/// input's last line is ended and a `version` follows it, whose reply comes after every request
 /// before it has been handled (those that open files or are scheduled are handled off the event
-/// loop, in order). Only requests scheduled further ahead than `soon` seconds, and `wait`s, may
+/// loop, in order; `version` waits behind them, and needs no render thread). Only requests scheduled further ahead than `soon` seconds, and `wait`s, may
 /// still act after the input; the last 16 inputs are kept in `recent/` for such a case.
 ///
 /// State is kept bounded across inputs: after each one every stream is stopped and master.gain's
@@ -36,7 +36,7 @@ final class Harness {
   private var retired: [Generation] = []
   private var generations = 0
   private var inputs = 0
-  static let barrier = Array("\n{\"id\":\"rampd-fuzz-barrier\",\"cmd\":\"ping\"}\n".utf8)
+  static let barrier = Array("\n{\"id\":\"rampd-fuzz-barrier\",\"cmd\":\"version\"}\n".utf8)
 
   init() {
     signal(SIGPIPE, SIG_IGN)
@@ -50,6 +50,10 @@ final class Harness {
       try FileManager.default.createDirectory(atPath: directory + "/recent", withIntermediateDirectories: true)
     } catch {
       fatalError("fuzz harness: cannot prepare \(directory): \(error)")
+    }
+    // script/fuzz gives a directory it removes itself; a bare run (a replay) cleans up after itself.
+    if environment["RAMPD_FUZZ_DIR"] == nil {
+      atexit { try? FileManager.default.removeItem(atPath: harness.directory) }
     }
   }
 

@@ -14,7 +14,9 @@ if getenv("RAMPD_FUZZ_ENVIRONMENT") == nil {
   }
   setenv("SWIFT_BACKTRACE", "enable=no", 0)
   setenv("RAMPD_FUZZ_ENVIRONMENT", "1", 1)
-  execv("/proc/self/exe", CommandLine.unsafeArgv)
+  // Through its own path rather than /proc/self/exe, which would name the process "exe".
+  let path = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+  execv(path, CommandLine.unsafeArgv)
 }
 
 // libFuzzer's flags and inputs come on the command line (`RampFuzz -runs=1000 corpus/`, or a
