@@ -102,7 +102,7 @@ public struct SocketSettings: Sendable, Equatable {
   ) -> String? {
     if let group { return group }
     guard !SocketLocation.isUserSession(environment: environment, isRoot: isRoot) else { return nil }
-    return getgrnam(Self.systemGroup) == nil ? nil : Self.systemGroup
+    return Accounts.gid(Self.systemGroup) == nil ? nil : Self.systemGroup
   }
 
   public static let systemGroup = "audio"

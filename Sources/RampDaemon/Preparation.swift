@@ -95,6 +95,8 @@ struct Preparation: Sendable {
   // MARK: Streams
 
   private func prepare(_ play: Play, confined: Bool) throws(ProtocolError) -> Operation {
+    // One copy of the live configuration for the whole request (each read takes its lock).
+    let configuration = configuration
     let path: String
     let media = configuration.media
     do {

@@ -18,7 +18,7 @@ public final class Server: @unchecked Sendable {
   let clientCount = Atomic<Int>(0)
   /// The access rules of the running configuration, resolved once per change (a name lookup may be
   /// slow, and the event loop serves everyone).
-  private let policies = Mutex<(settings: AccessSettings, socketGroup: String?, policy: AccessPolicy)?>(nil)
+  private let policies = Mutex<(access: AccessSettings, socket: SocketSettings, policy: AccessPolicy)?>(nil)
 
   public init(path: String, controller: Controller, logger: Logger) {
     self.path = path
@@ -111,20 +111,19 @@ public final class Server: @unchecked Sendable {
   /// deleted since the last reload) keeps the previous rules, with an error in the log.
   func accessPolicy(throwing: Bool) throws -> AccessPolicy {
     let configuration = configuration
-    let socketGroup = configuration.socket.resolvedGroup()
     return try policies.withLock { cached in
-      if let cached, cached.settings == configuration.access, cached.socketGroup == socketGroup {
+      if let cached, cached.access == configuration.access, cached.socket == configuration.socket {
         return cached.policy
       }
       do {
-        let policy = try AccessPolicy(access: configuration.access, socketGroup: socketGroup)
-        cached = (configuration.access, socketGroup, policy)
+        let policy = try AccessPolicy(access: configuration.access, socketGroup: configuration.socket.resolvedGroup())
+        cached = (configuration.access, configuration.socket, policy)
         return policy
       } catch {
         if throwing { throw ServerError("\(error)") }
         logger.error("access rules not updated", metadata: ["error": "\(error)"])
         guard let old = cached?.policy else { throw ServerError("\(error)") }
-        cached = (configuration.access, socketGroup, old)
+        cached = (configuration.access, configuration.socket, old)
         return old
       }
     }
