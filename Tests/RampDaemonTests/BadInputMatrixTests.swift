@@ -236,7 +236,14 @@ final class BadInputRun {
   /// The constant stream's samples, from its start (after the declick ramp) to now.
   func finish() throws {
     try checkMemory(after: "every row")
-    let played = try daemon.played()
+    // A quick run (few rows, an idle machine) may end before a second has played: the check below
+    // wants one, so let it play that long.
+    var played = try daemon.played()
+    let deadline = Date().addingTimeInterval(5)
+    while played.count < 48_000 * 2 * 5 / 4 + 4 * 960, Date() < deadline {
+      usleep(50_000)
+      played = try daemon.played()
+    }
     let first = try #require(played.firstIndex { $0 != 0 }, "bg never played")
     // The declick ramp (10 ms) and a margin.
     let steady = played[(first + 2 * 960)...]
