@@ -346,7 +346,10 @@ enum ConfigSchema {
   private static func accountList(_ value: ConfigValue, allowingAnyone: Bool) throws(ValueProblem) -> [String] {
     let names = try ConfigParse.stringList(value)
     for (index, name) in names.enumerated() {
-      if allowingAnyone && name == "*" { continue }
+      if name == "*" {
+        guard allowingAnyone else { throw ValueProblem("item \(index + 1): \"*\" (anyone) belongs in access.users") }
+        continue
+      }
       guard !name.isEmpty, !name.contains(where: { $0 == "/" || $0 == ":" || $0.isWhitespace || $0 == "\0" }) else {
         throw ValueProblem("item \(index + 1): \(ConfigText.quoted(name)) is not a name or a number")
       }

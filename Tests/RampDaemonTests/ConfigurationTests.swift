@@ -202,6 +202,14 @@ extension ConfigurationTests {
         "test:2: socket.mode: 0060 does not let the daemon's own user read and write the socket (0600)"
       ),
       ("[socket]\ngroup = \"a b\"", #"test:2: socket.group: "a b" is not a group name"#),
+      ("[access]\nusers = [\"alice\", \"a b\"]", #"test:2: access.users: item 2: "a b" is not a name or a number"#),
+      ("[access]\ngroups = [\"*\"]", #"test:2: access.groups: item 1: "*" (anyone) belongs in access.users"#),
+      (
+        "[access]\nusers = 1000",
+        "test:2: access.users: expected an array of strings (or one string of ':'-separated items), got integer 1000"
+      ),
+      ("[limits]\nanimations-per-key-path = 0", "test:2: limits.animations-per-key-path: 0 is outside 1...1024"),
+      ("[limits]\nidle-timeout = \"-1s\"", "test:2: limits.idle-timeout: must not be negative, got -1 s"),
     ])
     func socketInvalid(toml: String, expected: String) {
       #expect(failure(toml) == expected)
