@@ -258,7 +258,7 @@ struct Preparation: Sendable {
   private func prepare(_ set: SetValue) throws(ProtocolError) -> Operation {
     try Self.checkAddressable(set.key)
     if InternalKeyPath.isGain(set.key) { try checkGain(set.value, field: set.valueField) }
-    var transaction = configuration.transaction
+    var transaction = live.read { $0.transaction }
     if let duration = set.duration {
       transaction.duration = duration
       if duration > 0 { transaction.disableActions = false }
@@ -320,7 +320,7 @@ struct Preparation: Sendable {
   // MARK: Checks
 
   private func checkGain(_ value: Double, field: String) throws(ProtocolError) {
-    let maximum = configuration.maxGain
+    let maximum = live.read { $0.maxGain }
     guard value >= 0 else {
       throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(value)")
     }

@@ -276,7 +276,7 @@ final class Refusal: ChannelInboundHandler, Sendable {
   typealias OutboundOut = ByteBuffer
   let text: String
 
-  init(line: JSONValue) { text = line.serialized() + "\n" }
+  init(line: JSONValue) { text = line.serializedLine() }
 
   func channelActive(context: ChannelHandlerContext) {
     var buffer = context.channel.allocator.buffer(capacity: text.utf8.count)
@@ -372,7 +372,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     let sequence = nextSequence
     nextSequence += 1
     let (id, result) = Request.parse(
-      utf8: bytes, options: ParseOptions(decibelFloor: configuration.fades.decibelFloor))
+      utf8: bytes, options: ParseOptions(decibelFloor: controller.live.read { $0.fades.decibelFloor }))
     switch result {
     case .failure(let error):
       inOrder.append(sequence)
@@ -410,7 +410,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     if let tooLong = error as? LineTooLong {
       let reply = Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: tooLong.limit))
       var buffer = context.channel.allocator.buffer(capacity: 256)
-      buffer.writeString(reply.serialized() + "\n")
+      buffer.writeString(reply.serializedLine())
       let channel = context.channel
       context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
       return
@@ -448,7 +448,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     let error = ProtocolError(
       .timeout, "no request for \(ConfigText.duration(timeout)) (limits.idle-timeout); closing the connection")
     var buffer = channel.allocator.buffer(capacity: 256)
-    buffer.writeString(Reply.failure(id: nil, error: error).serialized() + "\n")
+    buffer.writeString(Reply.failure(id: nil, error: error).serializedLine())
     let channel = channel
     channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
   }
@@ -507,7 +507,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   private func write(_ line: JSONValue) {
-    let text = line.serialized() + "\n"
+    let text = line.serializedLine()
     var buffer = channel.allocator.buffer(capacity: text.utf8.count)
     buffer.writeString(text)
     channel.writeAndFlush(buffer, promise: nil)

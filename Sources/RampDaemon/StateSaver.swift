@@ -84,6 +84,9 @@ private final class SaverCore: @unchecked Sendable {
   var lastWriteEnd = -Double.infinity
   var stopping = false
   var running = true
+  /// The thread waits for a change (not for the interval to pass): only then does a change need
+  /// to wake it. A busy client's every `set` would otherwise cost a thread wake-up.
+  var idle = false
   var statistics = StateSaver.Statistics()
   /// The error last logged, so that a repeated one is not logged again.
   var loggedError: String?
@@ -97,7 +100,7 @@ private final class SaverCore: @unchecked Sendable {
   func update(_ state: PersistentState) {
     condition.lock()
     pending = state
-    condition.broadcast()
+    if idle { condition.broadcast() }
     condition.unlock()
   }
 
@@ -105,7 +108,9 @@ private final class SaverCore: @unchecked Sendable {
     condition.lock()
     while !stopping {
       if pending == nil || writing {
+        idle = true
         condition.wait()
+        idle = false
         continue
       }
       let wait = lastWriteEnd + interval - monotonicNow()

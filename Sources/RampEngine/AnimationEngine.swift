@@ -130,6 +130,8 @@ public final class AnimationEngine {
   }
 
   private func property(_ keyPath: String) throws(EngineError) -> Property {
+    // Every defined key path was validated by `define`: only a miss needs to know why.
+    if let property = properties[keyPath] { return property }
     try KeyPath.validate(keyPath)
     guard let property = properties[keyPath] else {
       throw EngineError(.unknownKeyPath, field: "key", "no property '\(keyPath)'")

@@ -69,17 +69,25 @@ public enum KeyPath {
       throw EngineError(
         .invalidKeyPath, field: "key", "a key path must have 1 to \(maximumLength) characters")
     }
-    for component in keyPath.split(separator: ".", omittingEmptySubsequences: false) {
-      guard !component.isEmpty,
-        component.utf8.allSatisfy({ byte in
-          (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-            || byte == 0x5F || byte == 0x2D
-        })
-      else {
-        throw EngineError(
-          .invalidKeyPath, field: "key",
-          "'\(keyPath)' is not a key path: use dot-separated names of letters, digits, '_' and '-'")
+    // One pass over the bytes, without splitting (it runs for every request that names a key).
+    var componentLength = 0
+    var valid = true
+    for byte in keyPath.utf8 {
+      if byte == 0x2E {
+        valid = valid && componentLength > 0
+        componentLength = 0
+      } else {
+        valid =
+          valid
+          && ((byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+            || byte == 0x5F || byte == 0x2D)
+        componentLength += 1
       }
+    }
+    guard valid, componentLength > 0 else {
+      throw EngineError(
+        .invalidKeyPath, field: "key",
+        "'\(keyPath)' is not a key path: use dot-separated names of letters, digits, '_' and '-'")
     }
   }
 }

@@ -7,7 +7,17 @@ extension JSONValue {
   /// and print as `null` (the parser never produces them).
   public func serialized() -> String {
     var output = ""
+    output.reserveCapacity(128)
     write(into: &output)
+    return output
+  }
+
+  /// `serialized()` with the newline that ends a protocol line, built in one string.
+  public func serializedLine() -> String {
+    var output = ""
+    output.reserveCapacity(128)
+    write(into: &output)
+    output += "\n"
     return output
   }
 
@@ -36,7 +46,7 @@ extension JSONValue {
     }
   }
 
-  static func format(_ number: Double) -> String {
+  public static func format(_ number: Double) -> String {
     guard number.isFinite else { return "null" }
     if number == number.rounded(), abs(number) < 9_007_199_254_740_992 { return String(Int64(number)) }
     // Swift prints the shortest digits that read back exactly, in a form JSON accepts
@@ -46,6 +56,12 @@ extension JSONValue {
 
   private static func writeString(_ text: String, into output: inout String) {
     output += "\""
+    // Nearly every string (keys, ids, codes) needs no escape: appended whole.
+    if !text.utf8.contains(where: needsEscapeCheck) {
+      output += text
+      output += "\""
+      return
+    }
     for scalar in text.unicodeScalars {
       switch scalar {
       case "\"": output += "\\\""
@@ -64,5 +80,11 @@ extension JSONValue {
       }
     }
     output += "\""
+  }
+
+  /// A byte that is, or may begin, a character written escaped: controls, quote, backslash, DEL,
+  /// and 0xE2, which begins U+2028 and U+2029.
+  private static func needsEscapeCheck(_ byte: UInt8) -> Bool {
+    byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F || byte == 0xE2
   }
 }
