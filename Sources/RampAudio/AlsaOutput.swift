@@ -101,6 +101,11 @@ public final class AlsaPCMOutput {
   /// Underruns (-EPIPE) and suspends (-ESTRPIPE) recovered from in `write`; with clock pacing, also
   /// each time the writer fell behind the clock (the sink itself, `null` or `file`, never underruns).
   public private(set) var underruns = 0
+  /// With device pacing: the device plays nothing in real time (ALSA's `null`, a `file` plugin
+  /// over it): it holds no audio right after a write, taking whatever comes at once. Known after
+  /// the first write.
+  public private(set) var hasNoClock = false
+  private var clockProbed = false
 
   /// Frames converted per `snd_pcm_writei` call: the conversion buffer holds this many frames.
   /// Equal to the period size (at least 64 frames); larger writes are done in blocks of this size.
@@ -290,6 +295,19 @@ public final class AlsaPCMOutput {
       clockFrames += Int64(count)
       done += count
     }
+    if !clockProbed && negotiated.pacing == .device && frames > 0 {
+      // A device that plays in real time holds at least part of what was just written.
+      clockProbed = true
+      hasNoClock = queuedFrames() == 0
+    }
+  }
+
+  /// Frames written and not yet played, as the device counts them (0 when it cannot tell).
+  public func queuedFrames() -> Int {
+    guard let pcm else { return 0 }
+    var delay: snd_pcm_sframes_t = 0
+    guard snd_pcm_delay(pcm, &delay) == 0 else { return 0 }
+    return max(Int(delay), 0)
   }
 
   /// Plays out what has been written (`snd_pcm_drain`; with clock pacing, also sleeps until the

@@ -484,6 +484,7 @@ public final class Player: @unchecked Sendable {
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop,
       start: false)
     try admit(decoder.openedPath)
+    decoder.consumerBell = commandBell
     decoder.start()
     decoder.waitUntilPrefilled()
     let declick = declick
@@ -661,6 +662,7 @@ public final class Player: @unchecked Sendable {
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
       flushEvents()
+      if let device, output.pacing == .device { waitForStreams(on: device, frames: buffers.frames) }
       resumeStreamsAfterSeek()
       publishValues(due: due)
       renderScheduled(buffers)
@@ -750,6 +752,13 @@ public final class Player: @unchecked Sendable {
       // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
       try device.write(buffers.mix, frames: buffers.frames, clamped: true)
       underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
+      // A device without a clock goes as fast as the streams decode; with none playing, time
+      // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
+      if device.hasNoClock && !streamsPlaying {
+        idleClock.wait(frames: buffers.frames, rate: output.rate)
+      } else {
+        idleClock.reset()
+      }
     } catch {
       // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
       healthy.store(false, ordering: .relaxed)
@@ -782,6 +791,55 @@ public final class Player: @unchecked Sendable {
       flushEvents()
     }
     return waited
+  }
+
+  /// With device pacing, a stream whose decoder is behind is waited for instead of played as
+  /// silence while the device has audio queued to cover the wait (less a period, the margin), and
+  /// without limit on a device that has no clock: it takes audio as fast as it comes, so nothing
+  /// is late for it, and what it records is the whole file. Commands are taken meanwhile.
+  private func waitForStreams(on device: AlsaPCMOutput, frames: Int) {
+    var deadline: Int64?
+    while running.load(ordering: .relaxed), let decoder = firstDecoderBehind(frames: frames) {
+      // A decoder woken once per half ring, not once per block, when nothing limits the wait.
+      guard decoder.awaitSamples(device.hasNoClock ? decoder.lowWater : frames * output.channels) else { continue }
+      if deadline == nil {
+        let queued = device.hasNoClock ? Int.max : device.queuedFrames() - output.periodFrames
+        guard queued > 0 else { return }
+        deadline =
+          device.hasNoClock
+          ? Int64.max : monotonicNanoseconds() + Int64(queued) * 1_000_000_000 / Int64(output.rate)
+      }
+      let left = deadline! == Int64.max ? 100_000_000 : deadline! - monotonicNanoseconds()
+      guard left > 0 else { return }
+      if commandBell.wait(milliseconds: pollMilliseconds(Double(left) / 1e9)) {
+        takeCommands()
+        flushEvents()
+      }
+    }
+  }
+
+  /// The first stream that plays (not paused, not seeking) and whose decoder has less than a
+  /// block ready while still decoding.
+  private func firstDecoderBehind(frames: Int) -> StreamDecoder? {
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      if stream.paused || stream.pendingSeek != nil { continue }
+      let decoder = stream.decoder
+      if !decoder.isFinished && decoder.ring.available < frames * output.channels { return decoder }
+    }
+    return nil
+  }
+
+  /// Whether a stream plays (or ramps towards a pause): time then follows the streams.
+  private var streamsPlaying: Bool {
+    var index = 0
+    while index < state.streams.count {
+      if !state.streams[index].paused { return true }
+      index += 1
+    }
+    return false
   }
 
   /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the

@@ -40,6 +40,10 @@ public final class StreamDecoder: @unchecked Sendable {
   /// What the decoder thread sleeps for (a `Waiting`): only a decoder waiting for room is rung
   /// by `read`, so a finished one is not woken at every block while its ring drains.
   private let waiting = Atomic<Int>(Waiting.nothing.rawValue)
+  /// Rung when a consumer waiting in `awaitSamples` may go on. Set before `start`.
+  var consumerBell: Bell?
+  /// Samples that consumer waits for (0: none waits).
+  private let consumerWants = Atomic<Int>(0)
   /// The decoder thread's kernel id once it runs (tests read its `schedstat`).
   var threadID: Int32 { decoderThread.load(ordering: .acquiring) }
   private let decoderThread = Atomic<Int32>(0)
@@ -122,17 +126,45 @@ public final class StreamDecoder: @unchecked Sendable {
   }
 
   private func wakeIfLow() {
-    if ring.available <= lowWater {
-      // Pairs with the fence in `sleep(until:)`: either the decoder sees the room this read
-      // made, or this sees the decoder asleep.
-      atomicMemoryFence(ordering: .sequentiallyConsistent)
-      if waiting.load(ordering: .relaxed) == Waiting.room.rawValue,
-        waiting.compareExchange(
-          expected: Waiting.room.rawValue, desired: Waiting.nothing.rawValue, ordering: .relaxed
-        ).exchanged
-      {
-        bell.ring()
-      }
+    if ring.available <= lowWater { wakeIfWaitingForRoom() }
+  }
+
+  private func wakeIfWaitingForRoom() {
+    // Pairs with the fence in `sleep(until:)`: either the decoder sees the room this read
+    // made, or this sees the decoder asleep.
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    if waiting.load(ordering: .relaxed) == Waiting.room.rawValue,
+      waiting.compareExchange(
+        expected: Waiting.room.rawValue, desired: Waiting.nothing.rawValue, ordering: .relaxed
+      ).exchanged
+    {
+      bell.ring()
+    }
+  }
+
+  /// Consumer: asks for `consumerBell` to ring once the ring holds `count` samples (at most its
+  /// capacity) or decoding is over. False when that is so already: nothing to wait for.
+  func awaitSamples(_ count: Int) -> Bool {
+    let wanted = min(max(count, 1), ring.capacity)
+    consumerWants.store(wanted, ordering: .relaxed)
+    // Pairs with the fence in `notifyConsumer`: either the decoder sees the wish, or this sees
+    // what it wrote.
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    if ring.available >= wanted || isFinished {
+      consumerWants.store(0, ordering: .relaxed)
+      return false
+    }
+    wakeIfWaitingForRoom()
+    return true
+  }
+
+  /// Decoder thread: rings the waiting consumer once what it waits for is there.
+  private func notifyConsumer() {
+    atomicMemoryFence(ordering: .sequentiallyConsistent)
+    let wanted = consumerWants.load(ordering: .relaxed)
+    guard wanted > 0, ring.available >= wanted || isFinished else { return }
+    if consumerWants.compareExchange(expected: wanted, desired: 0, ordering: .relaxed).exchanged {
+      consumerBell?.ring()
     }
   }
 
@@ -215,12 +247,15 @@ public final class StreamDecoder: @unchecked Sendable {
       fileFrames.deallocate()
       resampled.deallocate()
       mapped.deallocate()
+      // Failed or cancelled: a consumer waiting for samples waits no more.
+      notifyConsumer()
     }
     var pending = 0  // mapped samples not yet in the ring
     var pendingOffset = 0
     // Where they are: `mapped`, or the decoded samples themselves when the map is the identity.
     var pendingBase = mapped
     var endOfFile = false
+    let samplesAreBounded = reader.samplesAreBounded
     // Runs until cancelled or failed; a finished decoder waits for a seek back.
     while true {
       let current = state.load(ordering: .acquiring)
@@ -245,6 +280,7 @@ public final class StreamDecoder: @unchecked Sendable {
         let written = ring.write(pendingBase + pendingOffset, count: pending)
         pending -= written
         pendingOffset += written
+        notifyConsumer()
         if pending > 0 {
           // The ring is full: sleep until it is half empty, then refill it in one run.
           sleep(until: .room)
@@ -254,6 +290,7 @@ public final class StreamDecoder: @unchecked Sendable {
       if endOfFile {
         _ = state.compareExchange(
           expected: State.running.rawValue, desired: State.finished.rawValue, ordering: .acquiringAndReleasing)
+        notifyConsumer()
         // Everything is in the ring: only a seek (back into the file) or the end wakes it.
         sleep(until: .command)
         continue
@@ -264,7 +301,7 @@ public final class StreamDecoder: @unchecked Sendable {
           try reader.seek(toFrame: 0)
           frames = try reader.read(into: fileFrames, frames: block)
         }
-        Self.silenceNonFinite(fileFrames, count: frames * fileChannels)
+        if !samplesAreBounded { Self.silenceNonFinite(fileFrames, count: frames * fileChannels) }
         var source = fileFrames
         if let resampler {
           // soxr may take the input in parts; offer the rest until it is all in.
@@ -292,7 +329,7 @@ public final class StreamDecoder: @unchecked Sendable {
         }
         pending = frames * outputChannels
         // Filtering or folding huge (finite) samples can overflow.
-        Self.silenceNonFinite(pendingBase, count: pending)
+        if !samplesAreBounded && pendingBase != fileFrames { Self.silenceNonFinite(pendingBase, count: pending) }
         pendingOffset = 0
       } catch {
         failure.withLock { $0 = error }

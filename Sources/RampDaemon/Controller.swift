@@ -355,7 +355,7 @@ public final class Controller: @unchecked Sendable {
     let logger = logger
     let ticket = DaemonTicket { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
-      if !ticket.models.isEmpty { persistence?.record(values: ticket.models, settling: early?.key) }
+      if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
       if let record {
         if case .success = ticket.result {
           applied(record, from: ticket.rampFrom)
@@ -385,13 +385,18 @@ public final class Controller: @unchecked Sendable {
       if let rampKey { ticket.rampFrom = try? state.engine.presentation(rampKey) }
       var results: [JSONValue] = []
       defer {
-        if changesModels {
+        // An early answer recorded its change already; the ticket only settles it.
+        if changesModels && early == nil {
           for key in persistedKeys { ticket.models[key] = try? state.engine.model(key) }
         }
       }
+      // Answered already: the results are not kept (no array to build on the render thread).
+      let keepResults = foregone == nil
+      if keepResults { results.reserveCapacity(all.count) }
       for (index, operation) in all.enumerated() {
         do throws(ProtocolError) {
-          results.append(try operation.apply(state, ticket))
+          let result = try operation.apply(state, ticket)
+          if keepResults { results.append(result) }
         } catch {
           ticket.result = .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
           return

@@ -271,19 +271,18 @@ struct Preparation: Sendable {
     // master.gain always exists and its range is checked above; an instant change starts no
     // animation, so the engine has nothing left to refuse.
     let instant = chosen.disableActions || chosen.duration == 0
+    // Built here rather than on the render thread, where an instant change starts no animation.
+    let instantResult: JSONValue = ["key": .string(key), "animation": .null, "value": .number(set.value)]
     return Operation(
       check: { state in Self.checkKey(key, value: set.value, field: set.valueField, in: state) },
-      foregoneResult: key == "master.gain" && instant
-        ? ["key": .string(key), "animation": .null, "value": .number(set.value)] : nil,
+      foregoneResult: key == "master.gain" && instant ? instantResult : nil,
       apply: {
         state, ticket throws(ProtocolError) in
         do throws(EngineError) {
-          let id = try state.engine.set(key, to: set.value, transaction: chosen)
-          if let id {
-            ticket.events.append(
-              .animationStarted(id: id, key: key, name: AnimationEngine.implicitActionKey, sample: state.engine.now))
-          }
-          return ["key": .string(key), "animation": id.map { .integer($0) } ?? .null, "value": .number(set.value)]
+          guard let id = try state.engine.set(key, to: set.value, transaction: chosen) else { return instantResult }
+          ticket.events.append(
+            .animationStarted(id: id, key: key, name: AnimationEngine.implicitActionKey, sample: state.engine.now))
+          return ["key": .string(key), "animation": .integer(id), "value": .number(set.value)]
         } catch {
           throw ProtocolError(error)
         }

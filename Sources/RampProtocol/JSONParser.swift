@@ -139,6 +139,8 @@ private struct JSONParser {
     try enter()
     index += 1
     var object = JSONObject()
+    // A request's handful of members fit without the storage growing member by member.
+    object.reserveCapacity(8)
     // Requests have a handful of keys, found faster by looking than by hashing; a set takes over
     // for long objects, so that a line of thousands of keys costs no quadratic time.
     var seen: Set<String>?

@@ -62,6 +62,7 @@ extension JSONValue: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
   public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
   public init(dictionaryLiteral elements: (String, JSONValue)...) {
     var object = JSONObject()
+    object.reserveCapacity(elements.count)
     for (key, value) in elements { object[key] = value }
     self = .object(object)
   }
@@ -78,8 +79,12 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral, S
   public init() {}
 
   public init(dictionaryLiteral elements: (String, JSONValue)...) {
+    members.reserveCapacity(elements.count)
     for (key, value) in elements { self[key] = value }
   }
+
+  /// Room for `capacity` members before the storage grows.
+  mutating func reserveCapacity(_ capacity: Int) { members.reserveCapacity(capacity) }
 
   public var keys: [String] { members.map(\.key) }
   public var count: Int { members.count }

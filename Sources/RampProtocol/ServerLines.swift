@@ -4,6 +4,7 @@
 public enum Reply {
   public static func success(id: JSONValue?, result: JSONValue) -> JSONValue {
     var object = JSONObject()
+    object.reserveCapacity(3)
     if let id { object["id"] = id }
     object["ok"] = true
     object["result"] = result
@@ -12,6 +13,7 @@ public enum Reply {
 
   public static func failure(id: JSONValue?, error: ProtocolError) -> JSONValue {
     var object = JSONObject()
+    object.reserveCapacity(3)
     if let id { object["id"] = id }
     object["ok"] = false
     object["error"] = error.json
