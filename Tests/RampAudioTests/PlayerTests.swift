@@ -43,6 +43,50 @@ import Testing
     return path
   }
 
+  /// With pacing `device` on a device without a clock (a `file` PCM over `null` takes whatever it
+  /// is given at once), the render thread outruns real time: it waits for decoders that are behind
+  /// instead of playing silence, so the recording holds the whole file sample for sample and no
+  /// underrun is posted. Eight Ogg Vorbis streams of one file, mixed at 1/8 each, make sure the
+  /// decoders are the slower side. With nothing playing, time follows the clock instead of racing.
+  @Test func aDeviceWithoutAClockRecordsEverySampleOfTheFile() throws {
+    let (player, path) = try player(15, pacing: .device)
+    let file = try temporaryDirectory().appendingPathComponent("long.ogg").path
+    try writeSignal(file, frames: 10 * 48_000, encoding: .pcm16) { f, c in
+      Float(0.5 * sin(Double(f) * (c == 0 ? 0.031 : 0.047)))
+    }
+    let decoded = try readAll(file).samples
+    player.start()
+    defer { player.shutdown() }
+    let streams = 8
+    let starts = try (0..<streams).map { try player.prepare(file, id: "s\($0)", gain: 1 / Double(streams)) }
+    player.perform { state in for start in starts { _ = start(state) } }
+    var ended = 0
+    let events = waitFor(player, seconds: 120) { event in
+      if case .streamEnded(_, .finished) = event { ended += 1 }
+      return ended == streams
+    }
+    #expect(!events.contains { if case .underrun = $0 { return true } else { return false } }, "\(events)")
+
+    // Idle now: the clock keeps time, about 14 400 frames in 0.3 s, not millions.
+    let before = player.currentSample
+    usleep(300_000)
+    let idle = player.currentSample - before
+    #expect(idle > 0 && idle < 48_000, "\(idle) frames in 0.3 s with nothing playing")
+    player.shutdown()
+
+    let samples = try recorded(path)
+    let left = stride(from: 0, to: samples.count, by: 2).map { samples[$0] }
+    let first = try #require(left.firstIndex { $0 != 0 }) - 1
+    #expect(first % player.output.periodFrames == 0, "the streams start on a block boundary")
+    try #require(samples.count >= first * 2 + decoded.count, "\(samples.count / 2) frames recorded")
+    // After the 10 ms declick, eight times 1/8 of the file: the file, give or take rounding.
+    var wrong = 0
+    for index in (480 * 2)..<decoded.count where abs(samples[first * 2 + index] - decoded[index]) > 1e-5 {
+      wrong += 1
+    }
+    #expect(wrong == 0, "\(wrong) of \(decoded.count) samples differ from the file's")
+  }
+
   @Test func fadeInOfConstantInputIsTheCurveAtEverySample() throws {
     let (player, path) = try player(1, pacing: .clock)
     player.start()
