@@ -356,7 +356,7 @@ def round_trips(kind, path, pid, clients, requests_per_client, per_process=10):
     return {
         "clients": clients, "requests": len(latencies), "processes": processes,
         "p50_us": percentile(latencies, 50) / 1e3, "p99_us": percentile(latencies, 99) / 1e3,
-        "max_us": max(latencies) / 1e3, "per_second": len(latencies) / wall,
+        "max_us": max(latencies) / 1e3, "per_second": len(latencies) / wall, "latencies": latencies,
         # Cores busy during the run: the daemon, and every client process so far (cumulative
         # children's time, so the caller takes differences).
         "daemon_cores": daemon_cpu / wall, "wall_s": wall,
@@ -433,10 +433,9 @@ def play_rampd(daemon, track, seconds, count_underruns=False, interval=0.1):
     underrun events (which costs the daemon a line per event) and counts those that arrive.
 
     The end is the stream-ended event or, whichever comes first, the exit of the stream's decoder
-    thread (the thread `play` started): when the render thread outruns the decoder (pacing
-    "device" on `null`), a flood of underrun events fills the daemon's event queue, which then
-    drops events, stream-ended and command replies included, so neither an event nor a `status`
-    reply can be relied on there."""
+    thread (the thread `play` started): a safety net from the time a render thread that outran
+    its decoder (pacing "device" on `null`) flooded the event queue with underruns; it now waits
+    for the decoder, and the underrun count says whether it had to play silence instead."""
     c = Rampd(daemon.socket_path)
     kinds = ["stream-ended", "animation-finished"] + (["underrun"] if count_underruns else [])
     c.request("subscribe", events=kinds)
@@ -730,16 +729,32 @@ def main():
         say(f"idle: {results['idle']}")
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         children_cpu = children.ru_utime + children.ru_stime
+        # Several rounds, the daemons taking turns to go first, their latencies pooled: which cores
+        # the scheduler gives a client and its daemon (the same or not) sways a single round.
+        rounds = int(os.environ.get("RTT_ROUNDS", "3"))
         for clients, each in [(1, 1000), (10, 200), (100, 30)]:
-            for kind, daemon in (("rampd", rampd), ("mpd", mpd)):
-                r = round_trips(kind, daemon.socket_path, daemon.pid, clients, each)
-                r["daemon"] = kind
-                r["client_cores"] = (r["children_cpu_s"] - children_cpu) / r["wall_s"]
-                children_cpu = r["children_cpu_s"]
+            pooled = {"rampd": [], "mpd": []}
+            totals = {kind: {"wall_s": 0.0, "daemon_s": 0.0, "clients_s": 0.0} for kind in pooled}
+            for round_number in range(rounds):
+                order = (("rampd", rampd), ("mpd", mpd))
+                for kind, daemon in (order if round_number % 2 == 0 else order[::-1]):
+                    r = round_trips(kind, daemon.socket_path, daemon.pid, clients, each)
+                    pooled[kind] += r["latencies"]
+                    totals[kind]["wall_s"] += r["wall_s"]
+                    totals[kind]["daemon_s"] += r["daemon_cores"] * r["wall_s"]
+                    totals[kind]["clients_s"] += r["children_cpu_s"] - children_cpu
+                    children_cpu = r["children_cpu_s"]
+            for kind in ("rampd", "mpd"):
+                latencies, t = pooled[kind], totals[kind]
+                r = {"daemon": kind, "clients": clients, "requests": len(latencies), "rounds": rounds,
+                     "p50_us": percentile(latencies, 50) / 1e3, "p99_us": percentile(latencies, 99) / 1e3,
+                     "max_us": max(latencies) / 1e3, "per_second": len(latencies) / t["wall_s"],
+                     "daemon_cores": t["daemon_s"] / t["wall_s"], "client_cores": t["clients_s"] / t["wall_s"]}
                 results["rtt"].append(r)
                 say(f"round trip {kind:5} {clients:3} clients: p50 {r['p50_us']:9.1f} us  p99 {r['p99_us']:9.1f} us"
-                    f"  max {r['max_us']:9.1f} us ({r['requests']} requests, {r['per_second']:.0f}/s;"
-                    f" cores busy: daemon {r['daemon_cores']:.2f}, clients {r['client_cores']:.2f})")
+                    f"  max {r['max_us']:9.1f} us ({r['requests']} requests in {rounds} rounds,"
+                    f" {r['per_second']:.0f}/s; cores busy: daemon {r['daemon_cores']:.2f},"
+                    f" clients {r['client_cores']:.2f})")
         realtime(args, results, rampd, mpd, say)
     finally:
         rampd.stop()
@@ -752,7 +767,8 @@ def main():
         say(f"mpd play short: {results['mpd_play_short']}")
     finally:
         mpd.stop()
-    # rampd with pacing = "device" on `null`: nothing blocks, so it renders as fast as it can.
+    # rampd with pacing = "device" on `null`: the device takes audio as fast as it comes, so rampd
+    # plays as fast as its decoder goes (and waits for it rather than play silence).
     player = start_rampd(args.rampd, work, "rampd-play", 'device = "null"\npacing = "device"')
     try:
         period = Rampd(player.socket_path).request("status")["output"]["periodFrames"]
