@@ -118,7 +118,8 @@ public final class SoundFileReader {
   /// Integer samples (PCM, FLAC, µ-law, A-law): read as floats, they lie in [−1, 1], so they
   /// need no check for NaN or infinity; float files and lossy decoders may hold anything.
   public var samplesAreBounded: Bool {
-    let integers = [SF_FORMAT_PCM_S8, SF_FORMAT_PCM_U8, SF_FORMAT_PCM_16, SF_FORMAT_PCM_24, SF_FORMAT_PCM_32]
+    let integers =
+      [SF_FORMAT_PCM_S8, SF_FORMAT_PCM_U8, SF_FORMAT_PCM_16, SF_FORMAT_PCM_24, SF_FORMAT_PCM_32]
       + [SF_FORMAT_ULAW, SF_FORMAT_ALAW]
     return integers.contains { Int32($0) == sndfileFormat & Int32(SF_FORMAT_SUBMASK) }
   }
