@@ -296,9 +296,11 @@ public final class AlsaPCMOutput {
       done += count
     }
     if !clockProbed && negotiated.pacing == .device && frames > 0 {
-      // A device that plays in real time holds at least part of what was just written.
+      // A device that plays in real time holds at least part of what was just written. One that
+      // cannot say (an error) is taken to have a clock: waiting on it unbounded would be worse.
       clockProbed = true
-      hasNoClock = queuedFrames() == 0
+      var delay: snd_pcm_sframes_t = 0
+      hasNoClock = snd_pcm_delay(pcm, &delay) == 0 && delay <= 0
     }
   }
 
