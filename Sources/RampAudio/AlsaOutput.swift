@@ -299,16 +299,15 @@ public final class AlsaPCMOutput {
       // A device that plays in real time holds at least part of what was just written. One that
       // cannot say (an error) is taken to have a clock: waiting on it unbounded would be worse.
       clockProbed = true
-      var delay: snd_pcm_sframes_t = 0
-      hasNoClock = snd_pcm_delay(pcm, &delay) == 0 && delay <= 0
+      hasNoClock = deviceDelay() == 0
     }
   }
 
-  /// Frames written and not yet played, as the device counts them (0 when it cannot tell).
-  public func queuedFrames() -> Int {
-    guard let pcm else { return 0 }
+  /// `snd_pcm_delay`, at least 0; nil when the device cannot say.
+  private func deviceDelay() -> Int? {
+    guard let pcm else { return nil }
     var delay: snd_pcm_sframes_t = 0
-    guard snd_pcm_delay(pcm, &delay) == 0 else { return 0 }
+    guard snd_pcm_delay(pcm, &delay) == 0 else { return nil }
     return max(Int(delay), 0)
   }
 
@@ -328,9 +327,7 @@ public final class AlsaPCMOutput {
   /// Frames written but not yet heard, for latency reporting: `snd_pcm_delay` (0 on error); with clock
   /// pacing, the frames written ahead of the wall clock (a null PCM reports no delay of its own).
   public var delayFrames: Int {
-    guard let pcm else { return 0 }
-    var delay: snd_pcm_sframes_t = 0
-    let device = snd_pcm_delay(pcm, &delay) < 0 ? 0 : max(Int(delay), 0)
+    let device = deviceDelay() ?? 0
     guard negotiated.pacing == .clock, clockStarted else { return device }
     let elapsed = framesElapsed(now: monotonicNanoseconds())
     return max(device, Int(max(clockFrames - elapsed, 0)))

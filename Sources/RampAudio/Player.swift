@@ -798,18 +798,20 @@ public final class Player: @unchecked Sendable {
   /// without limit on a device that has no clock: it takes audio as fast as it comes, so nothing
   /// is late for it, and what it records is the whole file. Commands are taken meanwhile.
   private func waitForStreams(on device: AlsaPCMOutput, frames: Int) {
+    // Monotonic nanoseconds the wait may last until (nil: no limit), reckoned at the first wait.
     var deadline: Int64?
+    var reckoned = device.hasNoClock
     while running.load(ordering: .relaxed), let decoder = firstDecoderBehind(frames: frames) {
       // A decoder woken once per half ring, not once per block, when nothing limits the wait.
       guard decoder.awaitSamples(device.hasNoClock ? decoder.lowWater : frames * output.channels) else { continue }
-      if deadline == nil {
-        let queued = device.hasNoClock ? Int.max : device.queuedFrames() - output.periodFrames
-        guard queued > 0 else { return }
-        deadline =
-          device.hasNoClock
-          ? Int64.max : monotonicNanoseconds() + Int64(queued) * 1_000_000_000 / Int64(output.rate)
+      if !reckoned {
+        reckoned = true
+        let covered = device.delayFrames - output.periodFrames
+        guard covered > 0 else { return }
+        deadline = monotonicNanoseconds() + Int64(covered) * 1_000_000_000 / Int64(output.rate)
       }
-      let left = deadline! == Int64.max ? 100_000_000 : deadline! - monotonicNanoseconds()
+      // Without a limit, it still looks again now and then (a decoder stuck on a slow disk).
+      let left = deadline.map { $0 - monotonicNanoseconds() } ?? 100_000_000
       guard left > 0 else { return }
       if commandBell.wait(milliseconds: pollMilliseconds(Double(left) / 1e9)) {
         takeCommands()

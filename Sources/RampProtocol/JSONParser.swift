@@ -158,8 +158,8 @@ private struct JSONParser {
       let keyStart = index
       let key = try parseString()
       if seen == nil && object.count == Self.keysCheckedByLooking { seen = Set(object.keys) }
-      let duplicate = seen == nil ? object.contains(key) : seen?.insert(key).inserted == false
-      guard !duplicate else {
+      let isNew = seen == nil ? !object.contains(key) : seen!.insert(key).inserted
+      guard isNew else {
         index = keyStart
         throw failure("duplicate key \"\(key)\"")
       }

@@ -14,9 +14,7 @@ extension JSONValue {
 
   /// `serialized()` with the newline that ends a protocol line, built in one string.
   public func serializedLine() -> String {
-    var output = ""
-    output.reserveCapacity(128)
-    write(into: &output)
+    var output = serialized()
     output += "\n"
     return output
   }
