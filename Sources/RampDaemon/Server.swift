@@ -99,9 +99,8 @@ public final class Server: @unchecked Sendable {
             return
           }
           let session = Session(
-            channel: channel, controller: controller, peer: peer, confined: !policy.isOwner(peer), logger: logger)
-          try channel.pipeline.syncOperations.addHandler(
-            ByteToMessageHandler(LineDecoder(maximumLength: configuration.limits.lineLength)))
+            channel: channel, controller: controller, peer: peer, confined: !policy.isOwner(peer),
+            lineLength: configuration.limits.lineLength, logger: logger)
           try channel.pipeline.syncOperations.addHandler(session)
         }
       }
@@ -215,46 +214,57 @@ enum UnixAddress {
   }
 }
 
-/// Splits the byte stream into lines (without the newline); a line longer than the limit is an
-/// error, so one client cannot make the daemon buffer without end.
-struct LineDecoder: ByteToMessageDecoder {
-  typealias InboundOut = ByteBuffer
+/// Splits the byte stream into lines (without the newline, or a CR before it); a line longer than
+/// the limit is an error, so one client cannot make the daemon buffer without end. A read holding
+/// whole lines hands them out in place: only the start of a line whose newline has not come yet is
+/// kept (and copied).
+struct LineFramer {
   let maximumLength: Int
-  /// Bytes of the line so far already searched for its newline: a long line arriving in many reads
-  /// is scanned once, not once per read (which took the event loop 90 s for a 15 MiB line).
+  /// The start of a line whose newline has not come yet.
+  private var partial: ByteBuffer?
+  /// Bytes of `partial` already searched for its newline: a long line arriving in many reads is
+  /// scanned once, not once per read (which took the event loop 90 s for a 15 MiB line).
   private var scanned = 0
 
   init(maximumLength: Int) { self.maximumLength = maximumLength }
 
-  mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
-    let view = buffer.readableBytesView
-    if let newline = view[(view.startIndex + min(scanned, view.count))...].firstIndex(of: UInt8(ascii: "\n")) {
+  /// Hands out every line that `chunk` completes, in order.
+  mutating func feed(_ chunk: ByteBuffer, line: (ByteBufferView) -> Void) throws(LineTooLong) {
+    var bytes: ByteBuffer
+    if var partial {
+      self.partial = nil
+      partial.writeImmutableBuffer(chunk)
+      bytes = partial
+    } else {
+      bytes = chunk
       scanned = 0
-      let length = newline - buffer.readerIndex
-      guard length <= maximumLength else { throw LineTooLong(limit: maximumLength) }
-      var line = buffer.readSlice(length: length)!
-      buffer.moveReaderIndex(forwardBy: 1)
-      // Tolerate CRLF from hand-typed sessions (socat, nc).
-      if line.readableBytesView.last == UInt8(ascii: "\r") {
-        line = line.getSlice(at: line.readerIndex, length: length - 1)!
-      }
-      context.fireChannelRead(Self.wrapInboundOut(line))
-      return .continue
     }
-    if buffer.readableBytes > maximumLength { throw LineTooLong(limit: maximumLength) }
-    scanned = buffer.readableBytes
-    return .needMoreData
+    var view = bytes.readableBytesView
+    var searchFrom = view.startIndex + scanned
+    while let newline = view[searchFrom...].firstIndex(of: UInt8(ascii: "\n")) {
+      guard newline - view.startIndex <= maximumLength else { throw LineTooLong(limit: maximumLength) }
+      var end = newline
+      // Tolerate CRLF from hand-typed sessions (socat, nc).
+      if end > view.startIndex && view[end - 1] == UInt8(ascii: "\r") { end -= 1 }
+      line(view[view.startIndex..<end])
+      view = view[(newline + 1)...]
+      searchFrom = view.startIndex
+    }
+    guard !view.isEmpty else {
+      scanned = 0
+      return
+    }
+    guard view.count <= maximumLength else { throw LineTooLong(limit: maximumLength) }
+    bytes.moveReaderIndex(to: bytes.readerIndex + (view.startIndex - bytes.readableBytesView.startIndex))
+    scanned = view.count
+    partial = bytes
   }
 
-  mutating func decodeLast(context: ChannelHandlerContext, buffer: inout ByteBuffer, seenEOF: Bool) throws
-    -> DecodingState
-  {
-    while try decode(context: context, buffer: &buffer) == .continue {}
-    // A last line without a newline still counts.
-    if buffer.readableBytes > 0, let line = buffer.readSlice(length: buffer.readableBytes) {
-      context.fireChannelRead(Self.wrapInboundOut(line))
-    }
-    return .needMoreData
+  /// The last line, which no newline ended (the client closed its side after it).
+  mutating func finish(line: (ByteBufferView) -> Void) {
+    guard let partial, partial.readableBytes > 0 else { return }
+    self.partial = nil
+    line(partial.readableBytesView)
   }
 }
 
@@ -300,6 +310,10 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private let controller: Controller
   private var configuration: DaemonConfiguration { controller.configuration }
   private let logger: Logger
+  /// Requests arrive as lines (event-loop thread only).
+  private var framer: LineFramer
+  /// Set once the connection is being closed for a line over the limit: nothing more is read.
+  private var closing = false
   /// Observed key paths (event-loop thread only).
   private var observers: [String: Observer] = [:]
   /// Commands that open files run here, so that never stalls the event loop that serves every
@@ -339,8 +353,9 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     init(published: PublishedValue) { self.published = published }
   }
 
-  init(channel: Channel, controller: Controller, peer: Peer, confined: Bool, logger: Logger) {
+  init(channel: Channel, controller: Controller, peer: Peer, confined: Bool, lineLength: Int, logger: Logger) {
     self.channel = channel
+    framer = LineFramer(maximumLength: lineLength)
     self.controller = controller
     self.peer = peer
     confinedToMediaRoots = confined
@@ -354,6 +369,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   func channelInactive(context: ChannelHandlerContext) {
+    // A last line without a newline still counts.
+    if !closing { framer.finish { request($0) } }
     idleCheck?.cancel()
     for observer in observers.values { stop(observer) }
     observers = [:]
@@ -362,10 +379,23 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-    let line = unwrapInboundIn(data)
-    let bytes = line.readableBytesView
-    lastRequest = .now()
+    guard !closing else { return }
     defer { updateReading() }
+    do {
+      try framer.feed(unwrapInboundIn(data)) { request($0) }
+    } catch {
+      closing = true
+      let reply = Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: error.limit))
+      var buffer = context.channel.allocator.buffer(capacity: 256)
+      buffer.writeString(reply.serializedLine())
+      let channel = context.channel
+      context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
+    }
+  }
+
+  /// One request line.
+  private func request(_ bytes: ByteBufferView) {
+    lastRequest = .now()
     if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
     // Every request gets exactly one reply, through `reply`.
     unanswered.add(1, ordering: .relaxed)
@@ -407,14 +437,6 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   func errorCaught(context: ChannelHandlerContext, error: Error) {
-    if let tooLong = error as? LineTooLong {
-      let reply = Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: tooLong.limit))
-      var buffer = context.channel.allocator.buffer(capacity: 256)
-      buffer.writeString(reply.serializedLine())
-      let channel = context.channel
-      context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
-      return
-    }
     logger.debug("connection error", metadata: ["error": "\(error)"])
     context.close(promise: nil)
   }

@@ -266,7 +266,8 @@ final class BadInputRun {
       "10MiB-no-newline": { try self.hugeLine(newline: false) },
       "10MiB-with-newline": { try self.hugeLine(newline: true) }, "binary-garbage": binaryGarbage,
       "0xFF-line": { try self.longLine(of: 0xFF) }, "NUL-line": { try self.longLine(of: 0) },
-      "byte-at-a-time": byteAtATime, "last-line-without-newline": lastLineWithoutNewline,
+      "byte-at-a-time": byteAtATime, "lines-across-writes": linesAcrossWrites,
+      "last-line-without-newline": lastLineWithoutNewline,
       "disconnect-mid-line": disconnectMidLine, "1000-idle-connections": idleConnections,
       "subscriber-never-reads": subscriberNeverReads, "client-never-reads-replies": clientNeverReadsReplies,
       "15MiB-line-under-a-raised-limit": longLineUnderRaisedLimit,
@@ -387,6 +388,20 @@ final class BadInputRun {
     }
     let reply = try connection.readLine()
     #expect(reply?.isOK == true && reply?["id"] == "slow", "\(reply?.serialized() ?? "closed")")
+  }
+
+  /// Several lines in one write, a CRLF ending, a blank line, and a line split between writes.
+  private func linesAcrossWrites() throws {
+    let connection = try RawConnection(path: daemon.socket)
+    _ = try connection.readLineBytes()
+    #expect(
+      connection.sendAll(Array("{\"id\":1,\"cmd\":\"ping\"}\r\n\n{\"id\":2,\"cmd\":\"ping\"}\n{\"id\":3,\"cm".utf8)))
+    usleep(50_000)
+    #expect(connection.sendAll(Array("d\":\"ping\"}\n".utf8)))
+    for id in 1...3 {
+      let reply = try connection.readLine()
+      #expect(reply?.isOK == true && reply?["id"] == .integer(id), "reply \(id): \(reply?.serialized() ?? "closed")")
+    }
   }
 
   private func lastLineWithoutNewline() throws {
