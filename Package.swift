@@ -78,6 +78,14 @@ let package = Package(
       dependencies: ["RampEngine", "RampAudio"],
       path: "Benchmarks/rampbench"
     ),
+    // What SwiftNIO alone costs per request: the floor under benchmark (a)'s round trips.
+    .executableTarget(
+      name: "nio-floor",
+      dependencies: [
+        .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
+      ],
+      path: "Benchmarks/nio-floor"
+    ),
     .testTarget(
       name: "RampEngineTests",
       dependencies: [

@@ -685,6 +685,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rampd", required=True)
     parser.add_argument("--mpd", default="/usr/bin/mpd")
+    parser.add_argument("--floor", help="nio-floor: SwiftNIO answering every line with a fixed reply, "
+                        "timed beside the daemons in (a) as the transport's floor")
     parser.add_argument("--work", required=True, help="a temporary directory (left for the caller to remove)")
     parser.add_argument("--track", required=True, help="the long WAV, inside a music directory")
     parser.add_argument("--seconds", type=float, required=True, help="its length")
@@ -710,6 +712,10 @@ def main():
     # (c) idle, then (a): both daemons idle; rampd on `null` paced by the clock (what `auto` picks).
     mpd = start_mpd(args.mpd, work, music)
     rampd = start_rampd(args.rampd, work, "rampd", 'device = "null"\npacing = "clock"')
+    floor = None
+    if args.floor and not args.only:
+        path = os.path.join(work, "floor.sock")
+        floor = Daemon("floor", [args.floor, path], path, work)
     if args.only == "realtime":
         try:
             time.sleep(1.0)
@@ -732,19 +738,22 @@ def main():
         # Several rounds, the daemons taking turns to go first, their latencies pooled: which cores
         # the scheduler gives a client and its daemon (the same or not) sways a single round.
         rounds = int(os.environ.get("RTT_ROUNDS", "3"))
+        servers = [("rampd", rampd), ("mpd", mpd)] + ([("floor", floor)] if floor else [])
         for clients, each in [(1, 1000), (10, 200), (100, 30)]:
-            pooled = {"rampd": [], "mpd": []}
+            pooled = {kind: [] for kind, _ in servers}
             totals = {kind: {"wall_s": 0.0, "daemon_s": 0.0, "clients_s": 0.0} for kind in pooled}
             for round_number in range(rounds):
-                order = (("rampd", rampd), ("mpd", mpd))
+                # Each goes first in turn (rotated), and the order reverses every other round.
+                order = servers[round_number % len(servers):] + servers[:round_number % len(servers)]
                 for kind, daemon in (order if round_number % 2 == 0 else order[::-1]):
-                    r = round_trips(kind, daemon.socket_path, daemon.pid, clients, each)
+                    # The floor speaks rampd's protocol.
+                    r = round_trips("mpd" if kind == "mpd" else "rampd", daemon.socket_path, daemon.pid, clients, each)
                     pooled[kind] += r["latencies"]
                     totals[kind]["wall_s"] += r["wall_s"]
                     totals[kind]["daemon_s"] += r["daemon_cores"] * r["wall_s"]
                     totals[kind]["clients_s"] += r["children_cpu_s"] - children_cpu
                     children_cpu = r["children_cpu_s"]
-            for kind in ("rampd", "mpd"):
+            for kind in pooled:
                 latencies, t = pooled[kind], totals[kind]
                 r = {"daemon": kind, "clients": clients, "requests": len(latencies), "rounds": rounds,
                      "p50_us": percentile(latencies, 50) / 1e3, "p99_us": percentile(latencies, 99) / 1e3,
@@ -755,6 +764,8 @@ def main():
                     f"  max {r['max_us']:9.1f} us ({r['requests']} requests in {rounds} rounds,"
                     f" {r['per_second']:.0f}/s; cores busy: daemon {r['daemon_cores']:.2f},"
                     f" clients {r['client_cores']:.2f})")
+        if floor:
+            floor.stop()
         realtime(args, results, rampd, mpd, say)
     finally:
         rampd.stop()
