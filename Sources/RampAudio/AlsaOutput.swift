@@ -40,10 +40,14 @@ public struct OutputConfiguration: Sendable, Equatable {
   /// Buffer (total latency the device holds) in seconds.
   public var bufferTime: Double = 0.050
   public var pacing: Pacing = .auto
+  /// Seconds of audio after which the player closes the device and opens it again; nil: never.
+  /// A `file` plugin's file then starts afresh rather than grow without bound (the daemon's
+  /// embedded output); whatever the device holds at that moment is cut short.
+  public var reopenAfter: Double?
 
   public init(
     device: String = "default", sampleRate: Int = 48_000, channels: Int = 2, format: SampleFormat = .auto,
-    periodTime: Double = 0.010, bufferTime: Double = 0.050, pacing: Pacing = .auto
+    periodTime: Double = 0.010, bufferTime: Double = 0.050, pacing: Pacing = .auto, reopenAfter: Double? = nil
   ) {
     self.device = device
     self.sampleRate = sampleRate
@@ -52,6 +56,7 @@ public struct OutputConfiguration: Sendable, Equatable {
     self.periodTime = periodTime
     self.bufferTime = bufferTime
     self.pacing = pacing
+    self.reopenAfter = reopenAfter
   }
 
   /// Checks ranges. Every message starts with the configuration key it concerns (`output.rate: …`).
@@ -74,6 +79,9 @@ public struct OutputConfiguration: Sendable, Equatable {
     }
     if bufferTime > 10 {
       throw AudioError(.invalidParameter, "output.buffer: \(bufferTime) s is more than 10 s")
+    }
+    if let reopenAfter, !(reopenAfter >= periodTime && reopenAfter <= 86_400) {
+      throw AudioError(.invalidParameter, "reopen after \(reopenAfter) s: outside one period...86400 s")
     }
   }
 }

@@ -324,6 +324,12 @@ public final class Player: @unchecked Sendable {
 
   // Device loss: the render thread hands the dead device over, the recovery thread hands a new one back.
   private let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  /// Healthy devices handed over after `configuration.reopenAfter`, to be closed and opened afresh.
+  private let retiredDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  /// `configuration.reopenAfter` in frames (nil: never), and the frames written to the device since
+  /// it was opened (render thread only).
+  private let reopenAfterFrames: Int?
+  private var framesSinceOpen = 0
   private let freshDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
   private let recoveryFinished = Atomic<Bool>(false)
   /// Seconds between reopen attempts: doubling from the first to the last.
@@ -375,6 +381,8 @@ public final class Player: @unchecked Sendable {
     self.device = device
     self.configuration = configuration
     output = device.negotiated
+    let rate = Double(device.negotiated.rate)
+    reopenAfterFrames = configuration.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
     self.declick = declick
     let engine = try AnimationEngine(
       sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64),
@@ -741,8 +749,12 @@ public final class Player: @unchecked Sendable {
   private func writeOrKeepTime(_ buffers: RenderBuffers) {
     if device == nil, let fresh = freshDevices.pop() {
       device = fresh
-      healthy.store(true, ordering: .relaxed)
-      state.post(.deviceRecovered(fresh.negotiated.device))
+      framesSinceOpen = 0
+      // A device reopened on schedule was never lost.
+      if !healthy.load(ordering: .relaxed) {
+        healthy.store(true, ordering: .relaxed)
+        state.post(.deviceRecovered(fresh.negotiated.device))
+      }
     }
     guard let device else {
       idleClock.wait(frames: buffers.frames, rate: output.rate)
@@ -759,6 +771,8 @@ public final class Player: @unchecked Sendable {
       } else {
         idleClock.reset()
       }
+      framesSinceOpen += buffers.frames
+      if let reopenAfterFrames, framesSinceOpen >= reopenAfterFrames { retire(device) }
     } catch {
       // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
       healthy.store(false, ordering: .relaxed)
@@ -770,6 +784,17 @@ public final class Player: @unchecked Sendable {
       _ = deadDevices.push(device)
       recoveryBell.ring()
     }
+  }
+
+  /// Hands a healthy device to the recovery thread to be closed and opened again at once; time
+  /// follows the clock meanwhile, as while a lost device is reopened.
+  private func retire(_ device: AlsaPCMOutput) {
+    underrunsOfLostDevices += device.underruns
+    self.device = nil
+    idleClock.reset()
+    batchStart = nil
+    _ = retiredDevices.push(device)
+    recoveryBell.ring()
   }
 
   /// With clock pacing, until the next block may be written, sleeps on the command pipe: a
@@ -864,6 +889,12 @@ public final class Player: @unchecked Sendable {
         wanted = true
         delay = recoveryBackoff.first
         nextAttempt = monotonicSeconds() + delay
+      }
+      if let retired = retiredDevices.pop() {
+        retired.close()
+        wanted = true
+        delay = recoveryBackoff.first
+        nextAttempt = monotonicSeconds()
       }
       if wanted, monotonicSeconds() >= nextAttempt {
         if let fresh = try? AlsaPCMOutput(configuration),

@@ -130,10 +130,14 @@ public struct EmbeddedOutputSettings: Sendable, Equatable {
   public var enabled = true
   /// Nil (or `""`): `runtimeDirectory/output.wav`.
   public var path: String?
+  /// The file starts afresh once it holds this many seconds of audio, so it never grows past
+  /// them (it lives in a tmpfs by default: memory); 0: it grows for as long as rampd runs.
+  public var maxDuration: Double = 120
 
-  public init(enabled: Bool = true, path: String? = nil) {
+  public init(enabled: Bool = true, path: String? = nil, maxDuration: Double = 120) {
     self.enabled = enabled
     self.path = path
+    self.maxDuration = maxDuration
   }
 
   /// `path`, or the default for this process.

@@ -182,6 +182,16 @@ enum ConfigSchema {
         builder.configuration.embeddedOutput.path = try ConfigParse.optionalAbsolutePath(value)
       },
       render: { ConfigText.quoted($0.embeddedOutput.path ?? "") }, computedDefault: true),
+    ConfigKey(
+      section: "embedded-output", name: "max-duration",
+      apply: { builder, value throws(ValueProblem) in
+        let seconds = try ConfigParse.duration(value, in: 0...86_400)
+        guard seconds == 0 || seconds >= 1 else {
+          throw ValueProblem("\(ConfigText.duration(seconds)) is under 1 s (0 lets the file grow without bound)")
+        }
+        builder.configuration.embeddedOutput.maxDuration = seconds
+      },
+      render: { ConfigText.durationValue($0.embeddedOutput.maxDuration) }),
   ]
 
   static let fade: [ConfigKey] = [

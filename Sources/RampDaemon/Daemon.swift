@@ -41,16 +41,23 @@ public final class Daemon: @unchecked Sendable {
     } catch {
       guard configuration.embeddedOutput.enabled else { throw error }
       let file = configuration.embeddedOutput.resolvedPath(environment: environment, isRoot: isRoot)
-      let embedded = try Self.embeddedOutput(configuration.output, file: file)
+      let limit = configuration.embeddedOutput.maxDuration
+      let embedded = try Self.embeddedOutput(configuration.output, file: file, maxDuration: limit)
       logger.warning(
         "output device unusable; playing into a WAV file instead (embedded output)",
-        metadata: ["device": "\(configuration.output.device)", "reason": "\(error)", "file": "\(file)"])
+        metadata: [
+          "device": "\(configuration.output.device)", "reason": "\(error)", "file": "\(file)",
+          "keeps": limit > 0 ? "the last \(ConfigText.duration(limit)) at most" : "everything",
+        ])
       player = try Player(
         output: embedded, declick: configuration.declick, maxGain: configuration.maxGain,
         scheduledCapacity: configuration.limits.pendingScheduled,
         animationsPerKeyPath: configuration.limits.animationsPerKeyPath)
       embeddedFile = file
-      notes = ["embedded": true, "file": .string(file), "requestedDevice": .string(configuration.output.device)]
+      notes = [
+        "embedded": true, "file": .string(file), "requestedDevice": .string(configuration.output.device),
+        "maxDuration": .number(limit),
+      ]
     }
     controller = Controller(player: player, configuration: configuration, outputNotes: notes, logger: logger)
     let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
@@ -71,7 +78,10 @@ public final class Daemon: @unchecked Sendable {
 
   /// ALSA's `file` plugin over `null`, paced by the clock: a real ALSA PCM that needs no card, and
   /// a WAV file anyone can listen to afterwards.
-  static func embeddedOutput(_ requested: OutputConfiguration, file: String) throws -> OutputConfiguration {
+  /// It starts the file afresh after `maxDuration` seconds (0: never).
+  static func embeddedOutput(_ requested: OutputConfiguration, file: String, maxDuration: Double) throws
+    -> OutputConfiguration
+  {
     guard !file.contains("\""), !file.contains("'"), !file.contains("\\") else {
       throw ServerError("embedded-output.path: quotes and backslashes are not allowed in \(file)")
     }
@@ -81,6 +91,7 @@ public final class Daemon: @unchecked Sendable {
     // The file plugin writes a correct WAV header for integer samples only.
     output.format = .s16
     output.pacing = .clock
+    output.reopenAfter = maxDuration > 0 ? maxDuration : nil
     return output
   }
 

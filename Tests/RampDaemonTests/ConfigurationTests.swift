@@ -246,6 +246,18 @@ extension ConfigurationTests {
       ("[output]\nrate = \"fast\"", #"test:2: output.rate: expected an integer, got string "fast""#),
       ("[output]\nrate = 1000", "test:2: output.rate: 1000 Hz is outside 8000...384000"),
       ("[shutdown]\nfade = \"11s\"", "test:2: shutdown.fade: 11 s is outside 0 s...10 s"),
+      (
+        "[embedded-output]\nmax-duration = \"500ms\"",
+        "test:2: embedded-output.max-duration: 500 ms is under 1 s (0 lets the file grow without bound)"
+      ),
+      (
+        "[embedded-output]\nmax-duration = \"25h\"",
+        "test:2: embedded-output.max-duration: 90000 s is outside 0 s...86400 s"
+      ),
+      (
+        "[embedded-output]\nmax-duration = true",
+        #"test:2: embedded-output.max-duration: expected a duration (a number of seconds, or a string such as "10ms", "2s", "1m30s"), got boolean true"#
+      ),
       ("[output]\nrate = 44100.5", "test:2: output.rate: expected an integer, got floating-point number 44100.5"),
       ("[output]\nchannels = 0", "test:2: output.channels: 0 is outside 1...32"),
       ("[output]\nchannels = true", "test:2: output.channels: expected an integer, got boolean true"),

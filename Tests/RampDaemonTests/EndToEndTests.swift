@@ -464,4 +464,67 @@ import Testing
     #expect(reader.sampleRate == 48_000 && reader.channels == 2)
     #expect(seconds > 0.3 && seconds < elapsed + 0.5, "\(seconds) s written in \(elapsed) s: paced in real time")
   }
+
+  /// The embedded WAV holds at most `embedded-output.max-duration` of audio: the device is
+  /// reopened then, which starts the file afresh, and a stream plays on into the new file with no
+  /// device event. Without it, a daemon left running fills its tmpfs (memory) at 11.5 MB a minute.
+  @Test func theEmbeddedWAVFileStartsAfreshAtItsMaximumDuration() throws {
+    let directory = NSTemporaryDirectory() + "rampd-embedded-max-\(getpid())"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let tone = "\(directory)/tone.wav"
+    let writer = try SoundFileWriter(path: tone, sampleRate: 48_000, channels: 2, encoding: .float)
+    let level: Float = 0.5
+    let toneSamples = [Float](repeating: level, count: 48_000 * 2)
+    try toneSamples.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: 48_000) }
+    try writer.close()
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Executables.rampd)
+    process.arguments = [
+      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file", "\(directory)/out.wav",
+    ]
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["RAMPD_EMBEDDED_OUTPUT_MAX_DURATION"] = "1s"
+    environment["RAMPD_STATE_PATH"] = "\(directory)/state.json"
+    environment["RAMPD_SHUTDOWN_FADE"] = "0"
+    process.environment = environment
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    defer { if process.isRunning { process.terminate() } }
+    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
+    let client = try LineClient(path: "\(directory)/s.sock")
+    let output = try client.request(["cmd": "status"]).result["output"]
+    #expect(output?["maxDuration"] == 1, "\(output ?? .null)")
+    try client.request(["cmd": "subscribe"])
+    let played = try client.request([
+      "cmd": "play", "path": .string(tone), "stream": "t", "loop": true, "fadeIn": 0,
+    ])
+    #expect(played.isOK, "\(played.serialized())")
+    // Half a second into the third file: past two restarts, well before the next.
+    var status = try client.request(["cmd": "status"]).result
+    let deadline = Date().addingTimeInterval(10)
+    while (status["sample"]?.numberValue ?? 0) < 2.5 * 48_000 && Date() < deadline {
+      usleep(20_000)
+      status = try client.request(["cmd": "status"]).result
+    }
+    #expect(status["output"]?["state"] == "playing", "\(status.serialized())")
+    process.terminate()
+    process.waitUntilExit()
+    let deviceEvents = client.events.filter { ($0["event"]?.stringValue ?? "").hasPrefix("device") }
+    #expect(deviceEvents.isEmpty, "a restart is no device failure: \(deviceEvents.map { $0.serialized() })")
+
+    let reader = try RampAudio.SoundFileReader(path: "\(directory)/out.wav")
+    let frames = Int(reader.frames)
+    #expect(frames <= 48_000 * 8 / 10, "\(frames) frames: more than the half second since the restart")
+    #expect(frames >= 48_000 * 4 / 10, "\(frames) frames: less than the half second since the restart")
+    var recorded = [Float](repeating: 0, count: frames * 2)
+    let read = try recorded.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: frames) }
+    // The stream plays from the file's first sample (it started over a second before) until the
+    // shutdown's declick, with a buffer's worth of slack.
+    let steady = recorded[..<max(0, (read - 48_000 / 10) * 2)]
+    let off = steady.indices.filter { abs(steady[$0] - level) > 1e-3 }
+    #expect(
+      !steady.isEmpty && off.isEmpty,
+      "\(off.count) of \(steady.count) samples are not \(level); first at \(off.first ?? -1)")
+  }
 }
