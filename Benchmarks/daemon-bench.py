@@ -743,9 +743,9 @@ def main():
             pooled = {kind: [] for kind, _ in servers}
             totals = {kind: {"wall_s": 0.0, "daemon_s": 0.0, "clients_s": 0.0} for kind in pooled}
             for round_number in range(rounds):
-                # Each goes first in turn (rotated), and the order reverses every other round.
-                order = servers[round_number % len(servers):] + servers[:round_number % len(servers)]
-                for kind, daemon in (order if round_number % 2 == 0 else order[::-1]):
+                # Each goes first in turn: the order rotates by one every round.
+                shift = round_number % len(servers)
+                for kind, daemon in servers[shift:] + servers[:shift]:
                     # The floor speaks rampd's protocol.
                     r = round_trips("mpd" if kind == "mpd" else "rampd", daemon.socket_path, daemon.pid, clients, each)
                     pooled[kind] += r["latencies"]

@@ -81,7 +81,8 @@ public struct OutputConfiguration: Sendable, Equatable {
       throw AudioError(.invalidParameter, "output.buffer: \(bufferTime) s is more than 10 s")
     }
     if let reopenAfter, !(reopenAfter >= periodTime && reopenAfter <= 86_400) {
-      throw AudioError(.invalidParameter, "reopen after \(reopenAfter) s: outside one period...86400 s")
+      // Set by the daemon from its own key (embedded-output.max-duration), which it checks first.
+      throw AudioError(.invalidParameter, "reopenAfter: \(reopenAfter) s is outside one period...86400 s")
     }
   }
 }

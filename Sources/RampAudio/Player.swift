@@ -326,6 +326,9 @@ public final class Player: @unchecked Sendable {
   private let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
   /// Healthy devices handed over after `configuration.reopenAfter`, to be closed and opened afresh.
   private let retiredDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  /// Why a retired device could not be opened again (made on the recovery thread, so the render
+  /// thread posts it without building a string).
+  private let failedReopenings = SPSCQueue<String>(minimumCapacity: 4)
   /// `configuration.reopenAfter` in frames (nil: never), and the frames written to the device since
   /// it was opened (render thread only).
   private let reopenAfterFrames: Int?
@@ -747,14 +750,14 @@ public final class Player: @unchecked Sendable {
   }
 
   private func writeOrKeepTime(_ buffers: RenderBuffers) {
+    // A device reopened on schedule that would not open again is lost like any other.
+    if device == nil, let failure = failedReopenings.pop(), healthy.load(ordering: .relaxed) {
+      healthy.store(false, ordering: .relaxed)
+      state.post(.deviceFailed(failure))
+    }
     if device == nil, let fresh = freshDevices.pop() {
       device = fresh
       framesSinceOpen = 0
-      // A device reopened on schedule was never lost.
-      if !healthy.load(ordering: .relaxed) {
-        healthy.store(true, ordering: .relaxed)
-        state.post(.deviceRecovered(fresh.negotiated.device))
-      }
     }
     guard let device else {
       idleClock.wait(frames: buffers.frames, rate: output.rate)
@@ -763,6 +766,14 @@ public final class Player: @unchecked Sendable {
     do {
       // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
       try device.write(buffers.mix, frames: buffers.frames, clamped: true)
+      framesSinceOpen += buffers.frames
+      // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
+      // at the first write and writes it once its own buffer fills. (A device reopened on
+      // schedule was never lost.)
+      if !healthy.load(ordering: .relaxed) && framesSinceOpen >= 2 * output.bufferFrames {
+        healthy.store(true, ordering: .relaxed)
+        state.post(.deviceRecovered(device.negotiated.device))
+      }
       underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
       // A device without a clock goes as fast as the streams decode; with none playing, time
       // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
@@ -771,29 +782,26 @@ public final class Player: @unchecked Sendable {
       } else {
         idleClock.reset()
       }
-      framesSinceOpen += buffers.frames
-      if let reopenAfterFrames, framesSinceOpen >= reopenAfterFrames { retire(device) }
+      if let reopenAfterFrames, framesSinceOpen >= reopenAfterFrames { handOver(device, to: retiredDevices) }
     } catch {
       // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
-      healthy.store(false, ordering: .relaxed)
-      underrunsOfLostDevices += device.underruns
-      state.post(.deviceFailed(error.message))
-      self.device = nil
-      idleClock.reset()
-      batchStart = nil
-      _ = deadDevices.push(device)
-      recoveryBell.ring()
+      // A reopened device that fails before it played was never back: no second event.
+      if healthy.load(ordering: .relaxed) {
+        healthy.store(false, ordering: .relaxed)
+        state.post(.deviceFailed(error.message))
+      }
+      handOver(device, to: deadDevices)
     }
   }
 
-  /// Hands a healthy device to the recovery thread to be closed and opened again at once; time
-  /// follows the clock meanwhile, as while a lost device is reopened.
-  private func retire(_ device: AlsaPCMOutput) {
+  /// Gives the device to the recovery thread: `deadDevices` (lost) or `retiredDevices` (healthy,
+  /// reopened on schedule), to be closed and opened again. Time follows the clock meanwhile.
+  private func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<AlsaPCMOutput>) {
     underrunsOfLostDevices += device.underruns
     self.device = nil
     idleClock.reset()
     batchStart = nil
-    _ = retiredDevices.push(device)
+    _ = queue.push(device)
     recoveryBell.ring()
   }
 
@@ -881,28 +889,36 @@ public final class Player: @unchecked Sendable {
     nameThisThread("rampd-recovery")
     defer { recoveryFinished.store(true, ordering: .releasing) }
     var wanted = false
+    /// Reopening a device retired on schedule, which the render thread still counts as healthy.
+    var reopening = false
+    var reopenedAt = -Double.infinity
     var delay = recoveryBackoff.first
     var nextAttempt = 0.0
     while running.load(ordering: .acquiring) {
-      if let dead = deadDevices.pop() {
-        dead.close()
+      // A lost device is given a moment before the first attempt; a retired one none.
+      for (queue, retired) in [(deadDevices, false), (retiredDevices, true)] {
+        guard let device = queue.pop() else { continue }
+        device.close()
         wanted = true
-        delay = recoveryBackoff.first
-        nextAttempt = monotonicSeconds() + delay
-      }
-      if let retired = retiredDevices.pop() {
-        retired.close()
-        wanted = true
-        delay = recoveryBackoff.first
-        nextAttempt = monotonicSeconds()
+        reopening = retired
+        // A device that fails again soon after it was reopened (one that opens but cannot play)
+        // keeps the backoff growing rather than be reopened ten times a second.
+        let soon = monotonicSeconds() - reopenedAt < 2 * recoveryBackoff.last
+        delay = retired || !soon ? recoveryBackoff.first : min(delay * 2, recoveryBackoff.last)
+        nextAttempt = monotonicSeconds() + (retired ? 0 : delay)
       }
       if wanted, monotonicSeconds() >= nextAttempt {
-        if let fresh = try? AlsaPCMOutput(configuration),
-          fresh.negotiated.rate == output.rate, fresh.negotiated.channels == output.channels
-        {
+        switch openAgain() {
+        case .success(let fresh):
           _ = freshDevices.push(fresh)
           wanted = false
-        } else {
+          reopening = false
+          reopenedAt = monotonicSeconds()
+        case .failure(let problem):
+          if reopening {
+            _ = failedReopenings.push("reopening \(configuration.device) on schedule: \(problem)")
+            reopening = false
+          }
           delay = min(delay * 2, recoveryBackoff.last)
           nextAttempt = monotonicSeconds() + delay
         }
@@ -910,6 +926,24 @@ public final class Player: @unchecked Sendable {
       // Healthy, it sleeps until the render thread hands a dead device over (or shutdown);
       // reopening, until the next attempt.
       recoveryBell.wait(milliseconds: wanted ? pollMilliseconds(nextAttempt - monotonicSeconds()) : -1)
+    }
+  }
+
+  /// The configured device, opened again at the rate and channels the render thread works in.
+  private func openAgain() -> Result<AlsaPCMOutput, AudioError> {
+    do throws(AudioError) {
+      let fresh = try AlsaPCMOutput(configuration)
+      guard fresh.negotiated.rate == output.rate, fresh.negotiated.channels == output.channels else {
+        fresh.close()
+        return .failure(
+          AudioError(
+            .invalidParameter,
+            "it now gives \(fresh.negotiated.rate) Hz, \(fresh.negotiated.channels) channels instead of "
+              + "\(output.rate) Hz, \(output.channels)"))
+      }
+      return .success(fresh)
+    } catch {
+      return .failure(error)
     }
   }
 

@@ -215,56 +215,56 @@ enum UnixAddress {
 }
 
 /// Splits the byte stream into lines (without the newline, or a CR before it); a line longer than
-/// the limit is an error, so one client cannot make the daemon buffer without end. A read holding
-/// whole lines hands them out in place: only the start of a line whose newline has not come yet is
-/// kept (and copied).
+/// the limit is an error, so one client cannot make the daemon buffer without end. Lines are
+/// handed out in place, from the bytes read: only a read that ends inside a line is appended to.
+///
+/// Pulled one line at a time, so no access to the framer is open while a line is handled: the
+/// handling may close the connection, and with it end the reading.
 struct LineFramer {
   let maximumLength: Int
-  /// The start of a line whose newline has not come yet.
-  private var partial: ByteBuffer?
-  /// Bytes of `partial` already searched for its newline: a long line arriving in many reads is
+  /// Bytes read and not yet handed out.
+  private var unread: ByteBuffer?
+  /// Bytes of `unread` already searched for a newline: a long line arriving in many reads is
   /// scanned once, not once per read (which took the event loop 90 s for a 15 MiB line).
   private var scanned = 0
 
   init(maximumLength: Int) { self.maximumLength = maximumLength }
 
-  /// Hands out every line that `chunk` completes, in order.
-  mutating func feed(_ chunk: ByteBuffer, line: (ByteBufferView) -> Void) throws(LineTooLong) {
-    var bytes: ByteBuffer
-    if var partial {
-      self.partial = nil
-      partial.writeImmutableBuffer(chunk)
-      bytes = partial
-    } else {
-      bytes = chunk
-      scanned = 0
-    }
-    var view = bytes.readableBytesView
-    var searchFrom = view.startIndex + scanned
-    while let newline = view[searchFrom...].firstIndex(of: UInt8(ascii: "\n")) {
-      guard newline - view.startIndex <= maximumLength else { throw LineTooLong(limit: maximumLength) }
-      var end = newline
-      // Tolerate CRLF from hand-typed sessions (socat, nc).
-      if end > view.startIndex && view[end - 1] == UInt8(ascii: "\r") { end -= 1 }
-      line(view[view.startIndex..<end])
-      view = view[(newline + 1)...]
-      searchFrom = view.startIndex
-    }
-    guard !view.isEmpty else {
+  mutating func append(_ chunk: ByteBuffer) {
+    guard var bytes = unread else {
+      unread = chunk
       scanned = 0
       return
     }
-    guard view.count <= maximumLength else { throw LineTooLong(limit: maximumLength) }
-    bytes.moveReaderIndex(to: bytes.readerIndex + (view.startIndex - bytes.readableBytesView.startIndex))
-    scanned = view.count
-    partial = bytes
+    unread = nil  // the buffer is then not shared, so it grows in place
+    bytes.writeImmutableBuffer(chunk)
+    unread = bytes
   }
 
-  /// The last line, which no newline ended (the client closed its side after it).
-  mutating func finish(line: (ByteBufferView) -> Void) {
-    guard let partial, partial.readableBytes > 0 else { return }
-    self.partial = nil
-    line(partial.readableBytesView)
+  /// The next complete line; nil until its newline has come.
+  mutating func nextLine() throws(LineTooLong) -> ByteBufferView? {
+    guard var bytes = unread else { return nil }
+    let view = bytes.readableBytesView
+    guard let newline = view[(view.startIndex + scanned)...].firstIndex(of: UInt8(ascii: "\n")) else {
+      guard view.count <= maximumLength else { throw LineTooLong(limit: maximumLength) }
+      scanned = view.count
+      return nil
+    }
+    let length = newline - view.startIndex
+    guard length <= maximumLength else { throw LineTooLong(limit: maximumLength) }
+    // Tolerate CRLF from hand-typed sessions (socat, nc).
+    let end = length > 0 && view[newline - 1] == UInt8(ascii: "\r") ? newline - 1 : newline
+    bytes.moveReaderIndex(forwardBy: length + 1)
+    unread = bytes.readableBytes > 0 ? bytes : nil
+    scanned = 0
+    return view[view.startIndex..<end]
+  }
+
+  /// What is left once the client closed its side: a last line that no newline ended.
+  mutating func remainder() -> ByteBufferView? {
+    defer { unread = nil }
+    guard let unread, unread.readableBytes > 0 else { return nil }
+    return unread.readableBytesView
   }
 }
 
@@ -312,8 +312,12 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private let logger: Logger
   /// Requests arrive as lines (event-loop thread only).
   private var framer: LineFramer
-  /// Set once the connection is being closed for a line over the limit: nothing more is read.
+  /// Set once the connection closed, or is being closed for a line over the limit: no further
+  /// line is handled.
   private var closing = false
+  /// While the lines of a read are being handled (a reply that fails can close the connection
+  /// meanwhile).
+  private var handlingLines = false
   /// Observed key paths (event-loop thread only).
   private var observers: [String: Observer] = [:]
   /// Commands that open files run here, so that never stalls the event loop that serves every
@@ -369,8 +373,10 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   func channelInactive(context: ChannelHandlerContext) {
-    // A last line without a newline still counts.
-    if !closing { framer.finish { request($0) } }
+    // A last line without a newline still counts, unless the connection went while the lines
+    // before it were handled.
+    if !closing && !handlingLines, let last = framer.remainder() { request(last) }
+    closing = true
     idleCheck?.cancel()
     for observer in observers.values { stop(observer) }
     observers = [:]
@@ -381,15 +387,14 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   func channelRead(context: ChannelHandlerContext, data: NIOAny) {
     guard !closing else { return }
     defer { updateReading() }
+    framer.append(unwrapInboundIn(data))
+    handlingLines = true
+    defer { handlingLines = false }
     do {
-      try framer.feed(unwrapInboundIn(data)) { request($0) }
+      while !closing, let line = try framer.nextLine() { request(line) }
     } catch {
       closing = true
-      let reply = Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: error.limit))
-      var buffer = context.channel.allocator.buffer(capacity: 256)
-      buffer.writeString(reply.serializedLine())
-      let channel = context.channel
-      context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
+      close(with: Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: error.limit)))
     }
   }
 
@@ -469,8 +474,13 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     logger.info("closing an idle connection", metadata: ["peer": "\(peer)"])
     let error = ProtocolError(
       .timeout, "no request for \(ConfigText.duration(timeout)) (limits.idle-timeout); closing the connection")
+    close(with: Reply.failure(id: nil, error: error))
+  }
+
+  /// Sends a last line, then closes the connection.
+  private func close(with line: JSONValue) {
     var buffer = channel.allocator.buffer(capacity: 256)
-    buffer.writeString(Reply.failure(id: nil, error: error).serializedLine())
+    buffer.writeString(line.serializedLine())
     let channel = channel
     channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
   }

@@ -268,7 +268,8 @@ final class BadInputRun {
       "0xFF-line": { try self.longLine(of: 0xFF) }, "NUL-line": { try self.longLine(of: 0) },
       "byte-at-a-time": byteAtATime, "lines-across-writes": linesAcrossWrites,
       "last-line-without-newline": lastLineWithoutNewline,
-      "disconnect-mid-line": disconnectMidLine, "1000-idle-connections": idleConnections,
+      "disconnect-mid-line": disconnectMidLine, "close-with-replies-due": closeWithRepliesDue,
+      "1000-idle-connections": idleConnections,
       "subscriber-never-reads": subscriberNeverReads, "client-never-reads-replies": clientNeverReadsReplies,
       "15MiB-line-under-a-raised-limit": longLineUnderRaisedLimit,
     ]
@@ -395,7 +396,8 @@ final class BadInputRun {
     let connection = try RawConnection(path: daemon.socket)
     _ = try connection.readLineBytes()
     #expect(
-      connection.sendAll(Array("{\"id\":1,\"cmd\":\"ping\"}\r\n\n{\"id\":2,\"cmd\":\"ping\"}\n{\"id\":3,\"cm".utf8)))
+      connection.sendAll(Array("{\"id\":1,\"cmd\":\"ping\"}\r\n\r\n\n{\"id\":2,\"cmd\":\"ping\"}\n{\"id\":3,\"cm".utf8))
+    )
     usleep(50_000)
     #expect(connection.sendAll(Array("d\":\"ping\"}\n".utf8)))
     for id in 1...3 {
@@ -423,6 +425,17 @@ final class BadInputRun {
     let connection = try RawConnection(path: daemon.socket)
     _ = try connection.readLineBytes()
     connection.sendAll(Array(#"{"cmd":"pi"#.utf8))
+  }
+
+  /// Lines answered at once (refusals), then the client closes without reading: a reply fails and
+  /// closes the connection while the rest of the read is being handled.
+  private func closeWithRepliesDue() throws {
+    for _ in 0..<20 {
+      let connection = try RawConnection(path: daemon.socket)
+      connection.sendAll(Array(String(repeating: "x\n", count: 300).utf8) + Array(#"{"cmd":"subscribe"}"#.utf8) + [10])
+    }
+    usleep(100_000)
+    #expect(try client.request(["cmd": "ping"]).isOK, "the daemon still answers")
   }
 
   private func idleConnections() throws {

@@ -465,6 +465,46 @@ import Testing
     #expect(seconds > 0.3 && seconds < elapsed + 0.5, "\(seconds) s written in \(elapsed) s: paced in real time")
   }
 
+  /// A file that cannot be written again when its time comes (its directory removed) is a device
+  /// failure like any other: events and `status` say so, and it recovers once it can be written.
+  @Test func anEmbeddedFileThatCannotBeStartedAfreshIsALostDevice() throws {
+    let directory = NSTemporaryDirectory() + "rampd-embedded-lost-\(getpid())"
+    let wavDirectory = "\(directory)/wav"
+    try FileManager.default.createDirectory(atPath: wavDirectory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Executables.rampd)
+    process.arguments = [
+      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file",
+      "\(wavDirectory)/out.wav",
+    ]
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["RAMPD_EMBEDDED_OUTPUT_MAX_DURATION"] = "1s"
+    environment["RAMPD_STATE_PATH"] = "\(directory)/state.json"
+    process.environment = environment
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    defer { if process.isRunning { process.terminate() } }
+    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
+    let client = try LineClient(path: "\(directory)/s.sock")
+    try client.request(["cmd": "subscribe"])
+    try FileManager.default.removeItem(atPath: wavDirectory)
+    _ = try client.waitForEvent(timeout: 5) { $0["event"] == "device-failed" }
+    // The file plugin opens its file at the first write: reopening succeeds, playing does not. That
+    // is one failure, not a failure and a recovery ten times a second.
+    usleep(1_500_000)
+    #expect(try client.request(["cmd": "status"]).result["output"]?["state"] == "failed")
+    let deviceEvents = client.events.compactMap { $0["event"]?.stringValue }.filter { $0.hasPrefix("device") }
+    #expect(deviceEvents == ["device-failed"], "\(deviceEvents)")
+    try FileManager.default.createDirectory(atPath: wavDirectory, withIntermediateDirectories: true)
+    // Reopened within the backoff's longest wait (2 s), then two buffers later recovered.
+    _ = try client.waitForEvent(timeout: 5) { $0["event"] == "device-recovered" }
+    #expect(try client.request(["cmd": "status"]).result["output"]?["state"] == "playing")
+    let after = client.events.compactMap { $0["event"]?.stringValue }.filter { $0.hasPrefix("device") }
+    #expect(after == ["device-failed", "device-recovered"], "\(after)")
+    #expect(FileManager.default.fileExists(atPath: "\(wavDirectory)/out.wav"), "the file is written again")
+  }
+
   /// The embedded WAV holds at most `embedded-output.max-duration` of audio: the device is
   /// reopened then, which starts the file afresh, and a stream plays on into the new file with no
   /// device event. Without it, a daemon left running fills its tmpfs (memory) at 11.5 MB a minute.
