@@ -259,6 +259,8 @@ final class RawConnection: @unchecked Sendable {
   }
 
   func shutdownWriting() { shutdown(descriptor, Int32(SHUT_WR)) }
+  /// The daemon's next write to this connection then fails (EPIPE).
+  func shutdownReading() { shutdown(descriptor, Int32(SHUT_RD)) }
 
   /// The next line, or nil at the end of the stream.
   func readLine() throws -> JSONValue? {
