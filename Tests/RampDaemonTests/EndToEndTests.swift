@@ -434,22 +434,33 @@ import Testing
     #expect(help.status == 0 && help.output.contains("--check-config"))
   }
 
+  /// rampd on the embedded output (there is no device `rampd_no_such_device`), its socket in
+  /// `directory`, with these `RAMPD_` variables and no others; returns once the socket is there.
+  func startWithoutADevice(in directory: String, file: String, environment extra: [String: String] = [:]) throws
+    -> Process
+  {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Executables.rampd)
+    process.arguments = [
+      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file", file,
+    ]
+    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging(extra) {
+      $1
+    }
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
+    return process
+  }
+
   /// With no usable device, rampd plays into a WAV file through ALSA's file plugin, in real
   /// time, and says so in `status`.
   @Test func withoutADeviceItPlaysIntoTheEmbeddedWAVFile() throws {
     let directory = NSTemporaryDirectory() + "rampd-embedded-\(getpid())"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: Executables.rampd)
-    process.arguments = [
-      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file", "\(directory)/out.wav",
-    ]
-    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
-    process.standardError = FileHandle.nullDevice
-    try process.run()
+    let process = try startWithoutADevice(in: directory, file: "\(directory)/out.wav")
     defer { if process.isRunning { process.terminate() } }
-    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
     let client = try LineClient(path: "\(directory)/s.sock")
     let output = try client.request(["cmd": "status"]).result["output"]
     #expect(output?["embedded"] == true && output?["file"] == .string("\(directory)/out.wav"), "\(output ?? .null)")
@@ -472,20 +483,10 @@ import Testing
     let wavDirectory = "\(directory)/wav"
     try FileManager.default.createDirectory(atPath: wavDirectory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: Executables.rampd)
-    process.arguments = [
-      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file",
-      "\(wavDirectory)/out.wav",
-    ]
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
-    environment["RAMPD_EMBEDDED_OUTPUT_MAX_DURATION"] = "1s"
-    environment["RAMPD_STATE_PATH"] = "\(directory)/state.json"
-    process.environment = environment
-    process.standardError = FileHandle.nullDevice
-    try process.run()
+    let process = try startWithoutADevice(
+      in: directory, file: "\(wavDirectory)/out.wav",
+      environment: ["RAMPD_EMBEDDED_OUTPUT_MAX_DURATION": "1s", "RAMPD_STATE_PATH": "\(directory)/state.json"])
     defer { if process.isRunning { process.terminate() } }
-    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
     let client = try LineClient(path: "\(directory)/s.sock")
     try client.request(["cmd": "subscribe"])
     try FileManager.default.removeItem(atPath: wavDirectory)
@@ -518,20 +519,13 @@ import Testing
     let toneSamples = [Float](repeating: level, count: 48_000 * 2)
     try toneSamples.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: 48_000) }
     try writer.close()
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: Executables.rampd)
-    process.arguments = [
-      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file", "\(directory)/out.wav",
-    ]
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
-    environment["RAMPD_EMBEDDED_OUTPUT_MAX_DURATION"] = "1s"
-    environment["RAMPD_STATE_PATH"] = "\(directory)/state.json"
-    environment["RAMPD_SHUTDOWN_FADE"] = "0"
-    process.environment = environment
-    process.standardError = FileHandle.nullDevice
-    try process.run()
+    let process = try startWithoutADevice(
+      in: directory, file: "\(directory)/out.wav",
+      environment: [
+        "RAMPD_EMBEDDED_OUTPUT_MAX_DURATION": "1s", "RAMPD_STATE_PATH": "\(directory)/state.json",
+        "RAMPD_SHUTDOWN_FADE": "0",
+      ])
     defer { if process.isRunning { process.terminate() } }
-    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
     let client = try LineClient(path: "\(directory)/s.sock")
     let output = try client.request(["cmd": "status"]).result["output"]
     #expect(output?["maxDuration"] == 1, "\(output ?? .null)")
