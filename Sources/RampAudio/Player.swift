@@ -626,13 +626,7 @@ public final class Player: @unchecked Sendable {
 
   /// True while a stream's ring holds less than a block (tests pace themselves with it).
   func streamsBehind(frames: Int) -> Bool {
-    var index = 0
-    while index < state.streams.count {
-      let decoder = state.streams[index].decoder
-      if !decoder.isFinished && decoder.ring.available < frames * output.channels { return true }
-      index += 1
-    }
-    return false
+    firstDecoderBehind(frames: frames, playingOnly: false) != nil
   }
 
   /// Writes one rendered block to the device, as the render loop does.
@@ -855,12 +849,13 @@ public final class Player: @unchecked Sendable {
 
   /// The first stream that plays (not paused, not seeking) and whose decoder has less than a
   /// block ready while still decoding.
-  private func firstDecoderBehind(frames: Int) -> StreamDecoder? {
+  /// `playingOnly: false`: any stream, paused or seeking too.
+  private func firstDecoderBehind(frames: Int, playingOnly: Bool = true) -> StreamDecoder? {
     var index = 0
     while index < state.streams.count {
       let stream = state.streams[index]
       index += 1
-      if stream.paused || stream.pendingSeek != nil { continue }
+      if playingOnly && (stream.paused || stream.pendingSeek != nil) { continue }
       let decoder = stream.decoder
       if !decoder.isFinished && decoder.ring.available < frames * output.channels { return decoder }
     }

@@ -46,6 +46,7 @@ public final class Persistence: Sendable {
   func acknowledgeEarly(_ key: String, value: Double) {
     state.withLock { recorded in
       recorded.early[key, default: 0] += 1
+      guard recorded.state.values[key] != value else { return }
       var merged = recorded.state.values
       merged[key] = value
       change(&recorded, to: merged)

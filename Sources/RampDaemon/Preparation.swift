@@ -332,10 +332,10 @@ struct Preparation: Sendable {
   }
 
   /// Transport ramps belong to the daemon: addressing them would fight `pause` and `stop`.
-  static func checkAddressable(_ key: String) throws(ProtocolError) {
+  static func checkAddressable(_ key: String, field: String = "key") throws(ProtocolError) {
     if InternalKeyPath.isInternal(key) {
       throw ProtocolError(
-        .unknownKeyPath, field: "key", "'\(key)' is internal to the daemon; use pause, resume and stop")
+        .unknownKeyPath, field: field, "'\(key)' is internal to the daemon; use pause, resume and stop")
     }
   }
 
@@ -344,11 +344,7 @@ struct Preparation: Sendable {
     guard case .group(let children) = animation.content else { return }
     for (index, child) in children.enumerated() {
       let childField = "\(field).animations[\(index)]"
-      if let path = child.keyPath, InternalKeyPath.isInternal(path) {
-        throw ProtocolError(
-          .unknownKeyPath, field: childField + ".keyPath",
-          "'\(path)' is internal to the daemon; use pause, resume and stop")
-      }
+      if let path = child.keyPath { try checkAddressable(path, field: childField + ".keyPath") }
       try checkChildrenAddressable(child, field: childField)
     }
   }

@@ -375,7 +375,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   func channelInactive(context: ChannelHandlerContext) {
     // A last line without a newline still counts, unless the connection went while the lines
     // before it were handled.
-    if !closing && !handlingLines, let last = framer.remainder() { request(last) }
+    if !closing && !handlingLines, let last = framer.remainder() { handle(line: last) }
     closing = true
     idleCheck?.cancel()
     for observer in observers.values { stop(observer) }
@@ -391,7 +391,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     handlingLines = true
     defer { handlingLines = false }
     do {
-      while !closing, let line = try framer.nextLine() { request(line) }
+      while !closing, let line = try framer.nextLine() { handle(line: line) }
     } catch {
       closing = true
       close(with: Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: error.limit)))
@@ -399,7 +399,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   /// One request line.
-  private func request(_ bytes: ByteBufferView) {
+  private func handle(line bytes: ByteBufferView) {
     lastRequest = .now()
     if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
     // Every request gets exactly one reply, through `reply`.

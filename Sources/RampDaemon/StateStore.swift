@@ -551,15 +551,20 @@ enum StateFile {
   /// The entry, or nil when it is not one (a torn or foreign file).
   static func decodeJournal(_ bytes: [UInt8]) -> (values: [String: Double], sequence: UInt64)? {
     guard let text = String(validating: bytes, as: UTF8.self), let entry = try? JSON.parse(text),
-      case .number(let sequence)? = entry["sequence"], sequence >= 1, sequence <= maxID,
-      sequence == sequence.rounded(), case .object(let members)? = entry["values"]
+      let sequence = entry["sequence"].flatMap(wholeNumber), sequence >= 1, case .object(let members)? = entry["values"]
     else { return nil }
     var values: [String: Double] = [:]
     for (key, value) in members {
       guard !key.isEmpty, case .number(let number) = value, number.isFinite else { return nil }
       values[key] = number
     }
-    return (values, UInt64(sequence))
+    return (values, sequence)
+  }
+
+  /// A JSON number that is a whole number from 0 to 2^53 (exact as a double), or nil.
+  static func wholeNumber(_ value: JSONValue) -> UInt64? {
+    guard case .number(let number) = value, number >= 0, number <= maxID, number == number.rounded() else { return nil }
+    return UInt64(number)
   }
 
   // MARK: Decoding
@@ -593,8 +598,8 @@ enum StateFile {
 
     var decoded = Decoded(state: PersistentState(), dropped: [])
     if let member = top["sequence"] {
-      if case .number(let number) = member, number >= 0, number <= maxID, number == number.rounded() {
-        decoded.state.sequence = UInt64(number)
+      if let sequence = wholeNumber(member) {
+        decoded.state.sequence = sequence
       } else {
         decoded.dropped.append("\"sequence\": expected a whole number, got \(describe(member))")
       }
@@ -628,7 +633,7 @@ enum StateFile {
   private static func decodeSchedule(_ entry: JSONValue) throws(Problem) -> PersistedSchedule {
     guard case .object(let object) = entry else { throw Problem("expected an object, got \(describe(entry))") }
     guard let idMember = object["id"] else { throw Problem("no \"id\"") }
-    guard case .number(let id) = idMember, id >= 0, id <= maxID, id == id.rounded() else {
+    guard let id = wholeNumber(idMember) else {
       throw Problem("\"id\" is \(describe(idMember)), not a whole number from 0 to 2^53")
     }
     guard let dueMember = object["due"] else { throw Problem("no \"due\"") }
@@ -654,7 +659,7 @@ enum StateFile {
       throw Problem("\"request\" is \(describe(requestMember)), not an object")
     }
     if let problem = problem(request: request) { throw Problem(problem) }
-    return PersistedSchedule(id: UInt64(id), request: request, due: due, from: from, confined: confined)
+    return PersistedSchedule(id: id, request: request, due: due, from: from, confined: confined)
   }
 
   /// What a JSON value is, for messages: `the string "loud"`, `an array`, `null`.
