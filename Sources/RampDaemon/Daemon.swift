@@ -135,8 +135,13 @@ public final class Daemon: @unchecked Sendable {
     }
     controller.restore(restored.schedules)
     if !values.isEmpty || !restored.schedules.isEmpty {
+      // Each level by name: a master.gain restored at 0 is silence that `status` must not hide.
+      let levels = values.sorted { $0.key < $1.key }.map { key, value in
+        let decibels = value > 0 ? String(format: "%.2f dB", 20 * log10(value)) : "-inf dB"
+        return "\(key) = \(String(format: "%g", value)) (\(decibels))"
+      }
       logger.notice(
-        "state restored",
+        "state restored: \(levels.isEmpty ? "no levels" : levels.joined(separator: ", ")); \(restored.schedules.count) schedule(s)",
         metadata: ["values": "\(values.count)", "schedules": "\(restored.schedules.count)"])
     }
   }

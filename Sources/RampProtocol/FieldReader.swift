@@ -237,10 +237,13 @@ extension String {
   }
 }
 
-/// "Did you mean …?" for misspelt command and field names.
-enum Suggestion {
-  /// The candidate nearest to `word` by edit distance, if it is near enough to be a typo.
-  static func closest(to word: String, among candidates: [String]) -> String? {
+/// "Did you mean …?" for misspelt names: commands and fields here, configuration keys in the
+/// daemon, subcommands in rampctl. The one implementation of it.
+public enum Suggestion {
+  /// The candidate nearest to `word` by edit distance, if it is near enough to be a typo: one
+  /// edit in a short word, two in a word of eight characters or more. Case and the separators
+  /// `-` and `_` do not count.
+  public static func closest(to word: String, among candidates: [String]) -> String? {
     let folded = fold(word)
     var best: (candidate: String, distance: Int)?
     for candidate in candidates {
