@@ -9,10 +9,15 @@ public enum RefusalText {
     guard error.code == .outOfRange, let field = error.field, let text = typed[field] else { return error }
     var explained = error
     let quoted = error.message.prefix { $0 != " " }
-    if let number = Double(quoted), text != String(quoted) {
-      explained.message = text + " (\(HumanUnits.format(gain: number)))" + error.message.dropFirst(quoted.count)
+    if let number = Double(quoted) {
+      // `+3dB (1.412538)`; a plain number as typed (`50`, not `50.0`).
+      let echo = Double(text) == number ? text : text + " (\(HumanUnits.format(gain: number)))"
+      explained.message = echo + error.message.dropFirst(quoted.count)
     }
-    if let number = Double(text), number > 1, number <= 100, error.message.contains("above the maximum gain") {
+    // `50` for a gain is most likely 50%: a whole number people type for a volume.
+    if let number = Double(text), number == number.rounded(), (5...100).contains(number),
+      error.message.contains("above the maximum gain")
+    {
       explained.message += "; did you mean \(text)%?"
     }
     return explained

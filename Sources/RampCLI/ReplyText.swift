@@ -92,16 +92,19 @@ public enum ReplyText {
     if streams.isEmpty {
       lines.append("no streams")
     } else {
-      var rows = [["STREAM", "STATE", "GAIN", "POSITION", "LOOP", "PATH"]]
+      // An older rampd sends no gains: no column for them then.
+      let gains = streams.contains { $0["gain"] != nil }
+      var rows = [["STREAM", "STATE"] + (gains ? ["GAIN"] : []) + ["POSITION", "LOOP", "PATH"]]
       for stream in streams {
         let state =
           stream["stopping"] == true ? "stopping" : stream["paused"] == true ? "paused" : "playing"
         let position = stream["position"]?.numberValue.map { HumanUnits.format(duration: ($0 * 10).rounded() / 10) }
         let id = stream["stream"]?.stringValue ?? "?"
-        rows.append([
-          id, state, stream["gain"].map { levels($0, key: "streams.\(id).gain") } ?? "?", position ?? "?",
-          stream["loop"] == true ? "yes" : "no", stream["path"]?.stringValue ?? "?",
-        ])
+        let gain = stream["gain"].map { levels($0, key: "streams.\(id).gain") } ?? "?"
+        rows.append(
+          [id, state] + (gains ? [gain] : []) + [
+            position ?? "?", stream["loop"] == true ? "yes" : "no", stream["path"]?.stringValue ?? "?",
+          ])
       }
       lines.append(table(rows))
     }

@@ -26,8 +26,7 @@ struct RampCtl: ParsableCommand {
       Global options, before or after the command (rampctl --socket PATH status, or rampctl \
       status --socket PATH), on every command that talks to rampd:
         --socket <path>   rampd's socket
-        --json            print rampd's reply lines as they are, refusals included (on \
-      standard output, the exit status still 65): rampctl set master.gain 2 --json | jq .error.code
+        --json            rampd's reply lines as they are, refusals too (exit status 65)
 
       Exit status:
         0   success
@@ -44,6 +43,8 @@ struct RampCtl: ParsableCommand {
         rampctl set master.gain -6dB --duration 500ms --wait
         rampctl animate streams.s1.gain --keyframes 1,0.5,1 --duration 1s --repeat inf
         rampctl status
+        rampctl --socket /run/rampd/rampd.sock status
+        rampctl set master.gain 2 --json | jq .error.code     "out-of-range", exit 65
         rampctl watch
         rampctl curve qsin --from 1 --to 0 --duration 3s    local, no daemon needed
 

@@ -13,9 +13,11 @@ import Testing
 
   @Test func globalOptionsMayComeBeforeTheSubcommand() {
     #expect(CommandLineRoute.route(["--socket", "/s", "status"]) == .run(["status", "--socket", "/s"]))
-    #expect(CommandLineRoute.route(["--socket=/s", "--json", "get", "k"]) == .run(["get", "--socket=/s", "--json", "k"]))
     #expect(
-      CommandLineRoute.route(["--json", "set", "master.gain", "-6dB"]) == .run(["set", "--json", "master.gain", "-6dB"]))
+      CommandLineRoute.route(["--socket=/s", "--json", "get", "k"]) == .run(["get", "--socket=/s", "--json", "k"]))
+    #expect(
+      CommandLineRoute.route(["--json", "set", "master.gain", "-6dB"])
+        == .run(["set", "--json", "master.gain", "-6dB"]))
     // After the subcommand they were always accepted; nothing moves.
     #expect(CommandLineRoute.route(["status", "--json"]) == .run(["status", "--json"]))
     #expect(CommandLineRoute.route(["--socket"]) == .refuse("missing value for '--socket <path>'"))
@@ -44,7 +46,7 @@ import Testing
   @Test func aloneItIsStatusWithAHint() throws {
     #expect(CommandLineRoute.route([]) == .run(["status", StatusCommand.hintFlag]))
     #expect(CommandLineRoute.route(["--json"]) == .run(["status", "--json", StatusCommand.hintFlag]))
-    let status = try #require(try RampCtl.parseAsRoot([StatusCommand.hintFlag]) as? StatusCommand)
+    let status = try #require(try RampCtl.parseAsRoot(["status", StatusCommand.hintFlag]) as? StatusCommand)
     #expect(status.hint)
     #expect(status.summary(of: ["version": "1"]).hasSuffix("\n" + StatusCommand.hintText))
     // Help and version are ArgumentParser's, untouched.
@@ -104,7 +106,8 @@ import Testing
     let paris = try #require(TimeZone(identifier: "Europe/Paris"))
     let due = try #require(RFC3339.parse("2026-11-25T11:30:02.5993633270263672Z"))
     #expect(HumanUnits.format(localTime: due, timeZone: paris) == "2026-11-25 12:30:02.599 +01:00")
-    #expect(HumanUnits.format(localTime: 0.9996, timeZone: TimeZone(identifier: "UTC")!) == "1970-01-01 00:00:01.000 +00:00")
+    #expect(
+      HumanUnits.format(localTime: 0.9996, timeZone: TimeZone(identifier: "UTC")!) == "1970-01-01 00:00:01.000 +00:00")
   }
 
   @Test func aDateAlreadyPastIsNotScheduled() throws {
@@ -132,7 +135,9 @@ import Testing
     #expect(script.errors.map(\.description).first?.hasPrefix("t.jsonl:5: at: '25:00'") == true, "\(script.errors)")
     // An offline render counts from its start: a clock time means nothing there.
     #expect(try TimelineScript.parse(#"{"at": "+1m30s", "cmd": "fade", "to": 0}"#, label: "r:1").at == 90)
-    #expect(throws: ScriptError.self) { try TimelineScript.parse(#"{"at": "23:00", "cmd": "fade", "to": 0}"#, label: "r:2") }
+    #expect(throws: ScriptError.self) {
+      try TimelineScript.parse(#"{"at": "23:00", "cmd": "fade", "to": 0}"#, label: "r:2")
+    }
   }
 
   // MARK: Refusals
@@ -142,9 +147,12 @@ import Testing
       .outOfRange, field: "value", "50.0 is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more)")
     #expect(
       RefusalText.explained(above, typed: ["value": "50"]).message
-        == "50 (50) is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more); did you mean 50%?")
+        == "50 is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more); did you mean 50%?")
+    let two = ProtocolError(.outOfRange, field: "value", "2.0 is above the maximum gain 1.0 (0.0 dB)")
+    #expect(RefusalText.explained(two, typed: ["value": "2"]).message == "2 is above the maximum gain 1.0 (0.0 dB)")
     let decibels = ProtocolError(
-      .outOfRange, field: "to", "1.4125375446227544 is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more)")
+      .outOfRange, field: "to",
+      "1.4125375446227544 is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more)")
     let told = RefusalText.explained(decibels, typed: ["to": "+3dB"]).message
     #expect(told.hasPrefix("+3dB (1.412538) is above"), "\(told)")
     #expect(!told.contains("did you mean"))
@@ -186,7 +194,9 @@ import Testing
           "gain": ["model": 0.5, "audible": 0.25],
         ]
       ],
-      "scheduled": [["schedule": 3, "due": "2026-11-25T11:30:02.5993633270263672Z", "cmd": "fade-out", "started": false]],
+      "scheduled": [
+        ["schedule": 3, "due": "2026-11-25T11:30:02.5993633270263672Z", "cmd": "fade-out", "started": false]
+      ],
     ])
     #expect(text.contains("master gain 0 (-inf dB)"), "\(text)")
     #expect(text.contains("0.5 (-6.02 dB), audible 0.25 (-12.04 dB)"), "\(text)")
