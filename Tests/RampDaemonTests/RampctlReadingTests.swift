@@ -111,6 +111,8 @@ extension RampctlTests {
     #expect(!decibels.stderr.contains("1.4125375446227544"), "\(decibels)")
     let master = try rampctl(["set", "master", "0.5"], socket: daemon.socket)
     #expect(master.status == 65 && master.stderr.contains("did you mean master.gain?"), "\(master)")
+    let misspelt = try rampctl(["get", "master.gian"], socket: daemon.socket)
+    #expect(misspelt.status == 65 && misspelt.stderr.contains("(did you mean master.gain?)"), "\(misspelt)")
     let stop = try rampctl(["stop"], socket: daemon.socket)
     #expect(stop.status == 0 && stop.stdout == "nothing is playing\n", "\(stop)")
   }
