@@ -322,13 +322,14 @@ struct Preparation: Sendable {
   private func checkGain(_ value: Double, field: String) throws(ProtocolError) {
     let maximum = live.read { $0.maxGain }
     guard value >= 0 else {
-      throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(value)")
+      throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(JSONValue.format(value))")
     }
     guard value <= maximum * (1 + 1e-12) else {
-      let decibels = configuration.maxGainDecibels
+      let decibels = JSONValue.format(configuration.maxGainDecibels)
       throw ProtocolError(
         .outOfRange, field: field,
-        "\(value) is above the maximum gain \(maximum) (\(decibels) dB; raise gain.max to allow more)")
+        "\(JSONValue.format(value)) is above the maximum gain \(JSONValue.format(maximum)) (\(decibels) dB; raise "
+          + "gain.max to allow more)")
     }
   }
 

@@ -144,15 +144,15 @@ import Testing
 
   @Test func gainRefusalsEchoWhatWasTyped() {
     let above = ProtocolError(
-      .outOfRange, field: "value", "50.0 is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more)")
+      .outOfRange, field: "value", "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     #expect(
       RefusalText.explained(above, typed: ["value": "50"]).message
-        == "50 is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more); did you mean 50%?")
-    let two = ProtocolError(.outOfRange, field: "value", "2.0 is above the maximum gain 1.0 (0.0 dB)")
-    #expect(RefusalText.explained(two, typed: ["value": "2"]).message == "2 is above the maximum gain 1.0 (0.0 dB)")
+        == "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more); did you mean 50%?")
+    let two = ProtocolError(.outOfRange, field: "value", "2 is above the maximum gain 1 (0 dB)")
+    #expect(RefusalText.explained(two, typed: ["value": "2"]).message == "2 is above the maximum gain 1 (0 dB)")
     let decibels = ProtocolError(
       .outOfRange, field: "to",
-      "1.4125375446227544 is above the maximum gain 1.0 (0.0 dB; raise gain.max to allow more)")
+      "1.4125375446227544 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     let told = RefusalText.explained(decibels, typed: ["to": "+3dB"]).message
     #expect(told.hasPrefix("+3dB (1.412538) is above"), "\(told)")
     #expect(!told.contains("did you mean"))
