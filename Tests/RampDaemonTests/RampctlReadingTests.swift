@@ -121,7 +121,7 @@ extension RampctlTests {
   @Test func timelineAtTakesTheCommandLineForms() throws {
     let daemon = try DaemonProcess()
     let script = "\(daemon.directory)/times.jsonl"
-    let soon = Date().addingTimeInterval(1.5).timeIntervalSince1970
+    let soon = Date().addingTimeInterval(4).timeIntervalSince1970
     let local = localStamp(soon)
     try """
     {"at": "+300ms", "cmd": "set", "key": "master.gain", "value": 0.5, "duration": 0}
@@ -145,6 +145,12 @@ extension RampctlTests {
     #expect(get.status == 0 && getReply["result"]?["key"] == "master.gain", "\(get)")
     let nowhere = try rampctl(["--socket", "/nonexistent/rampd.sock", "status"], socket: daemon.socket)
     #expect(nowhere.status == 69 && nowhere.stderr.contains("/nonexistent/rampd.sock"), "\(nowhere)")
+    // Alone: the status as JSON with --json (no hint), the hint after the failure without a daemon.
+    let bare = try rampctl(["--json"], socket: daemon.socket)
+    let bareReply = try jsonLine(bare)
+    #expect(bare.status == 0 && bareReply["result"]?["master"]?["model"] == 1, "\(bare)")
+    let alone = try rampctl([], socket: "/nonexistent/rampd.sock")
+    #expect(alone.status == 69 && alone.stderr.hasSuffix("(rampctl --help lists every command)\n"), "\(alone)")
   }
 
   /// `2026-11-25T23:00:00.000` in local time, without a zone.
