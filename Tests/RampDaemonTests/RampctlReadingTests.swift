@@ -39,7 +39,11 @@ extension RampctlTests {
     usleep(300_000)
     first.stop()
     let daemon = try DaemonProcess(reusing: first.directory)
-    #expect(daemon.log.contains("state restored: master.gain = 0 (-inf dB)"), "\(daemon.log)")
+    // The log is read as it comes: give the line a moment to arrive.
+    let restored = "state restored: master.gain = 0 (-inf dB)"
+    let deadline = Date().addingTimeInterval(5)
+    while !daemon.log.contains(restored), Date() < deadline { usleep(20_000) }
+    #expect(daemon.log.contains(restored), "\(daemon.log)")
     #expect(try rampctl(["play", file, "--stream", "a", "--gain", "50%"], socket: daemon.socket).status == 0)
     #expect(try rampctl(["fade-out", "--at", "23:00", "--duration", "1m"], socket: daemon.socket).status == 0)
     let status = try rampctl(["status"], socket: daemon.socket)
