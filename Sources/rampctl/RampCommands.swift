@@ -221,7 +221,10 @@ struct SetCommand: DaemonCommand {
 
   func request() throws -> Request {
     if instant && duration != nil { throw ValidationError("--instant and --duration contradict each other") }
-    if instant && waiting.wait { throw ValidationError("--wait: an --instant change has nothing to wait for") }
+    let seconds = try Parse.duration(duration, "--duration")
+    if waiting.wait, instant || seconds == 0 {
+      throw ValidationError("--wait: an --instant change has nothing to wait for")
+    }
     let set = SetValue(
       key: Parse.keyPath(key), value: try Parse.gain(value, "<value>"),
       duration: instant ? 0 : try Parse.duration(duration, "--duration"), curve: try Parse.curve(curve),

@@ -168,12 +168,15 @@ import Testing
   }
 
   @Test func waitIsRefusedWhereItMeansNothing() {
-    do {
-      _ = try RampCtl.parseAsRoot(["set", "master.gain", "1", "--instant", "--wait"])
-      Issue.record("accepted")
-    } catch {
-      #expect(RampCtl.message(for: error).contains("--wait: an --instant change has nothing to wait for"))
+    for words in [["--instant"], ["--duration", "0"]] {
+      do {
+        _ = try RampCtl.parseAsRoot(["set", "master.gain", "1", "--wait"] + words)
+        Issue.record("accepted \(words)")
+      } catch {
+        #expect(RampCtl.message(for: error).contains("--wait: an --instant change has nothing to wait for"))
+      }
     }
+    #expect(throws: Never.self) { try RampCtl.parseAsRoot(["set", "master.gain", "1", "--wait", "--duration", "1s"]) }
   }
 
   @Test func playWaitsForTheStreamToEnd() throws {
