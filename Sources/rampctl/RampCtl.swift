@@ -61,6 +61,10 @@ struct RampCtl: ParsableCommand {
     ]
   )
 
+  /// The global options, for `--help`, the man page and shell completions before a subcommand;
+  /// `CommandLineRoute` hands them to the subcommand, so they are never read here.
+  @OptionGroup(title: "Global options (before or after the command)") var global: ConnectionOptions
+
   /// The route first (`CommandLineRoute`: global options, `rampctl` alone, unknown commands);
   /// then negative values (`-6dB`) are made readable to ArgumentParser; see `Arguments`.
   static func main() {
