@@ -1,4 +1,5 @@
 import Foundation
+import RampProtocol
 import RampAudio
 import TOMLKit
 
@@ -122,6 +123,10 @@ struct ConfigLayers {
         throw ConfigurationError(source: source, message: "not a configuration variable\(hint)")
       }
       try apply(key, .string(environment[name]!), ConfigOrigin(source: source, line: nil, rank: 2))
+    }
+    // The socket: the same variables, in the same order, as rampctl reads.
+    if let socket = SocketLocation.environmentPath(environment), let key = ConfigSchema.keysByPath["socket.path"] {
+      try apply(key, .string(socket.path), ConfigOrigin(source: "environment (\(socket.variable))", line: nil, rank: 2))
     }
   }
 
