@@ -155,6 +155,7 @@ public enum OfflineRenderer {
     }
     // The declared length was wrong (or unknown): the line never ran.
     if nextChange < changes.count { throw pastTheEnd(changes[nextChange].change, frames: total, rate: rate) }
+    if options.isCancelled() { throw Interrupted() }
     try writer.close()
     return RenderSummary(
       frames: total, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note)

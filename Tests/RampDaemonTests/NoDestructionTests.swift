@@ -175,7 +175,7 @@ import Testing
       """.write(toFile: "\(directory)/s.jsonl", atomically: true, encoding: .utf8)
       let outcome = try rampctl(["render", "in.wav", "out.wav", "--script", "s.jsonl"], in: directory)
       #expect(outcome.status == 65, "\(outcome)")
-      #expect(outcome.stderr.contains("s.jsonl:3: at 2.5 s is after the end of the render, which is 2 s long"), "\(outcome)")
+      #expect(outcome.stderr.contains("s.jsonl:3: fade: at 2.5 s is after the end of the render, which is 2 s long"), "\(outcome)")
       #expect(!FileManager.default.fileExists(atPath: "\(directory)/out.wav"))
       // At the very end is still inside.
       try """
