@@ -1,6 +1,6 @@
 import Foundation
-import RampProtocol
 import RampAudio
+import RampProtocol
 import TOMLKit
 
 #if canImport(Glibc)

@@ -30,12 +30,18 @@ import Testing
   /// socket, the user's service for the user's default socket, else rampd on that socket.
   @Test func startHintFollowsTheSocketRules() {
     let user = ["XDG_RUNTIME_DIR": "/run/user/1000"]
-    #expect(SocketLocation.startHint(path: "/run/rampd/rampd.sock", environment: user, isRoot: false).contains("systemctl start rampd"))
-    #expect(SocketLocation.startHint(path: "/run/rampd/rampd.sock", environment: [:], isRoot: true).contains("systemctl start rampd"))
+    #expect(
+      SocketLocation.startHint(path: "/run/rampd/rampd.sock", environment: user, isRoot: false).contains(
+        "systemctl start rampd"))
+    #expect(
+      SocketLocation.startHint(path: "/run/rampd/rampd.sock", environment: [:], isRoot: true).contains(
+        "systemctl start rampd"))
     #expect(
       SocketLocation.startHint(path: "/run/user/1000/rampd/rampd.sock", environment: user, isRoot: false)
         .contains("systemctl --user start rampd"))
-    #expect(SocketLocation.startHint(path: "/tmp/x.sock", environment: user, isRoot: false) == "`RAMPD_SOCKET=/tmp/x.sock rampd`")
+    #expect(
+      SocketLocation.startHint(path: "/tmp/x.sock", environment: user, isRoot: false)
+        == "`RAMPD_SOCKET=/tmp/x.sock rampd`")
   }
 
   @Test func progressLine() {

@@ -118,6 +118,14 @@ import Testing
       stat("\(directory)/out.wav", &status)
       #expect(status.st_mode & 0o777 == 0o640, "the output's permissions stay")
       #expect(temporaries(in: directory).isEmpty)
+      // Through a symbolic link: its target is replaced, the link stays.
+      symlink("out.wav", "\(directory)/link.wav")
+      let throughLink = try rampctl(["render", "in.wav", "link.wav", "--fade-out", "0.5s"], in: directory)
+      #expect(throughLink.status == 0, "\(throughLink)")
+      var linkStatus = stat()
+      lstat("\(directory)/link.wav", &linkStatus)
+      #expect(linkStatus.st_mode & S_IFMT == S_IFLNK, "the link is still a link")
+      #expect(bytes("\(directory)/out.wav") != bytes("\(directory)/in.wav"))
     }
   }
 
@@ -175,7 +183,9 @@ import Testing
       """.write(toFile: "\(directory)/s.jsonl", atomically: true, encoding: .utf8)
       let outcome = try rampctl(["render", "in.wav", "out.wav", "--script", "s.jsonl"], in: directory)
       #expect(outcome.status == 65, "\(outcome)")
-      #expect(outcome.stderr.contains("s.jsonl:3: fade: at 2.5 s is after the end of the render, which is 2 s long"), "\(outcome)")
+      #expect(
+        outcome.stderr.contains("s.jsonl:3: fade: at 2.5 s is after the end of the render, which is 2 s long"),
+        "\(outcome)")
       #expect(!FileManager.default.fileExists(atPath: "\(directory)/out.wav"))
       // At the very end is still inside.
       try """
@@ -188,6 +198,19 @@ import Testing
 
   // MARK: A second rampd
 
+  /// rampd with no device, playing a minute of tone into the embedded output file `wav`.
+  func startPlaying(in directory: String, into wav: String) throws -> (Process, LineClient) {
+    try writeTone("\(directory)/tone.wav", seconds: 60)
+    let process = try startRampdWithoutADevice(in: directory, file: wav)
+    let client = try LineClient(path: "\(directory)/s.sock")
+    let played = try client.request(["cmd": "play", "path": .string("\(directory)/tone.wav")])
+    guard played.isOK else {
+      process.terminate()
+      throw HarnessError("play refused: \(played.serialized())")
+    }
+    return (process, client)
+  }
+
   /// A second rampd on the same socket, or on another socket sharing the state file or the
   /// embedded output file, is refused before it opens anything: the running daemon's WAV file
   /// keeps every byte it had and its state file is byte-identical.
@@ -195,11 +218,8 @@ import Testing
     try withDirectory { directory in
       let wav = "\(directory)/out.wav"
       let state = "\(directory)/state.json"
-      try writeTone("\(directory)/tone.wav", seconds: 60)
-      let first = try startRampdWithoutADevice(in: directory, file: wav)
+      let (first, client) = try startPlaying(in: directory, into: wav)
       defer { if first.isRunning { first.terminate() } }
-      let client = try LineClient(path: "\(directory)/s.sock")
-      #expect(try client.request(["cmd": "play", "path": .string("\(directory)/tone.wav")]).isOK)
       usleep(700_000)
       let stateBefore = try #require(bytes(state))
 
@@ -285,11 +305,8 @@ import Testing
   @Test func envelopeReadsTheEmbeddedOutputWhileItPlays() throws {
     try withDirectory { directory in
       let wav = "\(directory)/out.wav"
-      try writeTone("\(directory)/tone.wav", seconds: 60)
-      let process = try startRampdWithoutADevice(in: directory, file: wav)
+      let (process, _) = try startPlaying(in: directory, into: wav)
       defer { if process.isRunning { process.terminate() } }
-      let client = try LineClient(path: "\(directory)/s.sock")
-      #expect(try client.request(["cmd": "play", "path": .string("\(directory)/tone.wav")]).isOK)
       usleep(2_500_000)
       let reader = try SoundFileReader(path: wav)
       var info = stat()
@@ -301,7 +318,8 @@ import Testing
       #expect(envelope.status == 0, "\(envelope)")
       #expect(process.isRunning, "still playing")
       // The tone's level (0.5) shows: a plot, not an empty file.
-      #expect(envelope.stdout.contains("#") || envelope.stdout.contains("*") || envelope.stdout.contains("|"), "\(envelope)")
+      #expect(
+        envelope.stdout.contains("#") || envelope.stdout.contains("*") || envelope.stdout.contains("|"), "\(envelope)")
     }
   }
 }

@@ -542,7 +542,9 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
 
         let error = #expect(throws: StateStoreError.self) { try store.save(largeState(10)) }
         #expect(error?.code == (root ? EROFS : EACCES))
-        #expect(error?.description.hasPrefix("cannot save state to \(path): creating \(stateDirectory)/.state.json.tmp-") == true)
+        #expect(
+          error?.description.hasPrefix("cannot save state to \(path): creating \(stateDirectory)/.state.json.tmp-")
+            == true)
         #expect(store.load() == richState)
         #expect(names(in: stateDirectory, startingWith: "") == ["bad.json", "state.json"])
 
