@@ -33,9 +33,10 @@ public final class Daemon: @unchecked Sendable {
   /// plays or listens until `start`.
   ///
   /// A daemon that may not run touches nothing: before a device, the embedded WAV file, the
-  /// state file or a schedule is opened, it makes sure that no rampd listens on its socket
-  /// (unless systemd passed the socket: `inheritedSocket`) and takes an exclusive lock on
-  /// `<state.path>.lock`, which catches two daemons on different sockets sharing one state file.
+  /// state file or a schedule is opened, it makes sure that no rampd listens on its socket and
+  /// locks `<socket>.lock` (unless systemd passed the socket: `inheritedSocket`), and takes an
+  /// exclusive lock on `<state.path>.lock`, which catches two daemons on different sockets sharing
+  /// one state file.
   public init(
     configuration: DaemonConfiguration, environment: [String: String], logger: Logger, inheritedSocket: CInt? = nil
   ) throws {
@@ -44,14 +45,27 @@ public final class Daemon: @unchecked Sendable {
     let isRoot = geteuid() == 0
     let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
     let statePath = configuration.state.resolvedPath(environment: environment, isRoot: isRoot)
-    if inheritedSocket == nil { try Server.refuseLiveListener(at: socketPath) }
     var locks: [InstanceLock] = []
     var headerKeeper: WavHeaderKeeper?
+    if inheritedSocket == nil {
+      try Server.refuseLiveListener(at: socketPath)
+      // Two daemons starting at once on one socket: the second would take the first's fresh
+      // socket file for a stale one.
+      do {
+        locks.append(try InstanceLock(path: socketPath + ".lock", record: InstanceLock.record(socket: socketPath)))
+      } catch .held(let holder) {
+        throw ServerError(
+          "another rampd\(InstanceLock.describe(holder)) "
+            + "is starting on \(socketPath); this one stops without touching anything")
+      } catch .unusable(let problem) {
+        logger.warning("no lock beside the socket: \(problem)")
+      }
+    }
     do {
       locks.append(try InstanceLock(path: statePath + ".lock", record: InstanceLock.record(socket: socketPath)))
     } catch .held(let holder) {
       throw ServerError(
-        "another rampd\(holder.map { " (\($0.trimmingCharacters(in: .whitespacesAndNewlines)))" } ?? "") "
+        "another rampd\(InstanceLock.describe(holder)) "
           + "is running with the state file \(statePath); this one stops without touching anything "
           + "(give it another state.path to run both)")
     } catch .unusable(let problem) {

@@ -1,8 +1,8 @@
 import Foundation
 
 /// An exclusive `flock` held for as long as a daemon runs: on the state file's lock file
-/// (`<state.path>.lock`, which records the holder's pid and socket), and on the embedded output's
-/// WAV file. A second rampd that would share either finds it taken and stops before it has
+/// (`<state.path>.lock`) and the socket's (`<socket>.lock`), which record the holder's pid and
+/// socket, and on the embedded output's WAV file. A second rampd that would share either finds it taken and stops before it has
 /// touched anything. The kernel releases the lock when the process exits, however it exits.
 final class InstanceLock: @unchecked Sendable {
   let path: String
@@ -62,6 +62,9 @@ final class InstanceLock: @unchecked Sendable {
     return text
   }
 
-  /// The record a daemon writes into the state's lock file.
+  /// ` (pid 12, socket /run/rampd/rampd.sock)` for a holder's record, "" when there is none.
+  static func describe(_ holder: String?) -> String { holder.map { " (\($0))" } ?? "" }
+
+  /// The record a daemon writes into its lock files.
   static func record(socket: String) -> String { "pid \(getpid()), socket \(socket)\n" }
 }

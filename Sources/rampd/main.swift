@@ -23,8 +23,9 @@ struct Rampd: ParsableCommand {
       instead of binding one.
 
       One rampd per socket and per state file: a rampd started while another listens on its \
-      socket, holds its state file (the lock <state.path>.lock) or plays into its embedded \
-      output file says so and exits (status 69) before it has opened anything.
+      socket (or is starting on it: the lock <socket>.lock), holds its state file (the lock \
+      <state.path>.lock) or plays into its embedded output file says so and exits (status 69) \
+      before it has opened anything.
       """,
     version: RampdVersion.current)
 

@@ -257,6 +257,29 @@ import Testing
     }
   }
 
+  /// Two daemons starting on one socket at the same moment: the one that finds the socket's lock
+  /// taken stops before it opens anything (it would have taken the other's fresh socket file for
+  /// a stale one and removed it).
+  @Test func aRampdStartingOnASocketBeingTakenStops() throws {
+    try withDirectory { directory in
+      let socket = "\(directory)/s.sock"
+      // Another rampd, between its check and its bind, holds the lock.
+      let other = open(socket + ".lock", O_RDWR | O_CREAT, 0o600)
+      defer { close(other) }
+      #expect(flock(other, LOCK_EX | LOCK_NB) == 0)
+      _ = "pid 1, socket \(socket)\n".withCString { pwrite(other, $0, strlen($0), 0) }
+      let log = "\(directory)/log"
+      let process = try startRampdWithoutADevice(in: directory, file: "\(directory)/out.wav", log: log)
+      process.waitUntilExit()
+      let message = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+      #expect(process.terminationStatus == 69, "\(message)")
+      #expect(message.contains("another rampd (pid 1, socket \(socket)) is starting on \(socket)"), "\(message)")
+      for name in ["s.sock", "out.wav", "state.json", "state.json.lock"] {
+        #expect(!FileManager.default.fileExists(atPath: "\(directory)/\(name)"), "\(name) was created")
+      }
+    }
+  }
+
   // MARK: The socket
 
   /// rampd reads RAMPD_SOCKET as rampctl does (RAMPD_SOCKET_PATH is an alias that loses to it):
