@@ -45,32 +45,9 @@ public final class Daemon: @unchecked Sendable {
     let isRoot = geteuid() == 0
     let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
     let statePath = configuration.state.resolvedPath(environment: environment, isRoot: isRoot)
-    var locks: [InstanceLock] = []
+    var locks = try InstanceLock.claim(
+      socket: inheritedSocket == nil ? socketPath : nil, state: statePath, record: socketPath, logger: logger)
     var headerKeeper: WavHeaderKeeper?
-    if inheritedSocket == nil {
-      try Server.refuseLiveListener(at: socketPath)
-      // Two daemons starting at once on one socket: the second would take the first's fresh
-      // socket file for a stale one.
-      do {
-        locks.append(try InstanceLock(path: socketPath + ".lock", record: InstanceLock.record(socket: socketPath)))
-      } catch .held(let holder) {
-        throw ServerError(
-          "another rampd\(InstanceLock.describe(holder)) "
-            + "is starting on \(socketPath); this one stops without touching anything")
-      } catch .unusable(let problem) {
-        logger.warning("no lock beside the socket: \(problem)")
-      }
-    }
-    do {
-      locks.append(try InstanceLock(path: statePath + ".lock", record: InstanceLock.record(socket: socketPath)))
-    } catch .held(let holder) {
-      throw ServerError(
-        "another rampd\(InstanceLock.describe(holder)) "
-          + "is running with the state file \(statePath); this one stops without touching anything "
-          + "(give it another state.path to run both)")
-    } catch .unusable(let problem) {
-      logger.warning("no lock on the state file; another rampd sharing it would not be noticed: \(problem)")
-    }
     notifier = ServiceNotifier(environment: environment)
     var notes: JSONObject = ["embedded": false]
     do {
@@ -84,18 +61,9 @@ public final class Daemon: @unchecked Sendable {
       let file = configuration.embeddedOutput.resolvedPath(environment: environment, isRoot: isRoot)
       let limit = configuration.embeddedOutput.maxDuration
       let embedded = try Self.embeddedOutput(configuration.output, file: file, maxDuration: limit)
-      // The file plugin truncates the file it opens: another daemon's must be left alone.
-      do {
-        let lock = try InstanceLock(path: file, record: nil)
-        locks.append(lock)
-        headerKeeper = WavHeaderKeeper(descriptor: lock.descriptor)
-      } catch .held {
-        throw ServerError(
-          "another rampd plays into the embedded output file \(file); this one stops without touching it "
-            + "(give it another embedded-output.path, or a device)")
-      } catch .unusable(let problem) {
-        throw ServerError("embedded-output.path: \(problem)")
-      }
+      let lock = try InstanceLock.claim(embeddedFile: file)
+      locks.append(lock)
+      headerKeeper = WavHeaderKeeper(descriptor: lock.descriptor)
       logger.warning(
         "output device unusable; playing into a WAV file instead (embedded output)",
         metadata: [

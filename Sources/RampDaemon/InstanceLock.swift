@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// An exclusive `flock` held for as long as a daemon runs: on the state file's lock file
 /// (`<state.path>.lock`) and the socket's (`<socket>.lock`), which record the holder's pid and
@@ -60,6 +61,56 @@ final class InstanceLock: @unchecked Sendable {
     // A WAV is no record.
     guard !text.isEmpty, text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7f }) else { return nil }
     return text
+  }
+
+  /// What a daemon claims before it opens anything: the lock beside its `socket` (nil: systemd
+  /// passed the socket) after making sure no rampd listens there, and the lock of its `state`
+  /// file, each recording `record` (its socket). A lock file that cannot be created is logged and
+  /// done without.
+  ///
+  /// - Throws: `ServerError` naming the other daemon and what it holds.
+  static func claim(socket: String?, state: String, record socketPath: String, logger: Logger) throws
+    -> [InstanceLock]
+  {
+    var locks: [InstanceLock] = []
+    let record = record(socket: socketPath)
+    if let socket {
+      try Server.refuseLiveListener(at: socket)
+      // Two daemons starting at once on one socket: the second would take the first's fresh
+      // socket file for a stale one.
+      do {
+        locks.append(try InstanceLock(path: socket + ".lock", record: record))
+      } catch .held(let holder) {
+        throw ServerError(
+          "another rampd\(describe(holder)) is starting on \(socket); this one stops without touching anything")
+      } catch .unusable(let problem) {
+        logger.warning("no lock beside the socket: \(problem)")
+      }
+    }
+    do {
+      locks.append(try InstanceLock(path: state + ".lock", record: record))
+    } catch .held(let holder) {
+      throw ServerError(
+        "another rampd\(describe(holder)) is running with the state file \(state); this one stops without "
+          + "touching anything (give it another state.path to run both)")
+    } catch .unusable(let problem) {
+      logger.warning("no lock on the state file; another rampd sharing it would not be noticed: \(problem)")
+    }
+    return locks
+  }
+
+  /// The lock on the embedded output's WAV file, taken before ALSA's file plugin opens (and
+  /// truncates) it: another daemon's file must be left alone.
+  static func claim(embeddedFile file: String) throws -> InstanceLock {
+    do {
+      return try InstanceLock(path: file, record: nil)
+    } catch .held {
+      throw ServerError(
+        "another rampd plays into the embedded output file \(file); this one stops without touching it "
+          + "(give it another embedded-output.path, or a device)")
+    } catch .unusable(let problem) {
+      throw ServerError("embedded-output.path: \(problem)")
+    }
   }
 
   /// ` (pid 12, socket /run/rampd/rampd.sock)` for a holder's record, "" when there is none.
