@@ -53,7 +53,7 @@ import Testing
     for name in [
       ".out.wav.tmp-\(dead)", ".out.wav.tmp-\(dead)-3", ".out.wav.tmp-\(getppid())", ".other.wav.tmp-\(dead)",
     ] {
-      FileManager.default.createFile(atPath: "\(directory)/\(name)", contents: Data())
+      _ = FileManager.default.createFile(atPath: "\(directory)/\(name)", contents: Data())
     }
     let removed = ReplacementFile.removeStale(beside: "\(directory)/out.wav").map { ($0 as NSString).lastPathComponent }
     #expect(removed.sorted() == [".out.wav.tmp-\(dead)", ".out.wav.tmp-\(dead)-3"])
@@ -72,7 +72,7 @@ import Testing
     let frames = 1000
     for index in 0..<frames * 2 { bytes += [UInt8(index & 0xFF), 0x10] }
     bytes += [0x7F, 0x7F]  // half a frame
-    FileManager.default.createFile(atPath: path, contents: Data(bytes))
+    _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
     let descriptor = open(path, O_RDWR)
     defer { close(descriptor) }
     #expect(WavHeaderKeeper.refresh(descriptor: descriptor))
@@ -85,7 +85,7 @@ import Testing
     #expect(header.count == bytes.count, "nothing appended")
     // Not a WAV: nothing changes.
     let other = "\(directory)/text"
-    FileManager.default.createFile(atPath: other, contents: Data(repeating: 0x41, count: 100))
+    _ = FileManager.default.createFile(atPath: other, contents: Data(repeating: 0x41, count: 100))
     let textDescriptor = open(other, O_RDWR)
     defer { close(textDescriptor) }
     #expect(!WavHeaderKeeper.refresh(descriptor: textDescriptor))

@@ -71,7 +71,7 @@ func startRampdWithoutADevice(
     ["RAMPD_STATE_PATH": "\(directory)/state.json"].merging(extra) { $1 }
   ) { $1 }
   if let log {
-    FileManager.default.createFile(atPath: log, contents: nil)
+    _ = FileManager.default.createFile(atPath: log, contents: nil)
     process.standardError = FileHandle(forWritingAtPath: log)
   } else {
     process.standardError = FileHandle.nullDevice
