@@ -124,6 +124,10 @@ struct ConfigLayers {
       }
       try apply(key, .string(environment[name]!), ConfigOrigin(source: source, line: nil, rank: 2))
     }
+    // The socket: the same variables, in the same order, as rampctl reads.
+    if let socket = SocketLocation.environmentPath(environment), let key = ConfigSchema.keysByPath["socket.path"] {
+      try apply(key, .string(socket.path), ConfigOrigin(source: "environment (\(socket.variable))", line: nil, rank: 2))
+    }
   }
 
   mutating func applyOverrides(_ overrides: [String: String], flags: [String: String]) throws(ConfigurationError) {

@@ -158,11 +158,16 @@ public final class Server: @unchecked Sendable {
     guard (info.st_mode & S_IFMT) == S_IFSOCK else {
       throw ServerError("\(path) exists and is not a socket; refusing to replace it")
     }
+    try refuseLiveListener(at: path)
+    unlink(path)
+  }
+
+  /// Throws when a daemon answers at `path` (a socket file left by one that died does not).
+  static func refuseLiveListener(at path: String) throws {
     if let probe = try? SocketProbe.connect(path) {
       Glibc.close(probe)
-      throw ServerError("another rampd is already listening on \(path)")
+      throw ServerError("another rampd is already listening on \(path); this one stops without touching anything")
     }
-    unlink(path)
   }
 }
 
