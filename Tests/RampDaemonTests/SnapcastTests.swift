@@ -55,7 +55,7 @@ import Testing
         "--config", "\(directory)/snapserver.conf", "--server.datadir=\(directory)",
         "--stream.bind_to_address=127.0.0.1", "--stream.port=\(port)", "--http.enabled=false",
         "--tcp.enabled=false", "--logging.sink=stderr",
-      ], environment: noAvahi)
+      ], environment: noAvahi, niceness: -10)
     defer { server.stop() }
     try waitUntil("snapserver listens on 127.0.0.1:\(port)", log: server) {
       server.log.contains("Creating stream acceptor")
@@ -65,7 +65,7 @@ import Testing
       [
         "--host", "127.0.0.1", "--port", "\(port)", "--hostID", "rampd-test-\(getpid())",
         "--player", "file:filename=\(heard)", "--logsink", "stderr",
-      ], environment: noAvahi)
+      ], environment: noAvahi, niceness: -10)
     defer { client.stop() }
     let daemon = try DaemonProcess(
       extraALSA: shipped.asound(fifo: fifo), environment: try shipped.rampdOutputEnvironment())
@@ -126,7 +126,9 @@ import Testing
     )
     #expect(fade.misfit > 0, "a 16-bit recording cannot match the curve exactly: the comparison is not looking")
     let before = left[max(fade.start - Self.rate / 2, 0)..<fade.start]
-    #expect(before.count == Self.rate / 2 && before.allSatisfy { $0 == 32_767 }, "full scale for 0.5 s before")
+    #expect(
+      before.count == Self.rate / 2 && before.allSatisfy { $0 == 32_767 },
+      "full scale for 0.5 s before\nsnapserver: \(server.log)\nsnapclient: \(client.log)\nrampd: \(daemon.log)")
     let after = left[(fade.start + Int(Self.fadeSeconds * Double(Self.rate)))...].prefix(Self.rate / 5)
     #expect(after.count == Self.rate / 5 && after.allSatisfy { abs(Int($0)) <= 1 }, "silent after")
 
@@ -149,15 +151,16 @@ import Testing
         + "(to \(String(format: "%.3f", uncertainty)) s); snapserver's buffer \(snapcastBuffer) s, the pipe "
         + "\(String(format: "%.3f", pipe)) s, rampd's buffer \(rampdBuffer) s; within \(fade.misfit) of the curve")
     // rampd renders the fade at its `at`; the `file` plugin keeps back one buffer; the pipe holds
-    // what it can, less up to a 20 ms chunk that snapserver has just read and a 10 ms period that
-    // rampd could not write yet; snapserver stamps each chunk as it reads it (on its 20 ms grid)
-    // and has it played its buffer later; snapclient's player wakes every 50 ms, 10 ms ahead, on a
-    // timer of its own (10 ms either way allowed for both timers). The estimate is late by at most
-    // the time between the last two looks at the file. Five runs: 1.359 s to 1.379 s.
-    let expected = snapcastBuffer + rampdBuffer + pipe
+    // at most `pipe`: less a 20 ms chunk that snapserver has just read and a 10 ms period rampd
+    // could not write yet, and less again while a busy machine keeps rampd from refilling it at
+    // once; snapserver stamps each chunk as it reads it (on its 20 ms grid) and has it played its
+    // buffer later; snapclient's player wakes every 50 ms, 10 ms ahead, on a timer of its own (20 ms
+    // allowed for both timers). The estimate is late by at most the time between the last two looks
+    // at the file. Seven runs, two beside other tests: 1.352 s to 1.379 s.
+    let fullPipe = snapcastBuffer + rampdBuffer + pipe
     #expect(
-      latency > expected - 0.02 - 0.01 - 0.02 && latency < expected + 0.02 + uncertainty,
-      "latency \(latency) s, expected \(expected - 0.05) s to \(expected + 0.02) s")
+      latency > snapcastBuffer + rampdBuffer - 0.02 - 0.02 && latency < fullPipe + 0.02 + uncertainty,
+      "latency \(latency) s, expected \(snapcastBuffer + rampdBuffer - 0.04) s to \(fullPipe + 0.02) s")
   }
 }
 
@@ -272,18 +275,20 @@ final class ChildProcess {
   private let sink = LogSink()
   var log: String { sink.text }
 
-  init(_ executable: String, _ arguments: [String], environment: [String: String]) throws {
+  /// `niceness` below 0 (where allowed: as root) runs it through `nice`, as Snapcast's services
+  /// run: a snapserver starved of the CPU for 50 ms resyncs its stream, a gap every client plays.
+  init(_ executable: String, _ arguments: [String], environment: [String: String], niceness: Int = 0) throws {
     process.executableURL = URL(fileURLWithPath: executable)
     process.arguments = arguments
+    if niceness != 0, let nice = SystemTool.path("nice") {
+      // nice execs the command (the same process), at its normal priority when refused.
+      process.executableURL = URL(fileURLWithPath: nice)
+      process.arguments = ["-n", "\(niceness)", executable] + arguments
+    }
     process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
     process.standardOutput = FileHandle.nullDevice
     process.standardError = stderr
-    let sink = sink
-    stderr.fileHandleForReading.readabilityHandler = { handle in
-      let data = handle.availableData
-      if data.isEmpty { handle.readabilityHandler = nil }
-      sink.append(data)
-    }
+    sink.collect(from: stderr)
     try process.run()
   }
 
