@@ -132,6 +132,12 @@ import Testing
     let after = left[(fade.start + Int(Self.fadeSeconds * Double(Self.rate)))...].prefix(Self.rate / 5)
     #expect(after.count == Self.rate / 5 && after.allSatisfy { abs(Int($0)) <= 1 }, "silent after")
 
+    // The client plays 48000 frames a second: a sample format that disagrees somewhere (snapserver
+    // reading 44100 Hz, say) leaves the samples as they are but plays them at another speed.
+    let watched = try #require(growth.last).time - growth[0].time
+    let playedRate = Double(growth.last!.bytes - growth[0].bytes) / Double(recording.bytesPerFrame) / watched
+    #expect(abs(playedRate / Double(Self.rate) - 1) < 0.02, "the client played \(playedRate) frames a second")
+
     // When the fade's first sample is due at the client's output: its 50 ms chunk was written
     // between two looks at the file, 10 ms before the chunk's first sample is due.
     let chunk = fade.start / Self.playerChunkFrames
