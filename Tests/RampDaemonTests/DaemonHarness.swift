@@ -149,13 +149,7 @@ final class DaemonProcess {
     }
     process.environment = environment
     process.standardError = stderr
-    let sink = logSink
-    stderr.fileHandleForReading.readabilityHandler = { handle in
-      let data = handle.availableData
-      // End of file: the handler would be called again and again.
-      if data.isEmpty { handle.readabilityHandler = nil }
-      sink.append(data)
-    }
+    logSink.collect(from: stderr)
     process.standardOutput = FileHandle.nullDevice
     // An earlier daemon killed on this directory left its socket file: wait for the new one.
     unlink(socket)
@@ -234,6 +228,16 @@ final class LogSink: @unchecked Sendable {
 
   func append(_ more: Data) {
     lock.withLock { data.append(more) }
+  }
+
+  /// Appends what comes out of `pipe`, as it comes (a full pipe would stop its writer).
+  func collect(from pipe: Pipe) {
+    pipe.fileHandleForReading.readabilityHandler = { [self] handle in
+      let data = handle.availableData
+      // End of file: the handler would be called again and again.
+      if data.isEmpty { handle.readabilityHandler = nil }
+      append(data)
+    }
   }
 
   var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }
