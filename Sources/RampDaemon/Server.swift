@@ -425,8 +425,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     guard inputClosed, !closing, unanswered.load(ordering: .relaxed) == 0 else { return }
     closing = true
     idleCheck?.cancel()
-    let channel = channel
-    channel.writeAndFlush(channel.allocator.buffer(capacity: 0)).whenComplete { _ in channel.close(promise: nil) }
+    close(after: channel.allocator.buffer(capacity: 0))
   }
 
   /// One request line.
@@ -512,8 +511,13 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private func close(with line: JSONValue) {
     var buffer = channel.allocator.buffer(capacity: 256)
     buffer.writeString(line.serializedLine())
+    close(after: buffer)
+  }
+
+  /// Closes the connection once `bytes`, and everything written before them, are sent.
+  private func close(after bytes: ByteBuffer) {
     let channel = channel
-    channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
+    channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
   }
 
   // MARK: Client
