@@ -121,8 +121,6 @@ def test_every_command_is_a_method(daemon, client):
     assert client.unsubscribe().events == []
     assert client.observe("master.gain", rate=10).rate == 10
     assert client.unobserve().keys == ["master.gain"]
-    # A fresh stream: a stop soon after a seek may leave a stream stopping for good (a daemon
-    # race, not the client's).
     client.play(path, "two")
     out = client.fade_out("streams.two.gain", duration=0.05, then="stop")
     assert out.streams == ["two"]
