@@ -190,9 +190,10 @@ def test_a_timeline_runs_each_line_at_its_time(daemon, client, tmp_path):
     assert [o.label for o in outcomes] == [f"{script}:{n}" for n in (2, 3, 4, 6)]
     first, setting, after, last = (o.result for o in outcomes)
     assert first.model == 1 and setting.value == 0.5 and after.model == 0.5
-    # Dated 1 s apart, they take effect 1 s apart (within 20 ms: rampd turns a date into a sample
-    # when the request arrives).
-    assert abs(last.sample - after.sample - RATE) <= 0.02 * RATE
+    # Dated 1 s apart, they take effect 1 s of samples apart: rampd turns a date into a sample when
+    # the request arrives, so a render thread that falls behind the clock on an overloaded test
+    # machine shifts that by as much as it fell behind (0.12 s seen at a load of 15 on 2 cores).
+    assert abs(last.sample - after.sample - RATE) <= 0.2 * RATE
 
 
 def test_a_timeline_reports_bad_lines_before_sending_and_refusals_after(client, tmp_path):
@@ -285,8 +286,9 @@ def test_readme_alarm(daemon, client):
     holds = [run for run in _steady_runs(left[first:last], RATE // 10) if run[2] == pytest.approx(0.5)]
     assert holds, "the alarm held its level between the fades"
     assert 0.3 * RATE * 0.9 <= last - (first + holds[-1][1]) <= 0.3 * RATE * 1.2
-    # Both were scheduled by date: from the wake-up to silence is 1 s and the 0.3 s fall.
-    assert (last - first) / RATE == pytest.approx(1.3, abs=0.02)
+    # Both were scheduled by date: from the wake-up to silence is 1 s and the 0.3 s fall (give or
+    # take what an overloaded machine shifts, as in the timeline test).
+    assert (last - first) / RATE == pytest.approx(1.3, abs=0.2)
 
 
 def test_readme_duck_around_a_jingle(daemon, client):
