@@ -269,7 +269,7 @@ def test_readme_alarm(daemon, client):
     """The README's alarm, with times a moment away: silence, a rise, a fall, then the stream stops."""
     alarm = daemon.constant_file("alarm", 1, level=0.5)
     now = datetime.datetime.now(datetime.timezone.utc)
-    wake, off = now + datetime.timedelta(seconds=0.5), now + datetime.timedelta(seconds=1.5)
+    wake, off = now + datetime.timedelta(seconds=1.5), now + datetime.timedelta(seconds=2.5)
     r = client
     r.play(alarm, stream="alarm", loop=True, fade_in=0.5, at=wake, ack="scheduled")
     r.fade_out("streams.alarm.gain", duration=0.3, then="stop", at=off, ack="scheduled")
