@@ -297,6 +297,16 @@ enum ConfigSchema {
         builder.configuration.limits.maxObserveRate = rate
       },
       render: { ConfigText.number($0.limits.maxObserveRate) }),
+    ConfigKey(
+      section: "limits", name: "observe-budget",
+      apply: { builder, value throws(ValueProblem) in
+        let rate = try ConfigParse.hertz(value)
+        guard rate >= 1 && rate <= 100_000 else {
+          throw ValueProblem("\(ConfigText.number(rate)) Hz is outside 1...100000 Hz")
+        }
+        builder.configuration.limits.observeBudget = rate
+      },
+      render: { ConfigText.number($0.limits.observeBudget) }),
     limitKey("pending-scheduled", 0...1_000_000, \.pendingScheduled),
     limitKey("animations-per-key-path", 1...1024, \.animationsPerKeyPath),
     ConfigKey(

@@ -76,13 +76,13 @@ enum AnimationWire {
 
   private static func timing(_ reader: FieldReader) throws(ProtocolError) -> MediaTiming {
     var timing = MediaTiming()
-    timing.beginTime = try reader.number("beginTime")
+    timing.beginTime = try reader.time("beginTime")
     timing.duration = try reader.seconds("duration") ?? 0
     if let speed = try reader.number("speed") {
       guard speed >= 0 else { throw reader.invalid("speed", "must not be negative, got \(JSONValue.format(speed))") }
       timing.speed = speed
     }
-    timing.timeOffset = try reader.number("timeOffset") ?? 0
+    timing.timeOffset = try reader.time("timeOffset") ?? 0
     timing.repeatCount = try countOrInfinity(reader, "repeatCount") ?? 0
     timing.repeatDuration = try countOrInfinity(reader, "repeatDuration") ?? 0
     if timing.repeatCount > 0 && timing.repeatDuration > 0 {
@@ -101,6 +101,8 @@ enum AnimationWire {
     guard case .number(let number) = value, number.isFinite, number >= 0 else {
       throw reader.invalid(key, "expected a number not negative or \"inf\", got \(describe(value))")
     }
+    // A repeat count is not a time: its product with the duration saturates in the engine.
+    if key == "repeatDuration" { try FieldReader.withinHorizon(number, reader.path(key)) }
     return number
   }
 
@@ -256,7 +258,7 @@ enum AnimationWire {
       if error.code == .limitExceeded || error.code == .unknownKeyPath || error.code == .invalidKeyPath { return }
       // The engine says "space" where an animation object says "valueSpace".
       let inner = error.field.map { field + "." + ($0 == "space" ? "valueSpace" : $0) } ?? field
-      throw .at(inner, .invalidField, error.message)
+      throw .at(inner, error.code == .outOfRange ? .outOfRange : .invalidField, error.message)
     }
   }
 

@@ -77,7 +77,9 @@ struct Rampd: ParsableCommand {
     do {
       configuration = try load()
     } catch {
-      FileHandle.standardError.write(Data("rampd: \(error)\n".utf8))
+      // Every error in the configuration, one a line.
+      let lines = (error as? ConfigurationError)?.all.map(\.description) ?? ["\(error)"]
+      FileHandle.standardError.write(Data(lines.map { "rampd: \($0)\n" }.joined().utf8))
       throw ExitCode(78)  // EX_CONFIG
     }
     if checkConfig {

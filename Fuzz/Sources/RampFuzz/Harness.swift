@@ -296,7 +296,7 @@ final class Inbox: Client, @unchecked Sendable {
     condition.unlock()
   }
 
-  func event(_ line: JSONValue) {}
+  func event(_ line: String) {}
 
   var awaitsNoOtherReply: Bool { true }
 
