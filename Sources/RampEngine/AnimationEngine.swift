@@ -209,7 +209,7 @@ public final class AnimationEngine {
     let beginSample: Int64
     if let begin = animation.timing.beginTime {
       // Absolute: within the horizon of the engine's clock, now.
-      try Check.withinHorizon(begin - Double(now) / sampleRate, "beginTime", shown: begin)
+      try Check.withinHorizon(begin - Double(now) / sampleRate, "beginTime", shown: begin, slack: 1)
       beginSample = Sample.position(begin, rate: sampleRate)
     } else {
       beginSample = now

@@ -61,8 +61,12 @@ enum Check {
 
   /// A time (seconds, either sign) within `MediaTiming.horizon`; `shown` is the value as the
   /// caller gave it, when the check is on a value derived from it.
-  static func withinHorizon(_ seconds: Double, _ field: String, shown: Double? = nil) throws(EngineError) {
-    guard abs(seconds) <= MediaTiming.horizon else {
+  /// `slack`: seconds allowed past it, for a time the caller made by adding a clock to one
+  /// within the horizon (rounding must not refuse it).
+  static func withinHorizon(_ seconds: Double, _ field: String, shown: Double? = nil, slack: Double = 0)
+    throws(EngineError)
+  {
+    guard abs(seconds) <= MediaTiming.horizon + slack else {
       throw EngineError(
         .outOfRange, field: field,
         "\(shown ?? seconds) s is beyond the horizon of \(Int(MediaTiming.horizon)) s (about 31 years)")

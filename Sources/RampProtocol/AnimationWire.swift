@@ -7,17 +7,10 @@ enum AnimationWire {
     case basic, keyframe, spring, group
   }
 
-  static let timingKeys = [
-    "beginTime", "duration", "speed", "timeOffset", "repeatCount", "repeatDuration", "autoreverses", "fillMode",
-    "removedOnCompletion",
-  ]
-  static let commonKeys = ["type"] + timingKeys + ["timingFunction", "additive", "cumulative", "valueSpace", "dbFloor"]
-  static let basicKeys = ["from", "to", "by"]
-  static let keyframeKeys = [
-    "values", "keyTimes", "timingFunctions", "calculationMode", "tensionValues", "continuityValues", "biasValues",
-  ]
-  static let springKeys = ["from", "to", "by", "mass", "stiffness", "damping", "initialVelocity", "allowsOverdamping"]
-  static let perceptualSpringKeys = ["from", "to", "by", "bounce", "initialVelocity"]
+  /// The keys of each kind of object, from the protocol's description.
+  static let commonKeys = ProtocolSchema.commonAnimationFields.map(\.name)
+  static func keys(of kind: Kind) -> [String] { ProtocolSchema.animationFields[kind.rawValue]?.map(\.name) ?? [] }
+  static let perceptualSpringKeys = ProtocolSchema.perceptualSpringFields.map(\.name)
 
   // MARK: Parsing
 
@@ -28,13 +21,9 @@ enum AnimationWire {
   {
     let kind = try self.kind(of: object, prefix: prefix)
     let isPerceptual = kind == .spring && object["bounce"].map { $0 != .null } == true
-    var allowed = commonKeys + (isChild ? ["keyPath"] : [])
-    switch kind {
-    case .basic: allowed += basicKeys
-    case .keyframe: allowed += keyframeKeys
-    case .spring: allowed += isPerceptual ? perceptualSpringKeys : springKeys
-    case .group: allowed += ["animations"]
-    }
+    let allowed =
+      commonKeys + (isChild ? [ProtocolSchema.childField.name] : [])
+      + (isPerceptual ? perceptualSpringKeys : keys(of: kind))
     let context = isPerceptual ? "a spring given by duration and bounce" : "a \(kind.rawValue) animation"
     let reader = try FieldReader(object, prefix: prefix, allowed: allowed, context: context, options: options)
 

@@ -92,9 +92,21 @@ struct FieldReader {
     guard abs(seconds) <= MediaTiming.horizon else {
       throw .at(
         field, .outOfRange,
-        "\(JSONValue.format(seconds)) s is beyond the horizon of \(JSONValue.format(MediaTiming.horizon)) s"
-          + " (about 31 years)")
+        "\(short(seconds)) s is beyond the horizon of \(JSONValue.format(MediaTiming.horizon)) s (about 31 years)")
     }
+  }
+
+  /// A large number as people write it: 1e14 rather than 100000000000000, 1e300 rather than 1e+300.
+  static func short(_ number: Double) -> String {
+    let magnitude = abs(number)
+    guard magnitude >= 1e6, magnitude == magnitude.rounded() else { return JSONValue.format(number) }
+    let sign = number < 0 ? "-" : ""
+    guard magnitude < 9e18 else { return sign + magnitude.description.split(separator: "+").joined() }
+    let digits = String(Int64(magnitude))
+    let significant = digits.reversed().drop { $0 == "0" }.reversed()
+    guard digits.count - significant.count >= 3 else { return JSONValue.format(number) }
+    let rest = significant.dropFirst()
+    return sign + String(significant.first!) + (rest.isEmpty ? "" : "." + String(rest)) + "e\(digits.count - 1)"
   }
 
   static func finite(_ value: JSONValue, _ field: String, what: String) throws(ProtocolError) -> Double {
