@@ -84,9 +84,12 @@ struct ConfigLayers {
   var problems: [ConfigurationError] = []
 
   mutating func apply(_ key: ConfigKey, _ value: ConfigValue, _ origin: ConfigOrigin) {
+    // A refused value leaves the key as it was, so no later check reports it again.
+    let before = builder
     do {
       try key.apply(&builder, value)
     } catch {
+      builder = before
       problems.append(
         ConfigurationError(source: origin.source, line: origin.line, key: key.path, message: error.message))
       return

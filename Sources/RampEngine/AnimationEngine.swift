@@ -208,8 +208,9 @@ public final class AnimationEngine {
     try validate(animation, prefix: "")
     let beginSample: Int64
     if let begin = animation.timing.beginTime {
-      // Absolute: within the horizon of the engine's clock, now.
-      try Check.withinHorizon(begin - Double(now) / sampleRate, "beginTime", shown: begin, slack: 1)
+      // Absolute: within the horizon of the engine's clock, now (a millisecond's leeway for the
+      // rounding of a caller's relative time plus the clock).
+      try Check.withinHorizon(begin - Double(now) / sampleRate, "beginTime", shown: begin, slack: 1e-3)
       beginSample = Sample.position(begin, rate: sampleRate)
     } else {
       beginSample = now

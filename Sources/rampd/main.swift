@@ -44,7 +44,7 @@ struct Rampd: ParsableCommand {
     help: ArgumentHelp("Where the embedded output writes its WAV file (embedded-output.path).", valueName: "file"))
   var embeddedFile: String?
 
-  @Flag(name: .long, help: "Validate the configuration and exit (status 0 when valid).")
+  @Flag(name: .long, help: "Validate the configuration, report every error in it, and exit (status 0 when valid).")
   var checkConfig = false
 
   @Flag(name: .long, help: "With --check-config: print the effective configuration as TOML.")

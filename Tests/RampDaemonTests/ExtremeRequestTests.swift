@@ -106,7 +106,7 @@ import Testing
       "cmd": "batch", "commands": [["cmd": "set", "key": "master.gain", "value": 0.5], ["cmd": "seek", "stream": "s1", "position": 3]],
     ])
     #expect(batch.errorCode == "out-of-range", "\(batch.serialized())")
-    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["value"] == 1)
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"] == 1)
   }
 
   /// The sum of every connection's observe rates is held to `[limits] observe-budget`.
