@@ -103,7 +103,10 @@ import Testing
     #expect(inside["ok"] == true, "\(inside.serialized())")
     // In a batch, the whole batch is refused and the field is named inside it.
     let batch = try client.request([
-      "cmd": "batch", "commands": [["cmd": "set", "key": "master.gain", "value": 0.5], ["cmd": "seek", "stream": "s1", "position": 3]],
+      "cmd": "batch",
+      "commands": [
+        ["cmd": "set", "key": "master.gain", "value": 0.5], ["cmd": "seek", "stream": "s1", "position": 3],
+      ],
     ])
     #expect(batch.errorCode == "out-of-range", "\(batch.serialized())")
     #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"] == 1)
