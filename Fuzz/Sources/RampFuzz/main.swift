@@ -30,6 +30,8 @@ if CommandLine.arguments.count >= 3, CommandLine.arguments[1] == "--structured",
   print(
     "structured: \(fuzzer.sent) requests (seed \(seed)) in \(Int((Clock.now - started).rounded())) s, each followed by"
       + " a ping; no crash, no hang, every liveness check answered")
+  let replies = fuzzer.outcomes.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }
+  print("structured: replies read: \(replies.joined(separator: ", "))")
   exit(0)
 }
 
