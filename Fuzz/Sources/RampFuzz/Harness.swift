@@ -217,8 +217,8 @@ final class Generation {
   let parseOptions: ParseOptions
 
   /// `lineLength`: the daemon's `[limits] line-length`, small so that the byte fuzzer's inputs
-  /// reach it. `period`: the output's period and buffer, if not the defaults.
-  init(directory: String, number: Int, lineLength: Int = 1024, period: (period: String, buffer: String)? = nil) {
+  /// reach it.
+  init(directory: String, number: Int, lineLength: Int = 1024) {
     let home = "\(directory)/g\(number)"
     socketPath = home + "/rampd.sock"
     // A non-default dB floor, so a request's floor must survive the round trip through `json`.
@@ -228,7 +228,6 @@ final class Generation {
       [output]
       device = "null"
       pacing = "clock"
-      \(period.map { "period = \"\($0.period)\"\nbuffer = \"\($0.buffer)\"" } ?? "")
       [embedded-output]
       enabled = false
       [fade]

@@ -41,9 +41,7 @@ struct StructuredFuzzer {
     while sent < requests {
       if generation == nil {
         number += 1
-        // A short period: commands wait for the render thread's next block.
-        let fresh = Generation(
-          directory: directory, number: 1000 + number, lineLength: Self.lineLength, period: ("1ms", "4ms"))
+        let fresh = Generation(directory: directory, number: 1000 + number, lineLength: Self.lineLength)
         generation = fresh
         connection = open(fresh)
       }
