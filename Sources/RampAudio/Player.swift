@@ -197,6 +197,12 @@ public final class RenderState: @unchecked Sendable {
 
   public func contains(stream id: String) -> Bool { streams.contains { $0.id == id } }
 
+  /// Seconds of audio in stream `id`'s file (nil: no such stream).
+  public func length(ofStream id: String) -> Double? {
+    guard let stream = streams.first(where: { $0.id == id }) else { return nil }
+    return Double(stream.decoder.outputLength) / Double(sampleRate)
+  }
+
   /// Hands a command's ticket back to the control side, after the events the command caused.
   public func complete(_ ticket: CommandTicket) {
     post(.commandCompleted(ticket))
@@ -588,7 +594,8 @@ public final class Player: @unchecked Sendable {
     guard let stream = state.streams.first(where: { $0.id == id }) else { return false }
     // Past the end is the end: capping at the file's length keeps a position such as 1e308 s from
     // overflowing the frame count.
-    let frame = Int(min(max(seconds, 0) * Double(output.rate), Double(stream.decoder.outputLength)))
+    let wanted = seconds * Double(output.rate)
+    let frame = wanted > 0 ? Int(min(wanted, Double(stream.decoder.outputLength))) : 0
     _ = try? state.engine.set(
       "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
     stream.pendingSeek = frame

@@ -184,6 +184,9 @@ public struct Limits: Sendable, Equatable {
   public var observersPerClient = 16
   /// Highest `observe` rate, in Hz.
   public var maxObserveRate: Double = 200
+  /// The sum of every `observe` rate, over all connections, in Hz: the timer wake-ups a second
+  /// observing may cost the daemon.
+  public var observeBudget: Double = 2000
   /// Commands scheduled with `at` and not yet applied, over all connections.
   public var pendingScheduled = 1024
   /// Animations on one key path at once (additive layers, keyframes, retargets still declicking).
@@ -194,9 +197,10 @@ public struct Limits: Sendable, Equatable {
 
   public init(
     clients: Int = 64, lineLength: Int = 65_536, streams: Int = 16, observersPerClient: Int = 16,
-    maxObserveRate: Double = 200, pendingScheduled: Int = 1024, animationsPerKeyPath: Int = 64,
-    idleTimeout: Double = 300
+    maxObserveRate: Double = 200, observeBudget: Double = 2000, pendingScheduled: Int = 1024,
+    animationsPerKeyPath: Int = 64, idleTimeout: Double = 300
   ) {
+    self.observeBudget = observeBudget
     self.animationsPerKeyPath = animationsPerKeyPath
     self.idleTimeout = idleTimeout
     self.clients = clients
@@ -290,6 +294,9 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
   /// The key, `section.key` (`output.rate`, `mixer.master.card`), when the error concerns one.
   public var key: String?
   public var message: String
+  /// The errors found after this one in the same configuration (every one is reported, not only
+  /// the first), in the order of the layers and of the file's lines.
+  public var more: [ConfigurationError] = []
 
   public init(source: String, line: Int? = nil, key: String? = nil, message: String) {
     self.source = source
@@ -298,12 +305,22 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     self.message = message
   }
 
+  /// This error and every one after it, each on its own.
+  public var all: [ConfigurationError] {
+    var first = self
+    first.more = []
+    return [first] + more
+  }
+
+  /// Every error, one a line.
   public var description: String {
-    var text = source
-    if let line { text += ":\(line)" }
-    text += ": "
-    if let key { text += "\(key): " }
-    return text + message
+    all.map { error in
+      var text = error.source
+      if let line = error.line { text += ":\(line)" }
+      text += ": "
+      if let key = error.key { text += "\(key): " }
+      return text + error.message
+    }.joined(separator: "\n")
   }
 }
 

@@ -30,8 +30,8 @@ extension DaemonConfiguration {
     if let file {
       try layers.applyFile(toml: readFile(file), source: file)
     }
-    try layers.applyEnvironment(environment)
-    try layers.applyOverrides(overrides, flags: flags)
+    layers.applyEnvironment(environment)
+    layers.applyOverrides(overrides, flags: flags)
     return try layers.finish()
   }
 
@@ -75,23 +75,33 @@ struct ConfigOrigin: Sendable, Equatable {
   var rank: Int
 }
 
-/// The layers read so far, applied in order onto the defaults.
+/// The layers read so far, applied in order onto the defaults. A value that is refused is
+/// recorded and the rest read on, so that every error is reported at once (`finish`).
 struct ConfigLayers {
   var builder = ConfigBuilder()
   /// The last layer that set each key (`output.buffer`).
   var origins: [String: ConfigOrigin] = [:]
+  /// Every error met so far, in order.
+  var problems: [ConfigurationError] = []
 
-  mutating func apply(_ key: ConfigKey, _ value: ConfigValue, _ origin: ConfigOrigin) throws(ConfigurationError) {
+  mutating func apply(_ key: ConfigKey, _ value: ConfigValue, _ origin: ConfigOrigin) {
+    // A refused value leaves the key as it was, so no later check reports it again.
+    let before = builder
     do {
       try key.apply(&builder, value)
     } catch {
-      throw ConfigurationError(source: origin.source, line: origin.line, key: key.path, message: error.message)
+      builder = before
+      problems.append(
+        ConfigurationError(source: origin.source, line: origin.line, key: key.path, message: error.message))
+      return
     }
     origins[key.path] = origin
   }
 
-  /// The combined configuration, after the checks that involve more than one key.
+  /// The combined configuration, after the checks that involve more than one key; or every
+  /// error met, the first with the others in `more`.
   func finish() throws(ConfigurationError) -> DaemonConfiguration {
+    var problems = problems
     let result = builder.finished()
     do {
       try result.output.validate()
@@ -102,47 +112,58 @@ struct ConfigLayers {
       let origin =
         involved.compactMap { origins[$0] }.max(by: { $0.rank < $1.rank })
         ?? ConfigOrigin(source: "defaults", line: nil, rank: 0)
-      throw ConfigurationError(source: origin.source, line: origin.line, key: key, message: message)
+      problems.append(ConfigurationError(source: origin.source, line: origin.line, key: key, message: message))
+    }
+    if var first = problems.first {
+      first.more = Array(problems.dropFirst())
+      throw first
     }
     return result
   }
 
   // MARK: Environment and overrides
 
-  mutating func applyEnvironment(_ environment: [String: String]) throws(ConfigurationError) {
+  mutating func applyEnvironment(_ environment: [String: String]) {
     for name in environment.keys.sorted()
     where name.hasPrefix("RAMPD_") && !DaemonConfiguration.reservedEnvironmentVariables.contains(name) {
       let source = "environment (\(name))"
       guard let key = ConfigSchema.keysByEnvironmentName[name] else {
         if name.hasPrefix("RAMPD_MIXER_") {
-          throw ConfigurationError(
-            source: source, message: "mixer bindings are configured in the file only ([[mixer]] tables)")
+          problems.append(
+            ConfigurationError(
+              source: source, message: "mixer bindings are configured in the file only ([[mixer]] tables)"))
+          continue
         }
         let known = ConfigSchema.keys.map(\.environmentName)
         let hint = Suggestion.closest(to: name, among: known).map { " (did you mean \($0)?)" } ?? ""
-        throw ConfigurationError(source: source, message: "not a configuration variable\(hint)")
+        problems.append(ConfigurationError(source: source, message: "not a configuration variable\(hint)"))
+        continue
       }
-      try apply(key, .string(environment[name]!), ConfigOrigin(source: source, line: nil, rank: 2))
+      apply(key, .string(environment[name]!), ConfigOrigin(source: source, line: nil, rank: 2))
     }
     // The socket: the same variables, in the same order, as rampctl reads.
     if let socket = SocketLocation.environmentPath(environment), let key = ConfigSchema.keysByPath["socket.path"] {
-      try apply(key, .string(socket.path), ConfigOrigin(source: "environment (\(socket.variable))", line: nil, rank: 2))
+      apply(key, .string(socket.path), ConfigOrigin(source: "environment (\(socket.variable))", line: nil, rank: 2))
     }
   }
 
-  mutating func applyOverrides(_ overrides: [String: String], flags: [String: String]) throws(ConfigurationError) {
+  mutating func applyOverrides(_ overrides: [String: String], flags: [String: String]) {
     for path in overrides.keys.sorted() {
       let source = flags[path] ?? "command line (\(path))"
       guard let key = ConfigSchema.keysByPath[path] else {
         if path == "mixer" || path.hasPrefix("mixer.") {
-          throw ConfigurationError(
-            source: source, key: path, message: "mixer bindings are configured in the file only ([[mixer]] tables)")
+          problems.append(
+            ConfigurationError(
+              source: source, key: path,
+              message: "mixer bindings are configured in the file only ([[mixer]] tables)"))
+          continue
         }
         let hint =
           Suggestion.closest(to: path, among: ConfigSchema.keys.map(\.path)).map { " (did you mean \($0)?)" } ?? ""
-        throw ConfigurationError(source: source, key: path, message: "unknown key\(hint)")
+        problems.append(ConfigurationError(source: source, key: path, message: "unknown key\(hint)"))
+        continue
       }
-      try apply(key, .string(overrides[path]!), ConfigOrigin(source: source, line: nil, rank: 3))
+      apply(key, .string(overrides[path]!), ConfigOrigin(source: source, line: nil, rank: 3))
     }
   }
 
@@ -245,15 +266,22 @@ struct ConfigLayers {
       let origin = ConfigOrigin(source: source, line: line, rank: 1)
       switch entry {
       case .set(let key, let value):
-        try apply(key, value, origin)
+        apply(key, value, origin)
       case .problem(let key, let message):
-        throw ConfigurationError(source: source, line: line, key: key, message: message)
+        problems.append(ConfigurationError(source: source, line: line, key: key, message: message))
       case .mixer(let position, let table):
-        let mixer = try Self.mixer(position, table, index: index, origin: origin)
+        let mixer: MixerBindingConfiguration
+        do { mixer = try Self.mixer(position, table, index: index, origin: origin) } catch {
+          problems.append(error)
+          continue
+        }
         if let (_, earlier) = mixers.first(where: { $0.0.name == mixer.name }) {
-          throw ConfigurationError(
-            source: source, line: index.keyLines["mixer#\(position).name"] ?? line, key: "mixer.\(mixer.name).name",
-            message: "a mixer named '\(mixer.name)' is already bound" + (earlier.line.map { " (line \($0))" } ?? ""))
+          problems.append(
+            ConfigurationError(
+              source: source, line: index.keyLines["mixer#\(position).name"] ?? line,
+              key: "mixer.\(mixer.name).name",
+              message: "a mixer named '\(mixer.name)' is already bound" + (earlier.line.map { " (line \($0))" } ?? "")))
+          continue
         }
         mixers.append((mixer, origin))
       }

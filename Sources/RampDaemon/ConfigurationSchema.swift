@@ -287,16 +287,8 @@ enum ConfigSchema {
       render: { "\($0.limits.lineLength)" }),
     limitKey("streams", 1...256, \.streams),
     limitKey("observers-per-client", 0...1024, \.observersPerClient),
-    ConfigKey(
-      section: "limits", name: "max-observe-rate",
-      apply: { builder, value throws(ValueProblem) in
-        let rate = try ConfigParse.hertz(value)
-        guard rate >= 1 && rate <= 1000 else {
-          throw ValueProblem("\(ConfigText.number(rate)) Hz is outside 1...1000 Hz")
-        }
-        builder.configuration.limits.maxObserveRate = rate
-      },
-      render: { ConfigText.number($0.limits.maxObserveRate) }),
+    rateLimitKey("max-observe-rate", 1...1000, \.maxObserveRate),
+    rateLimitKey("observe-budget", 1...100_000, \.observeBudget),
     limitKey("pending-scheduled", 0...1_000_000, \.pendingScheduled),
     limitKey("animations-per-key-path", 1...1024, \.animationsPerKeyPath),
     ConfigKey(
@@ -306,6 +298,24 @@ enum ConfigSchema {
       },
       render: { ConfigText.durationValue($0.limits.idleTimeout) }),
   ]
+
+  /// A `[limits]` key in Hz.
+  private static func rateLimitKey(
+    _ name: String, _ range: ClosedRange<Double>, _ field: WritableKeyPath<Limits, Double> & Sendable
+  ) -> ConfigKey {
+    ConfigKey(
+      section: "limits", name: name,
+      apply: { builder, value throws(ValueProblem) in
+        let rate = try ConfigParse.hertz(value)
+        guard range.contains(rate) else {
+          throw ValueProblem(
+            "\(ConfigText.number(rate)) Hz is outside"
+              + " \(ConfigText.number(range.lowerBound))...\(ConfigText.number(range.upperBound)) Hz")
+        }
+        builder.configuration.limits[keyPath: field] = rate
+      },
+      render: { ConfigText.number($0.limits[keyPath: field]) })
+  }
 
   private static func limitKey(
     _ name: String, _ range: ClosedRange<Int>, _ field: WritableKeyPath<Limits, Int> & Sendable

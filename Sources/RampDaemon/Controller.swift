@@ -10,8 +10,9 @@ public protocol Client: AnyObject, Sendable {
   /// The reply to this client's request `sequence` (the number `handle` was given with it), from
   /// any thread. Always delivered.
   func reply(_ line: JSONValue, sequence: Int)
-  /// An event; a client that cannot keep up drops it rather than hold anyone up.
-  func event(_ line: JSONValue)
+  /// An event, as the whole line to send (newline included): serialised once, however many
+  /// clients receive it. A client that cannot keep up drops it rather than hold anyone up.
+  func event(_ line: String)
   /// Whether the request being handled is the only one of this client's still without a reply,
   /// so a reply sent before the render thread has run it cannot overtake another.
   var awaitsNoOtherReply: Bool { get }
@@ -27,6 +28,8 @@ public protocol Client: AnyObject, Sendable {
 /// a socket.
 public final class Controller: @unchecked Sendable {
   public let player: Player
+  /// The `observe` rates taken over every connection (`[limits] observe-budget`).
+  let observeBudget = ObserveBudget()
   /// The running configuration, replaced whole by `reload`.
   public let live: LiveConfiguration
   public var configuration: DaemonConfiguration { live.current }
@@ -532,10 +535,11 @@ public final class Controller: @unchecked Sendable {
 
   public func broadcast(_ event: Event) {
     guard let kind = event.kind else { return }
-    let line = event.json
     let targets = subscribers.withLock { table in
       table.values.compactMap { $0.kinds.contains(kind) ? $0.client : nil }
     }
+    guard !targets.isEmpty else { return }
+    let line = event.json.serializedLine()
     for client in targets { client.event(line) }
   }
 

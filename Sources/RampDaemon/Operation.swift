@@ -50,6 +50,7 @@ extension ProtocolError {
     case .unknownKeyPath: code = .unknownKeyPath
     case .unknownAnimation: code = .unknownAnimation
     case .limitExceeded: code = .limitExceeded
+    case .outOfRange: code = .outOfRange
     case .invalidValue where error.message.contains("outside"): code = .outOfRange
     default: code = .invalidField
     }

@@ -30,7 +30,9 @@ struct Preparation: Sendable {
     case .seek(let seek):
       let player = player
       return Operation(
-        check: { state in Self.checkStream(seek.stream, in: state) },
+        check: { state in
+          Self.checkStream(seek.stream, in: state) ?? Self.checkPosition(seek.position, of: seek.stream, in: state)
+        },
         apply: { state, _ in
           player.seek(seek.stream, to: seek.position, in: state)
           return ["stream": .string(seek.stream), "position": .number(seek.position)]
@@ -367,6 +369,15 @@ struct Preparation: Sendable {
   static func checkStream(_ id: String, field: String = "stream", in state: RenderState) -> ProtocolError? {
     state.contains(stream: id)
       ? nil : ProtocolError(.unknownStream, field: field, "no stream '\(id)' is playing")
+  }
+
+  /// A seek lands inside the file: its very end is allowed (the stream ends there), beyond is refused.
+  static func checkPosition(_ position: Double, of id: String, in state: RenderState) -> ProtocolError? {
+    guard let length = state.length(ofStream: id), position > length else { return nil }
+    return ProtocolError(
+      .outOfRange, field: "position",
+      "position: \(JSONValue.format(position)) s is past the end of stream '\(id)', whose file is"
+        + " \(JSONValue.format((length * 1000).rounded() / 1000)) s long")
   }
 
   /// Why a key path names nothing, and what was likely meant: `streams.master.gain` (typed as

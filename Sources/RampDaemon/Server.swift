@@ -363,9 +363,14 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   /// Lives on the connection's event loop only.
   final class Observer: @unchecked Sendable {
     let published: PublishedValue
+    /// Hz, taken from the daemon's observe budget until the observation stops.
+    let rate: Double
     var task: RepeatedTask?
     var last: Double?
-    init(published: PublishedValue) { self.published = published }
+    init(published: PublishedValue, rate: Double) {
+      self.published = published
+      self.rate = rate
+    }
   }
 
   init(channel: Channel, controller: Controller, peer: Peer, confined: Bool, lineLength: Int, logger: Logger) {
@@ -573,14 +578,15 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
 
   var awaitsNoOtherReply: Bool { unanswered.load(ordering: .relaxed) == 1 }
 
-  func event(_ line: JSONValue) {
+  func event(_ line: String) {
     // A subscriber that does not read loses events instead of holding the daemon's memory.
     guard channel.isWritable else { return }
-    write(line)
+    write(text: line)
   }
 
-  private func write(_ line: JSONValue) {
-    let text = line.serializedLine()
+  private func write(_ line: JSONValue) { write(text: line.serializedLine()) }
+
+  private func write(text: String) {
     var buffer = channel.allocator.buffer(capacity: text.utf8.count)
     buffer.writeString(text)
     channel.writeAndFlush(buffer, promise: nil)
@@ -607,8 +613,18 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
         error: ProtocolError(
           .limitExceeded, field: "key", "\(limits.observersPerClient) key paths are observed, the most allowed"))
     }
+    let replaced = observers[key]?.rate ?? 0
+    if let total = controller.observeBudget.take(rate, replacing: replaced, limit: limits.observeBudget) {
+      return Reply.failure(
+        id: id,
+        error: ProtocolError(
+          .limitExceeded, field: "rate",
+          "rate: \(JSONValue.format(rate)) Hz would bring the observe rates of every connection to"
+            + " \(JSONValue.format(total)) Hz, above limits.observe-budget (\(JSONValue.format(limits.observeBudget)) Hz)"
+        ))
+    }
     if let old = observers.removeValue(forKey: key) { stop(old) }
-    let observer = Observer(published: controller.player.publish(key))
+    let observer = Observer(published: controller.player.publish(key), rate: rate)
     // A rate of 1e-300 Hz is allowed (above 0) and means never: capped, as the conversion traps.
     let interval = TimeAmount.nanoseconds(Int64(min(1e9 / rate, 1e18)))
     observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
@@ -624,7 +640,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     let (value, sample) = observer.published.latest
     guard sample >= 0, !value.isNaN, value != observer.last else { return }
     observer.last = value
-    event(Event.value(key: observer.published.keyPath, value: value, sample: sample).json)
+    event(Event.value(key: observer.published.keyPath, value: value, sample: sample).json.serializedLine())
   }
 
   private func unobserve(_ key: String?, id: JSONValue?) -> JSONValue {
@@ -639,6 +655,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   private func stop(_ observer: Observer) {
+    controller.observeBudget.release(observer.rate)
     observer.task?.cancel()
     controller.player.unpublish(observer.published)
   }

@@ -173,6 +173,7 @@ public final class AnimationEngine {
     }
     let transaction = transaction ?? defaultTransaction
     try Check.nonNegative(transaction.duration, "duration")
+    try Check.withinHorizon(transaction.duration, "duration")
     try transaction.timingFunction.validate()
     if transaction.disableActions || transaction.duration == 0 {
       removeInstances(of: property, key: Self.implicitActionKey)
@@ -207,11 +208,10 @@ public final class AnimationEngine {
     try validate(animation, prefix: "")
     let beginSample: Int64
     if let begin = animation.timing.beginTime {
-      let sample = (begin * sampleRate).rounded()
-      guard abs(sample) < 9e18 else {
-        throw EngineError(.invalidValue, field: "beginTime", "\(begin) s is beyond the engine's clock")
-      }
-      beginSample = Int64(sample)
+      // Absolute: within the horizon of the engine's clock, now (a millisecond's leeway for the
+      // rounding of a caller's relative time plus the clock).
+      try Check.withinHorizon(begin - Double(now) / sampleRate, "beginTime", shown: begin, slack: 1e-3)
+      beginSample = Sample.position(begin, rate: sampleRate)
     } else {
       beginSample = now
     }
@@ -235,7 +235,8 @@ public final class AnimationEngine {
     nextID += 1
 
     // The slope audible just before this change, for slope continuity.
-    let oldSlope = continuity == .slope ? value(of: target, at: now) - value(of: target, at: now - 1) : 0
+    let oldSlope =
+      continuity == .slope ? value(of: target, at: now) - value(of: target, at: Sample.add(now, -1)) : 0
     var touched: [Property] = []
     for (property, _) in compiled where !touched.contains(where: { $0 === property }) {
       removeInstances(of: property, key: key)
@@ -246,7 +247,7 @@ public final class AnimationEngine {
     if continuity == .slope, compiled.count == 1, let instance = compiled.first?.1, !instance.isAdditive,
       instance.levels.count == 1, beginSample == now
     {
-      let newSlope = value(of: target, at: now + 1) - value(of: target, at: now)
+      let newSlope = value(of: target, at: Sample.add(now, 1)) - value(of: target, at: now)
       let samples = instance.innerDuration * sampleRate / max(instance.levels[0].speed, 1e-12)
       if samples >= 2 { instance.slopeCorrection = (oldSlope - newSlope) * samples }
     }
@@ -258,6 +259,7 @@ public final class AnimationEngine {
   public func removeAnimation(forKey key: String, from keyPath: String, declick: Double = 0) throws(EngineError) {
     let property = try property(keyPath)
     try Check.nonNegative(declick, "declick")
+    try Check.withinHorizon(declick, "declick")
     guard property.instances.contains(where: { $0.key == key }) else {
       throw EngineError(.unknownAnimation, field: "name", "no animation '\(key)' on \(keyPath)")
     }
@@ -270,6 +272,7 @@ public final class AnimationEngine {
   public func removeAllAnimations(from keyPath: String, declick: Double = 0) throws(EngineError) {
     let property = try property(keyPath)
     try Check.nonNegative(declick, "declick")
+    try Check.withinHorizon(declick, "declick")
     let before = value(of: property, at: now)
     for instance in property.instances { endEarly(instance) }
     property.instances.removeAll(keepingCapacity: true)
@@ -303,7 +306,10 @@ public final class AnimationEngine {
       let ends = instance.endSample != .max
       let progress =
         ends
-        ? min(max(Double(now - instance.beginSample) / Double(max(instance.endSample - instance.beginSample, 1)), 0), 1)
+        ? min(
+          max(
+            Sample.seconds(from: instance.beginSample, to: now, rate: 1)
+              / max(Sample.seconds(from: instance.beginSample, to: instance.endSample, rate: 1), 1), 0), 1)
         : nil
       let kind: String
       if instance.levels.count > 1 {
@@ -343,7 +349,7 @@ public final class AnimationEngine {
     var done = 0
     while done < count {
       let n = min(count - done, maxBlockSize)
-      if evaluate(property, start: start + Int64(done), count: n, into: block) {
+      if evaluate(property, start: Sample.add(start, Int64(done)), count: n, into: block) {
         for i in 0..<n { out[done + i] = Float(block[i]) }
       } else {
         (out + done).update(repeating: Float(block[0]), count: n)
@@ -357,7 +363,7 @@ public final class AnimationEngine {
     var done = 0
     while done < count {
       let n = min(count - done, maxBlockSize)
-      evaluate(handle.property, start: start + Int64(done), count: n, into: out + done)
+      evaluate(handle.property, start: Sample.add(start, Int64(done)), count: n, into: out + done)
       done += n
     }
   }
@@ -403,7 +409,7 @@ public final class AnimationEngine {
   /// queued (finished: true) and animations removed on completion are set aside. Does not
   /// allocate as long as fewer than 1024 reports wait to be drained.
   public func advance(by count: Int) {
-    now += Int64(count)
+    now = Sample.add(now, Int64(count))
     var propertyIndex = 0
     while propertyIndex < ordered.count {
       let property = ordered[propertyIndex]
@@ -467,7 +473,7 @@ public final class AnimationEngine {
   }
 
   private func validate(_ animation: Animation, prefix: String) throws(EngineError) {
-    try animation.timing.validate(prefix)
+    try animation.timing.validate(prefix, isTopLevel: prefix.isEmpty)
     try animation.timingFunction.validate(field: prefix + "timingFunction")
     if case .keyframes(let keyframes) = animation.content {
       for (index, curve) in (keyframes.timingFunctions ?? []).enumerated() {

@@ -53,7 +53,8 @@ final class AnimationInstance: @unchecked Sendable {
     self.levels = levels
     self.beginSample = beginSample
     let end = levels[0].activeEndInParent * sampleRate
-    endSample = end.isFinite && end < 9e18 ? beginSample + Int64(Sample.count(end)) : .max
+    // Saturates: an end past Int64's range is an end that never comes.
+    endSample = end.isFinite && end < 9e18 ? Sample.add(beginSample, Int64(Sample.count(end))) : .max
     self.removedOnCompletion = removedOnCompletion
     self.isAdditive = isAdditive
     self.curve = curve
@@ -100,7 +101,7 @@ final class AnimationInstance: @unchecked Sendable {
     var wrote = false
     var i = 0
     while i < count {
-      let seconds = Double(start + Int64(i) - beginSample) / sampleRate
+      let seconds = Sample.seconds(from: beginSample, to: Sample.add(start, Int64(i)), rate: sampleRate)
       let span = span(at: seconds)
       var run = count - i
       if sampleBySample {
@@ -164,5 +165,26 @@ enum Sample {
   @inline(__always) static func count(_ samples: Double) -> Int {
     let whole = (samples - 1e-7).rounded(.up)
     return whole >= Double(Int.max / 2) ? Int.max / 2 : max(Int(whole), 0)
+  }
+
+  /// `a + b`, held at Int64's ends instead of trapping: sample positions near the ends of the
+  /// clock (a direct caller's extreme values) saturate.
+  @inline(__always) static func add(_ a: Int64, _ b: Int64) -> Int64 {
+    let (sum, overflow) = a.addingReportingOverflow(b)
+    return overflow ? (b > 0 ? .max : .min) : sum
+  }
+
+  /// Seconds from sample `origin` to sample `sample`, for any two positions (a difference beyond
+  /// Int64 is taken in Double).
+  @inline(__always) static func seconds(from origin: Int64, to sample: Int64, rate: Double) -> Double {
+    let (difference, overflow) = sample.subtractingReportingOverflow(origin)
+    return (overflow ? Double(sample) - Double(origin) : Double(difference)) / rate
+  }
+
+  /// The sample nearest `seconds` at `rate`, held within Int64 (NaN: 0).
+  static func position(_ seconds: Double, rate: Double) -> Int64 {
+    let sample = (seconds * rate).rounded()
+    guard !sample.isNaN else { return 0 }
+    return Int64(min(max(sample, -9.2e18), 9.2e18))
   }
 }

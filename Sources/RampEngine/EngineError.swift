@@ -16,6 +16,8 @@ public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
     case limitExceeded = "limit-exceeded"
     /// No animation under that key.
     case unknownAnimation = "unknown-animation"
+    /// A time beyond the engine's horizon (`MediaTiming.horizon`).
+    case outOfRange = "out-of-range"
   }
 
   public let code: Code
@@ -54,6 +56,20 @@ enum Check {
     try finite(value, field)
     guard value > 0 else {
       throw EngineError(.invalidValue, field: field, "must be greater than zero, got \(value)")
+    }
+  }
+
+  /// A time (seconds, either sign) within `MediaTiming.horizon`; `shown` is the value as the
+  /// caller gave it, when the check is on a value derived from it.
+  /// `slack`: seconds allowed past it, for a time the caller made by adding a clock to one
+  /// within the horizon (rounding must not refuse it).
+  static func withinHorizon(_ seconds: Double, _ field: String, shown: Double? = nil, slack: Double = 0)
+    throws(EngineError)
+  {
+    guard abs(seconds) <= MediaTiming.horizon + slack else {
+      throw EngineError(
+        .outOfRange, field: field,
+        "\(shown ?? seconds) s is beyond the horizon of \(Int(MediaTiming.horizon)) s (about 31 years)")
     }
   }
 

@@ -43,13 +43,26 @@ public struct MediaTiming: Sendable, Hashable {
     self.removedOnCompletion = removedOnCompletion
   }
 
-  func validate(_ prefix: String) throws(EngineError) {
-    if let beginTime { try Check.finite(beginTime, prefix + "beginTime") }
+  /// The longest span of time, in seconds, the engine takes: begin times (from now, or within a
+  /// group), durations, time offsets and finite repeat durations beyond it are refused, so sample
+  /// positions stay far inside Int64 at any sample rate up to 10 MHz. About 31.7 years.
+  public static let horizon = 1e9
+
+  /// `isTopLevel`: the begin time is absolute, and is checked against the horizon from the
+  /// engine's clock by the engine (`AnimationEngine.add`); inside a group it is relative.
+  func validate(_ prefix: String, isTopLevel: Bool) throws(EngineError) {
+    if let beginTime {
+      try Check.finite(beginTime, prefix + "beginTime")
+      if !isTopLevel { try Check.withinHorizon(beginTime, prefix + "beginTime") }
+    }
     try Check.nonNegative(duration, prefix + "duration")
+    try Check.withinHorizon(duration, prefix + "duration")
     try Check.nonNegative(speed, prefix + "speed")
     try Check.finite(timeOffset, prefix + "timeOffset")
+    try Check.withinHorizon(timeOffset, prefix + "timeOffset")
     try Check.nonNegativeOrInfinite(repeatCount, prefix + "repeatCount")
     try Check.nonNegativeOrInfinite(repeatDuration, prefix + "repeatDuration")
+    if repeatDuration.isFinite { try Check.withinHorizon(repeatDuration, prefix + "repeatDuration") }
     if repeatCount > 0 && repeatDuration > 0 {
       throw EngineError(
         .invalidAnimation, field: prefix + "repeatDuration", "set repeatCount or repeatDuration, not both")

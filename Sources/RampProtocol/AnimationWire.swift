@@ -7,17 +7,10 @@ enum AnimationWire {
     case basic, keyframe, spring, group
   }
 
-  static let timingKeys = [
-    "beginTime", "duration", "speed", "timeOffset", "repeatCount", "repeatDuration", "autoreverses", "fillMode",
-    "removedOnCompletion",
-  ]
-  static let commonKeys = ["type"] + timingKeys + ["timingFunction", "additive", "cumulative", "valueSpace", "dbFloor"]
-  static let basicKeys = ["from", "to", "by"]
-  static let keyframeKeys = [
-    "values", "keyTimes", "timingFunctions", "calculationMode", "tensionValues", "continuityValues", "biasValues",
-  ]
-  static let springKeys = ["from", "to", "by", "mass", "stiffness", "damping", "initialVelocity", "allowsOverdamping"]
-  static let perceptualSpringKeys = ["from", "to", "by", "bounce", "initialVelocity"]
+  /// The keys of each kind of object, from the protocol's description.
+  static let commonKeys = ProtocolSchema.commonAnimationFields.map(\.name)
+  static func keys(of kind: Kind) -> [String] { ProtocolSchema.animationFields[kind.rawValue]?.map(\.name) ?? [] }
+  static let perceptualSpringKeys = ProtocolSchema.perceptualSpringFields.map(\.name)
 
   // MARK: Parsing
 
@@ -28,13 +21,9 @@ enum AnimationWire {
   {
     let kind = try self.kind(of: object, prefix: prefix)
     let isPerceptual = kind == .spring && object["bounce"].map { $0 != .null } == true
-    var allowed = commonKeys + (isChild ? ["keyPath"] : [])
-    switch kind {
-    case .basic: allowed += basicKeys
-    case .keyframe: allowed += keyframeKeys
-    case .spring: allowed += isPerceptual ? perceptualSpringKeys : springKeys
-    case .group: allowed += ["animations"]
-    }
+    let allowed =
+      commonKeys + (isChild ? [ProtocolSchema.childField.name] : [])
+      + (isPerceptual ? perceptualSpringKeys : keys(of: kind))
     let context = isPerceptual ? "a spring given by duration and bounce" : "a \(kind.rawValue) animation"
     let reader = try FieldReader(object, prefix: prefix, allowed: allowed, context: context, options: options)
 
@@ -76,13 +65,13 @@ enum AnimationWire {
 
   private static func timing(_ reader: FieldReader) throws(ProtocolError) -> MediaTiming {
     var timing = MediaTiming()
-    timing.beginTime = try reader.number("beginTime")
+    timing.beginTime = try reader.time("beginTime")
     timing.duration = try reader.seconds("duration") ?? 0
     if let speed = try reader.number("speed") {
       guard speed >= 0 else { throw reader.invalid("speed", "must not be negative, got \(JSONValue.format(speed))") }
       timing.speed = speed
     }
-    timing.timeOffset = try reader.number("timeOffset") ?? 0
+    timing.timeOffset = try reader.time("timeOffset") ?? 0
     timing.repeatCount = try countOrInfinity(reader, "repeatCount") ?? 0
     timing.repeatDuration = try countOrInfinity(reader, "repeatDuration") ?? 0
     if timing.repeatCount > 0 && timing.repeatDuration > 0 {
@@ -101,6 +90,8 @@ enum AnimationWire {
     guard case .number(let number) = value, number.isFinite, number >= 0 else {
       throw reader.invalid(key, "expected a number not negative or \"inf\", got \(describe(value))")
     }
+    // A repeat count is not a time: its product with the duration saturates in the engine.
+    if key == "repeatDuration" { try FieldReader.withinHorizon(number, reader.path(key)) }
     return number
   }
 
@@ -256,7 +247,7 @@ enum AnimationWire {
       if error.code == .limitExceeded || error.code == .unknownKeyPath || error.code == .invalidKeyPath { return }
       // The engine says "space" where an animation object says "valueSpace".
       let inner = error.field.map { field + "." + ($0 == "space" ? "valueSpace" : $0) } ?? field
-      throw .at(inner, .invalidField, error.message)
+      throw .at(inner, error.code == .outOfRange ? .outOfRange : .invalidField, error.message)
     }
   }
 

@@ -80,10 +80,7 @@ public enum Command: Sendable, Equatable {
   }
 
   /// Every command name the protocol knows, in PROTOCOL.md's order.
-  public static let names = [
-    "ping", "version", "status", "play", "stop", "pause", "resume", "seek", "fade", "fade-in", "fade-out", "set",
-    "get", "animate", "cancel", "remove", "list", "subscribe", "unsubscribe", "observe", "unobserve", "batch", "wait",
-  ]
+  public static let names = ProtocolSchema.commands.map(\.name)
 
   /// Commands a batch cannot hold: they are about the connection or about time passing, not
   /// about one sample.

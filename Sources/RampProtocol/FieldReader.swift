@@ -73,10 +73,40 @@ struct FieldReader {
     return try Self.finite(value, path(key), what: "a number")
   }
 
-  /// A duration: a finite number of seconds, not negative.
+  /// A duration: a finite number of seconds, not negative, within the horizon.
   func seconds(_ key: String) throws(ProtocolError) -> Double? {
     guard let value = value(key) else { return nil }
     return try Self.seconds(value, path(key))
+  }
+
+  /// A moment or offset in seconds, of either sign, within the horizon.
+  func time(_ key: String) throws(ProtocolError) -> Double? {
+    guard let value = value(key) else { return nil }
+    let number = try Self.finite(value, path(key), what: "a number of seconds")
+    try Self.withinHorizon(number, path(key))
+    return number
+  }
+
+  /// Times beyond the engine's horizon (`MediaTiming.horizon`, PROTOCOL.md §1) are `out-of-range`.
+  static func withinHorizon(_ seconds: Double, _ field: String) throws(ProtocolError) {
+    guard abs(seconds) <= MediaTiming.horizon else {
+      throw .at(
+        field, .outOfRange,
+        "\(short(seconds)) s is beyond the horizon of \(JSONValue.format(MediaTiming.horizon)) s (about 31 years)")
+    }
+  }
+
+  /// A large number as people write it: 1e14 rather than 100000000000000, 1e300 rather than 1e+300.
+  static func short(_ number: Double) -> String {
+    let magnitude = abs(number)
+    guard magnitude >= 1e6, magnitude == magnitude.rounded() else { return JSONValue.format(number) }
+    let sign = number < 0 ? "-" : ""
+    guard magnitude < 9e18 else { return sign + magnitude.description.split(separator: "+").joined() }
+    let digits = String(Int64(magnitude))
+    let significant = digits.reversed().drop { $0 == "0" }.reversed()
+    guard digits.count - significant.count >= 3 else { return JSONValue.format(number) }
+    let rest = significant.dropFirst()
+    return sign + String(significant.first!) + (rest.isEmpty ? "" : "." + String(rest)) + "e\(digits.count - 1)"
   }
 
   static func finite(_ value: JSONValue, _ field: String, what: String) throws(ProtocolError) -> Double {
@@ -90,6 +120,7 @@ struct FieldReader {
   static func seconds(_ value: JSONValue, _ field: String) throws(ProtocolError) -> Double {
     let number = try finite(value, field, what: "a number of seconds")
     guard number >= 0 else { throw .at(field, .invalidField, "must not be negative, got \(JSONValue.format(number))") }
+    try withinHorizon(number, field)
     return number
   }
 

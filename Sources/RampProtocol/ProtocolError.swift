@@ -69,6 +69,7 @@ extension ProtocolError {
     case .unknownKeyPath: code = .unknownKeyPath
     case .limitExceeded: code = .limitExceeded
     case .unknownAnimation: code = .unknownAnimation
+    case .outOfRange: code = .outOfRange
     }
     guard let field = error.field else {
       self.init(code, field: prefix.isEmpty ? nil : String(prefix.dropLast()), error.message)

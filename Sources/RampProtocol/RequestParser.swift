@@ -55,7 +55,7 @@ struct RequestParser {
   let prefix: String
   let options: ParseOptions
 
-  static let commonKeys = ["id", "cmd", "at", "ack"]
+  static let commonKeys = ProtocolSchema.requestFields.map(\.name)
 
   static func id(_ object: JSONObject) throws(ProtocolError) -> JSONValue? {
     guard let id = object["id"], id != .null else { return nil }
@@ -115,21 +115,24 @@ struct RequestParser {
     return name
   }
 
-  private func reader(_ object: JSONObject, _ name: String, _ keys: [String]) throws(ProtocolError) -> FieldReader {
-    try FieldReader(object, prefix: prefix, allowed: Self.commonKeys + keys, context: name, options: options)
+  /// A reader of command `name`'s object, which takes the keys `ProtocolSchema` gives it.
+  private func reader(_ object: JSONObject, _ name: String) throws(ProtocolError) -> FieldReader {
+    try FieldReader(
+      object, prefix: prefix, allowed: Self.commonKeys + ProtocolSchema.fields(of: name).map(\.name), context: name,
+      options: options)
   }
 
   private func command(_ name: String, _ object: JSONObject) throws(ProtocolError) -> Command {
     switch name {
     case "ping", "version", "status":
-      _ = try reader(object, name, [])
+      _ = try reader(object, name)
       return name == "ping" ? .ping : name == "version" ? .version : .status
     case "play": return .play(try play(object))
     case "stop": return .stop(try transport(object, name))
     case "pause": return .pause(try transport(object, name))
     case "resume": return .resume(try transport(object, name))
     case "seek":
-      let r = try reader(object, name, ["stream", "position"])
+      let r = try reader(object, name)
       return .seek(
         Seek(
           stream: try r.required(try r.identifier("stream"), "stream"),
@@ -137,22 +140,22 @@ struct RequestParser {
     case "fade", "fade-in", "fade-out": return .fade(try fade(object, Fade.Kind(rawValue: name)!))
     case "set": return .set(try set(object))
     case "get":
-      let r = try reader(object, name, ["key"])
+      let r = try reader(object, name)
       return .get(key: try r.required(try r.keyPath("key"), "key"))
     case "animate": return .animate(try animate(object))
     case "cancel":
-      let r = try reader(object, name, ["key"])
+      let r = try reader(object, name)
       return .cancel(key: try r.required(try r.keyPath("key"), "key"))
     case "remove":
-      let r = try reader(object, name, ["key", "name"])
+      let r = try reader(object, name)
       return .remove(key: try r.required(try r.keyPath("key"), "key"), name: try r.identifier("name"))
     case "list":
-      let r = try reader(object, name, ["prefix"])
+      let r = try reader(object, name)
       return .list(prefix: try r.string("prefix"))
     case "subscribe": return .subscribe(events: try events(object, name))
     case "unsubscribe": return .unsubscribe(events: try events(object, name))
     case "observe":
-      let r = try reader(object, name, ["key", "rate"])
+      let r = try reader(object, name)
       let key = try r.required(try r.keyPath("key"), "key")
       let rate = try r.number("rate") ?? Self.defaultObserveRate
       guard rate > 0, rate <= Self.maximumObserveRate else {
@@ -162,7 +165,7 @@ struct RequestParser {
       }
       return .observe(key: key, rate: rate)
     case "unobserve":
-      let r = try reader(object, name, ["key"])
+      let r = try reader(object, name)
       return .unobserve(key: try r.keyPath("key"))
     case "batch": return .batch(try batch(object))
     case "wait": return .wait(try wait(object))
@@ -176,7 +179,7 @@ struct RequestParser {
   static let maximumObserveRate = 1000.0
 
   private func play(_ object: JSONObject) throws(ProtocolError) -> Play {
-    let r = try reader(object, "play", ["path", "stream", "gain", "fadeIn", "curve", "loop", "paused"])
+    let r = try reader(object, "play")
     let path = try r.required(try r.string("path", limit: ProtocolLimits.pathBytes), "path")
     guard !path.isEmpty else { throw r.invalid("path", "must not be empty") }
     // The C calls that open it would stop at the NUL, opening a path other than the one checked
@@ -188,14 +191,12 @@ struct RequestParser {
   }
 
   private func transport(_ object: JSONObject, _ name: String) throws(ProtocolError) -> Transport {
-    let r = try reader(object, name, ["stream", "fade", "curve"])
+    let r = try reader(object, name)
     return Transport(stream: try r.identifier("stream"), fade: try r.seconds("fade"), curve: try r.curve("curve"))
   }
 
   private func fade(_ object: JSONObject, _ kind: Fade.Kind) throws(ProtocolError) -> Fade {
-    let r = try reader(
-      object, kind.rawValue,
-      ["key", "from", "to", "duration", "curve", "space", "dbFloor", "continuity", "name", "then"])
+    let r = try reader(object, kind.rawValue)
     let to = try r.number("to") ?? kind.defaultTarget
     let then = try r.choice("then", Fade.Then.self)
     if then != nil && kind != .fadeOut {
@@ -220,7 +221,7 @@ struct RequestParser {
 
   private func set(_ object: JSONObject) throws(ProtocolError) -> SetValue {
     // "to" is accepted for "value", as timeline scripts write it.
-    let r = try reader(object, "set", ["key", "value", "to", "duration", "curve", "space", "dbFloor", "continuity"])
+    let r = try reader(object, "set")
     if r.has("value") && r.has("to") { throw r.invalid("to", "give value or to, not both") }
     let to = try r.number("to")
     let value = try r.number("value") ?? to
@@ -231,7 +232,7 @@ struct RequestParser {
   }
 
   private func animate(_ object: JSONObject) throws(ProtocolError) -> Animate {
-    let r = try reader(object, "animate", ["key", "name", "animation", "continuity"])
+    let r = try reader(object, "animate")
     let key = try r.required(try r.keyPath("key"), "key")
     let description = try r.required(try r.object("animation"), "animation")
     let animation = try AnimationWire.parse(
@@ -243,7 +244,7 @@ struct RequestParser {
   }
 
   private func events(_ object: JSONObject, _ name: String) throws(ProtocolError) -> [EventKind]? {
-    let r = try reader(object, name, ["events"])
+    let r = try reader(object, name)
     guard let elements = try r.array("events") else { return nil }
     guard !elements.isEmpty else {
       throw r.invalid("events", "name at least one event kind, or leave events out for all")
@@ -260,7 +261,7 @@ struct RequestParser {
   }
 
   private func batch(_ object: JSONObject) throws(ProtocolError) -> [Request] {
-    let r = try reader(object, "batch", ["commands"])
+    let r = try reader(object, "batch")
     let elements = try r.required(try r.array("commands", limit: ProtocolLimits.batchCount), "commands")
     guard !elements.isEmpty else { throw r.invalid("commands", "a batch needs at least one command") }
     var requests: [Request] = []
@@ -275,7 +276,7 @@ struct RequestParser {
   }
 
   private func wait(_ object: JSONObject) throws(ProtocolError) -> Wait {
-    let r = try reader(object, "wait", ["animations", "key", "timeout"])
+    let r = try reader(object, "wait")
     var ids: [UInt64]?
     if let elements = try r.array("animations") {
       guard !elements.isEmpty else { throw r.invalid("animations", "name at least one animation id") }

@@ -51,7 +51,7 @@ struct Rampd: ParsableCommand {
     help: ArgumentHelp("Where the embedded output writes its WAV file (embedded-output.path).", valueName: "file"))
   var embeddedFile: String?
 
-  @Flag(name: .long, help: "Validate the configuration and exit (status 0 when valid).")
+  @Flag(name: .long, help: "Validate the configuration, report every error in it, and exit (status 0 when valid).")
   var checkConfig = false
 
   @Flag(name: .long, help: "With --check-config: print the effective configuration as TOML.")
@@ -84,7 +84,9 @@ struct Rampd: ParsableCommand {
     do {
       configuration = try load()
     } catch {
-      FileHandle.standardError.write(Data("rampd: \(error)\n".utf8))
+      // Every error in the configuration, one a line.
+      let lines = (error as? ConfigurationError)?.all.map(\.description) ?? ["\(error)"]
+      FileHandle.standardError.write(Data(lines.map { "rampd: \($0)\n" }.joined().utf8))
       throw ExitCode(78)  // EX_CONFIG
     }
     if checkConfig {

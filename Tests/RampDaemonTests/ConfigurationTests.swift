@@ -632,13 +632,17 @@ extension ConfigurationTests {
       #expect(error?.source == "/etc/rampd/rampd.toml")
       #expect(error?.description == "/etc/rampd/rampd.toml:8: output.rate: 1000 Hz is outside 8000...384000")
 
-      // The first error in the file is reported, whatever order TOMLKit keeps keys in.
+      // Every error is reported, in the order of the file's lines, whatever order TOMLKit keeps keys in.
       #expect(
-        failure("[output]\nrate = 1\n[limits]\nclients = 0") == "test:2: output.rate: 1 Hz is outside 8000...384000")
-      #expect(failure("[limits]\nclients = 0\n[output]\nrate = 1") == "test:2: limits.clients: 0 is outside 1...4096")
+        failure("[output]\nrate = 1\n[limits]\nclients = 0")
+          == "test:2: output.rate: 1 Hz is outside 8000...384000\ntest:4: limits.clients: 0 is outside 1...4096")
+      #expect(
+        failure("[limits]\nclients = 0\n[output]\nrate = 1")
+          == "test:2: limits.clients: 0 is outside 1...4096\ntest:4: output.rate: 1 Hz is outside 8000...384000")
       #expect(
         failure("[output]\nzz = 1\naa = 2")
           == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing"
+          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing"
       )
       // Dotted keys and quoted keys.
       #expect(failure("\n\noutput.rate = 5") == "test:3: output.rate: 5 Hz is outside 8000...384000")

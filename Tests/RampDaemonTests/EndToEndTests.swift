@@ -371,16 +371,17 @@ import Testing
   }
 }
 
-/// Edge cases of time: seeking past the end ends the stream; waiting on an animation held past
-/// its end by fillMode forwards replies at once.
+/// Edge cases of time: seeking to the end ends the stream (past it is refused); waiting on an
+/// animation held past its end by fillMode forwards replies at once.
 @Suite struct TimeEdgeTests {
-  @Test func seekingPastTheEndFinishesTheStream() throws {
+  @Test func seekingToTheEndFinishesTheStream() throws {
     let daemon = try DaemonProcess()
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
     let file = try daemon.constantFile("one", seconds: 1)
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "x"]).isOK)
-    #expect(try client.request(["cmd": "seek", "stream": "x", "position": 99]).isOK)
+    #expect(try client.request(["cmd": "seek", "stream": "x", "position": 99]).errorCode == "out-of-range")
+    #expect(try client.request(["cmd": "seek", "stream": "x", "position": 1]).isOK)
     let ended = try client.waitForEvent(timeout: 3) { $0["event"] == "stream-ended" }
     #expect(ended["reason"] == "finished")
   }

@@ -78,16 +78,20 @@ import Testing
     #expect(try client.request(["cmd": "ping"]).result["pong"] == true)
   }
 
-  /// `seek` to a position past what the sample clock counts trapped on the render thread.
-  @Test func aSeekBeyondAnyFileFinishesTheStream() throws {
+  /// `seek` to a position past what the sample clock counts trapped on the render thread. Such a
+  /// position is now refused (beyond the horizon, and past the file's end); the very end of the
+  /// file finishes the stream.
+  @Test func aSeekBeyondAnyFileIsRefusedAndOneToTheEndFinishesTheStream() throws {
     let daemon = try DaemonProcess()
     let file = try daemon.constantFile("tone", seconds: 5)
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
     let play = try client.request(["cmd": "play", "path": .string(file), "stream": "a"])
     #expect(play["ok"] == true, "\(play.serialized())")
-    let seek = try client.request(["cmd": "seek", "stream": "a", "position": 1e300])
-    #expect(seek.result["position"] == 1e300, "\(seek.serialized())")
+    let far = try client.request(["cmd": "seek", "stream": "a", "position": 1e300])
+    #expect(far.errorCode == "out-of-range", "\(far.serialized())")
+    let seek = try client.request(["cmd": "seek", "stream": "a", "position": 5])
+    #expect(seek.result["position"] == 5, "\(seek.serialized())")
     let ended = try client.waitForEvent { $0["event"] == "stream-ended" }
     #expect(ended["reason"] == "finished", "\(ended.serialized())")
     #expect(try client.request(["cmd": "ping"]).result["pong"] == true)

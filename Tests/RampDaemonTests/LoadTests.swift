@@ -25,7 +25,9 @@ import Testing
     var limit = rlimit()
     getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &limit)
     let daemon = try DaemonProcess(
-      extraConfiguration: "[limits]\nclients = 256\nstreams = 16\nobservers-per-client = 16",
+      // Two hundred clients observing up to two key paths at 5 Hz: up to 2000 Hz, the default
+      // observe budget; room above it, since a refusal would fail the test.
+      extraConfiguration: "[limits]\nclients = 256\nstreams = 16\nobservers-per-client = 16\nobserve-budget = 4000",
       periodMs: 20, bufferMs: 100, realtimeLimit: limit.rlim_max >= 20 ? 20 : nil)
     let pid = daemon.process.processIdentifier
     let control = try daemon.client()

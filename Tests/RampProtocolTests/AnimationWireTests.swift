@@ -191,7 +191,8 @@ func animationRefusal(_ object: String) -> ProtocolError? {
     #expect(
       animationRefusal(#"{"type":"basic","beginTime":1e300}"#)
         == ProtocolError(
-          .invalidField, field: "animation.beginTime", "animation.beginTime: 1e+300 s is beyond the engine's clock"))
+          .outOfRange, field: "animation.beginTime",
+          "animation.beginTime: 1e300 s is beyond the horizon of 1000000000 s (about 31 years)"))
     // to − by is the start value, negative here, which power space cannot hold.
     #expect(
       animationRefusal(#"{"type":"basic","to":0,"by":0.5,"valueSpace":"power"}"#)

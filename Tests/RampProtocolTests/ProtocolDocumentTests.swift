@@ -60,4 +60,4 @@ import Testing
   }
 }
 
-private func readFile(_ path: String) throws -> String { try String(contentsOfFile: path, encoding: .utf8) }
+func readFile(_ path: String) throws -> String { try String(contentsOfFile: path, encoding: .utf8) }

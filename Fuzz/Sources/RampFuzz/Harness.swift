@@ -216,7 +216,9 @@ final class Generation {
   let lineLimit: Int
   let parseOptions: ParseOptions
 
-  init(directory: String, number: Int) {
+  /// `lineLength`: the daemon's `[limits] line-length`, small so that the byte fuzzer's inputs
+  /// reach it.
+  init(directory: String, number: Int, lineLength: Int = 1024) {
     let home = "\(directory)/g\(number)"
     socketPath = home + "/rampd.sock"
     // A non-default dB floor, so a request's floor must survive the round trip through `json`.
@@ -234,7 +236,7 @@ final class Generation {
       max = "+6dB"
       [limits]
       clients = 4096
-      line-length = 1024
+      line-length = \(lineLength)
       streams = 4
       pending-scheduled = \(Self.pendingLimit)
       [media]
@@ -296,7 +298,7 @@ final class Inbox: Client, @unchecked Sendable {
     condition.unlock()
   }
 
-  func event(_ line: JSONValue) {}
+  func event(_ line: String) {}
 
   var awaitsNoOtherReply: Bool { true }
 

@@ -19,6 +19,22 @@ if getenv("RAMPD_FUZZ_ENVIRONMENT") == nil {
   execv(path, CommandLine.unsafeArgv)
 }
 
+// `--structured REQUESTS [SEED]`: the structure-aware fuzzer (Structured.swift) instead of libFuzzer.
+if CommandLine.arguments.count >= 3, CommandLine.arguments[1] == "--structured",
+  let requests = Int(CommandLine.arguments[2])
+{
+  let seed = CommandLine.arguments.count > 3 ? UInt64(CommandLine.arguments[3]) ?? 1 : 1
+  let started = Clock.now
+  var fuzzer = StructuredFuzzer(seed: seed, directory: harness.directory, replyTimeout: harness.replyTimeout)
+  fuzzer.run(requests: requests)
+  print(
+    "structured: \(fuzzer.sent) requests (seed \(seed)) in \(Int((Clock.now - started).rounded())) s, each followed by"
+      + " a ping; no crash, no hang, every liveness check answered")
+  let replies = fuzzer.outcomes.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }
+  print("structured: replies read: \(replies.joined(separator: ", "))")
+  exit(0)
+}
+
 // libFuzzer's flags and inputs come on the command line (`RampFuzz -runs=1000 corpus/`, or a
 // reproducer's path).
 var argc = CommandLine.argc
