@@ -26,14 +26,16 @@ final class RampdLink: @unchecked Sendable {
     let (lines, continuation) = AsyncStream<Output>.makeStream(bufferingPolicy: .bufferingNewest(4096))
     self.lines = lines
     connection.isInterrupted = { [closing] in closing.isSet }
-    let reader = Thread { [connection] in
+    // The thread holds the link until it ends: a poll slice after `close()`, or when rampd goes.
+    let reader = Thread { [self] in
       while true {
         do {
           // No deadline: each read waits a poll slice, then looks at `isInterrupted`.
-          guard let received = try connection.nextLine(until: nil) else { continue }
+          guard let received = try self.connection.nextLine(until: nil) else { continue }
           continuation.yield(.line(received.text))
         } catch {
-          if case .interrupted = error {} else { continuation.yield(.ended(error.description)) }
+          // Interrupted: the page went away and `close()` was called; nobody is listening.
+          if (error as? ClientFailure) != .interrupted { continuation.yield(.ended("\(error)")) }
           continuation.finish()
           return
         }
@@ -59,7 +61,7 @@ final class RampdLink: @unchecked Sendable {
   /// Sends one request line to rampd as the page wrote it.
   func send(_ line: String) async throws {
     try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-      writer.async { [connection] in
+      writer.async { [self] in
         do {
           try connection.send(line: line)
           continuation.resume()

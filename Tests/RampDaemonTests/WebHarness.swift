@@ -221,7 +221,7 @@ final class WebDriver {
     while true {
       if let found = try? call(
         "POST", "/session/\(session)/element", ["using": "css selector", "value": .string(selector)]),
-        let id = found.objectValue?.first?.value.stringValue
+        let id = found.objectValue?.first(where: { _ in true })?.value.stringValue
       {
         return id
       }

@@ -113,7 +113,7 @@ import Testing
     let query = try HTTP.request(port: web.port, "GET", "/?token=\(Self.token)")
     #expect(query.status == 200)
     let cookie = try #require(query.header("Set-Cookie"), "the token becomes a cookie")
-    #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), cookie)
+    #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "\(cookie)")
     let withCookie = try HTTP.request(port: web.port, "GET", "/page.js", headers: [("Cookie", "rampd-web-token=\(Self.token)")])
     #expect(withCookie.status == 200)
     #expect(withCookie.header("Content-Type")?.hasPrefix("text/javascript") == true)
