@@ -195,10 +195,12 @@ final class WebDriver {
 
   deinit {
     if !session.isEmpty { _ = try? call("DELETE", "/session/\(session)", nil) }
-    if driver.isRunning {
-      driver.terminate()
-      driver.waitUntilExit()
-    }
+    // chromedriver ignores SIGTERM: it is asked to leave, and killed if it has not.
+    _ = try? HTTP.request(port: port, "GET", "/shutdown")
+    let deadline = Date().addingTimeInterval(2)
+    while driver.isRunning && Date() < deadline { usleep(20_000) }
+    if driver.isRunning { kill(driver.processIdentifier, SIGKILL) }
+    driver.waitUntilExit()
     try? FileManager.default.removeItem(atPath: profile)
   }
 
