@@ -26,7 +26,8 @@ struct AccessCheck<Context: RequestContext>: RouterMiddleware {
       let cookie = request.cookies[Self.cookieName]?.value
       guard [bearer, query, cookie].contains(where: { $0.map { Self.same($0, token) } ?? false }) else {
         return Self.refusal(
-          .unauthorized, "rampd-web needs its token: open the page as /?token=TOKEN, or send Authorization: Bearer TOKEN",
+          .unauthorized,
+          "rampd-web needs its token: open the page as /?token=TOKEN, or send Authorization: Bearer TOKEN",
           extra: [.wwwAuthenticate: "Bearer realm=\"rampd-web\""])
       }
       fromQuery = query.map { Self.same($0, token) } ?? false

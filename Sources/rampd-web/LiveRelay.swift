@@ -34,7 +34,8 @@ struct LiveRelay {
         for await output in link.lines {
           switch output {
           case .line(let text): try await outbound.write(.text(text))
-          case .ended(let reason): try await outbound.write(.text(Self.webLine("disconnected", ["message": .string(reason)])))
+          case .ended(let reason):
+            try await outbound.write(.text(Self.webLine("disconnected", ["message": .string(reason)])))
           }
         }
       }
@@ -42,7 +43,9 @@ struct LiveRelay {
         for try await message in inbound.messages(maxSize: Self.maximumMessage) {
           guard case .text(let text) = message, !text.contains(where: { $0 == "\n" || $0 == "\r" }) else {
             try await outbound.write(
-              .text(Self.webLine("refused", ["message": .string("a message is one request line of text, without newlines")])))
+              .text(
+                Self.webLine("refused", ["message": .string("a message is one request line of text, without newlines")])
+              ))
             continue
           }
           try await link.send(text)

@@ -63,6 +63,7 @@ struct WebServer {
     router.get("/") { _, _ in Self.file(PageFiles.html, "text/html; charset=utf-8") }
     router.get("/page.js") { _, _ in Self.file(PageFiles.script, "text/javascript; charset=utf-8") }
     router.get("/page.css") { _, _ in Self.file(PageFiles.style, "text/css; charset=utf-8") }
+    router.get("/favicon.ico") { _, _ in Response(status: .noContent) }
     let socket = settings.socket
     router.ws("/live") { inbound, outbound, _ in
       try await LiveRelay(socket: socket).run(inbound: inbound, outbound: outbound)

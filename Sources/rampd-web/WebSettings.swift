@@ -62,7 +62,9 @@ struct WebSettings: Equatable {
       chosenPort = number
     }
     guard (0...65_535).contains(chosenPort) else {
-      throw Invalid("\(port != nil ? "--port" : Variable.port) \(chosenPort) is out of range: a port is 0 to 65535 (0: any free port)")
+      throw Invalid(
+        "\(port != nil ? "--port" : Variable.port) \(chosenPort) is out of range: a port is 0 to 65535 (0: any free port)"
+      )
     }
 
     var token: String?

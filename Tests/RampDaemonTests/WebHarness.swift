@@ -207,7 +207,8 @@ final class WebDriver {
   /// One WebDriver command; its `value`, or the error WebDriver answered.
   @discardableResult
   func call(_ method: String, _ path: String, _ body: JSONValue?) throws -> JSONValue {
-    let reply = try HTTP.request(port: port, method, path, body: body.map { $0.serialized() } ?? (method == "POST" ? "{}" : nil))
+    let reply = try HTTP.request(
+      port: port, method, path, body: body.map { $0.serialized() } ?? (method == "POST" ? "{}" : nil))
     let parsed = try JSON.parse(reply.body, maxDepth: 64)
     guard reply.status == 200, let value = parsed["value"] else {
       throw HarnessError("WebDriver \(method) \(path): \(reply.status) \(reply.body.prefix(500))")
@@ -270,6 +271,10 @@ final class WebDriver {
     actions.append(["type": "pointerUp", "button": 0])
     try call(
       "POST", "/session/\(session)/actions",
-      ["actions": [["type": "pointer", "id": "mouse", "parameters": ["pointerType": "mouse"], "actions": .array(actions)]]])
+      [
+        "actions": [
+          ["type": "pointer", "id": "mouse", "parameters": ["pointerType": "mouse"], "actions": .array(actions)]
+        ]
+      ])
   }
 }

@@ -30,7 +30,8 @@ import Testing
     let fader = try browser.element(#"input.fader[data-key="streams.tone.gain"]"#)
     try browser.wait(for: #"return document.querySelector('[data-stream="tone"]')?.dataset.level === "1.000000""#)
     #expect(try browser.execute("return location.search").stringValue == "", "the token left the address bar")
-    let glide = try #require(try browser.execute("return parseFloat(document.querySelector('#glide').value)").numberValue)
+    let glide = try #require(
+      try browser.execute("return parseFloat(document.querySelector('#glide').value)").numberValue)
 
     // Let the start's declick pass, then drag the thumb from the right end to the middle.
     usleep(200_000)
@@ -40,11 +41,17 @@ import Testing
     let start = box.x + box.width - 8
     let end = box.x + box.width * 0.45
     try browser.drag(through: (0...8).map { step in (start + (end - start) * Double(step) / 8, y) })
-    let position = try #require(try browser.execute("return parseFloat(arguments[0].value)", [["element-6066-11e4-a52e-4f735466cecf": .string(fader)]]).numberValue)
+    let position = try #require(
+      try browser.execute(
+        "return parseFloat(arguments[0].value)", [["element-6066-11e4-a52e-4f735466cecf": .string(fader)]]
+      ).numberValue)
     #expect(position < 70, "the drag moved the fader (to \(position))")
     let target = try #require(try browser.execute("return gainFromPosition(\(position))").numberValue)
     #expect(target > 0.001 && target < 0.5, "target gain \(target)")
-    try browser.wait(for: #"return Math.abs(parseFloat(document.querySelector('[data-stream="tone"]').dataset.level) - \#(target)) < 1e-4"#)
+    try browser.wait(
+      for:
+        #"return Math.abs(parseFloat(document.querySelector('[data-stream="tone"]').dataset.level) - \#(target)) < 1e-4"#
+    )
     usleep(UInt32(0.2 * 1_000_000))
 
     let samples = try daemon.played(channel: 0)
@@ -59,8 +66,10 @@ import Testing
     }
     #expect(steepest <= slope * 1.01 + 1e-6, "steepest step \(steepest), allowed \(slope)")
     let firstMoved = try #require(samples[before...].firstIndex { $0 < 0.999 }, "the output never moved")
-    let arrived = try #require(samples[firstMoved...].firstIndex { abs(Double($0) - target) < 1e-4 }, "never reached \(target)")
-    #expect(Double(arrived - firstMoved) >= (0.998 - target) / slope * 0.99, "a ramp of \(arrived - firstMoved) samples")
+    let arrived = try #require(
+      samples[firstMoved...].firstIndex { abs(Double($0) - target) < 1e-4 }, "never reached \(target)")
+    #expect(
+      Double(arrived - firstMoved) >= (0.998 - target) / slope * 0.99, "a ramp of \(arrived - firstMoved) samples")
     for sample in samples.suffix(100) { #expect(abs(Double(sample) - target) < 1e-4) }
   }
 
@@ -104,7 +113,8 @@ import Testing
       #expect(reply.status == 401, "\(path): \(reply.status)")
       #expect(reply.header("WWW-Authenticate")?.hasPrefix("Bearer") == true)
     }
-    let wrongBearer = try HTTP.request(port: web.port, "GET", "/", headers: [("Authorization", "Bearer \(Self.token)x")])
+    let wrongBearer = try HTTP.request(
+      port: web.port, "GET", "/", headers: [("Authorization", "Bearer \(Self.token)x")])
     #expect(wrongBearer.status == 401)
 
     let bearer = try HTTP.request(port: web.port, "GET", "/", headers: [("Authorization", "Bearer \(Self.token)")])
@@ -114,7 +124,8 @@ import Testing
     #expect(query.status == 200)
     let cookie = try #require(query.header("Set-Cookie"), "the token becomes a cookie")
     #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "\(cookie)")
-    let withCookie = try HTTP.request(port: web.port, "GET", "/page.js", headers: [("Cookie", "rampd-web-token=\(Self.token)")])
+    let withCookie = try HTTP.request(
+      port: web.port, "GET", "/page.js", headers: [("Cookie", "rampd-web-token=\(Self.token)")])
     #expect(withCookie.status == 200)
     #expect(withCookie.header("Content-Type")?.hasPrefix("text/javascript") == true)
 

@@ -33,7 +33,7 @@ function positionFromGain(gain) {
 function dbText(gain) {
   if (!(gain > 0)) return "−∞ dB";
   const db = 20 * Math.log10(gain);
-  return (db >= 0 ? "+" : "−") + Math.abs(db).toFixed(1) + " dB";
+  return (db >= 0.05 ? "+" : db <= -0.05 ? "−" : "") + Math.abs(db).toFixed(1) + " dB";
 }
 function number(id, fallback) {
   const value = parseFloat($(id).value);
@@ -301,6 +301,15 @@ function event(line) {
     return;
   }
   if (line.event === "stream-started" || line.event === "stream-ended") refreshStatus();
+  // A ramp started by anyone else (rampctl, a schedule) moves the fader to its target; a fader
+  // moved here in the last second shows where the hand left it.
+  const started = line.event === "animation-started" && /^(master|streams\.[^.]+)\.gain$/.exec(line.key);
+  const strip = started && strips.get(started[1]);
+  if (strip) {
+    act({ cmd: "get", key: line.key }).then((result) => {
+      if (result && performance.now() - strip.lastSent > 1000) showModel(strip.key, result.model);
+    });
+  }
   const { event: kind, ...rest } = line;
   logLine(`${kind} ${Object.entries(rest).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(" ")}`, kind);
 }
