@@ -122,13 +122,7 @@ final class DaemonProcess {
     }
     process.environment = environment
     process.standardError = stderr
-    let sink = logSink
-    stderr.fileHandleForReading.readabilityHandler = { handle in
-      let data = handle.availableData
-      // End of file: the handler would be called again and again.
-      if data.isEmpty { handle.readabilityHandler = nil }
-      sink.append(data)
-    }
+    logSink.gather(stderr.fileHandleForReading)
     process.standardOutput = FileHandle.nullDevice
     // An earlier daemon killed on this directory left its socket file: wait for the new one.
     unlink(socket)
@@ -210,6 +204,17 @@ final class LogSink: @unchecked Sendable {
   }
 
   var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }
+
+  /// Appends what `handle` (a pipe a child writes to) delivers, as it comes: a full pipe would
+  /// stop the child at its next write.
+  func gather(_ handle: FileHandle) {
+    handle.readabilityHandler = { [self] handle in
+      let data = handle.availableData
+      // End of file: the handler would be called again and again.
+      if data.isEmpty { handle.readabilityHandler = nil }
+      append(data)
+    }
+  }
 }
 
 /// Builds a test fixture (an ALSA plugin in Tests/Fixtures) into a shared library with cc.

@@ -103,13 +103,7 @@ import Testing
   /// scheduling stays allowed (the one thing a better score must not cost).
   @Test(.enabled(if: SystemTool.path("systemd-analyze") != nil, "systemd-analyze is not installed"))
   func systemServiceExposure() throws {
-    let install = try Installation(prefix: true)
-    let outcome = try Shell.run(
-      SystemTool.path("systemd-analyze")!,
-      ["security", "--offline=true", "--no-pager", "\(install.systemUnitDirectory)/rampd.service"])
-    #expect(outcome.status == 0, "\(outcome)")
-    let exposure = try #require(SecurityReport.overallExposure(outcome.stdout), "no overall exposure in \(outcome)")
-    #expect(exposure <= Self.maximumExposure, "exposure \(exposure):\n\(outcome.stdout)")
+    let outcome = try SecurityReport.checkInstalled("rampd.service", maximum: Self.maximumExposure)
     #expect(outcome.stdout.contains("Service may acquire realtime scheduling"), "\(outcome.stdout)")
     #expect(outcome.stdout.contains("Service runs under a static non-root user identity"), "\(outcome.stdout)")
   }
@@ -445,6 +439,20 @@ struct UnitFile {
 }
 
 enum SecurityReport {
+  /// `systemd-analyze security --offline=true` on `unit` as `script/install` installs it: the
+  /// analysis succeeds and the overall exposure is at most `maximum`.
+  @discardableResult
+  static func checkInstalled(_ unit: String, maximum: Double) throws -> Shell.Outcome {
+    let install = try Installation(prefix: true)
+    let outcome = try Shell.run(
+      SystemTool.path("systemd-analyze")!,
+      ["security", "--offline=true", "--no-pager", "\(install.systemUnitDirectory)/\(unit)"])
+    #expect(outcome.status == 0, "\(outcome)")
+    let exposure = try #require(overallExposure(outcome.stdout), "no overall exposure in \(outcome)")
+    #expect(exposure <= maximum, "exposure \(exposure):\n\(outcome.stdout)")
+    return outcome
+  }
+
   /// The number in "Overall exposure level for NAME: 0.6 SAFE".
   static func overallExposure(_ report: String) -> Double? {
     for line in report.split(separator: "\n") where line.contains("Overall exposure level for") {

@@ -26,12 +26,7 @@ final class WebServerProcess {
     process.environment = environment
     process.standardOutput = FileHandle.nullDevice
     process.standardError = errors
-    let sink = sink
-    errors.fileHandleForReading.readabilityHandler = { handle in
-      let data = handle.availableData
-      if data.isEmpty { handle.readabilityHandler = nil }
-      sink.append(data)
-    }
+    sink.gather(errors.fileHandleForReading)
     try process.run()
     let deadline = Date().addingTimeInterval(20)
     while true {

@@ -11,13 +11,7 @@ import Testing
 
   @Test(.enabled(if: SystemTool.path("systemd-analyze") != nil, "systemd-analyze is not installed"))
   func systemServiceExposure() throws {
-    let install = try Installation(prefix: true)
-    let outcome = try Shell.run(
-      SystemTool.path("systemd-analyze")!,
-      ["security", "--offline=true", "--no-pager", "\(install.systemUnitDirectory)/rampd-web.service"])
-    #expect(outcome.status == 0, "\(outcome)")
-    let exposure = try #require(SecurityReport.overallExposure(outcome.stdout), "no overall exposure in \(outcome)")
-    #expect(exposure <= Self.maximumExposure, "exposure \(exposure):\n\(outcome.stdout)")
+    try SecurityReport.checkInstalled("rampd-web.service", maximum: Self.maximumExposure)
   }
 
   /// The settings the README and systemd/README.md describe.
