@@ -36,6 +36,8 @@ struct LiveRelay {
           case .line(let text): try await outbound.write(.text(text))
           case .ended(let reason):
             try await outbound.write(.text(Self.webLine("disconnected", ["message": .string(reason)])))
+            // The page reconnects; its messages would have nowhere to go.
+            try await outbound.close(.goingAway, reason: "rampd went away")
           }
         }
       }

@@ -73,6 +73,26 @@ import Testing
     for sample in samples.suffix(100) { #expect(abs(Double(sample) - target) < 1e-4) }
   }
 
+  /// When rampd goes away the page says so and keeps trying; when rampd is back it is live
+  /// again, with its streams.
+  @Test func thePageFollowsRampdAwayAndBack() throws {
+    let first = try DaemonProcess()
+    let web = try WebServerProcess(["--socket", first.socket])
+    let browser = try WebDriver()
+    try browser.open("http://127.0.0.1:\(web.port)/")
+    try browser.wait(for: "return document.body.dataset.state === 'live'")
+    first.stop()
+    try browser.wait(for: "return document.body.dataset.state === 'down'")
+    #expect(web.process.isRunning, "rampd-web outlives rampd")
+
+    // The same directory and socket; the first one keeps the directory until the test ends.
+    let second = try DaemonProcess(reusing: first.directory)
+    let tone = try second.constantFile("tone", seconds: 10)
+    _ = try second.client().request(["cmd": "play", "path": .string(tone), "stream": "back"])
+    try browser.wait(for: "return document.body.dataset.state === 'live'")
+    _ = try browser.element(#"[data-stream="back"]"#)
+  }
+
   /// Any address that is not a loopback one needs a token: rampd-web refuses to start, exit 64,
   /// naming the option; flags with bad values are refused the same way.
   @Test func nonLoopbackWithoutATokenIsRefused() throws {
