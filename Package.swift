@@ -17,6 +17,7 @@ let package = Package(
     .library(name: "RampDaemon", targets: ["RampDaemon"]),
     .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
+    .executable(name: "rampd-web", targets: ["rampd-web"]),
     .executable(name: "rampbench", targets: ["rampbench"]),
   ],
   dependencies: [
@@ -25,6 +26,8 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
     .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+    .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+    .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
   ],
   targets: [
     // The animation engine: pure Swift, no I/O. Everything a unit test can reach without a sound card.
@@ -38,7 +41,10 @@ let package = Package(
     .target(name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr"], swiftSettings: renderPath),
     // What the command-line tools share and a unit test can check without a terminal: human
     // units (2s, -6dB, 48k), terminal plots, timeline scripts. No ArgumentParser.
-    .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio", "RampProtocol"]),
+    .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
+    // A blocking connection to rampd's socket (greeting, requests, replies, events) and why a
+    // conversation failed: shared by rampctl and rampd-web, without the audio libraries.
+    .target(name: "RampClient", dependencies: ["RampProtocol"]),
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes. Knows the engine's types (curves, animations), does no I/O.
     .target(name: "RampProtocol", dependencies: ["RampEngine"]),
@@ -72,6 +78,19 @@ let package = Package(
         "RampProtocol",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
+    ),
+    // The web page for a headless box: an HTTP/WebSocket server that is a client of rampd's
+    // socket, a separate process so that rampd keeps its AF_UNIX-only sandbox.
+    .executableTarget(
+      name: "rampd-web",
+      dependencies: [
+        "RampClient",
+        "RampProtocol",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Hummingbird", package: "hummingbird"),
+        .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+      ],
+      resources: [.embedInCode("Page/page.html"), .embedInCode("Page/page.js"), .embedInCode("Page/page.css")]
     ),
     .executableTarget(
       name: "rampbench",

@@ -25,7 +25,7 @@ import Testing
   @Test(.enabled(if: SystemTool.path("systemd-analyze") != nil, "systemd-analyze is not installed"))
   func systemUnitsVerify() throws {
     let install = try Installation(prefix: true)
-    let units = ["rampd.socket", "rampd.service"].map { "\(install.systemUnitDirectory)/\($0)" }
+    let units = ["rampd.socket", "rampd.service", "rampd-web.service"].map { "\(install.systemUnitDirectory)/\($0)" }
     let outcome = try install.verify(units, user: false)
     #expect(outcome.status == 0, "\(outcome)")
     #expect(outcome.warnings(about: install.root).isEmpty, "\(outcome)")
@@ -45,7 +45,7 @@ import Testing
   @Test(.enabled(if: SystemTool.path("systemd-analyze") != nil, "systemd-analyze is not installed"))
   func userUnitsVerify() throws {
     let install = try Installation(prefix: true)
-    let units = ["rampd.socket", "rampd.service"].map { "\(install.userUnitDirectory)/\($0)" }
+    let units = ["rampd.socket", "rampd.service", "rampd-web.service"].map { "\(install.userUnitDirectory)/\($0)" }
     let outcome = try install.verify(units, user: true)
     #expect(outcome.status == 0, "\(outcome)")
     #expect(outcome.warnings(about: install.root).isEmpty, "\(outcome)")
@@ -103,13 +103,7 @@ import Testing
   /// scheduling stays allowed (the one thing a better score must not cost).
   @Test(.enabled(if: SystemTool.path("systemd-analyze") != nil, "systemd-analyze is not installed"))
   func systemServiceExposure() throws {
-    let install = try Installation(prefix: true)
-    let outcome = try Shell.run(
-      SystemTool.path("systemd-analyze")!,
-      ["security", "--offline=true", "--no-pager", "\(install.systemUnitDirectory)/rampd.service"])
-    #expect(outcome.status == 0, "\(outcome)")
-    let exposure = try #require(SecurityReport.overallExposure(outcome.stdout), "no overall exposure in \(outcome)")
-    #expect(exposure <= Self.maximumExposure, "exposure \(exposure):\n\(outcome.stdout)")
+    let outcome = try SecurityReport.checkInstalled("rampd.service", maximum: Self.maximumExposure)
     #expect(outcome.stdout.contains("Service may acquire realtime scheduling"), "\(outcome.stdout)")
     #expect(outcome.stdout.contains("Service runs under a static non-root user identity"), "\(outcome.stdout)")
   }
@@ -177,7 +171,7 @@ import Testing
     let installed = try install.files()
     #expect(installed == Set(Installation.documentedFiles), "\(installed.sorted())")
 
-    for tool in ["rampd", "rampctl"] {
+    for tool in ["rampd", "rampctl", "rampd-web"] {
       let installed = try Data(contentsOf: URL(fileURLWithPath: "\(stage)/usr/local/bin/\(tool)"))
       let built = try Data(contentsOf: URL(fileURLWithPath: "\(Executables.directory)/\(tool)"))
       #expect(installed == built, "\(tool) is the built binary")
@@ -267,10 +261,10 @@ import Testing
         == true)
   }
 
-  /// Completions are the argument parsers' own, for both tools and all three shells.
+  /// Completions are the argument parsers' own, for the three tools and all three shells.
   func checkCompletions(in stage: String) throws {
     let share = "\(stage)/usr/local/share"
-    for tool in ["rampd", "rampctl"] {
+    for tool in ["rampd", "rampctl", "rampd-web"] {
       let bash = "\(share)/bash-completion/completions/\(tool)"
       #expect(try String(contentsOfFile: bash, encoding: .utf8).contains("-F _\(tool) \(tool)"), "\(bash)")
       #expect(try Shell.run("/bin/bash", ["-n", bash]).status == 0, "\(bash) parses")
@@ -344,15 +338,20 @@ final class Installation {
 
   /// What a DESTDIR install with the default PREFIX puts in DESTDIR (systemd/README.md lists it).
   static let documentedFiles = [
-    "usr/local/bin/rampd", "usr/local/bin/rampctl",
+    "usr/local/bin/rampd", "usr/local/bin/rampctl", "usr/local/bin/rampd-web",
     "usr/local/lib/systemd/system/rampd.service", "usr/local/lib/systemd/system/rampd.socket",
+    "usr/local/lib/systemd/system/rampd-web.service",
     "usr/local/lib/systemd/user/rampd.service", "usr/local/lib/systemd/user/rampd.socket",
+    "usr/local/lib/systemd/user/rampd-web.service",
     "usr/local/lib/sysusers.d/rampd.conf",
     "etc/rampd/rampd.toml",
     "usr/local/share/man/man1/rampd.1", "usr/local/share/man/man1/rampctl.1",
     "usr/local/share/bash-completion/completions/rampd", "usr/local/share/bash-completion/completions/rampctl",
+    "usr/local/share/bash-completion/completions/rampd-web",
     "usr/local/share/zsh/site-functions/_rampd", "usr/local/share/zsh/site-functions/_rampctl",
+    "usr/local/share/zsh/site-functions/_rampd-web",
     "usr/local/share/fish/vendor_completions.d/rampd.fish", "usr/local/share/fish/vendor_completions.d/rampctl.fish",
+    "usr/local/share/fish/vendor_completions.d/rampd-web.fish",
     "usr/local/share/rampd/install-manifest",
   ]
 
@@ -440,6 +439,20 @@ struct UnitFile {
 }
 
 enum SecurityReport {
+  /// `systemd-analyze security --offline=true` on `unit` as `script/install` installs it: the
+  /// analysis succeeds and the overall exposure is at most `maximum`.
+  @discardableResult
+  static func checkInstalled(_ unit: String, maximum: Double) throws -> Shell.Outcome {
+    let install = try Installation(prefix: true)
+    let outcome = try Shell.run(
+      SystemTool.path("systemd-analyze")!,
+      ["security", "--offline=true", "--no-pager", "\(install.systemUnitDirectory)/\(unit)"])
+    #expect(outcome.status == 0, "\(outcome)")
+    let exposure = try #require(overallExposure(outcome.stdout), "no overall exposure in \(outcome)")
+    #expect(exposure <= maximum, "exposure \(exposure):\n\(outcome.stdout)")
+    return outcome
+  }
+
   /// The number in "Overall exposure level for NAME: 0.6 SAFE".
   static func overallExposure(_ report: String) -> Double? {
     for line in report.split(separator: "\n") where line.contains("Overall exposure level for") {

@@ -1,0 +1,103 @@
+import ArgumentParser
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+@main
+struct RampdWeb: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    commandName: "rampd-web",
+    abstract: "A web page for rampd: faders, fades, meters and the event log, in a browser.",
+    discussion: """
+      rampd-web is a client of rampd's socket, as rampctl is: it serves one page, and a WebSocket \
+      (/live) through which the page speaks rampd's protocol. It listens on 127.0.0.1:6690 by \
+      default. Any address that is not a loopback address needs a token (--token-file or \
+      RAMPD_WEB_TOKEN): then every request must carry it, as /?token=TOKEN when opening the page, \
+      or as the header Authorization: Bearer TOKEN.
+
+      Environment: RAMPD_WEB_LISTEN, RAMPD_WEB_PORT and RAMPD_WEB_TOKEN stand for the flags; \
+      RAMPD_SOCKET (or RAMPD_SOCKET_PATH) for --socket.
+      """
+  )
+
+  @Option(help: "The address to listen on, an IP address or localhost (default 127.0.0.1).")
+  var listen: String?
+
+  @Option(help: "The TCP port (default 6690; 0 picks a free one).")
+  var port: Int?
+
+  @Option(name: .customLong("token-file"), help: "A file holding the token every request must carry.")
+  var tokenFile: String?
+
+  @Option(help: "rampd's socket (default: as rampctl finds it).")
+  var socket: String?
+
+  mutating func run() async throws {
+    let settings: WebSettings
+    do {
+      settings = try WebSettings.resolve(
+        listen: listen, port: port, tokenFile: tokenFile, socket: socket,
+        environment: ProcessInfo.processInfo.environment, isRoot: geteuid() == 0)
+    } catch {
+      // Exit 64 (EX_USAGE), as rampd and rampctl do for bad usage; systemd does not restart it.
+      throw ValidationError(error.description)
+    }
+    try await WebServer(settings: settings).run()
+  }
+}
+
+/// The HTTP side: the page's three files and the WebSocket, behind `AccessCheck`.
+struct WebServer {
+  let settings: WebSettings
+
+  func run() async throws {
+    var logger = Logger(label: "rampd-web")
+    logger.logLevel = .notice
+    let router = Router(context: BasicWebSocketRequestContext.self)
+    router.middlewares.add(AccessCheck(token: settings.token))
+    router.get("/") { _, _ in Self.file(PageFiles.html, "text/html; charset=utf-8") }
+    router.get("/page.js") { _, _ in Self.file(PageFiles.script, "text/javascript; charset=utf-8") }
+    router.get("/page.css") { _, _ in Self.file(PageFiles.style, "text/css; charset=utf-8") }
+    router.get("/favicon.ico") { _, _ in Response(status: .noContent) }
+    let socket = settings.socket
+    router.ws("/live") { inbound, outbound, _ in
+      try await LiveRelay(socket: socket).run(inbound: inbound, outbound: outbound)
+    }
+    let address = settings.address
+    let app = Application(
+      router: router,
+      server: .http1WebSocketUpgrade(webSocketRouter: router),
+      configuration: .init(address: .hostname(address, port: settings.port), serverName: "rampd-web"),
+      onServerRunning: { channel in
+        let port = channel.localAddress?.port ?? 0
+        let host = address.contains(":") ? "[\(address)]" : address
+        FileHandle.standardError.write(Data("rampd-web: serving http://\(host):\(port)/ for rampd at \(socket)\n".utf8))
+      },
+      logger: logger
+    )
+    try await app.runService()
+  }
+
+  static func file(_ bytes: [UInt8], _ type: String) -> Response {
+    Response(
+      status: .ok,
+      headers: [
+        .contentType: type, .cacheControl: "no-store",
+        .contentSecurityPolicy: "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+        .init("Referrer-Policy")!: "no-referrer", .init("X-Content-Type-Options")!: "nosniff",
+      ],
+      body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+  }
+}
+
+/// The page's files, embedded in the binary (Sources/rampd-web/Page).
+enum PageFiles {
+  static let html = PackageResources.page_html
+  static let script = PackageResources.page_js
+  static let style = PackageResources.page_css
+}
