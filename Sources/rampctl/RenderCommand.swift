@@ -13,7 +13,7 @@ struct RenderCommand: ParsableCommand {
       The input plays as stream 'main' (key path streams.main.gain) under master.gain, through \
       the same animation engine and gain kernels rampd plays with, as fast as the disk allows. \
       The output format follows the output's extension (wav, flac, ogg, opus, aiff, caf, w64, \
-      au, …); the same input, options and script always give the same bytes.
+      au, ...); the same input, options and script always give the same bytes.
 
       --fade-in ramps streams.main.gain from 0 at the start; --fade-out ramps master.gain to 0 \
       at the end, with --curve in --space (a falling fade shape mirrors in time, like \

@@ -15,7 +15,7 @@ struct ToneCommand: ParsableCommand {
         rampctl tone /tmp/low.flac --frequency 110 --duration 10s --level -12dB
       """)
 
-  @Argument(help: "The file to write; its extension picks the format (wav, flac, ogg, …).")
+  @Argument(help: "The file to write; its extension picks the format (wav, flac, ogg, ...).")
   var output: String
 
   @Option(help: ArgumentHelp("Frequency in Hz.", valueName: "hz"))
