@@ -83,11 +83,12 @@ enum Markdown {
 }
 
 /// Whether `actual` has the shape of `expected`, a reply written in a document: the same members
-/// (recursively), values of the same JSON types, and the same `ok`, `error.code` and
-/// `error.field`. Other values (samples, times, ids) may differ. Arrays are compared element by
-/// element as far as both go. Returns what differs, or nil.
+/// (recursively), values of the same JSON types, and the same `ok` and error (code, field and
+/// message). Other values (samples, times, ids) may differ. Arrays are compared element by
+/// element as far as both go; one documented with elements may not be empty. Returns what
+/// differs, or nil.
 func shapeMismatch(expected: JSONValue, actual: JSONValue, path: String = "") -> String? {
-  let exact: Set<String> = ["ok", "error.code", "error.field"]
+  let exact: Set<String> = ["ok", "error.code", "error.field", "error.message"]
   if exact.contains(path), expected != actual {
     return "\(path): expected \(expected.serialized()), got \(actual.serialized())"
   }
@@ -107,6 +108,7 @@ func shapeMismatch(expected: JSONValue, actual: JSONValue, path: String = "") ->
     }
     return nil
   case (.array(let want), .array(let got)):
+    if !want.isEmpty && got.isEmpty { return "\(path): documented \(expected.serialized()), got []" }
     for (index, (one, other)) in zip(want, got).enumerated() {
       if let mismatch = shapeMismatch(expected: one, actual: other, path: "\(path)[\(index)]") { return mismatch }
     }
@@ -126,7 +128,7 @@ final class BlockProcess {
   private let errors = Pipe()
 
   init(_ arguments: [String], stdin: String? = nil, environment: [String: String], directory: String) throws {
-    process.executableURL = URL(fileURLWithPath: "/usr/bin/setsid")
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
     process.arguments = arguments
     process.environment = environment
     process.currentDirectoryURL = URL(fileURLWithPath: directory)
@@ -141,7 +143,19 @@ final class BlockProcess {
         sink.append(data)
       }
     }
+    // A child inherits its parent thread's signal mask, and the test's threads block signals: the
+    // block starts as from a shell, with none blocked, so that Ctrl-C reaches its handlers.
+    var none = sigset_t()
+    var previous = sigset_t()
+    sigemptyset(&none)
+    pthread_sigmask(SIG_SETMASK, &none, &previous)
+    defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
     try process.run()
+    // Foundation starts a child as the leader of a process group of its own, as a shell starts a job.
+    guard getpgid(process.processIdentifier) == process.processIdentifier else {
+      process.terminate()
+      throw HarnessError("\(arguments[0]) is not the leader of its own process group")
+    }
     if let stdin {
       input.fileHandleForWriting.write(Data(stdin.utf8))
       try input.fileHandleForWriting.close()
@@ -150,7 +164,7 @@ final class BlockProcess {
 
   var text: String { "stdout:\n\(sink.text)\nstderr:\n\(errorSink.text)" }
 
-  /// Sends `signal` to the process group (setsid made the process its leader).
+  /// Sends `signal` to the process group.
   func signal(_ signal: Int32) { kill(-process.processIdentifier, signal) }
 
   /// Waits for the end; after `timeout` seconds the group is killed and nil returned.
