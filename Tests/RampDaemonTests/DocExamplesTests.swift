@@ -167,7 +167,9 @@ import Testing
         guard index < lines.count, let documented = try? JSON.parse(lines[index]), documented["ok"] != nil,
           documented["id"] == line["id"]
         else {
-          #expect(reply.isOK, "\(place): \(lines[index - 1]) was refused: \(reply.serialized())")
+          #expect(
+            reply.isOK,
+            "\(place): \(lines[index - 1]) was refused: \(reply.serialized())\nrampd: \(daemon.log.suffix(1500))")
           continue
         }
         index += 1
