@@ -81,7 +81,8 @@ import Testing
         #expect(process.process.isRunning, "\(place): ended before Ctrl-C\n\(process.text)")
         process.signal(SIGINT)
         let status = process.wait(timeout: 10)
-        #expect(status == 0, "\(place): Ctrl-C should end it with 0, got \(String(describing: status))\n\(process.text)")
+        #expect(
+          status == 0, "\(place): Ctrl-C should end it with 0, got \(String(describing: status))\n\(process.text)")
         continue
       }
       let status = process.wait(timeout: 120)
@@ -100,8 +101,8 @@ import Testing
 
   /// PROTOCOL.md: every JSON block in order on one connection. A request line is sent as
   /// written (files under /srv/music are the test's own, generated with sox), and its reply must
-  /// have the shape of the reply line that follows it in the block (same members, types, `ok`,
-  /// error code and field); a request without a documented reply must be accepted. Animation ids
+  /// have the shape of the reply line that follows it in the block (same members, types, `ok`
+  /// and error); a request without a documented reply must be accepted. Animation ids
   /// in requests stand for the ids the documented replies gave out earlier.
   @Test func protocolExchangesRun() throws {
     let directory = NSTemporaryDirectory() + "rampd-protocol-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -128,7 +129,8 @@ import Testing
     func send(_ line: String) throws -> JSONValue {
       var request = try JSON.parse(line.replacingOccurrences(of: "/srv/music/", with: "\(music)/"))
       if case .array(let listed)? = request["animations"] {
-        request = request.setting("animations", .array(listed.map { .number(ids[$0.numberValue ?? -1] ?? $0.numberValue ?? 0) }))
+        request = request.setting(
+          "animations", .array(listed.map { .number(ids[$0.numberValue ?? -1] ?? $0.numberValue ?? 0) }))
       }
       try client.send(raw: request.serialized())
       while true {
@@ -174,7 +176,9 @@ import Testing
         }
         index += 1
         if let mismatch = shapeMismatch(expected: documented, actual: reply) {
-          Issue.record("\(place): \(lines[index - 2])\n  documented \(lines[index - 1])\n  got \(reply.serialized())\n  \(mismatch)")
+          Issue.record(
+            "\(place): \(lines[index - 2])\n  documented \(lines[index - 1])\n  got \(reply.serialized())\n  \(mismatch)"
+          )
         }
         recordIDs(documented: documented["result"], actual: reply["result"], into: &ids)
       }
