@@ -1034,6 +1034,9 @@ public final class Player: @unchecked Sendable {
       index += 1
       guard stream.resumeAfterSeek else { continue }
       stream.resumeAfterSeek = false
+      // A stop or pause applied since the seek ended has ramped the transport down: ramping it
+      // back up would replace that ramp, and leave the stream playing.
+      guard !stream.stopping && !stream.paused else { continue }
       _ = try? state.engine.set(
         "streams.\(stream.id).transport", to: 1, transaction: Transaction(duration: declick, timingFunction: .linear))
     }

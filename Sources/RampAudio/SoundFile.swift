@@ -47,21 +47,13 @@ public enum SampleEncoding: String, CaseIterable, Sendable {
 /// another thread's open.
 private let sndfileOpenLock = Mutex(())
 
-/// Opens `path` with libsndfile; on failure returns libsndfile's reason instead.
-private func openSndfile(_ path: String, mode: Int32, info: inout SF_INFO) -> Result<OpaquePointer, Reason> {
+/// Reads or writes an open descriptor with libsndfile (which leaves it open); on failure returns
+/// libsndfile's reason instead.
+private func openSndfile(descriptor: CInt, mode: Int32 = Int32(SFM_READ), info: inout SF_INFO) -> Result<
+  OpaquePointer, Reason
+> {
   sndfileOpenLock.withLock { _ in
-    if let file = sf_open(path, mode, &info) {
-      return .success(file)
-    }
-    return .failure(Reason(text: String(cString: sf_strerror(nil))))
-  }
-}
-
-/// Reads an open descriptor with libsndfile (which leaves it open); on failure returns libsndfile's
-/// reason instead.
-private func openSndfile(descriptor: CInt, info: inout SF_INFO) -> Result<OpaquePointer, Reason> {
-  sndfileOpenLock.withLock { _ in
-    if let file = sf_open_fd(descriptor, Int32(SFM_READ), &info, 0) {
+    if let file = sf_open_fd(descriptor, mode, &info, 0) {
       return .success(file)
     }
     return .failure(Reason(text: String(cString: sf_strerror(nil))))
@@ -189,6 +181,10 @@ public final class SoundFileReader {
     close(descriptor)
   }
 
+  /// Whether `path` names the file this reader has open (whatever the spelling: `./x`, a
+  /// symbolic link, a hard link). False when nothing is at `path`.
+  public func isSameFile(as path: String) -> Bool { ReplacementFile.sameFile(descriptor: descriptor, path) }
+
   /// What the kernel says an open descriptor is: the file's canonical path when it was opened.
   private static func pathOf(_ descriptor: CInt) -> String? {
     var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
@@ -243,8 +239,13 @@ extension SoundFileReader: Sendable {}
 /// from ``SampleEncoding``, except for the lossy codecs (`.ogg`/`.oga` Vorbis, `.opus` Ogg Opus,
 /// `.mp3`), which ignore it. Float samples outside [-1, 1] are clipped, never wrapped, when stored
 /// as integers. Not `Sendable`: one thread owns a writer.
+///
+/// Nothing is destroyed: the samples go to a hidden temporary file beside `path`
+/// (``ReplacementFile``), which ``close()`` renames over `path` once the file is complete. A writer
+/// released without `close()` (an error, an interruption) leaves `path` as it was and no
+/// temporary file.
 public final class SoundFileWriter {
-  /// The path being written.
+  /// The path being written (replaced on ``close()``).
   public let path: String
   /// Frames per second.
   public let sampleRate: Int
@@ -254,6 +255,7 @@ public final class SoundFileWriter {
   public let encoding: SampleEncoding
 
   private var file: OpaquePointer?
+  private let replacement: ReplacementFile
 
   private struct Container {
     var name: String
@@ -319,6 +321,26 @@ public final class SoundFileWriter {
     return sf_format_check(&info) != 0
   }
 
+  /// The encodings the format named by `path`'s extension can store (all of them for the lossy
+  /// codecs, which ignore the encoding); nil for an extension that names no writable format.
+  public static func encodings(forPath path: String) -> [SampleEncoding]? {
+    let ext = fileExtension(path)
+    guard writableExtensions.contains(ext) else { return nil }
+    return container(forExtension: ext)?.allowedEncodings
+  }
+
+  /// The name of the format `path`'s extension names ("FLAC", "WAV", …), nil for none.
+  public static func formatName(forPath path: String) -> String? {
+    container(forExtension: fileExtension(path))?.name
+  }
+
+  /// The lower-case extension of the last component of `path` ("" for none).
+  private static func fileExtension(_ path: String) -> String {
+    let fileName = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? path
+    guard let dot = fileName.lastIndex(of: "."), dot != fileName.startIndex else { return "" }
+    return fileName[fileName.index(after: dot)...].lowercased()
+  }
+
   /// The file extensions (lower case, without the dot) that this machine's libsndfile can write,
   /// determined at run time: `.mp3`, for one, needs a libsndfile built with LAME.
   public static var writableExtensions: [String] { writable }
@@ -326,7 +348,7 @@ public final class SoundFileWriter {
   /// libsndfile's version string, e.g. "libsndfile-1.2.0".
   public static var libraryVersion: String { String(cString: sf_version_string()) }
 
-  /// Creates (or truncates) `path` for writing.
+  /// Prepares to write `path`: a temporary file beside it, renamed over it by ``close()``.
   ///
   /// - Throws: ``AudioError/Code/unwritableFile`` for an extension that names no writable format
   ///   (the message lists the supported ones) or a file libsndfile cannot create;
@@ -338,13 +360,7 @@ public final class SoundFileWriter {
     self.channels = channels
     self.encoding = encoding
 
-    let fileName = path.split(separator: "/", omittingEmptySubsequences: false).last.map(String.init) ?? path
-    let ext: String
-    if let dot = fileName.lastIndex(of: "."), dot != fileName.startIndex {
-      ext = fileName[fileName.index(after: dot)...].lowercased()
-    } else {
-      ext = ""
-    }
+    let ext = Self.fileExtension(path)
     let supported = Self.writableExtensions.map { "." + $0 }.joined(separator: ", ")
     guard let container = Self.container(forExtension: ext), Self.writableExtensions.contains(ext) else {
       let what = ext.isEmpty ? "has no extension" : "has extension '.\(ext)', which names no writable format"
@@ -381,20 +397,23 @@ public final class SoundFileWriter {
         "cannot write '\(path)': libsndfile cannot write \(container.name) with encoding '\(encoding.rawValue)', "
           + "\(channels) channels at \(sampleRate) Hz.")
     }
+    let replacement: ReplacementFile
+    do { replacement = try ReplacementFile(replacing: path) } catch {
+      throw AudioError(.unwritableFile, "cannot write '\(path)': \(error)")
+    }
     let file: OpaquePointer
-    switch openSndfile(path, mode: Int32(SFM_WRITE), info: &info) {
+    switch openSndfile(descriptor: replacement.descriptor, mode: Int32(SFM_WRITE), info: &info) {
     case .success(let opened): file = opened
     case .failure(let reason): throw AudioError(.unwritableFile, "cannot write '\(path)': \(reason.text)")
     }
+    self.replacement = replacement
     // Float → integer conversion clips instead of wrapping around.
     sf_command(file, Int32(SFC_SET_CLIPPING), nil, Int32(SF_TRUE))
     self.file = file
     self.writesShorts = encoding == .pcm16 && container.lossySubtype == nil
   }
 
-  deinit {
-    if let file { sf_close(file) }
-  }
+  deinit { discard() }
 
   /// 16-bit PCM is converted here and written as integers, for the reason `SoundFileReader`
   /// reads them so: x becomes round(x × 32768) clipped to the 16-bit range, the exact inverse of
@@ -427,15 +446,26 @@ public final class SoundFileWriter {
     }
   }
 
-  /// Finishes the file (headers, codec trailers) and closes it. Calling it again does nothing;
-  /// releasing the writer closes it too, but without a way to report a failure.
+  /// Finishes the file (headers, codec trailers) and renames it over `path`. Calling it again
+  /// does nothing; releasing the writer without it discards what was written.
   public func close() throws(AudioError) {
     guard let file else { return }
     self.file = nil
     let status = sf_close(file)
     if status != 0 {
+      replacement.discard()
       throw AudioError(.unwritableFile, "cannot finish '\(path)': \(String(cString: sf_error_number(status)))")
     }
+    do { try replacement.commit() } catch {
+      throw AudioError(.unwritableFile, "cannot finish '\(path)': \(error)")
+    }
+  }
+
+  /// Stops writing and removes what was written; `path` stays as it was. Nothing after ``close()``.
+  public func discard() {
+    if let file { sf_close(file) }
+    file = nil
+    replacement.discard()
   }
 }
 

@@ -1,3 +1,4 @@
+import Foundation
 import RampProtocol
 
 /// Why a conversation with rampd did not end well, and which exit status says so.
@@ -51,8 +52,9 @@ public enum ClientFailure: Error, Equatable, Sendable, CustomStringConvertible {
     case .unreachable(let path, let reason):
       return """
         cannot reach rampd at \(path): \(reason)
-        Is rampd running? Start it with `rampd` (or `systemctl --user start rampd`), \
-        or give its socket with --socket or RAMPD_SOCKET.
+        Is rampd running? Start it with \(
+          SocketLocation.startHint(path: path, environment: ProcessInfo.processInfo.environment, isRoot: geteuid() == 0)
+        ), or give its socket with --socket or RAMPD_SOCKET.
         """
     case .refused(let error):
       return Self.describe(error)

@@ -28,13 +28,18 @@ public final class DaemonConnection {
   private var nextID = 1
   /// Checked between reads; true makes the read throw `.interrupted`.
   public var isInterrupted: () -> Bool = { false }
+  /// Given each line in which rampd refuses something, as received (`--json` prints them).
+  public var onRefusal: (String) -> Void
 
   /// The longest a read blocks before it looks at `isInterrupted` and the deadline again.
   public static let pollSlice = 0.05
 
   /// Connects and reads the greeting, refusing a server that does not speak protocol 1.
-  public init(path: String, greetingTimeout: Double = 10) throws(ClientFailure) {
+  public init(path: String, greetingTimeout: Double = 10, onRefusal: @escaping (String) -> Void = { _ in })
+    throws(ClientFailure)
+  {
     self.path = path
+    self.onRefusal = onRefusal
     let bytes = Array(path.utf8)
     var address = sockaddr_un()
     guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
@@ -63,6 +68,7 @@ public final class DaemonConnection {
       close(descriptor)
       // A daemon at its client limit answers with an error instead of a greeting: try later.
       if case .reply(_, .failure(let error)) = greeting.line {
+        onRefusal(greeting.text)
         if error.code == .permissionDenied { throw .notPermitted(path: path, error: error) }
         throw .unreachable(path: path, reason: "rampd refused the connection: \(ClientFailure.describe(error))")
       }
@@ -121,9 +127,15 @@ public final class DaemonConnection {
       }
       switch result {
       case .success(let value): return (received.text, value)
-      case .failure(let error): throw .refused(error)
+      case .failure(let error): throw refusal(error, line: received.text)
       }
     }
+  }
+
+  /// `.refused(error)`, once `onRefusal` has seen the line that said so.
+  public func refusal(_ error: ProtocolError, line: String) -> ClientFailure {
+    onRefusal(line)
+    return .refused(error)
   }
 
   /// Sends `request` and returns its reply.

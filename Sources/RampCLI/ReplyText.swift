@@ -70,6 +70,7 @@ public enum ReplyText {
       head += ", \(number(.number(clients))) client(s) connected"
     }
     lines.append(head)
+    if let master = result["master"] { lines.append("master gain " + levels(master, key: "master.gain")) }
     if let output = result["output"] {
       var text = "output \(output["device"]?.stringValue ?? "?")"
       if let rate = output["rate"] { text += ", \(number(rate)) Hz" }
@@ -91,19 +92,44 @@ public enum ReplyText {
     if streams.isEmpty {
       lines.append("no streams")
     } else {
-      var rows = [["STREAM", "STATE", "POSITION", "LOOP", "PATH"]]
+      // An older rampd sends no gains: no column for them then.
+      let gains = streams.contains { $0["gain"] != nil }
+      var rows = [["STREAM", "STATE"] + (gains ? ["GAIN"] : []) + ["POSITION", "LOOP", "PATH"]]
       for stream in streams {
         let state =
           stream["stopping"] == true ? "stopping" : stream["paused"] == true ? "paused" : "playing"
         let position = stream["position"]?.numberValue.map { HumanUnits.format(duration: ($0 * 10).rounded() / 10) }
-        rows.append([
-          stream["stream"]?.stringValue ?? "?", state, position ?? "?", stream["loop"] == true ? "yes" : "no",
-          stream["path"]?.stringValue ?? "?",
-        ])
+        let id = stream["stream"]?.stringValue ?? "?"
+        let gain = stream["gain"].map { levels($0, key: "streams.\(id).gain") } ?? "?"
+        rows.append(
+          [id, state] + (gains ? [gain] : []) + [
+            position ?? "?", stream["loop"] == true ? "yes" : "no", stream["path"]?.stringValue ?? "?",
+          ])
       }
       lines.append(table(rows))
     }
+    let scheduled = result["scheduled"]?.arrayValue ?? []
+    if !scheduled.isEmpty {
+      let dues = scheduled.compactMap { $0["due"]?.stringValue.flatMap(RFC3339.parse) }
+      var text = "\(scheduled.count) scheduled"
+      if let next = dues.min() { text += ", next at \(HumanUnits.format(localTime: next))" }
+      lines.append(text + ":")
+      for entry in scheduled {
+        let id = entry["schedule"].map(number) ?? "?"
+        let due = entry["due"]?.stringValue.flatMap(RFC3339.parse).map { HumanUnits.format(localTime: $0) } ?? "?"
+        let started = entry["started"] == true ? " (under way)" : ""
+        lines.append("    #\(id) \(entry["cmd"]?.stringValue ?? "?") at \(due)\(started)")
+      }
+    }
     return lines.joined(separator: "\n")
+  }
+
+  /// `0.5 (-6.02 dB)`, and `, audible 0.42 (-7.5 dB)` while a ramp moves it, from `model`/`audible`.
+  static func levels(_ value: JSONValue, key: String) -> String {
+    let model = value["model"]?.numberValue ?? .nan
+    var text = level(model, key: key)
+    if let audible = value["audible"]?.numberValue, audible != model { text += ", audible \(level(audible, key: key))" }
+    return text
   }
 
   // MARK: Events

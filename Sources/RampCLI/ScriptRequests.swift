@@ -7,7 +7,8 @@ import RampProtocol
 /// The same files `rampctl render --script` reads work here: besides the protocol's numbers,
 /// gains may be written `"-6dB"` or `"50%"` and durations `"2s"` or `"1m30s"`; they are
 /// converted before the line is checked as a request. `"at"` is seconds from the start of the
-/// script (a number or a duration) or an RFC 3339 date and time.
+/// script (a number or a duration such as `"+10s"`), a time of day (`"23:00"`) or a date and
+/// time, as `--at` reads them (`HumanUnits.when`).
 public enum ScriptRequests {
   /// One request of the script, with where it came from.
   public struct Entry: Sendable, Equatable {
@@ -84,18 +85,17 @@ public enum ScriptRequests {
     }
   }
 
+  /// `"at"`: a number is seconds from the start of the script; a string is any form `--at`
+  /// takes (`"+10s"`, `"1m30s"`, `"23:00"`, an ISO 8601 date), a delay counting from the start.
   private static func schedule(_ value: JSONValue, _ fail: (String) -> LineError) throws(LineError) -> Schedule {
     switch value {
     case .number(let seconds):
       guard seconds.isFinite, seconds >= 0 else { throw fail("at: expected seconds >= 0, got \(value.serialized())") }
       return .delay(seconds)
     case .string(let text):
-      if let date = RFC3339.parse(text) { return .date(date) }
-      do { return .delay(try HumanUnits.duration(text, option: "at")) } catch {
-        throw fail(error.description + ", or an RFC 3339 date and time")
-      }
+      do { return try HumanUnits.when(text, option: "at") } catch { throw fail(error.description) }
     default:
-      throw fail("at: expected seconds from the start or an RFC 3339 date and time, got \(value.serialized())")
+      throw fail("at: expected seconds from the start, or \(HumanUnits.whenForms), got \(value.serialized())")
     }
   }
 }

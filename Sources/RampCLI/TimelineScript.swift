@@ -1,6 +1,7 @@
 import Foundation
 import RampAudio
 import RampEngine
+import RampProtocol
 
 /// A timeline script: one request object per line (blank lines and lines starting with `#`
 /// are skipped), each with an optional `"at"` in seconds from the start. Offline rendering
@@ -45,7 +46,7 @@ public enum TimelineScript {
     if let unknown = object.keys.sorted().first(where: { !fields.contains($0) }) {
       throw fail("unknown field '\(unknown)'")
     }
-    let at = try seconds(object["at"], field: "at", label: label) ?? 0
+    let at = try offset(object["at"], label: label) ?? 0
     let key = try string(object["key"], field: "key", label: label) ?? OfflineRenderer.masterGain
     let duration = try seconds(object["duration"], field: "duration", label: label)
     let curveText = try string(object["curve"], field: "curve", label: label)
@@ -93,6 +94,19 @@ public enum TimelineScript {
     default:
       throw ScriptError("\(label): \(field): expected seconds (a number or a string such as \"2s\")")
     }
+  }
+
+  /// `"at"`, read as `--at` and `rampctl batch` read it (`HumanUnits.when`); a render has no
+  /// clock time, so only seconds from its start (`12`, `"12s"`, `"+1m30s"`) mean something.
+  private static func offset(_ value: ScriptValue?, label: String) throws -> Double? {
+    guard case .string(let text)? = value else { return try seconds(value, field: "at", label: label) }
+    let when: Schedule
+    do { when = try HumanUnits.when(text, option: "at") } catch { throw ScriptError("\(label): \(error.description)") }
+    guard case .delay(let seconds) = when else {
+      throw ScriptError(
+        "\(label): at: '\(text)' is a clock time; a render counts seconds from its start (12, \"12s\", \"+1m30s\")")
+    }
+    return seconds
   }
 
   private static func gain(_ value: ScriptValue?, label: String) throws -> Double? {

@@ -85,7 +85,7 @@ public struct SocketSettings: Sendable, Equatable {
   public func resolvedPath(
     environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
   ) -> String {
-    path ?? DaemonConfiguration.runtimeDirectory(environment: environment, isRoot: isRoot) + "/rampd.sock"
+    path ?? SocketLocation.defaultPath(environment: environment, isRoot: isRoot)
   }
 
   /// `mode`, or 0600 for a user's daemon (its socket under `$XDG_RUNTIME_DIR`), 0660 for a system one.
@@ -269,10 +269,13 @@ extension DaemonConfiguration {
     SocketLocation.runtimeDirectory(environment: environment, isRoot: isRoot)
   }
 
-  /// Environment variables starting with `RAMPD_` that are not configuration keys. `RAMPD_CONFIG`
-  /// is left to `rampd` (a configuration file path) and `RAMPD_SOCKET` to rampctl (the socket it
-  /// connects to); every other `RAMPD_*` must name a key.
-  public static let reservedEnvironmentVariables: Set<String> = ["RAMPD_CONFIG", SocketLocation.clientVariable]
+  /// Environment variables starting with `RAMPD_` that are not configuration keys as such.
+  /// `RAMPD_CONFIG` is a configuration file path; `RAMPD_SOCKET` names the socket (`socket.path`)
+  /// for rampd and rampctl alike, before its alias `RAMPD_SOCKET_PATH` (see
+  /// `SocketLocation.environmentPath`); every other `RAMPD_*` must name a key.
+  public static let reservedEnvironmentVariables: Set<String> = [
+    "RAMPD_CONFIG", SocketLocation.variable, SocketLocation.aliasVariable,
+  ]
 }
 
 /// A configuration value refused, naming where it came from.

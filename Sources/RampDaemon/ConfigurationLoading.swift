@@ -1,5 +1,6 @@
 import Foundation
 import RampAudio
+import RampProtocol
 import TOMLKit
 
 #if canImport(Glibc)
@@ -118,10 +119,14 @@ struct ConfigLayers {
             source: source, message: "mixer bindings are configured in the file only ([[mixer]] tables)")
         }
         let known = ConfigSchema.keys.map(\.environmentName)
-        let hint = Suggestions.closest(to: name, among: known).map { " (did you mean \($0)?)" } ?? ""
+        let hint = Suggestion.closest(to: name, among: known).map { " (did you mean \($0)?)" } ?? ""
         throw ConfigurationError(source: source, message: "not a configuration variable\(hint)")
       }
       try apply(key, .string(environment[name]!), ConfigOrigin(source: source, line: nil, rank: 2))
+    }
+    // The socket: the same variables, in the same order, as rampctl reads.
+    if let socket = SocketLocation.environmentPath(environment), let key = ConfigSchema.keysByPath["socket.path"] {
+      try apply(key, .string(socket.path), ConfigOrigin(source: "environment (\(socket.variable))", line: nil, rank: 2))
     }
   }
 
@@ -134,7 +139,7 @@ struct ConfigLayers {
             source: source, key: path, message: "mixer bindings are configured in the file only ([[mixer]] tables)")
         }
         let hint =
-          Suggestions.closest(to: path, among: ConfigSchema.keys.map(\.path)).map { " (did you mean \($0)?)" } ?? ""
+          Suggestion.closest(to: path, among: ConfigSchema.keys.map(\.path)).map { " (did you mean \($0)?)" } ?? ""
         throw ConfigurationError(source: source, key: path, message: "unknown key\(hint)")
       }
       try apply(key, .string(overrides[path]!), ConfigOrigin(source: source, line: nil, rank: 3))
@@ -214,7 +219,7 @@ struct ConfigLayers {
         }
       } else if value.type == .table {
         let hint =
-          Suggestions.closest(to: name, among: ConfigSchema.sections).map { " (did you mean [\($0)]?)" } ?? ""
+          Suggestion.closest(to: name, among: ConfigSchema.sections).map { " (did you mean [\($0)]?)" } ?? ""
         let sections = ConfigSchema.sections.map { ConfigSchema.arraySections.contains($0) ? "[[\($0)]]" : "[\($0)]" }
         entries.append(
           (
@@ -382,20 +387,10 @@ struct SourceIndex {
 
 /// "Did you mean …?": a typo must not be silently ignored, and the error should say what was meant.
 enum Suggestions {
-  /// The candidate nearest `word` (Levenshtein distance, case-insensitive) when within 2 edits.
-  static func closest(to word: String, among candidates: [String]) -> String? {
-    var best: (String, Int)?
-    for candidate in candidates {
-      let distance = editDistance(word.lowercased(), candidate.lowercased())
-      if distance <= 2, best == nil || distance < best!.1 { best = (candidate, distance) }
-    }
-    return best?.0
-  }
-
   /// The message for `name`, unknown in `section` (`output`, or `[mixer]` for a mixer table).
   static func unknownKey(_ name: String, section: String, known: [String]) -> String {
     let isMixer = section == "[mixer]"
-    if let near = closest(to: name, among: known) {
+    if let near = Suggestion.closest(to: name, among: known) {
       return "unknown key (did you mean \(isMixer ? near : "\(section).\(near)")?)"
     }
     if !isMixer {
@@ -406,23 +401,5 @@ enum Suggestions {
     }
     let header = isMixer ? "[[mixer]]" : "[\(section)]"
     return "unknown key; the keys of \(header) are \(known.joined(separator: ", "))"
-  }
-
-  static func editDistance(_ a: String, _ b: String) -> Int {
-    let a = Array(a)
-    let b = Array(b)
-    if a.isEmpty { return b.count }
-    if b.isEmpty { return a.count }
-    var previous = Array(0...b.count)
-    var current = [Int](repeating: 0, count: b.count + 1)
-    for i in 1...a.count {
-      current[0] = i
-      for j in 1...b.count {
-        current[j] = Swift.min(
-          previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
-      }
-      swap(&previous, &current)
-    }
-    return previous[b.count]
   }
 }

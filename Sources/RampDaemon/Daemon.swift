@@ -24,13 +24,31 @@ public final class Daemon: @unchecked Sendable {
   private let master: PublishedValue?
   /// What the state file held at start.
   private let restored: PersistentState
+  /// This daemon's claim on its state file (and on the embedded WAV file when it plays into one).
+  private let locks: [InstanceLock]
+  /// Keeps the embedded WAV file's header true while it grows.
+  private let headerKeeper: WavHeaderKeeper?
 
-  /// Opens the output and prepares the server; nothing plays or listens until `start`.
-  public init(configuration: DaemonConfiguration, environment: [String: String], logger: Logger) throws {
+  /// Decides that this daemon may run, then opens the output and prepares the server; nothing
+  /// plays or listens until `start`.
+  ///
+  /// A daemon that may not run touches nothing: before a device, the embedded WAV file, the
+  /// state file or a schedule is opened, it makes sure that no rampd listens on its socket and
+  /// locks `<socket>.lock` (unless systemd passed the socket: `inheritedSocket`), and takes an
+  /// exclusive lock on `<state.path>.lock`, which catches two daemons on different sockets sharing
+  /// one state file.
+  public init(
+    configuration: DaemonConfiguration, environment: [String: String], logger: Logger, inheritedSocket: CInt? = nil
+  ) throws {
     self.configuration = configuration
     self.logger = logger
-    notifier = ServiceNotifier(environment: environment)
     let isRoot = geteuid() == 0
+    let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
+    let statePath = configuration.state.resolvedPath(environment: environment, isRoot: isRoot)
+    var locks = try InstanceLock.claim(
+      socket: inheritedSocket == nil ? socketPath : nil, state: statePath, record: socketPath, logger: logger)
+    var headerKeeper: WavHeaderKeeper?
+    notifier = ServiceNotifier(environment: environment)
     var notes: JSONObject = ["embedded": false]
     do {
       player = try Player(
@@ -43,6 +61,9 @@ public final class Daemon: @unchecked Sendable {
       let file = configuration.embeddedOutput.resolvedPath(environment: environment, isRoot: isRoot)
       let limit = configuration.embeddedOutput.maxDuration
       let embedded = try Self.embeddedOutput(configuration.output, file: file, maxDuration: limit)
+      let lock = try InstanceLock.claim(embeddedFile: file)
+      locks.append(lock)
+      headerKeeper = WavHeaderKeeper(descriptor: lock.descriptor)
       logger.warning(
         "output device unusable; playing into a WAV file instead (embedded output)",
         metadata: [
@@ -59,14 +80,14 @@ public final class Daemon: @unchecked Sendable {
         "maxDuration": .number(limit),
       ]
     }
+    self.locks = locks
+    self.headerKeeper = headerKeeper
     controller = Controller(player: player, configuration: configuration, outputNotes: notes, logger: logger)
-    let socketPath = configuration.socket.resolvedPath(environment: environment, isRoot: isRoot)
     server = Server(path: socketPath, controller: controller, logger: logger)
     let server = server
     controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
     master = notifier.isActive ? player.publish("master.gain") : nil
-    let store = StateStore(
-      path: configuration.state.resolvedPath(environment: environment, isRoot: isRoot), logger: logger)
+    let store = StateStore(path: statePath, logger: logger)
     restored = store.load()
     let saver = StateSaver(store: store, logger: logger)
     // A state file from the start: the levels journal only refines one (see StateStore.journal).
@@ -98,6 +119,7 @@ public final class Daemon: @unchecked Sendable {
   /// Starts rendering, the event thread, the mixer bindings and the socket (or serves on an
   /// inherited, already listening socket).
   public func start(inheritedSocket: CInt? = nil) throws {
+    headerKeeper?.start()
     // An animation given no duration takes the implicit transaction's, as in Core Animation.
     let transaction = configuration.transaction
     player.perform { state in state.engine.defaultTransaction = transaction }
@@ -135,8 +157,13 @@ public final class Daemon: @unchecked Sendable {
     }
     controller.restore(restored.schedules)
     if !values.isEmpty || !restored.schedules.isEmpty {
+      // Each level by name: a master.gain restored at 0 is silence that `status` must not hide.
+      let levels = values.sorted { $0.key < $1.key }.map { key, value in
+        let decibels = value > 0 ? String(format: "%.2f dB", 20 * log10(value)) : "-inf dB"
+        return "\(key) = \(String(format: "%g", value)) (\(decibels))"
+      }
       logger.notice(
-        "state restored",
+        "state restored: \(levels.isEmpty ? "no levels" : levels.joined(separator: ", ")); \(restored.schedules.count) schedule(s)",
         metadata: ["values": "\(values.count)", "schedules": "\(restored.schedules.count)"])
     }
   }
@@ -224,7 +251,9 @@ public final class Daemon: @unchecked Sendable {
     controller.shutdown()
     for mixer in mixers { mixer.stop() }
     player.shutdown()
+    headerKeeper?.stop()
     controller.persistence?.saver.close()
+    for lock in locks { lock.release() }
     logger.notice("rampd stopped")
   }
 

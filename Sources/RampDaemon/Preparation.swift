@@ -79,7 +79,8 @@ struct Preparation: Sendable {
       return Operation { state, _ in
         [
           "sample": .integer(state.engine.now),
-          "streams": .array(state.streamSnapshots.map(Self.describe)),
+          "master": Self.level("master.gain", in: state),
+          "streams": .array(state.streamSnapshots.map { Self.describe($0, in: state) }),
         ]
       }
     case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait:
@@ -321,13 +322,14 @@ struct Preparation: Sendable {
   private func checkGain(_ value: Double, field: String) throws(ProtocolError) {
     let maximum = live.read { $0.maxGain }
     guard value >= 0 else {
-      throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(value)")
+      throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(JSONValue.format(value))")
     }
     guard value <= maximum * (1 + 1e-12) else {
-      let decibels = configuration.maxGainDecibels
+      let decibels = JSONValue.format(configuration.maxGainDecibels)
       throw ProtocolError(
         .outOfRange, field: field,
-        "\(value) is above the maximum gain \(maximum) (\(decibels) dB; raise gain.max to allow more)")
+        "\(JSONValue.format(value)) is above the maximum gain \(JSONValue.format(maximum)) (\(decibels) dB; raise "
+          + "gain.max to allow more)")
     }
   }
 
@@ -367,11 +369,15 @@ struct Preparation: Sendable {
       ? nil : ProtocolError(.unknownStream, field: field, "no stream '\(id)' is playing")
   }
 
+  /// Why a key path names nothing, and what was likely meant: `streams.master.gain` (typed as
+  /// `master`) is probably `master.gain`; `master.gian` is `master.gain` misspelt.
   private static func hint(_ key: String, in state: RenderState) -> String {
+    let known = state.engine.keyPaths.filter { !InternalKeyPath.isInternal($0) }
     if let stream = InternalKeyPath.stream(of: key), !state.contains(stream: stream) {
-      return " (no stream '\(stream)' is playing)"
+      let meant = known.first { $0.hasPrefix(stream + ".") } ?? Suggestion.closest(to: key, among: known)
+      return " (no stream '\(stream)' is playing\(meant.map { "; did you mean \($0)?" } ?? ""))"
     }
-    return ""
+    return Suggestion.closest(to: key, among: known).map { " (did you mean \($0)?)" } ?? ""
   }
 
   // MARK: Results
@@ -411,10 +417,19 @@ struct Preparation: Sendable {
     ]
   }
 
-  static func describe(_ stream: StreamSnapshot) -> JSONValue {
+  static func describe(_ stream: StreamSnapshot, in state: RenderState) -> JSONValue {
     [
       "stream": .string(stream.id), "path": .string(stream.path), "paused": .bool(stream.paused),
       "stopping": .bool(stream.stopping), "loop": .bool(stream.loops), "position": .number(stream.seconds),
+      "gain": level("streams.\(stream.id).gain", in: state),
+    ]
+  }
+
+  /// `{"model": 0.5, "audible": 0.42}`: where a gain is going and what plays now.
+  static func level(_ key: String, in state: RenderState) -> JSONValue {
+    [
+      "model": .number((try? state.engine.model(key)) ?? .nan),
+      "audible": .number((try? state.engine.presentation(key)) ?? .nan),
     ]
   }
 

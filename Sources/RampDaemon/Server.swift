@@ -77,6 +77,9 @@ public final class Server: @unchecked Sendable {
     return ServerBootstrap(group: group)
       .serverChannelOption(.backlog, value: 64)
       .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
+      // A client that has sent everything and shut its side (`socat`, `nc -N`, a script's
+      // shutdown(SHUT_WR)) still gets its replies: the session closes once they are out.
+      .childChannelOption(.allowRemoteHalfClosure, value: true)
       .childChannelInitializer { channel in
         // Read per connection, so a reload's limits apply to the next one.
         let configuration = controller.configuration
@@ -158,11 +161,16 @@ public final class Server: @unchecked Sendable {
     guard (info.st_mode & S_IFMT) == S_IFSOCK else {
       throw ServerError("\(path) exists and is not a socket; refusing to replace it")
     }
+    try refuseLiveListener(at: path)
+    unlink(path)
+  }
+
+  /// Throws when a daemon answers at `path` (a socket file left by one that died does not).
+  static func refuseLiveListener(at path: String) throws {
     if let probe = try? SocketProbe.connect(path) {
       Glibc.close(probe)
-      throw ServerError("another rampd is already listening on \(path)")
+      throw ServerError("another rampd is already listening on \(path); this one stops without touching anything")
     }
-    unlink(path)
   }
 }
 
@@ -318,6 +326,9 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   /// While the lines of a read are being handled (a reply that fails can close the connection
   /// meanwhile).
   private var handlingLines = false
+  /// Set once the client shut its sending side: the connection closes when every request read
+  /// has its reply written.
+  private var inputClosed = false
   /// Observed key paths (event-loop thread only).
   private var observers: [String: Observer] = [:]
   /// Commands that open files run here, so that never stalls the event loop that serves every
@@ -373,9 +384,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   func channelInactive(context: ChannelHandlerContext) {
-    // A last line without a newline still counts, unless the connection went while the lines
-    // before it were handled.
-    if !closing && !handlingLines, let last = framer.remainder() { handle(line: last) }
+    handleLastLine()
     closing = true
     idleCheck?.cancel()
     for observer in observers.values { stop(observer) }
@@ -396,6 +405,32 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
       closing = true
       close(with: Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: error.limit)))
     }
+  }
+
+  /// The client has sent everything (a half-close; a client that closed both ways comes here
+  /// too, before the connection goes). The requests read are answered, then the connection closes.
+  func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+    guard let event = event as? ChannelEvent, event == .inputClosed else {
+      context.fireUserInboundEventTriggered(event)
+      return
+    }
+    handleLastLine()
+    inputClosed = true
+    closeOnceAnswered()
+  }
+
+  /// A last line without a newline still counts, unless the connection went while the lines
+  /// before it were handled.
+  private func handleLastLine() {
+    if !closing && !handlingLines, let last = framer.remainder() { handle(line: last) }
+  }
+
+  /// After a half-close: closes the connection once every reply is written (and flushed).
+  private func closeOnceAnswered() {
+    guard inputClosed, !closing, unanswered.load(ordering: .relaxed) == 0 else { return }
+    closing = true
+    idleCheck?.cancel()
+    close(after: channel.allocator.buffer(capacity: 0))
   }
 
   /// One request line.
@@ -481,8 +516,13 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private func close(with line: JSONValue) {
     var buffer = channel.allocator.buffer(capacity: 256)
     buffer.writeString(line.serializedLine())
+    close(after: buffer)
+  }
+
+  /// Closes the connection once `bytes`, and everything written before them, are sent.
+  private func close(after bytes: ByteBuffer) {
     let channel = channel
-    channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
+    channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
   }
 
   // MARK: Client
@@ -514,6 +554,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private func deliver(_ line: JSONValue, sequence: Int) {
     unanswered.subtract(1, ordering: .relaxed)
     if readingPaused.load(ordering: .relaxed) { updateReading() }
+    defer { closeOnceAnswered() }
     if anyOrder.remove(sequence) != nil {
       write(line)
       return

@@ -1,4 +1,5 @@
 import Logging
+import RampAudio
 import RampProtocol
 import Synchronization
 
@@ -103,11 +104,6 @@ public final class StateStore: Sendable {
   var directory: String {
     guard let slash = path.lastIndex(of: "/") else { return "." }
     return slash == path.startIndex ? "/" : String(path[..<slash])
-  }
-
-  private var fileName: String {
-    guard let slash = path.lastIndex(of: "/") else { return path }
-    return String(path[path.index(after: slash)...])
   }
 
   // MARK: Load
@@ -277,7 +273,7 @@ public final class StateStore: Sendable {
       target = "\(path).corrupt-\(stamp)"
     }
     if rename(path, target) == 0 {
-      _ = syncDirectory(directory)
+      _ = ReplacementFile.syncDirectory(directory)
       logger.warning(
         "state file \(path) is unusable (\(problem)); moved it to \(target) and starting with an empty state")
     } else {
@@ -290,30 +286,18 @@ public final class StateStore: Sendable {
     return PersistentState()
   }
 
-  /// Removes `<path>.tmp-<pid>` files whose process no longer runs (or is this one: saves are
-  /// serialised with loads, so none of this process's is in use).
+  /// Removes the temporary files of saves (`.<name>.tmp-<pid>`) whose process no longer runs (or
+  /// is this one: saves are serialised with loads, so none of this process's is in use).
   private func removeStaleTemporaries() {
-    guard let stream = opendir(directory) else { return }
-    defer { closedir(stream) }
-    let prefix = fileName + ".tmp-"
-    var stale: [String] = []
-    while let entry = readdir(stream) {
-      let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-        String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-      }
-      guard name.hasPrefix(prefix), let pid = pid_t(name.dropFirst(prefix.count)), pid > 0 else { continue }
-      if pid == getpid() || (kill(pid, 0) != 0 && errno == ESRCH) { stale.append(name) }
-    }
-    for name in stale {
-      let file = directory == "/" ? "/" + name : directory + "/" + name
-      if unlink(file) == 0 { logger.info("removed \(file), left by an interrupted save") }
+    for file in ReplacementFile.removeStale(beside: path, includingOwn: true) {
+      logger.info("removed \(file), left by an interrupted save")
     }
   }
 
   // MARK: Save
 
-  /// Writes `state` atomically: `<path>.tmp-<pid>` in the same directory, synced, renamed over
-  /// `path`, then the directory synced. Creates the directory (mode 0700) when it is missing. On
+  /// Writes `state` atomically (``ReplacementFile``): `.<name>.tmp-<pid>` in the same directory,
+  /// synced, renamed over `path`, then the directory synced. Creates the directory (mode 0700) when it is missing. On
   /// failure (a full disk, a read-only file system, permissions) the previous file is intact,
   /// the temporary file is removed, and the error names the path and the reason.
   ///
@@ -328,29 +312,18 @@ public final class StateStore: Sendable {
   }
 
   private func writeAtomically(_ bytes: [UInt8]) throws(StateStoreError) {
-    let directory = directory
     try makeDirectory(directory)
-    let temporary = "\(path).tmp-\(getpid())"
-    let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-    guard descriptor >= 0 else { throw failure("creating \(temporary)") }
-    var renamed = false
-    defer { if !renamed { unlink(temporary) } }
-    var step = "writing \(temporary)"
-    var code = writeAll(bytes, to: descriptor)
-    if code == 0 {
-      step = "syncing \(temporary)"
-      code = fsync(descriptor) == 0 ? 0 : errno
+    do throws(ReplacementFile.Failure) {
+      let file = try ReplacementFile(replacing: path, mode: 0o600)
+      let code = writeAll(bytes, to: file.descriptor)
+      guard code == 0 else {
+        file.discard()
+        throw ReplacementFile.Failure(path: path, step: "writing \(file.temporaryPath)", code: code)
+      }
+      try file.commit()
+    } catch {
+      throw StateStoreError(path: path, code: error.code, step: error.step)
     }
-    // close can report a deferred write error (NFS, quotas).
-    if close(descriptor) != 0 && code == 0 {
-      step = "closing \(temporary)"
-      code = errno
-    }
-    guard code == 0 else { throw StateStoreError(path: path, code: code, step: step) }
-    guard rename(temporary, path) == 0 else { throw failure("renaming \(temporary) to \(path)") }
-    renamed = true
-    code = syncDirectory(directory)
-    guard code == 0 else { throw StateStoreError(path: path, code: code, step: "syncing the directory \(directory)") }
   }
 
   /// Creates `directory` and its missing parents, mode 0700 (less the umask).
@@ -381,16 +354,6 @@ private func writeAll(_ bytes: [UInt8], to descriptor: Int32) -> Int32 {
     guard count > 0 else { return count == 0 ? EIO : errno }
     written += count
   }
-  return 0
-}
-
-/// Syncs a directory so that a rename in it is durable: 0, or the errno. File systems that
-/// cannot sync a directory (EINVAL) count as synced.
-private func syncDirectory(_ directory: String) -> Int32 {
-  let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-  guard descriptor >= 0 else { return errno }
-  defer { close(descriptor) }
-  guard fsync(descriptor) == 0 else { return errno == EINVAL ? 0 : errno }
   return 0
 }
 

@@ -237,10 +237,13 @@ extension String {
   }
 }
 
-/// "Did you mean …?" for misspelt command and field names.
-enum Suggestion {
-  /// The candidate nearest to `word` by edit distance, if it is near enough to be a typo.
-  static func closest(to word: String, among candidates: [String]) -> String? {
+/// "Did you mean …?" for misspelt names: commands and fields here, configuration keys in the
+/// daemon, subcommands in rampctl. The one implementation of it.
+public enum Suggestion {
+  /// The candidate nearest to `word` by edit distance, if it is near enough to be a typo: one
+  /// edit in a short word, two in a word of eight characters or more. Case and the separators
+  /// `-` and `_` do not count.
+  public static func closest(to word: String, among candidates: [String]) -> String? {
     let folded = fold(word)
     var best: (candidate: String, distance: Int)?
     for candidate in candidates {
@@ -257,8 +260,11 @@ enum Suggestion {
     Array(text.lowercased().filter { $0 != "-" && $0 != "_" })
   }
 
+  /// Edits from `a` to `b`: insertions, deletions, substitutions and swaps of two neighbours
+  /// (`stauts` is one edit from `status`), each counting one.
   private static func editDistance(_ a: [Character], _ b: [Character]) -> Int {
     if a.isEmpty || b.isEmpty { return max(a.count, b.count) }
+    var beforePrevious = [Int](repeating: 0, count: b.count + 1)
     var previous = Array(0...b.count)
     var current = previous
     for i in 1...a.count {
@@ -266,8 +272,11 @@ enum Suggestion {
       for j in 1...b.count {
         let substitution = previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)
         current[j] = min(previous[j] + 1, current[j - 1] + 1, substitution)
+        if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+          current[j] = min(current[j], beforePrevious[j - 2] + 1)
+        }
       }
-      swap(&previous, &current)
+      (beforePrevious, previous, current) = (previous, current, beforePrevious)
     }
     return previous[b.count]
   }

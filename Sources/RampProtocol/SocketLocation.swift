@@ -24,18 +24,43 @@ public enum SocketLocation {
     runtimeDirectory(environment: environment, isRoot: isRoot) + "/rampd.sock"
   }
 
-  /// The environment variable clients read for the socket path. `rampd` itself ignores it (its
-  /// own is `RAMPD_SOCKET_PATH`, the `socket.path` key), so one shell can export both.
-  public static let clientVariable = "RAMPD_SOCKET"
-  /// `socket.path` as an environment variable of `rampd`; clients honour it too, after theirs.
-  public static let daemonVariable = "RAMPD_SOCKET_PATH"
+  /// The environment variable that names the socket, for `rampd` (which listens there) and its
+  /// clients (which connect there): `export RAMPD_SOCKET=…` in one shell starts and reaches the
+  /// same daemon.
+  public static let variable = "RAMPD_SOCKET"
+  /// `socket.path` as an environment variable: an alias of `RAMPD_SOCKET`, which wins when both
+  /// are set.
+  public static let aliasVariable = "RAMPD_SOCKET_PATH"
 
-  /// The socket a client connects to: `option` (`--socket`), else `$RAMPD_SOCKET`, else
-  /// `$RAMPD_SOCKET_PATH`, else the default path. Empty values count as unset.
-  public static func clientPath(option: String?, environment: [String: String], isRoot: Bool) -> String {
-    for candidate in [option, environment[clientVariable], environment[daemonVariable]] {
-      if let candidate, !candidate.isEmpty { return candidate }
+  /// The socket the environment names, with the variable that named it: `$RAMPD_SOCKET`, else
+  /// `$RAMPD_SOCKET_PATH`. Empty values count as unset.
+  public static func environmentPath(_ environment: [String: String]) -> (variable: String, path: String)? {
+    for name in [variable, aliasVariable] {
+      if let value = environment[name], !value.isEmpty { return (name, value) }
     }
-    return defaultPath(environment: environment, isRoot: isRoot)
+    return nil
+  }
+
+  /// The socket a client connects to: `option` (`--socket`), else the environment's
+  /// (`environmentPath`), else the default path.
+  public static func clientPath(option: String?, environment: [String: String], isRoot: Bool) -> String {
+    if let option, !option.isEmpty { return option }
+    return environmentPath(environment)?.path ?? defaultPath(environment: environment, isRoot: isRoot)
+  }
+
+  /// How to start the daemon that should be listening on `path`: the system service for root or
+  /// the system socket, the user's service for a socket in the user's runtime directory, else
+  /// `rampd` itself with that socket.
+  public static func startHint(path: String, environment: [String: String], isRoot: Bool) -> String {
+    let system = "/run/rampd/rampd.sock"
+    if path == system || (isRoot && path == defaultPath(environment: environment, isRoot: true)) {
+      return "`systemctl start rampd` (or run `rampd` as root)"
+    }
+    if isUserSession(environment: environment, isRoot: isRoot),
+      path == defaultPath(environment: environment, isRoot: isRoot)
+    {
+      return "`systemctl --user start rampd` (or run `rampd`)"
+    }
+    return "`\(variable)=\(path) rampd`"
   }
 }

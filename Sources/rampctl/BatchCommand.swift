@@ -10,7 +10,8 @@ struct BatchCommand: ParsableCommand {
     abstract: "Run a timeline script against rampd: one request per line, each at its time.",
     discussion: """
       Each line is a request object as in PROTOCOL.md, with an optional "at": seconds from the \
-      start of the script (2.5, or "1m30s"), or an RFC 3339 date and time. Gains may be written \
+      start of the script (2.5, "1m30s" or "+10s"), or any time --at takes ("23:00", the next \
+      23:00; "2026-11-21T07:30:00Z"; "2026-11-21 07:30" in local time). Gains may be written \
       "-6dB" or "50%" and durations "2s", as in `rampctl render --script`. Blank lines and \
       lines starting with # are skipped.
 

@@ -9,10 +9,13 @@ struct ConnectionOptions: ParsableArguments {
   @Option(
     help: ArgumentHelp(
       "rampd's socket (default: $RAMPD_SOCKET, else $XDG_RUNTIME_DIR/rampd/rampd.sock when not root, else "
-        + "/run/rampd/rampd.sock).", valueName: "path"))
+        + "/run/rampd/rampd.sock). May also come before the command.", valueName: "path"))
   var socket: String?
 
-  @Flag(help: "Print rampd's reply lines as they are (one JSON object per line), for scripts.")
+  @Flag(
+    help: ArgumentHelp(
+      "Print rampd's reply lines as they are (one JSON object per line), refusals too, for scripts; the exit "
+        + "status still tells a refusal (65). May also come before the command."))
   var json = false
 
   var socketPath: String {
@@ -59,44 +62,32 @@ struct RampOptions: ParsableArguments {
 
   @Option(
     help: ArgumentHelp(
-      "Take effect later: a time of day (23:00, 07:30:15: the next to come, local time), an RFC 3339 date, or a "
-        + "delay (20m, 90s). rampd saves the schedule, so it survives a restart; rampctl returns at once.",
+      "Take effect later: a time of day (23:00, 07:30:15: the next to come, local time), a date (RFC 3339, or "
+        + "2026-11-21 07:30 in local time) or a delay (+20m, 90s). rampd saves the schedule, so it survives a "
+        + "restart; rampctl returns at once (with --wait: once the ramp has run and ended). A date already past "
+        + "is not scheduled: the command runs at once, and rampctl says so.",
       valueName: "when"))
   var at: String?
 
-  /// `request` scheduled by `--at` (and saved by rampd), if given.
-  func scheduled(_ request: Request) throws -> Request {
+  /// `request` scheduled by `--at` (and saved by rampd), if given and not already past. With
+  /// `waiting`, rampd replies when it takes effect (so rampctl can wait for the ramp); else at once.
+  func scheduled(_ request: Request, waiting: Bool, now: Date = Date()) throws -> Request {
     guard let at else { return request }
+    let when = try Parse.when(at, "--at", now: now)
+    if case .date(let date) = when, date <= now.timeIntervalSince1970 { return request }
     var scheduled = request
-    scheduled.at = try Parse.when(at, "--at")
-    scheduled.ack = .scheduled
+    scheduled.at = when
+    scheduled.ack = waiting ? .applied : .scheduled
     return scheduled
   }
 }
 
 /// Turning typed text into protocol values; every refusal names the option, as a usage error.
 enum Parse {
-  /// `--at`: `HH:MM[:SS]` (the next such local time), an RFC 3339 date, or a delay.
+  /// `--at`: a time of day, a date or a delay (`HumanUnits.when`, as a timeline's `"at"`).
   static func when(_ text: String, _ option: String, now: Date = Date()) throws -> Schedule {
-    let parts = text.split(separator: ":", omittingEmptySubsequences: false)
-    if (2...3).contains(parts.count), let hour = Int(parts[0]), let minute = Int(parts[1]),
-      (0..<24).contains(hour), (0..<60).contains(minute), parts[1].count == 2
-    {
-      let second = parts.count == 3 ? Int(parts[2]) : 0
-      guard let second, (0..<60).contains(second), parts.count == 2 || parts[2].count == 2 else {
-        throw ValidationError("\(option): '\(text)' is not a time of day (HH:MM or HH:MM:SS)")
-      }
-      let calendar = Calendar.current
-      let today = calendar.date(bySettingHour: hour, minute: minute, second: second, of: now)!
-      let next = today > now ? today : calendar.date(byAdding: .day, value: 1, to: today)!
-      return .date(next.timeIntervalSince1970)
-    }
-    if let date = RFC3339.parse(text) { return .date(date) }
-    do {
-      return .delay(try HumanUnits.duration(text, option: option))
-    } catch {
-      throw ValidationError(
-        "\(option): '\(text)' is neither a time of day (23:00), an RFC 3339 date nor a delay (20m)")
+    do { return try HumanUnits.when(Arguments.restoringMinus(text), option: option, now: now) } catch {
+      throw usage(error)
     }
   }
 

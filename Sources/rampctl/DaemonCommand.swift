@@ -8,7 +8,7 @@ import RampProtocol
 /// `request()` is the whole mapping from arguments to the wire (pure, so unit tests check it
 /// without a daemon); `validate()` runs it, so bad units are usage errors (exit 64) before any
 /// connection is made.
-protocol DaemonCommand: ParsableCommand {
+protocol DaemonCommand: ParsableCommand, TalksToRampd {
   var connection: ConnectionOptions { get }
   func request() throws -> Request
   /// The reply for people (`--json` prints the line itself instead).
@@ -18,11 +18,18 @@ protocol DaemonCommand: ParsableCommand {
   /// True when asked to wait for the streams the command stops as well (so rampctl subscribes
   /// to `stream-ended` before sending it, and cannot miss the event).
   var waitsForStreamsToEnd: Bool { get }
+  /// `--at` as typed, for the commands that take it.
+  var atText: String? { get }
+  /// What the user typed for each wire field that holds a value (`"value": "+3dB"`), so that a
+  /// refusal echoes it and can point at the likely mistake (`RefusalText`).
+  var typed: [String: String] { get }
 }
 
 extension DaemonCommand {
   func rampWait(for result: JSONValue) -> RampWait? { nil }
   var waitsForStreamsToEnd: Bool { false }
+  var atText: String? { nil }
+  var typed: [String: String] { [:] }
 
   mutating func validate() throws { _ = try request() }
 
@@ -70,14 +77,21 @@ struct ClientRun {
   /// first, answers in well under a second); past it rampctl reports a timeout (exit 75).
   static let replyTimeout = 30.0
 
+  /// Connects; with `--json`, every line in which rampd refuses something goes to standard
+  /// output as it came, so a script reads errors where it reads replies.
   func connect() throws(ClientFailure) -> DaemonConnection {
-    let connection = try DaemonConnection(path: options.socketPath)
+    let json = options.json
+    let connection = try DaemonConnection(path: options.socketPath, onRefusal: { if json { Output.print($0) } })
     connection.isInterrupted = { Interruption.happened }
     return connection
   }
 
   func perform(_ command: some DaemonCommand) throws {
     let request = try command.request()
+    let json = options.json
+    if let at = command.atText, request.at == nil, !json {
+      Output.print("--at \(at) has passed: applied at once")
+    }
     let connection = try connect()
     var ended: [String] = []
     let collectEnds = command.waitsForStreamsToEnd
@@ -85,18 +99,41 @@ struct ClientRun {
       _ = try connection.call(Request(.subscribe(events: [.streamEnded])))
     }
     let id = try connection.send(request)
-    let reply = try connection.reply(to: id, deadline: Self.deadline(for: request)) { other throws(ClientFailure) in
-      if case .event(.streamEnded(let stream, _, _)) = other.line { ended.append(stream) }
+    if !json, let due = Self.due(of: request), request.ack == .applied {
+      Output.print("scheduled: takes effect at \(HumanUnits.format(localTime: due)); waiting")
     }
-    if !options.json, let schedule = reply.result["scheduled"]?.numberValue, let due = reply.result["due"]?.stringValue
-    {
-      Output.print("scheduled (#\(ReplyText.number(.number(schedule)))): takes effect at \(due)")
+    let reply: (text: String, result: JSONValue)
+    do throws(ClientFailure) {
+      reply = try connection.reply(to: id, deadline: Self.deadline(for: request)) { other throws(ClientFailure) in
+        if case .event(.streamEnded(let stream, _, _)) = other.line { ended.append(stream) }
+      }
+    } catch {
+      throw Self.explained(error, typed: command.typed)
+    }
+    if !json, let schedule = reply.result["scheduled"]?.numberValue {
+      let due = reply.result["due"]?.stringValue.flatMap(RFC3339.parse).map { HumanUnits.format(localTime: $0) }
+      Output.print("scheduled (#\(ReplyText.number(.number(schedule)))): takes effect at \(due ?? "?")")
       return
     }
-    Output.print(options.json ? reply.text : command.summary(of: reply.result))
+    Output.print(json ? reply.text : command.summary(of: reply.result))
     guard request.ack == .applied, var wait = command.rampWait(for: reply.result) else { return }
     if !collectEnds { wait.streams = [] }
-    try RampWaiter(connection: connection, json: options.json).wait(for: wait, alreadyEnded: ended)
+    try RampWaiter(connection: connection, json: json).wait(for: wait, alreadyEnded: ended)
+  }
+
+  /// A refusal retold with what the user typed (`RefusalText`); any other failure as it is.
+  static func explained(_ failure: ClientFailure, typed: [String: String]) -> ClientFailure {
+    guard case .refused(let error) = failure else { return failure }
+    return .refused(RefusalText.explained(error, typed: typed))
+  }
+
+  /// When a request with `at` takes effect, as Unix seconds.
+  static func due(of request: Request, now: Date = Date()) -> Double? {
+    switch request.at {
+    case .delay(let delay)?: return now.timeIntervalSince1970 + delay
+    case .date(let date)?: return date
+    case nil: return nil
+    }
   }
 
   /// A scheduled request replies when it takes effect, so its deadline moves with its `at`.

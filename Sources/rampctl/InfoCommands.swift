@@ -66,12 +66,13 @@ struct VersionCommand: DaemonCommand {
 struct StatusCommand: DaemonCommand {
   static let configuration = CommandConfiguration(
     commandName: "status",
-    abstract: "Show rampd's output device, streams and uptime.",
+    abstract: "Show rampd's master gain, output device, streams and schedules (also: rampctl alone).",
     discussion: """
-      The output line says which ALSA device rampd plays to, at what rate and format, how it is \
-      paced, and how many underruns it had; when no sound card could be opened it names the WAV \
-      file the embedded output writes. Then one row per stream: its state, position, loop flag \
-      and file.
+      The master gain line gives the gain in amplitude and dB (and the audible value while a ramp \
+      moves it). The output line says which ALSA device rampd plays to, at what rate and format, \
+      how it is paced, and how many underruns it had; when no sound card could be opened it names \
+      the WAV file the embedded output writes. Then one row per stream: its state, gain, \
+      position, loop flag and file; then the saved schedules, soonest first, in local time.
 
       Examples:
         rampctl status
@@ -80,7 +81,26 @@ struct StatusCommand: DaemonCommand {
 
   @OptionGroup var connection: ConnectionOptions
 
+  /// Set when `rampctl` was run with no subcommand: status, then how to find the others.
+  @Flag(name: .customLong("bare-hint"), help: .private)
+  var hint = false
+
+  static let hintFlag = "--bare-hint"
+  static let hintText = "(rampctl --help lists every command)"
+
   func request() throws -> Request { Request(.status) }
 
-  func summary(of result: JSONValue) -> String { ReplyText.status(result) }
+  func summary(of result: JSONValue) -> String {
+    ReplyText.status(result) + (hint ? "\n" + Self.hintText : "")
+  }
+
+  func run() throws {
+    do {
+      try ClientRun(options: connection).perform(self)
+    } catch let failure as ClientFailure {
+      let exit = ClientRun.exit(failure)
+      if hint { Output.error(Self.hintText) }
+      throw exit
+    }
+  }
 }

@@ -11,12 +11,12 @@ private let fadeOptions = [
 ]
 
 extension RampOptions {
-  func fade(_ kind: Fade.Kind, key: String, to: Double?, then: Fade.Then? = nil) throws -> Request {
+  func fade(_ kind: Fade.Kind, key: String, to: Double?, then: Fade.Then? = nil, waiting: Bool) throws -> Request {
     let fade = Fade(
       kind: kind, key: Parse.keyPath(key), from: try Parse.gain(from, "--from"), to: to,
       duration: try Parse.duration(duration, "--duration"), curve: try Parse.curve(curve),
       space: try Parse.space(space), continuity: slope ? .slope : .value, name: name, then: then)
-    return try scheduled(Parse.checked(Request(.fade(fade)), options: fadeOptions))
+    return try scheduled(Parse.checked(Request(.fade(fade)), options: fadeOptions), waiting: waiting)
   }
 
   /// `master.gain → 0.5 (-6.02 dB) over 2s (#4)`, or the streams a `then` ramp acts on.
@@ -27,6 +27,11 @@ extension RampOptions {
     guard let id = result["animation"]?.numberValue else { return "\(key) = \(target)" }
     let over = result["duration"]?.numberValue.map { " over \(HumanUnits.format(duration: $0))" } ?? ""
     return "\(key) → \(target)\(over) (#\(ReplyText.number(.number(id))))"
+  }
+
+  /// The gains as typed, by wire field.
+  func typed(to: String?) -> [String: String] {
+    ["to": to, "from": from].compactMapValues { $0.map(Arguments.restoringMinus) }
   }
 
   func rampWait(for result: JSONValue, key: String) -> RampWait {
@@ -75,12 +80,16 @@ struct FadeCommand: DaemonCommand {
 
   func request() throws -> Request {
     let target: Double = try Parse.gain(to, "<to>")
-    return try ramp.fade(.fade, key: key, to: target)
+    return try ramp.fade(.fade, key: key, to: target, waiting: waiting.wait)
   }
 
   func summary(of result: JSONValue) -> String { RampOptions.summary(of: result) }
 
   func rampWait(for result: JSONValue) -> RampWait? { waiting.wait ? ramp.rampWait(for: result, key: key) : nil }
+
+  var atText: String? { ramp.at }
+
+  var typed: [String: String] { ramp.typed(to: to) }
 }
 
 struct FadeInCommand: DaemonCommand {
@@ -105,11 +114,17 @@ struct FadeInCommand: DaemonCommand {
   @OptionGroup var ramp: RampOptions
   @OptionGroup var waiting: WaitFlag
 
-  func request() throws -> Request { try ramp.fade(.fadeIn, key: key, to: try Parse.gain(to, "--to")) }
+  func request() throws -> Request {
+    try ramp.fade(.fadeIn, key: key, to: try Parse.gain(to, "--to"), waiting: waiting.wait)
+  }
 
   func summary(of result: JSONValue) -> String { RampOptions.summary(of: result) }
 
   func rampWait(for result: JSONValue) -> RampWait? { waiting.wait ? ramp.rampWait(for: result, key: key) : nil }
+
+  var atText: String? { ramp.at }
+
+  var typed: [String: String] { ramp.typed(to: to) }
 }
 
 struct FadeOutCommand: DaemonCommand {
@@ -148,7 +163,7 @@ struct FadeOutCommand: DaemonCommand {
   @OptionGroup var waiting: WaitFlag
 
   func request() throws -> Request {
-    try ramp.fade(.fadeOut, key: key, to: try Parse.gain(to, "--to"), then: then?.wire)
+    try ramp.fade(.fadeOut, key: key, to: try Parse.gain(to, "--to"), then: then?.wire, waiting: waiting.wait)
   }
 
   func summary(of result: JSONValue) -> String { RampOptions.summary(of: result) }
@@ -156,6 +171,10 @@ struct FadeOutCommand: DaemonCommand {
   func rampWait(for result: JSONValue) -> RampWait? { waiting.wait ? ramp.rampWait(for: result, key: key) : nil }
 
   var waitsForStreamsToEnd: Bool { waiting.wait && then == .stop }
+
+  var atText: String? { ramp.at }
+
+  var typed: [String: String] { ramp.typed(to: to) }
 }
 
 struct SetCommand: DaemonCommand {
@@ -202,6 +221,10 @@ struct SetCommand: DaemonCommand {
 
   func request() throws -> Request {
     if instant && duration != nil { throw ValidationError("--instant and --duration contradict each other") }
+    let seconds = try Parse.duration(duration, "--duration")
+    if waiting.wait, instant || seconds == 0 {
+      throw ValidationError("--wait: an --instant change has nothing to wait for")
+    }
     let set = SetValue(
       key: Parse.keyPath(key), value: try Parse.gain(value, "<value>"),
       duration: instant ? 0 : try Parse.duration(duration, "--duration"), curve: try Parse.curve(curve),
@@ -224,4 +247,6 @@ struct SetCommand: DaemonCommand {
       animations: animationIDs(in: result), observe: Parse.keyPath(key),
       duration: instant ? 0 : try? Parse.duration(duration, "--duration"))
   }
+
+  var typed: [String: String] { ["value": Arguments.restoringMinus(value)] }
 }

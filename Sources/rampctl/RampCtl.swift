@@ -18,10 +18,15 @@ struct RampCtl: ParsableCommand {
 
       Units: durations 2s, 500ms, 1m30s, 1.5 (seconds); gains 0.5, 50%, -6dB, '-inf dB'; \
       curves linear, ease-in-out, qsin, cubic-bezier(x1,y1,x2,y2), steps(n) (`rampctl curve \
-      --list`). A key path is master.gain, streams.<id>.gain (or just <id>) or \
-      mixers.<name>.volume. Every command takes --json (print rampd's reply lines as they \
-      are); the ramping ones take --wait (block until the ramp ends, with a progress bar on a \
-      terminal).
+      --list`); times for --at 23:00, 2026-11-21T07:30:00Z, +20m. A key path is master.gain, \
+      streams.<id>.gain (or just <id>) or mixers.<name>.volume. The ramping commands and play \
+      take --wait (block until what the command started has finished, with a progress bar on a \
+      terminal). `rampctl` alone shows the status.
+
+      Global options, before or after the command (rampctl --socket PATH status, or rampctl \
+      status --socket PATH), on every command that talks to rampd:
+        --socket <path>   rampd's socket
+        --json            rampd's reply lines as they are, refusals too (exit status 65)
 
       Exit status:
         0   success
@@ -38,6 +43,8 @@ struct RampCtl: ParsableCommand {
         rampctl set master.gain -6dB --duration 500ms --wait
         rampctl animate streams.s1.gain --keyframes 1,0.5,1 --duration 1s --repeat inf
         rampctl status
+        rampctl --socket /run/rampd/rampd.sock status
+        rampctl set master.gain 2 --json | jq .error.code     "out-of-range", exit 65
         rampctl watch
         rampctl curve qsin --from 1 --to 0 --duration 3s    local, no daemon needed
 
@@ -54,8 +61,19 @@ struct RampCtl: ParsableCommand {
     ]
   )
 
-  /// Negative values (`-6dB`) are made readable to ArgumentParser first; see `Arguments`.
+  /// The global options, for `--help`, the man page and shell completions before a subcommand;
+  /// `CommandLineRoute` hands them to the subcommand, so they are never read here.
+  @OptionGroup(title: "Global options (before or after the command)") var global: ConnectionOptions
+
+  /// The route first (`CommandLineRoute`: global options, `rampctl` alone, unknown commands);
+  /// then negative values (`-6dB`) are made readable to ArgumentParser; see `Arguments`.
   static func main() {
-    main(Arguments.prepared(Array(CommandLine.arguments.dropFirst())))
+    switch CommandLineRoute.route(Array(CommandLine.arguments.dropFirst())) {
+    case .refuse(let message):
+      Output.error(message)
+      exit(withError: ExitCode(ClientFailure.ExitStatus.usage))
+    case .run(let words):
+      main(Arguments.prepared(words))
+    }
   }
 }

@@ -34,7 +34,7 @@ struct RampWaiter {
       case .reply(let id, let result) where id == waitID:
         switch result {
         case .success(let value): waitOutcome = value
-        case .failure(let error): throw .refused(error)
+        case .failure(let error): throw connection.refusal(error, line: received.text)
         }
         if json { Output.print(received.text) }
       case .reply(let id, _) where id == observeID:

@@ -15,7 +15,10 @@ struct ToneCommand: ParsableCommand {
         rampctl tone /tmp/low.flac --frequency 110 --duration 10s --level -12dB
       """)
 
-  @Argument(help: "The file to write; its extension picks the format (wav, flac, ogg, ...).")
+  @Argument(
+    help:
+      "The file to write; its extension picks the format (wav, flac, ogg, ...). An existing one is replaced on success."
+  )
   var output: String
 
   @Option(help: ArgumentHelp("Frequency in Hz.", valueName: "hz"))
@@ -51,10 +54,16 @@ struct ToneCommand: ParsableCommand {
     } catch {
       throw fileFailure("tone", error)
     }
+    // Ctrl-C stops between blocks; the writer, released unclosed, leaves no file behind.
+    Interruption.catchSignals()
     var block = [Float](repeating: 0, count: 4_096 * 2)
     var done = 0
     let step = 2 * Double.pi * frequency / Double(sampleRate)
     while done < frames {
+      if Interruption.happened {
+        FileHandle.standardError.write(Data("rampctl tone: interrupted; nothing was written\n".utf8))
+        throw ExitCode(ClientFailure.ExitStatus.interrupted)
+      }
       let count = min(4_096, frames - done)
       for index in 0..<count {
         let value = Float(peak * sin(step * Double(done + index)))

@@ -10,13 +10,15 @@ struct PlayCommand: DaemonCommand {
     discussion: """
       rampd opens the file itself (anything libsndfile reads: WAV, FLAC, Ogg, Opus, MP3, ...), so a \
       relative path is made absolute against rampctl's current directory first. The stream's \
-      gain is the key path streams.<id>.gain: --fade-in ramps it from silence to --gain.
+      gain is the key path streams.<id>.gain: --fade-in ramps it from silence to --gain. \
+      With --wait, rampctl returns when the stream ends: at the end of the file, or when it is \
+      stopped (a --loop stream plays until `rampctl stop`).
 
       Examples:
         rampctl play song.flac --fade-in 3s
         rampctl play alarm.flac --stream alarm --gain -12dB --fade-in 30s --curve ease-in --loop
         rampctl play jingle.wav --paused          then: rampctl resume
-        rampctl play intro.wav --fade-in 2s --wait
+        rampctl play intro.wav --fade-in 2s --wait     returns when intro.wav has played to its end
       """)
 
   @OptionGroup var connection: ConnectionOptions
@@ -62,12 +64,16 @@ struct PlayCommand: DaemonCommand {
     return text
   }
 
+  /// `--wait` on a play waits for the stream to end (and for its fade-in, if any).
   func rampWait(for result: JSONValue) -> RampWait? {
-    guard waiting.wait else { return nil }
-    let key = result["stream"]?.stringValue.map { "streams.\($0).gain" }
+    guard waiting.wait, let stream = result["stream"]?.stringValue else { return nil }
     return RampWait(
-      animations: animationIDs(in: result), observe: key, duration: try? Parse.duration(fadeIn, "--fade-in"))
+      animations: animationIDs(in: result), observe: "streams.\(stream).gain", duration: nil, streams: [stream])
   }
+
+  var waitsForStreamsToEnd: Bool { waiting.wait }
+
+  var typed: [String: String] { gain.map { ["gain": Arguments.restoringMinus($0)] } ?? [:] }
 }
 
 /// What `stop`, `pause` and `resume` share.
@@ -92,10 +98,10 @@ struct TransportArguments: ParsableArguments {
 
   static let options = ["stream": "<stream>", "fade": "--fade", "curve": "--curve"]
 
-  /// `stopping s1, s2` from the reply's `streams`.
-  static func summary(_ verb: String, _ result: JSONValue) -> String {
+  /// `stopping: s1, s2` from the reply's `streams`; `idle` when it names none.
+  static func summary(_ verb: String, _ result: JSONValue, idle: String = "nothing is playing") -> String {
     let names = streams(in: result)
-    return names.isEmpty ? "no streams to \(verb)" : "\(verb): \(names.joined(separator: ", "))"
+    return names.isEmpty ? idle : "\(verb): \(names.joined(separator: ", "))"
   }
 
   func rampWait(for result: JSONValue, waiting: Bool) -> RampWait? {
@@ -178,7 +184,9 @@ struct ResumeCommand: DaemonCommand {
     try Parse.checked(Request(.resume(try transport.transport())), options: TransportArguments.options)
   }
 
-  func summary(of result: JSONValue) -> String { TransportArguments.summary("resuming", result) }
+  func summary(of result: JSONValue) -> String {
+    TransportArguments.summary("resuming", result, idle: "nothing is paused")
+  }
 
   func rampWait(for result: JSONValue) -> RampWait? { transport.rampWait(for: result, waiting: waiting.wait) }
 }

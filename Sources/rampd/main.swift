@@ -21,13 +21,20 @@ struct Rampd: ParsableCommand {
 
       Systemd socket activation is supported: an inherited listening socket (LISTEN_FDS) is used \
       instead of binding one.
+
+      One rampd per socket and per state file: a rampd started while another listens on its \
+      socket (or is starting on it: the lock <socket>.lock), holds its state file (the lock \
+      <state.path>.lock) or plays into its embedded output file says so and exits (status 69) \
+      before it has opened anything.
       """,
     version: RampdVersion.current)
 
   @Option(name: .long, help: ArgumentHelp("TOML configuration file.", valueName: "file"))
   var config: String?
 
-  @Option(name: .long, help: ArgumentHelp("Unix socket path (socket.path).", valueName: "path"))
+  @Option(
+    name: .long,
+    help: ArgumentHelp("Unix socket path (socket.path; default: $RAMPD_SOCKET, as for rampctl).", valueName: "path"))
   var socket: String?
 
   @Option(name: .long, help: ArgumentHelp("ALSA playback device (output.device).", valueName: "pcm"))
@@ -90,8 +97,10 @@ struct Rampd: ParsableCommand {
     let signals = SignalHandling(reload: load, level: level, logger: logger)
     let daemon: Daemon
     do {
-      daemon = try Daemon(configuration: configuration, environment: environment, logger: logger)
-      try daemon.start(inheritedSocket: Self.inheritedSocket(environment))
+      let inherited = Self.inheritedSocket(environment)
+      daemon = try Daemon(
+        configuration: configuration, environment: environment, logger: logger, inheritedSocket: inherited)
+      try daemon.start(inheritedSocket: inherited)
     } catch {
       logger.critical("cannot start: \(error)")
       throw ExitCode(69)  // EX_UNAVAILABLE

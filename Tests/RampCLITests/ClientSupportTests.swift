@@ -26,6 +26,24 @@ import Testing
     #expect(SocketLocation.clientPath(option: nil, environment: environment, isRoot: false) == "/srv/daemon.sock")
   }
 
+  /// How to start the daemon rampctl could not reach: the system service for root or the system
+  /// socket, the user's service for the user's default socket, else rampd on that socket.
+  @Test func startHintFollowsTheSocketRules() {
+    let user = ["XDG_RUNTIME_DIR": "/run/user/1000"]
+    #expect(
+      SocketLocation.startHint(path: "/run/rampd/rampd.sock", environment: user, isRoot: false).contains(
+        "systemctl start rampd"))
+    #expect(
+      SocketLocation.startHint(path: "/run/rampd/rampd.sock", environment: [:], isRoot: true).contains(
+        "systemctl start rampd"))
+    #expect(
+      SocketLocation.startHint(path: "/run/user/1000/rampd/rampd.sock", environment: user, isRoot: false)
+        .contains("systemctl --user start rampd"))
+    #expect(
+      SocketLocation.startHint(path: "/tmp/x.sock", environment: user, isRoot: false)
+        == "`RAMPD_SOCKET=/tmp/x.sock rampd`")
+  }
+
   @Test func progressLine() {
     #expect(
       ProgressLine(level: 0.42, elapsed: 1.3, total: 3).text == "[####------] 0.42 (-7.5 dB) 1.3s/3.0s")

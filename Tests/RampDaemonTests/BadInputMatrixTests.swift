@@ -411,7 +411,9 @@ final class BadInputRun {
     _ = try connection.readLineBytes()
     connection.sendAll(Array(#"{"cmd":"set","key":"streams.t.pan","value":0.25,"duration":0}"#.utf8))
     connection.shutdownWriting()
-    // The daemon closes a connection whose client closed its side, so the effect is the reply.
+    let reply = try connection.readLine()
+    #expect(reply?.isOK == true, "the last line, without its newline: \(reply?.serialized() ?? "closed")")
+    #expect(connection.readsToEnd(), "closed once answered")
     let deadline = Date().addingTimeInterval(5)
     var pan = try client.request(["cmd": "get", "key": "streams.t.pan"]).result["model"]
     while pan != 0.25 && Date() < deadline {

@@ -691,6 +691,20 @@ extension ConfigurationTests {
       #expect(c.maxGainDecibels == 6 && c.log.level == .trace)
     }
 
+    /// RAMPD_SOCKET names rampd's socket as it names rampctl's; RAMPD_SOCKET_PATH is an alias
+    /// that loses to it, and an empty value counts as unset; --socket wins over both.
+    @Test func rampdSocketNamesTheSocket() throws {
+      func socket(_ environment: [String: String], overrides: [String: String] = [:]) throws -> String? {
+        try DaemonConfiguration.load(file: nil, environment: environment, overrides: overrides).socket.path
+      }
+      #expect(try socket(["RAMPD_SOCKET": "/a.sock"]) == "/a.sock")
+      #expect(try socket(["RAMPD_SOCKET": "/a.sock", "RAMPD_SOCKET_PATH": "/b.sock"]) == "/a.sock")
+      #expect(try socket(["RAMPD_SOCKET": "", "RAMPD_SOCKET_PATH": "/b.sock"]) == "/b.sock")
+      #expect(try socket(["RAMPD_SOCKET": "/a.sock"], overrides: ["socket.path": "/c.sock"]) == "/c.sock")
+      let error = #expect(throws: ConfigurationError.self) { try socket(["RAMPD_SOCKET": "relative.sock"]) }
+      #expect(error?.source == "environment (RAMPD_SOCKET)", "\(String(describing: error))")
+    }
+
     @Test func overridesAndOrder() throws {
       let directory = try temporaryDirectory()
       defer { try? FileManager.default.removeItem(atPath: directory) }

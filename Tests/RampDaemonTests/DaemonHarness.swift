@@ -54,6 +54,33 @@ func runProcess(
   return ProcessOutcome(status: process.terminationStatus, stdout: outputText, stderr: errorText)
 }
 
+/// rampd on the embedded output (there is no device `rampd_no_such_device`), its socket `socket`
+/// (default `directory/s.sock`) and state file `directory/state.json`, with these `RAMPD_`
+/// variables and no others; returns once the socket is there. Its standard error goes to `log`
+/// when given.
+func startRampdWithoutADevice(
+  in directory: String, file: String, socket: String? = nil, environment extra: [String: String] = [:],
+  log: String? = nil
+) throws -> Process {
+  let socket = socket ?? "\(directory)/s.sock"
+  let process = Process()
+  process.executableURL = URL(fileURLWithPath: Executables.rampd)
+  process.arguments = ["--socket", socket, "--device", "rampd_no_such_device", "--embedded-file", file]
+  // Its own state file: daemons sharing one refuse each other.
+  process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging(
+    ["RAMPD_STATE_PATH": "\(directory)/state.json"].merging(extra) { $1 }
+  ) { $1 }
+  if let log {
+    _ = FileManager.default.createFile(atPath: log, contents: nil)
+    process.standardError = FileHandle(forWritingAtPath: log)
+  } else {
+    process.standardError = FileHandle.nullDevice
+  }
+  try process.run()
+  for _ in 0..<400 where !FileManager.default.fileExists(atPath: socket) { usleep(10_000) }
+  return process
+}
+
 /// A real `rampd` process playing into ALSA's `file` plugin over `null` (raw float samples, paced
 /// by the clock), with its own socket, configuration and recording in a temporary directory.
 final class DaemonProcess {
@@ -122,13 +149,7 @@ final class DaemonProcess {
     }
     process.environment = environment
     process.standardError = stderr
-    let sink = logSink
-    stderr.fileHandleForReading.readabilityHandler = { handle in
-      let data = handle.availableData
-      // End of file: the handler would be called again and again.
-      if data.isEmpty { handle.readabilityHandler = nil }
-      sink.append(data)
-    }
+    logSink.collect(from: stderr)
     process.standardOutput = FileHandle.nullDevice
     // An earlier daemon killed on this directory left its socket file: wait for the new one.
     unlink(socket)
@@ -207,6 +228,16 @@ final class LogSink: @unchecked Sendable {
 
   func append(_ more: Data) {
     lock.withLock { data.append(more) }
+  }
+
+  /// Appends what comes out of `pipe`, as it comes (a full pipe would stop its writer).
+  func collect(from pipe: Pipe) {
+    pipe.fileHandleForReading.readabilityHandler = { [self] handle in
+      let data = handle.availableData
+      // End of file: the handler would be called again and again.
+      if data.isEmpty { handle.readabilityHandler = nil }
+      append(data)
+    }
   }
 
   var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }

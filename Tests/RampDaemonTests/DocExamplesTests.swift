@@ -35,6 +35,8 @@ import Testing
     environment["HOME"] = "\(directory)/home"
     environment["XDG_RUNTIME_DIR"] = runtime
     environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
+    // What `pip install ./clients/python` gives: the rampd module, the package's own source.
+    environment["PYTHONPATH"] = "\(Markdown.root)/clients/python"
     // Root's defaults are the system's paths (/run/rampd, /var/lib/rampd): the test names its own,
     // for rampd (its configuration's environment layer) and for its clients alike.
     let socket = "\(directory)/rampd.sock"

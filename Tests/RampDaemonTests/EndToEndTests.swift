@@ -439,18 +439,7 @@ import Testing
   func startWithoutADevice(in directory: String, file: String, environment extra: [String: String] = [:]) throws
     -> Process
   {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: Executables.rampd)
-    process.arguments = [
-      "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device", "--embedded-file", file,
-    ]
-    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging(extra) {
-      $1
-    }
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    for _ in 0..<400 where !FileManager.default.fileExists(atPath: "\(directory)/s.sock") { usleep(10_000) }
-    return process
+    try startRampdWithoutADevice(in: directory, file: file, environment: extra)
   }
 
   /// With no usable device, rampd plays into a WAV file through ALSA's file plugin, in real

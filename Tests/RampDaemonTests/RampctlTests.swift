@@ -18,19 +18,24 @@ import Testing
       Executables.rampctl, arguments, environment: environment, stdin: stdin, directory: directory)
   }
 
-  /// `play --fade-in --wait`, then `fade-out --then stop --wait`: both exit 0 once their ramps are
-  /// over, the fade-in is the linear curve at every sample, and the stream has ended.
+  /// `play --fade-in`, `wait --key` for the fade-in, then `fade-out --then stop --wait`: the
+  /// waits exit 0 once their ramps are over, the fade-in is the linear curve at every sample, and
+  /// the stream has ended.
   @Test func playWithFadeInThenFadeOutAndStop() throws {
     let daemon = try DaemonProcess()
     let file = try daemon.constantFile("one", seconds: 10)
     let started = Date()
     let play = try rampctl(
-      ["play", "one.wav", "--stream", "a", "--fade-in", "200ms", "--curve", "linear", "--wait"],
+      ["play", "one.wav", "--stream", "a", "--fade-in", "200ms", "--curve", "linear"],
       socket: daemon.socket, directory: daemon.directory)
     #expect(play.status == 0, "\(play)")
-    #expect(Date().timeIntervalSince(started) >= 0.2, "returned only after the fade-in")
     #expect(play.stdout.contains("playing a: \(file)"), "the relative path was made absolute: \(play)")
-    #expect(play.stdout.contains("finished"), "\(play)")
+    // The fade-in may be over before rampctl starts: then the wait returns at once.
+    let fadeIn = try rampctl(["wait", "--key", "a"], socket: daemon.socket)
+    #expect(fadeIn.status == 0, "\(fadeIn)")
+    #expect(Date().timeIntervalSince(started) >= 0.2, "returned only after the fade-in")
+    let level = try daemon.client().request(["cmd": "get", "key": "streams.a.gain"]).result["presentation"]
+    #expect(level == 1, "the fade-in was over when the wait returned")
 
     let stop = try rampctl(["fade-out", "--duration", "300ms", "--then", "stop", "--wait"], socket: daemon.socket)
     #expect(stop.status == 0, "\(stop)")

@@ -542,7 +542,9 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
 
         let error = #expect(throws: StateStoreError.self) { try store.save(largeState(10)) }
         #expect(error?.code == (root ? EROFS : EACCES))
-        #expect(error?.description.hasPrefix("cannot save state to \(path): creating \(path).tmp-") == true)
+        #expect(
+          error?.description.hasPrefix("cannot save state to \(path): creating \(stateDirectory)/.state.json.tmp-")
+            == true)
         #expect(store.load() == richState)
         #expect(names(in: stateDirectory, startingWith: "") == ["bad.json", "state.json"])
 
@@ -569,15 +571,15 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
       let dead: pid_t = 99_999_999
       #expect(kill(dead, 0) != 0 && errno == ESRCH)
       let files = [
-        "state.json.tmp-\(dead)", "state.json.tmp-\(getpid())", "state.json.tmp-\(getppid())", "state.json.tmp-x",
-        "other.json.tmp-\(dead)",
+        ".state.json.tmp-\(dead)", ".state.json.tmp-\(getpid())", ".state.json.tmp-\(getppid())",
+        ".state.json.tmp-\(dead)-2", ".state.json.tmp-x", ".other.json.tmp-\(dead)",
       ]
       for name in files { put("partial", at: directory + "/" + name) }
       let store = StateStore(path: path, logger: LogRecorder().logger)
       #expect(store.load() == PersistentState())
       #expect(
         names(in: directory, startingWith: "")
-          == ["other.json.tmp-\(dead)", "state.json.tmp-\(getppid())", "state.json.tmp-x"])
+          == [".other.json.tmp-\(dead)", ".state.json.tmp-\(getppid())", ".state.json.tmp-x"])
     }
   }
 }

@@ -485,6 +485,8 @@ final class ActivatedDaemon {
     pacing = "clock"
     [embedded-output]
     enabled = false
+    [state]
+    path = "\(path)/state.json"
     """.write(toFile: "\(path)/rampd.toml", atomically: true, encoding: .utf8)
     var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
     environment.removeValue(forKey: "LISTEN_FDS")

@@ -1,0 +1,217 @@
+import Foundation
+import RampCLI
+import RampProtocol
+import Testing
+
+@testable import rampctl
+
+/// The command line before ArgumentParser: global options in front of the subcommand, `rampctl`
+/// alone, unknown subcommands; then times (`--at` and a timeline's `"at"`), and refusals retold
+/// with what the user typed.
+@Suite struct CommandLineTests {
+  // MARK: Routing
+
+  @Test func globalOptionsMayComeBeforeTheSubcommand() {
+    #expect(CommandLineRoute.route(["--socket", "/s", "status"]) == .run(["status", "--socket", "/s"]))
+    #expect(
+      CommandLineRoute.route(["--socket=/s", "--json", "get", "k"]) == .run(["get", "--socket=/s", "--json", "k"]))
+    #expect(
+      CommandLineRoute.route(["--json", "set", "master.gain", "-6dB"])
+        == .run(["set", "--json", "master.gain", "-6dB"]))
+    // After the subcommand they were always accepted; nothing moves.
+    #expect(CommandLineRoute.route(["status", "--json"]) == .run(["status", "--json"]))
+    #expect(CommandLineRoute.route(["--socket"]) == .refuse("missing value for '--socket <path>'"))
+  }
+
+  @Test func globalOptionsParseWhereverTheyStand() throws {
+    for words in [["--socket", "/s", "--json", "status"], ["status", "--socket", "/s", "--json"]] {
+      guard case .run(let routed) = CommandLineRoute.route(words) else {
+        Issue.record("refused \(words)")
+        continue
+      }
+      let status = try #require(try RampCtl.parseAsRoot(Arguments.prepared(routed)) as? StatusCommand)
+      #expect(status.connection.socket == "/s" && status.connection.json, "\(words)")
+      #expect(!status.hint)
+    }
+  }
+
+  @Test func globalOptionsOnACommandThatDoesNotTalkToRampd() {
+    guard case .refuse(let message) = CommandLineRoute.route(["--json", "tone", "/tmp/a.wav"]) else {
+      Issue.record("accepted")
+      return
+    }
+    #expect(message == "--json: 'tone' does not talk to rampd, so it takes no --json")
+  }
+
+  @Test func aloneItIsStatusWithAHint() throws {
+    #expect(CommandLineRoute.route([]) == .run(["status", StatusCommand.hintFlag]))
+    #expect(CommandLineRoute.route(["--json"]) == .run(["status", "--json", StatusCommand.hintFlag]))
+    let status = try #require(try RampCtl.parseAsRoot(["status", StatusCommand.hintFlag]) as? StatusCommand)
+    #expect(status.hint)
+    #expect(status.summary(of: ["version": "1"]).hasSuffix("\n" + StatusCommand.hintText))
+    // Help and version are ArgumentParser's, untouched.
+    #expect(CommandLineRoute.route(["--help"]) == .run(["--help"]))
+    #expect(CommandLineRoute.route(["--version"]) == .run(["--version"]))
+    #expect(CommandLineRoute.route(["help", "fade"]) == .run(["help", "fade"]))
+  }
+
+  @Test func unknownSubcommandsGetASuggestion() {
+    #expect(
+      CommandLineRoute.route(["fadeout", "--duration", "3s"])
+        == .refuse("unknown command 'fadeout' (did you mean fade-out?); `rampctl --help` lists the commands"))
+    #expect(
+      CommandLineRoute.route(["--json", "stauts"])
+        == .refuse("unknown command 'stauts' (did you mean status?); `rampctl --help` lists the commands"))
+    #expect(
+      CommandLineRoute.route(["frobnicate"])
+        == .refuse("unknown command 'frobnicate'; `rampctl --help` lists the commands"))
+  }
+
+  // MARK: Times
+
+  /// 2026-11-25 10:00:00 in the local time zone.
+  static let morning: Date = {
+    var parts = DateComponents()
+    (parts.year, parts.month, parts.day, parts.hour) = (2026, 11, 25, 10)
+    return Calendar.current.date(from: parts)!
+  }()
+
+  @Test func timesOfDayDatesAndDelays() throws {
+    let now = Self.morning
+    let base = now.timeIntervalSince1970
+    #expect(try HumanUnits.when("23:00", option: "--at", now: now) == .date(base + 13 * 3600))
+    #expect(try HumanUnits.when("07:30:15", option: "--at", now: now) == .date(base + 21.5 * 3600 + 15))
+    #expect(try HumanUnits.when("10:00", option: "--at", now: now) == .date(base + 86_400), "now is not to come")
+    #expect(try HumanUnits.when("+10s", option: "--at", now: now) == .delay(10))
+    #expect(try HumanUnits.when("10s", option: "--at", now: now) == .delay(10))
+    #expect(try HumanUnits.when("1m30s", option: "--at", now: now) == .delay(90))
+    #expect(try HumanUnits.when("90", option: "--at", now: now) == .delay(90))
+    #expect(
+      try HumanUnits.when("2026-11-21T07:30:00Z", option: "--at", now: now)
+        == .date(RFC3339.parse("2026-11-21T07:30:00Z")!))
+    #expect(try HumanUnits.when("2026-11-25 12:00", option: "--at", now: now) == .date(base + 2 * 3600))
+    #expect(try HumanUnits.when("2026-11-25T12:00:01.5", option: "--at", now: now) == .date(base + 7201.5))
+    for bad in ["25:00", "12:5", "2026-13-01T00:00:00Z", "-10s", "soon", ""] {
+      do {
+        _ = try HumanUnits.when(bad, option: "--at", now: now)
+        Issue.record("accepted '\(bad)'")
+      } catch {
+        #expect(error.description.hasPrefix("--at: "), "\(error)")
+        #expect(error.description.contains("a time of day (23:00"), "\(error)")
+      }
+    }
+  }
+
+  @Test func localTimeToTheMillisecond() throws {
+    let paris = try #require(TimeZone(identifier: "Europe/Paris"))
+    let due = try #require(RFC3339.parse("2026-11-25T11:30:02.5993633270263672Z"))
+    #expect(HumanUnits.format(localTime: due, timeZone: paris) == "2026-11-25 12:30:02.599 +01:00")
+    #expect(
+      HumanUnits.format(localTime: 0.9996, timeZone: TimeZone(identifier: "UTC")!) == "1970-01-01 00:00:01.000 +00:00")
+  }
+
+  @Test func aDateAlreadyPastIsNotScheduled() throws {
+    let past = try #require(RampCtl.parseAsRoot(["fade-out", "--at", "2020-01-01T00:00:00Z"]) as? FadeOutCommand)
+    #expect(try past.request().at == nil, "applied at once")
+    #expect(past.atText == "2020-01-01T00:00:00Z")
+    let later = try #require(RampCtl.parseAsRoot(["fade-out", "--at", "+1h"]) as? FadeOutCommand)
+    #expect(try later.request().at == .delay(3600) && later.request().ack == .scheduled)
+    // With --wait rampd answers when it takes effect, so the ramp can be waited for.
+    let waited = try #require(RampCtl.parseAsRoot(["fade-out", "--at", "+1h", "--wait"]) as? FadeOutCommand)
+    #expect(try waited.request().at == .delay(3600) && waited.request().ack == .applied)
+  }
+
+  @Test func timelinesReadAtAsTheCommandLineDoes() throws {
+    let script = ScriptRequests.parse(
+      """
+      {"at": "+10s", "cmd": "stop"}
+      {"at": "23:00", "cmd": "stop"}
+      {"at": "2026-11-21 07:30", "cmd": "stop"}
+      {"at": 12, "cmd": "stop"}
+      {"at": "25:00", "cmd": "stop"}
+      """, file: "t.jsonl")
+    #expect(script.entries.map(\.at?.isDelay) == [true, false, false, true])
+    #expect(script.entries[0].offset == 10 && script.entries[3].offset == 12)
+    #expect(script.errors.map(\.description).first?.hasPrefix("t.jsonl:5: at: '25:00'") == true, "\(script.errors)")
+    // An offline render counts from its start: a clock time means nothing there.
+    #expect(try TimelineScript.parse(#"{"at": "+1m30s", "cmd": "fade", "to": 0}"#, label: "r:1").at == 90)
+    #expect(throws: ScriptError.self) {
+      try TimelineScript.parse(#"{"at": "23:00", "cmd": "fade", "to": 0}"#, label: "r:2")
+    }
+  }
+
+  // MARK: Refusals
+
+  @Test func gainRefusalsEchoWhatWasTyped() {
+    let above = ProtocolError(
+      .outOfRange, field: "value", "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+    #expect(
+      RefusalText.explained(above, typed: ["value": "50"]).message
+        == "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more); did you mean 50%?")
+    let two = ProtocolError(.outOfRange, field: "value", "2 is above the maximum gain 1 (0 dB)")
+    #expect(RefusalText.explained(two, typed: ["value": "2"]).message == "2 is above the maximum gain 1 (0 dB)")
+    let decibels = ProtocolError(
+      .outOfRange, field: "to",
+      "1.4125375446227544 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+    let told = RefusalText.explained(decibels, typed: ["to": "+3dB"]).message
+    #expect(told.hasPrefix("+3dB (1.412538) is above"), "\(told)")
+    #expect(!told.contains("did you mean"))
+    let other = ProtocolError(.unknownKeyPath, field: "key", "no property 'x'")
+    #expect(RefusalText.explained(other, typed: ["key": "x"]) == other)
+  }
+
+  @Test func nothingToStopSaysSo() throws {
+    #expect(TransportArguments.summary("stopping", ["streams": []]) == "nothing is playing")
+    #expect(TransportArguments.summary("stopping", ["streams": ["a", "b"]]) == "stopping: a, b")
+    let resume = try #require(RampCtl.parseAsRoot(["resume"]) as? ResumeCommand)
+    #expect(resume.summary(of: ["streams": []]) == "nothing is paused")
+  }
+
+  @Test func waitIsRefusedWhereItMeansNothing() {
+    for words in [["--instant"], ["--duration", "0"]] {
+      do {
+        _ = try RampCtl.parseAsRoot(["set", "master.gain", "1", "--wait"] + words)
+        Issue.record("accepted \(words)")
+      } catch {
+        #expect(RampCtl.message(for: error).contains("--wait: an --instant change has nothing to wait for"))
+      }
+    }
+    #expect(throws: Never.self) { try RampCtl.parseAsRoot(["set", "master.gain", "1", "--wait", "--duration", "1s"]) }
+  }
+
+  @Test func playWaitsForTheStreamToEnd() throws {
+    let play = try #require(RampCtl.parseAsRoot(["play", "/a.wav", "--wait"]) as? PlayCommand)
+    #expect(play.waitsForStreamsToEnd)
+    let wait = try #require(play.rampWait(for: ["stream": "s1", "animation": .null]))
+    #expect(wait.streams == ["s1"] && wait.animations.isEmpty)
+    let quiet = try #require(RampCtl.parseAsRoot(["play", "/a.wav"]) as? PlayCommand)
+    #expect(!quiet.waitsForStreamsToEnd && quiet.rampWait(for: ["stream": "s1"]) == nil)
+  }
+
+  @Test func statusShowsMasterGainStreamGainsAndSchedules() {
+    let text = ReplyText.status([
+      "version": "0.2.0", "master": ["model": 0, "audible": 0],
+      "streams": [
+        [
+          "stream": "a", "path": "/x.wav", "paused": false, "stopping": false, "loop": false, "position": 1.25,
+          "gain": ["model": 0.5, "audible": 0.25],
+        ]
+      ],
+      "scheduled": [
+        ["schedule": 3, "due": "2026-11-25T11:30:02.5993633270263672Z", "cmd": "fade-out", "started": false]
+      ],
+    ])
+    #expect(text.contains("master gain 0 (-inf dB)"), "\(text)")
+    #expect(text.contains("0.5 (-6.02 dB), audible 0.25 (-12.04 dB)"), "\(text)")
+    #expect(text.contains("1 scheduled, next at 2026-11-25 "), "\(text)")
+    #expect(text.contains("#3 fade-out at 2026-11-25 ") && text.contains(":02.599 "), "\(text)")
+    #expect(!text.contains("5993633270263672"))
+  }
+}
+
+extension Schedule {
+  fileprivate var isDelay: Bool {
+    if case .delay = self { return true }
+    return false
+  }
+}

@@ -1,0 +1,121 @@
+"""A real rampd for the tests: the binary `swift build` made ($RAMPD_BINARY, else .build/debug/rampd
+of this checkout), playing into ALSA's `file` plugin over `null` (raw float samples, paced by the
+clock), with its own socket, configuration and recording in a temporary directory. Without the
+binary the tests fail; they are never skipped."""
+
+import array
+import os
+import pathlib
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+CHECKOUT = HERE.parents[2]
+# The package from this checkout, unless it is installed (script/test installs it in a venv).
+if os.environ.get("RAMPD_CLIENT_INSTALLED") != "1":
+    sys.path.insert(0, str(HERE.parent))
+
+RATE = 48_000
+
+
+def rampd_binary():
+    path = os.environ.get("RAMPD_BINARY") or str(CHECKOUT / ".build" / "debug" / "rampd")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"no rampd binary at {path}: run `swift build` first (or set RAMPD_BINARY)", pytrace=False)
+    return path
+
+
+class Daemon:
+    def __init__(self, directory):
+        self.directory = pathlib.Path(directory)
+        self.socket = str(self.directory / "rampd.sock")
+        self.recording = self.directory / "played.raw"
+        (self.directory / "asound.conf").write_text(
+            f'pcm.rampd_py {{ type file; slave.pcm null; file "{self.recording}"; format raw }}\n'
+        )
+        (self.directory / "rampd.toml").write_text(
+            f"""
+[socket]
+path = "{self.socket}"
+[output]
+device = "rampd_py"
+format = "float"
+period = "5ms"
+buffer = "20ms"
+pacing = "clock"
+[embedded-output]
+enabled = false
+[fade]
+curve = "linear"
+[state]
+path = "{self.directory / 'state.json'}"
+"""
+        )
+        environment = {key: value for key, value in os.environ.items() if not key.startswith("RAMPD_")}
+        environment["ALSA_CONFIG_PATH"] = f"/usr/share/alsa/alsa.conf:{self.directory / 'asound.conf'}"
+        self.log = open(self.directory / "rampd.log", "wb")
+        self.process = subprocess.Popen(
+            [rampd_binary(), "--config", str(self.directory / "rampd.toml")],
+            env=environment, stdout=subprocess.DEVNULL, stderr=self.log,
+        )
+        deadline = time.monotonic() + 20
+        while not self._greets():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rampd did not start: {(self.directory / 'rampd.log').read_text()}")
+            time.sleep(0.01)
+
+    def _greets(self):
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.settimeout(1)
+                probe.connect(self.socket)
+                return probe.recv(100).startswith(b'{"hello"')
+        except OSError:
+            return False
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(10)
+        self.log.close()
+
+    def played(self, channel=0):
+        """One channel of every sample played so far (float32, interleaved stereo)."""
+        samples = array.array("f", self.recording.read_bytes())
+        return samples[channel::2]
+
+    def constant_file(self, name, seconds, level=0.5):
+        """A stereo 16-bit WAV at 48 kHz whose every sample is `level`."""
+        path = self.directory / f"{name}.wav"
+        value = round(level * 32768)
+        frames = struct.pack("<hh", value, value) * int(seconds * RATE)
+        with wave.open(str(path), "wb") as file:
+            file.setnchannels(2)
+            file.setsampwidth(2)
+            file.setframerate(RATE)
+            file.writeframes(frames)
+        return str(path)
+
+
+@pytest.fixture
+def daemon():
+    with tempfile.TemporaryDirectory(prefix="rampd-py-") as directory:
+        started = Daemon(directory)
+        try:
+            yield started
+        finally:
+            started.stop()
+
+
+@pytest.fixture
+def client(daemon):
+    import rampd
+
+    with rampd.connect(daemon.socket) as connection:
+        yield connection
