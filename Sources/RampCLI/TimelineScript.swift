@@ -38,12 +38,13 @@ public enum TimelineScript {
     guard let data = line.data(using: .utf8),
       let object = try? JSONDecoder().decode([String: ScriptValue].self, from: data)
     else { throw fail("not a JSON object") }
-    if let unknown = object.keys.sorted().first(where: { !fields.contains($0) }) {
-      throw fail("unknown field '\(unknown)'")
-    }
+    // The command first: a `play` line's fields are not the mistake, the `play` is.
     guard case .string(let command)? = object["cmd"] else { throw fail("cmd: missing, expected one of \(commands)") }
     guard commands.contains(command) else {
       throw fail("cmd: '\(command)' cannot be rendered offline; expected one of \(commands.joined(separator: ", "))")
+    }
+    if let unknown = object.keys.sorted().first(where: { !fields.contains($0) }) {
+      throw fail("unknown field '\(unknown)'")
     }
     let at = try offset(object["at"], label: label) ?? 0
     let key = try string(object["key"], field: "key", label: label) ?? OfflineRenderer.masterGain

@@ -10,12 +10,12 @@ struct AnimateCommand: DaemonCommand {
     abstract: "Add an explicit animation (keyframes, basic, spring, or any as JSON) to a key path.",
     discussion: """
       Core Animation's model, evaluated for every sample. Give exactly one kind:
-        --keyframes v1,v2,…   a keyframe animation (--key-times, --mode)
+        --keyframes v1,v2,... a keyframe animation (--key-times, --mode)
         --from/--to/--by      a basic animation (two of them at most)
         --spring              a spring toward --to: --mass --stiffness --damping, or --bounce \
       with --duration as the spring's period
         --animation JSON      the whole animation object as PROTOCOL.md describes it (groups, \
-      timing functions per segment, …); @file reads it from a file
+      timing functions per segment, ...); @file reads it from a file
       Timing applies to all kinds but --animation: --duration, --repeat (a count or inf), \
       --autoreverse, --speed, --begin, --fill-mode; --additive adds to the value beneath, \
       --cumulative carries each cycle on from the last. An animation with the same --name on \

@@ -13,7 +13,7 @@ struct RenderCommand: ParsableCommand {
       The input plays as stream 'main' (key path streams.main.gain) under master.gain, through \
       the same animation engine and gain kernels rampd plays with, as fast as the disk allows. \
       The output format follows the output's extension (wav, flac, ogg, opus, aiff, caf, w64, \
-      au, …); the same input, options and script always give the same bytes. With no \
+      au, ...); the same input, options and script always give the same bytes. With no \
       --encoding the output keeps the input's encoding when its format can store it; a 32-bit \
       input written to FLAC (24 bits at most) becomes pcm24, said on stderr.
 

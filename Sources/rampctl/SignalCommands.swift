@@ -17,7 +17,7 @@ struct ToneCommand: ParsableCommand {
 
   @Argument(
     help:
-      "The file to write; its extension picks the format (wav, flac, ogg, …). An existing one is replaced on success."
+      "The file to write; its extension picks the format (wav, flac, ogg, ...). An existing one is replaced on success."
   )
   var output: String
 

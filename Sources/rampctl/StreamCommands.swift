@@ -8,7 +8,7 @@ struct PlayCommand: DaemonCommand {
     commandName: "play",
     abstract: "Play a file as a new stream.",
     discussion: """
-      rampd opens the file itself (anything libsndfile reads: WAV, FLAC, Ogg, Opus, MP3, …), so a \
+      rampd opens the file itself (anything libsndfile reads: WAV, FLAC, Ogg, Opus, MP3, ...), so a \
       relative path is made absolute against rampctl's current directory first. The stream's \
       gain is the key path streams.<id>.gain: --fade-in ramps it from silence to --gain. \
       With --wait, rampctl returns when the stream ends: at the end of the file, or when it is \
@@ -27,7 +27,7 @@ struct PlayCommand: DaemonCommand {
   var file: String
 
   @Option(
-    help: ArgumentHelp("The stream id: letters, digits, _ and - (default: rampd picks s1, s2, …).", valueName: "id"))
+    help: ArgumentHelp("The stream id: letters, digits, _ and - (default: rampd picks s1, s2, ...).", valueName: "id"))
   var stream: String?
 
   @Option(

@@ -40,6 +40,8 @@ import Testing
     (#"[1, 2]"#, "not a JSON object"),
     (#"{"to": 1}"#, "cmd: missing"),
     (#"{"cmd": "play"}"#, "cannot be rendered offline"),
+    // A play line says that play is the problem, not its fields.
+    (#"{"at": 0, "cmd": "play", "path": "/a.flac", "fadeIn": 2}"#, "'play' cannot be rendered offline"),
     (#"{"cmd": "fade", "to": 1, "speed": 2}"#, "unknown field 'speed'"),
     (#"{"cmd": "fade"}"#, "to: missing"),
     (#"{"cmd": "fade", "to": -1}"#, "to: must be a finite gain"),

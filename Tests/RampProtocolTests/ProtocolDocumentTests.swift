@@ -29,11 +29,17 @@ import Testing
     #expect(lines.count > 40)
     var commands = Set<String>()
     var events = 0
-    for line in lines {
+    for (index, line) in lines.enumerated() {
       let value = try JSON.parse(line)
       if value["cmd"] != nil {
+        // A request documented as refused on sight is followed by its error reply.
+        let next = index + 1 < lines.count ? try JSON.parse(lines[index + 1]) : .null
+        let refusal = next["ok"] == .bool(false) && next["id"] == value["id"] ? next["error"]?["code"] : nil
         switch Request.parse(line: line).result {
-        case .success(let request): commands.insert(request.command.name)
+        case .success(let request):
+          commands.insert(request.command.name)
+        case .failure(let error) where refusal == .string(error.code.rawValue):
+          #expect(next["error"]?["field"] == error.field.map(JSONValue.string), "\(line): field \(error)")
         case .failure(let error): Issue.record("\(line): \(error)")
         }
       } else {
