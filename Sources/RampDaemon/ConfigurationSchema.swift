@@ -299,6 +299,7 @@ enum ConfigSchema {
       render: { ConfigText.number($0.limits.maxObserveRate) }),
     limitKey("pending-scheduled", 0...1_000_000, \.pendingScheduled),
     limitKey("animations-per-key-path", 1...1024, \.animationsPerKeyPath),
+    limitKey("event-queue", 16...1_048_576, \.eventQueue),
     ConfigKey(
       section: "limits", name: "idle-timeout",
       apply: { builder, value throws(ValueProblem) in

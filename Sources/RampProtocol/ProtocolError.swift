@@ -29,6 +29,9 @@ public enum ErrorCode: String, Sendable, CaseIterable {
   case limitExceeded = "limit-exceeded"
   case timeout
   case shuttingDown = "shutting-down"
+  /// Events were lost on a full event queue, among them the end of an animation a `wait` waited
+  /// for: it has ended, but how (finished or removed) is unknown.
+  case eventsLost = "events-lost"
   case internalError = "internal-error"
 }
 
