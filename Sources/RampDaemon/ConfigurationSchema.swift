@@ -299,13 +299,13 @@ enum ConfigSchema {
       render: { ConfigText.number($0.limits.maxObserveRate) }),
     limitKey("pending-scheduled", 0...1_000_000, \.pendingScheduled),
     limitKey("animations-per-key-path", 1...1024, \.animationsPerKeyPath),
-    limitKey("event-queue", 16...1_048_576, \.eventQueue),
     ConfigKey(
       section: "limits", name: "idle-timeout",
       apply: { builder, value throws(ValueProblem) in
         builder.configuration.limits.idleTimeout = try ConfigParse.duration(value, in: 0...604_800)
       },
       render: { ConfigText.durationValue($0.limits.idleTimeout) }),
+    limitKey("event-queue", 16...1_048_576, \.eventQueue),
   ]
 
   private static func limitKey(
