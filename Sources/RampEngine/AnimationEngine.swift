@@ -123,8 +123,16 @@ public final class AnimationEngine {
       index += 1
     }
     property.instances.removeAll(keepingCapacity: true)
-    properties[property.keyPath] = nil
-    ordered.removeAll { $0 === property }
+    properties.removeValue(forKey: property.keyPath)
+    // Index loops, not `removeAll(where:)`: unspecialised in a debug build, it allocates.
+    index = 0
+    while index < ordered.count {
+      if ordered[index] === property {
+        ordered.remove(at: index)
+        break
+      }
+      index += 1
+    }
   }
 
   public var keyPaths: [String] { ordered.map(\.keyPath) }

@@ -65,21 +65,25 @@ import Testing
   }
 
   /// What the render thread lets go of is freed elsewhere (the recovery thread, here never
-  /// started: it waits in the queue): 0 allocations and 0 frees while a stream seeks (ramp out,
-  /// the jump, the refill, ramp in), an animation finishes, and a command's closure, the last
-  /// owner of an object, is let go after it ran. A stream that ends (before the count: its
-  /// properties' removal from the engine still allocates) leaves its decoder, ring and
-  /// resampler to the queue too.
-  @Test func seekAndFinishedAnimationsFreeNothingOnTheRenderThread() throws {
+  /// started: it waits in the queue): 0 allocations and 0 frees while a resampled stream plays
+  /// to its end and leaves the mix (its decoder, ring, soxr state and file go to the queue),
+  /// another seeks (ramp out, the jump, the refill, ramp in), an animation finishes, and a
+  /// command's closure, the last owner of an object, is let go after it ran. (A first stream
+  /// ends before the count: the Swift runtime fills its caches the first time a path runs.)
+  @Test func streamEndSeekAndFinishedAnimationsFreeNothingOnTheRenderThread() throws {
     let player = try devicePacedPlayer("rampd_test_player20")
     let directory = try temporaryDirectory()
     let long = directory.appendingPathComponent("long.wav").path
     try writeSignal(long, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
     // Resampled: the stream that ends frees a soxr state too (off this thread).
     let short = directory.appendingPathComponent("short.wav").path
-    try writeSignal(short, frames: 441, rate: 44_100) { f, _ in Float(sin(Double(f) / 20)) * 0.3 }
+    try writeSignal(short, frames: 441, rate: 44_100)
+    // Ends in the counted blocks.
+    let ending = directory.appendingPathComponent("ending.wav").path
+    try writeSignal(ending, frames: 4_410, rate: 44_100) { f, _ in Float(sin(Double(f) / 20)) * 0.3 }
     try player.play(long, id: "long", loop: true)
     try player.play(short, id: "short")
+    try player.play(ending, id: "ending")
     final class Marker: Sendable {}
     var marker: Marker? = Marker()
     player.perform { [marker] state in
@@ -126,6 +130,7 @@ import Testing
       try counted { try block() }
     }
     while let event = player.nextEvent() { events.append(event) }
+    #expect(events.contains(.streamEnded(id: "ending", reason: .finished)), "\(events)")
     #expect(events.contains { if case .animationFinished = $0 { true } else { false } }, "\(events)")
     #expect(allocated == 0, "\(allocated) allocations")
     #expect(freed == 0, "\(freed) frees")
