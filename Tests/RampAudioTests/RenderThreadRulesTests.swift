@@ -111,7 +111,9 @@ extension RenderThreadRulesTests {
 extension RenderThreadRulesTests {
   /// A second seek that arrives while the decoder is still seeking for the first (it has taken
   /// the first request but not yet published where the new audio starts) lands where the second
-  /// asked: the first seek's mark, tagged with its generation, is not paired with the second.
+  /// asked, and plays on from there without a jump. (The first seek's mark, tagged with its
+  /// generation, is not paired with the second; the decoder checks for a newer request before it
+  /// writes any audio, so this interleaving sounds right even without the tags.)
   @Test func aSecondSeekOvertakingTheFirstLandsWhereItAsked() throws {
     let (player, path) = try player(18)
     let frames = 48_000
