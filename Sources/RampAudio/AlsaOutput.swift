@@ -125,10 +125,8 @@ public final class AlsaPCMOutput {
   private let bytesPerFrame: Int
   private var rng = XorShift64(seed: 0x9E37_79B9_7F4A_7C15)
 
-  // Clock pacing: wall-clock anchor (CLOCK_MONOTONIC ns) and frames written since.
-  private var clockStarted = false
-  private var clockAnchor: Int64 = 0
-  private var clockFrames: Int64 = 0
+  /// Clock pacing: frames written against CLOCK_MONOTONIC (at the negotiated rate once open).
+  private var clock = ClockPacer(rate: 48_000)
 
   public init(_ configuration: OutputConfiguration) throws(AudioError) {
     try configuration.validate()
@@ -240,6 +238,7 @@ public final class AlsaPCMOutput {
       device: device, format: format, rate: Int(rate), channels: configuration.channels,
       periodFrames: Int(periodSize), bufferFrames: Int(bufferSize), pacing: pacing)
     blockFrames = max(Int(periodSize), 64)
+    clock = ClockPacer(rate: negotiated.rate)
     bytesPerFrame = format.bytesPerSample * configuration.channels
     buffer = UnsafeMutableRawPointer.allocate(byteCount: blockFrames * bytesPerFrame, alignment: 16)
     self.pcm = pcm
@@ -301,7 +300,7 @@ public final class AlsaPCMOutput {
           throw AudioError(.device, "ALSA device '\(negotiated.device)': write failed: \(alsaError(code))")
         }
       }
-      clockFrames += Int64(count)
+      clock.advance(by: count)
       done += count
     }
     if !clockProbed && negotiated.pacing == .device && frames > 0 {
@@ -324,22 +323,18 @@ public final class AlsaPCMOutput {
   /// wall clock has caught up with the frames written), then prepares the PCM for further writes.
   public func drain() {
     guard let pcm else { return }
-    if negotiated.pacing == .clock && clockStarted {
-      sleep(untilNanoseconds: clockAnchor + nanoseconds(frames: clockFrames))
-    }
+    if negotiated.pacing == .clock { clock.waitUntilPlayed() }
     snd_pcm_drain(pcm)
     snd_pcm_prepare(pcm)
-    clockStarted = false
-    clockFrames = 0
+    clock.reset()
   }
 
   /// Frames written but not yet heard, for latency reporting: `snd_pcm_delay` (0 on error); with clock
   /// pacing, the frames written ahead of the wall clock (a null PCM reports no delay of its own).
   public var delayFrames: Int {
     let device = deviceDelay() ?? 0
-    guard negotiated.pacing == .clock, clockStarted else { return device }
-    let elapsed = framesElapsed(now: monotonicNanoseconds())
-    return max(device, Int(max(clockFrames - elapsed, 0)))
+    guard negotiated.pacing == .clock else { return device }
+    return max(device, Int(max(clock.framesAhead(), 0)))
   }
 
   // MARK: Conversion
@@ -392,54 +387,20 @@ public final class AlsaPCMOutput {
   /// once per several blocks. The default, buffer − `frames`, is how long `write` would sleep.
   public func secondsUntilWritable(frames: Int, refillAt refill: Int? = nil) -> Double {
     let refill = refill ?? negotiated.bufferFrames - frames
-    guard negotiated.pacing == .clock, clockStarted else { return 0 }
+    guard negotiated.pacing == .clock, clock.started else { return 0 }
     let now = monotonicNanoseconds()
-    let ahead = clockFrames - framesElapsed(now: now)
-    guard ahead + Int64(frames) > Int64(negotiated.bufferFrames) else { return 0 }
-    let due = clockAnchor + nanoseconds(frames: clockFrames - Int64(max(refill, 0)))
+    guard clock.framesAhead(now: now) + Int64(frames) > Int64(negotiated.bufferFrames) else { return 0 }
+    let due = clock.due(frame: clock.written - Int64(max(refill, 0)))
     return max(Double(due - now) / 1e9, 0)
   }
 
-  /// Sleeps until writing `frames` more keeps the frames written at most one buffer ahead of the wall
-  /// clock since the first write. If the writer fell behind the clock (a virtual underrun), counts an
-  /// underrun and re-anchors.
+  /// Sleeps until writing `frames` more keeps the frames written at most one buffer ahead of the
+  /// wall clock. A writer that fell behind the clock (a virtual underrun) re-anchors it.
   private func waitForClock(frames: Int) {
-    let now = monotonicNanoseconds()
-    if !clockStarted {
-      clockStarted = true
-      clockAnchor = now
-      clockFrames = 0
-      return
-    }
-    if framesElapsed(now: now) > clockFrames {
+    if clock.wait(toWrite: frames, lead: negotiated.bufferFrames) {
       // Everything written has been "played": a device would have run dry here. Counted, or a
       // clock-paced output (the embedded WAV file, tests) would never report a late render.
       underruns += 1
-      clockAnchor = now - nanoseconds(frames: clockFrames)
-    }
-    let ahead = clockFrames + Int64(frames) - Int64(negotiated.bufferFrames)
-    if ahead > 0 {
-      sleep(untilNanoseconds: clockAnchor + nanoseconds(frames: ahead))
-    }
-  }
-
-  private func nanoseconds(frames: Int64) -> Int64 {
-    let rate = Int64(negotiated.rate)
-    return frames / rate * 1_000_000_000 + frames % rate * 1_000_000_000 / rate
-  }
-
-  private func framesElapsed(now: Int64) -> Int64 {
-    let ns = now - clockAnchor
-    let rate = Int64(negotiated.rate)
-    return ns / 1_000_000_000 * rate + ns % 1_000_000_000 * rate / 1_000_000_000
-  }
-
-  private func sleep(untilNanoseconds deadline: Int64) {
-    while true {
-      let remaining = deadline - monotonicNanoseconds()
-      if remaining <= 0 { return }
-      var request = timespec(tv_sec: Int(remaining / 1_000_000_000), tv_nsec: Int(remaining % 1_000_000_000))
-      nanosleep(&request, nil)
     }
   }
 

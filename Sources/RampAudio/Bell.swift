@@ -79,3 +79,20 @@ func currentThreadID() -> Int32 {
   let text = String(decoding: path[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
   return text.split(separator: "/").last.flatMap { Int32($0) } ?? 0
 }
+
+/// Flushes subnormal floats to zero on the calling thread, results (FTZ) and inputs (DAZ): a
+/// fade towards a decibel floor or a filter's decaying tail would otherwise produce subnormal
+/// gains and samples, which cost a hundred times a normal multiply on x86. Call it once when a
+/// render or decoder thread starts (it lasts for the thread; libsoxr's SIMD code obeys it too).
+public func flushSubnormalsOnThisThread() {
+  var environment = fenv_t()
+  guard fegetenv(&environment) == 0 else { return }
+  #if arch(x86_64)
+    // MXCSR: flush-to-zero (bit 15) and denormals-are-zero (bit 6).
+    environment.__mxcsr |= 0x8040
+  #elseif arch(arm64)
+    // FPCR.FZ (bit 24): both, on AArch64.
+    environment.__fpcr |= 1 << 24
+  #endif
+  fesetenv(&environment)
+}

@@ -16,6 +16,10 @@ public enum PlayerEvent: Sendable, Equatable {
   /// A command's ticket, posted by `RenderState.complete` after the command ran: its results
   /// travel in the ticket, in order with the events around it.
   case commandCompleted(CommandTicket)
+  /// The event queue was full: this many events (not tickets, which always have room) were
+  /// dropped since the last announcement. Posted once there is room again, before the next event.
+  /// Whoever waited for a lost event (an animation's end) must look again.
+  case eventsLost(Int)
 }
 
 /// What a command hands back from the render thread. Subclass it to carry results; the render
@@ -167,6 +171,8 @@ public final class RenderState: @unchecked Sendable {
   fileprivate let events: SPSCQueue<PlayerEvent>
   /// Set when an event was posted in this block, so the loop rings the doorbell once.
   fileprivate var posted = false
+  /// Events dropped on a full queue since the last `eventsLost` went out.
+  fileprivate var lostEvents = 0
   fileprivate var published: ContiguousArray<PublishedValue> = []
 
   /// The highest gain a `*.gain` property may take (linear; 1 is 0 dB).
@@ -208,9 +214,21 @@ public final class RenderState: @unchecked Sendable {
     post(.commandCompleted(ticket))
   }
 
-  /// Posts an event for the control side (never blocks: a full queue drops it).
+  /// Posts an event for the control side. Never blocks: a full queue drops it, and the count of
+  /// events dropped goes out as `eventsLost` before the next event that fits.
   public func post(_ event: PlayerEvent) {
-    _ = events.push(event)
+    announceLostEvents()
+    if events.push(event) {
+      posted = true
+    } else {
+      lostEvents += 1
+    }
+  }
+
+  /// Posts `eventsLost` if events were dropped and there is room for it now.
+  fileprivate func announceLostEvents() {
+    guard lostEvents > 0, events.push(.eventsLost(lostEvents)) else { return }
+    lostEvents = 0
     posted = true
   }
 }
@@ -240,11 +258,14 @@ final class PlayingStream {
   /// A seek waiting for the ramp to silence (then the decoder is asked) or for the decoder.
   var pendingSeek: Int?
   var seekRequested = false
-  var resumeAfterSeek = false
   /// Output frames of this stream's audio consumed, counted from the file's start.
   var position = 0
-  /// The last block found the ring short (an underrun event was posted for it).
+  /// The ring ran short: the stream ramped out and holds, silent and in place, until its ring has
+  /// refilled (an underrun event was posted for it, unless a seek emptied the ring).
   var starved = false
+  /// The underrun envelope: 1 while the ring keeps up, ramped to 0 over the audio left when it
+  /// runs short, and back to 1 over the declick ramp once it has refilled.
+  var supply: Float = 1
 
   init(
     id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, pan: PropertyHandle,
@@ -263,6 +284,13 @@ final class PlayingStream {
 public struct TransportChange: Sendable, Equatable {
   public let stream: String
   public let animation: UInt64?
+}
+
+/// What the render thread lets go of: handed to the recovery thread, which frees it, so the
+/// render thread never does.
+enum Retired {
+  case object(AnyObject)
+  case command(PlayerCommand)
 }
 
 /// A command for the render thread: run `body` between blocks, at `sample` (exactly: the block is
@@ -288,6 +316,11 @@ struct PlayerCommand {
 /// command scheduled for a sample splits the block there, so it lands on that exact sample. The
 /// block rendering itself does not allocate, lock or log.
 ///
+/// A stream whose decoder falls behind ramps out over the audio it has left (at the declick
+/// ramp's pace) rather than cut to silence, holds its place silent until its ring has refilled,
+/// and ramps back in: it resumes where it stopped, late against the timeline by the gap. A seek
+/// ramps out and in the same way, around the jump.
+///
 /// When the device fails, rendering goes on against the wall clock (animations and streams keep
 /// time) while a recovery thread closes the dead device and reopens the configured one with
 /// backoff; `deviceFailed` and `deviceRecovered` events say so.
@@ -296,6 +329,10 @@ public final class Player: @unchecked Sendable {
   public let configuration: OutputConfiguration
   /// Seconds of the ramp that starts, pauses, resumes and stops a stream.
   public let declick: Double
+  /// The declick ramp in frames: also how an underrun ramps out and back in.
+  let declickFrames: Int
+  /// Frames a starved stream's ring must hold again before it ramps back in.
+  let refillFrames: Int
   private var device: AlsaPCMOutput?
   private let state: RenderState
   private let commands = SPSCQueue<PlayerCommand>(minimumCapacity: 4096)
@@ -305,8 +342,9 @@ public final class Player: @unchecked Sendable {
   /// only while this queue keeps `eventReserve` slots free (for the events and tickets of the
   /// commands taken, scheduled ones coming due and the engine's own), and otherwise wait in
   /// theirs until the control side has caught up.
-  private let events = SPSCQueue<PlayerEvent>(minimumCapacity: 16_384)
-  static let eventReserve = 8192
+  private let events: SPSCQueue<PlayerEvent>
+  /// Half the event queue.
+  private let eventReserve: Int
   /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
   private let doorbell: Bell
   /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
@@ -325,8 +363,19 @@ public final class Player: @unchecked Sendable {
   /// thread only).
   private var publishedHandlesStale = true
   /// Commands waiting for their sample, soonest first (render thread only).
-  private var scheduled: ContiguousArray<PlayerCommand> = []
+  private var scheduled: CommandSchedule
   public static let maximumScheduled = 4096
+  /// Commands taken from the queue per block (per wake-up while waiting for the clock): a flood
+  /// of them delays a block by no more than this many; the rest are taken at the next.
+  static let commandsPerBlock = 256
+  /// Events (and command tickets) the render thread may post before the control side takes them.
+  public static let defaultEventCapacity = 16_384
+
+  /// Finished animations, commands run and streams gone, on their way to the recovery thread
+  /// to be freed there (render thread → recovery thread).
+  private let retired = SPSCQueue<Retired>(minimumCapacity: 4096)
+  /// Something was retired in this block: the loop rings the recovery thread once.
+  private var retiredInBlock = false
 
   // Device loss: the render thread hands the dead device over, the recovery thread hands a new one back.
   private let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
@@ -343,7 +392,8 @@ public final class Player: @unchecked Sendable {
   private let recoveryFinished = Atomic<Bool>(false)
   /// Seconds between reopen attempts: doubling from the first to the last.
   public var recoveryBackoff: (first: Double, last: Double) = (0.1, 2)
-  private var idleClock = WallClockPacer()
+  /// Keeps time while there is no device to block on (lost, or without a clock and idle).
+  private var idleClock: ClockPacer
   /// Underruns counted by devices since lost, so the total survives a reconnection.
   private var underrunsOfLostDevices = 0
 
@@ -384,8 +434,11 @@ public final class Player: @unchecked Sendable {
   /// for the same reason.
   public init(
     output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1,
-    scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64
+    scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64,
+    eventCapacity: Int = Player.defaultEventCapacity
   ) throws {
+    events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))
+    eventReserve = events.capacity / 2
     let device = try AlsaPCMOutput(configuration)
     self.device = device
     self.configuration = configuration
@@ -393,12 +446,15 @@ public final class Player: @unchecked Sendable {
     let rate = Double(device.negotiated.rate)
     reopenAfterFrames = configuration.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
     self.declick = declick
+    idleClock = ClockPacer(rate: device.negotiated.rate)
+    declickFrames = max(Int((declick * rate).rounded()), 1)
+    refillFrames = declickFrames + 4 * device.negotiated.periodFrames
     let engine = try AnimationEngine(
       sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64),
       maxAnimationsPerKeyPath: animationsPerKeyPath)
     state = try RenderState(
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: events)
-    scheduled.reserveCapacity(max(scheduledCapacity, 16))
+    scheduled = CommandSchedule(capacity: max(scheduledCapacity, 16))
     doorbell = try Bell("event")
     commandBell = try Bell("command")
     recoveryBell = try Bell("recovery")
@@ -429,6 +485,7 @@ public final class Player: @unchecked Sendable {
     // Never to run now: what they hold goes with them (a scheduled play's decoder, its thread).
     scheduled.removeAll()
     while commands.pop() != nil {}
+    while retired.pop() != nil {}
   }
 
   /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split
@@ -596,8 +653,7 @@ public final class Player: @unchecked Sendable {
     // overflowing the frame count.
     let wanted = seconds * Double(output.rate)
     let frame = wanted > 0 ? Int(min(wanted, Double(stream.decoder.outputLength))) : 0
-    _ = try? state.engine.set(
-      "streams.\(id).transport", to: 0, transaction: Transaction(duration: declick, timingFunction: .linear))
+    // The render thread ramps the stream out and back in around the jump (`renderSpan`).
     stream.pendingSeek = frame
     stream.seekRequested = false
     return true
@@ -629,6 +685,14 @@ public final class Player: @unchecked Sendable {
   private func run(_ command: PlayerCommand) {
     command.body(state)
     publishedHandlesStale = true
+    retire(.command(command))
+  }
+
+  /// Hands `object` to the recovery thread, which frees it. Only a full queue (thousands retired
+  /// in one block) lets go of it here.
+  private func retire(_ object: Retired) {
+    _ = retired.push(object)
+    retiredInBlock = true
   }
 
   /// True while a stream's ring holds less than a block (tests pace themselves with it).
@@ -644,6 +708,7 @@ public final class Player: @unchecked Sendable {
 
   private func renderLoop() {
     nameThisThread("rampd-render")
+    flushSubnormalsOnThisThread()
     raisePriority()
     renderThread.store(currentThreadID(), ordering: .releasing)
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
@@ -675,7 +740,6 @@ public final class Player: @unchecked Sendable {
       // Replies leave now, not after the block has waited for the device.
       flushEvents()
       if let device, output.pacing == .device { waitForStreams(on: device, frames: buffers.frames) }
-      resumeStreamsAfterSeek()
       publishValues(due: due)
       renderScheduled(buffers)
       // Published before the write (with device pacing, the wait for the device), so commands
@@ -690,6 +754,11 @@ public final class Player: @unchecked Sendable {
 
   /// Rings the doorbell once if anything was posted since the last time.
   private func flushEvents() {
+    if retiredInBlock {
+      retiredInBlock = false
+      recoveryBell.ring()
+    }
+    state.announceLostEvents()
     guard state.posted else { return }
     state.posted = false
     doorbell.ring()
@@ -715,10 +784,13 @@ public final class Player: @unchecked Sendable {
     }
   }
 
-  /// Moves submitted commands into the schedule (soonest first) or runs them now.
+  /// Moves submitted commands into the schedule (soonest first) or runs them now: at most
+  /// `commandsPerBlock`, the rest stay queued for the next block.
   private func takeCommands() {
     let now = state.engine.now
-    while events.freeSlots > Self.eventReserve, let command = commands.pop() {
+    var taken = 0
+    while taken < Self.commandsPerBlock, events.freeSlots > eventReserve, let command = commands.pop() {
+      taken += 1
       guard let sample = command.sample, sample > now else {
         run(command)
         continue
@@ -729,9 +801,7 @@ public final class Player: @unchecked Sendable {
         run(command)
         continue
       }
-      var position = scheduled.count
-      while position > 0, let earlier = scheduled[position - 1].sample, earlier > sample { position -= 1 }
-      scheduled.insert(command, at: position)
+      scheduled.insert(command, at: sample)
     }
   }
 
@@ -740,11 +810,11 @@ public final class Player: @unchecked Sendable {
     var offset = 0
     while offset < buffers.frames {
       let now = state.engine.now
-      while let first = scheduled.first, (first.sample ?? now) <= now {
+      while let first = scheduled.firstSample, first <= now {
         run(scheduled.removeFirst())
       }
       var span = buffers.frames - offset
-      if let first = scheduled.first, let sample = first.sample { span = min(span, Int(sample - now)) }
+      if let sample = scheduled.firstSample { span = min(span, Int(sample - now)) }
       renderSpan(buffers, offset: offset, frames: span)
       offset += span
     }
@@ -761,7 +831,7 @@ public final class Player: @unchecked Sendable {
       framesSinceOpen = 0
     }
     guard let device else {
-      idleClock.wait(frames: buffers.frames, rate: output.rate)
+      keepTime(frames: buffers.frames)
       return
     }
     do {
@@ -779,7 +849,7 @@ public final class Player: @unchecked Sendable {
       // A device without a clock goes as fast as the streams decode; with none playing, time
       // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
       if device.hasNoClock && !streamsPlaying {
-        idleClock.wait(frames: buffers.frames, rate: output.rate)
+        keepTime(frames: buffers.frames)
       } else {
         idleClock.reset()
       }
@@ -837,7 +907,8 @@ public final class Player: @unchecked Sendable {
     var reckoned = device.hasNoClock
     while running.load(ordering: .relaxed), let decoder = firstDecoderBehind(frames: frames) {
       // A decoder woken once per half ring, not once per block, when nothing limits the wait.
-      guard decoder.awaitSamples(device.hasNoClock ? decoder.lowWater : frames * output.channels) else { continue }
+      let enough = (frames + declickFrames) * output.channels
+      guard decoder.awaitSamples(device.hasNoClock ? max(decoder.lowWater, enough) : enough) else { continue }
       if !reckoned {
         reckoned = true
         let covered = device.delayFrames - output.periodFrames
@@ -855,7 +926,7 @@ public final class Player: @unchecked Sendable {
   }
 
   /// The first stream that plays (not paused, not seeking) and whose decoder has less than a
-  /// block ready while still decoding.
+  /// block and the ramp out after it ready while still decoding (less would start an underrun).
   /// `playingOnly: false`: any stream, paused or seeking too.
   private func firstDecoderBehind(frames: Int, playingOnly: Bool = true) -> StreamDecoder? {
     var index = 0
@@ -864,9 +935,16 @@ public final class Player: @unchecked Sendable {
       index += 1
       if playingOnly && (stream.paused || stream.pendingSeek != nil) { continue }
       let decoder = stream.decoder
-      if !decoder.isFinished && decoder.ring.available < frames * output.channels { return decoder }
+      if !decoder.isFinished && decoder.ring.available < (frames + declickFrames) * output.channels { return decoder }
     }
     return nil
+  }
+
+  /// Without a device to block on, waits until the block just rendered is due on the clock (one
+  /// block ahead of it); after an outage of the render thread itself the clock re-anchors.
+  private func keepTime(frames: Int) {
+    idleClock.wait(toWrite: frames, lead: frames)
+    idleClock.advance(by: frames)
   }
 
   /// Whether a stream plays (or ramps towards a pause): time then follows the streams.
@@ -897,6 +975,8 @@ public final class Player: @unchecked Sendable {
     var delay = recoveryBackoff.first
     var nextAttempt = 0.0
     while running.load(ordering: .acquiring) {
+      // What the render thread let go of is freed here.
+      while retired.pop() != nil {}
       // A lost device is given a moment before the first attempt; a retired one none.
       for (queue, retired) in [(deadDevices, false), (retiredDevices, true)] {
         guard let device = queue.pop() else { continue }
@@ -970,10 +1050,16 @@ public final class Player: @unchecked Sendable {
       let stream = state.streams[index]
       index += 1
       if let frame = stream.pendingSeek {
-        // Seeking: once silent, ask the decoder; once it has sought, drop the stale audio and
-        // ramp back in. Until then the stream holds its place, silent.
-        engine.render(stream.transport, start: now, count: 1, into: ramp)
-        if ramp[0] == 0 {
+        // Seeking: the stream's envelope ramps out over the declick ramp (mixed below), or at
+        // once when the stream is silent anyway (paused). Once silent, ask the decoder; once it
+        // has sought, drop the stale audio; the stream then waits for its ring to refill and
+        // ramps back in (as after an underrun). Until then it holds its place, silent. No engine
+        // call: nothing is allocated or freed here.
+        if stream.supply > 0 {
+          engine.render(stream.transport, start: now, count: 1, into: ramp)
+          if ramp[0] == 0 && engine.restingValue(stream.transport) == 0 { stream.supply = 0 }
+        }
+        if stream.supply == 0 {
           if !stream.seekRequested {
             stream.decoder.requestSeek(toOutputFrame: frame)
             stream.seekRequested = true
@@ -983,7 +1069,9 @@ public final class Player: @unchecked Sendable {
             stream.pendingSeek = nil
             stream.seekRequested = false
             stream.position = frame
-            if !stream.paused { stream.resumeAfterSeek = true }
+            // The ring holds little of the new position yet: the stream waits for it to refill
+            // (no underrun: nothing was cut) and ramps in.
+            stream.starved = true
           }
           continue
         }
@@ -994,9 +1082,24 @@ public final class Player: @unchecked Sendable {
         if ramp[0] == 0 { continue }
       }
       let wanted = frames * channels
+      let decoder = stream.decoder
+      let available = decoder.ring.available
+      let finished = decoder.isFinished
+      if stream.starved {
+        // Holding, silent and in place, until the ring has refilled.
+        guard finished || available >= min(refillFrames * channels, decoder.ring.capacity) else { continue }
+        stream.starved = false
+      }
+      // The ring cannot cover this span and a ramp out after it: ramp out now, at the declick
+      // ramp's pace (faster only if the audio runs out first), rather than cut to silence
+      // mid-waveform when it runs dry.
+      let starving = !finished && available < (frames + declickFrames) * channels
+      let seeking = stream.pendingSeek != nil
       let got: Int
       let centred = channels != 2 || engine.restingValue(stream.pan) == 0
-      if centred, let level = engine.restingValue(stream.gain), let transport = engine.restingValue(stream.transport) {
+      if centred, !starving, !seeking, stream.supply == 1, let level = engine.restingValue(stream.gain),
+        let transport = engine.restingValue(stream.transport)
+      {
         // At rest, the usual case between fades: one gain for the block, mixed straight from the
         // ring (a missing sample would add 0 × gain, nothing).
         let constant = Float(level) * Float(transport)
@@ -1004,8 +1107,22 @@ public final class Player: @unchecked Sendable {
           GainKernel.accumulate(samples, gain: constant, count: count, into: mix + offset)
         }
       } else {
-        got = stream.decoder.read(into: audio, count: wanted)
+        var taken = wanted
+        var envelope = SupplyRamp.in
+        if starving {
+          // Only the audio the ramp needs is taken: the rest stays for when the stream resumes.
+          let have = min(available / channels, frames)
+          let needed = Int((stream.supply * Float(declickFrames)).rounded(.up))
+          envelope = have < needed && have < frames ? .outOverAudio : .out
+          taken = min(have, needed) * channels
+        } else if seeking {
+          envelope = .out
+        }
+        got = decoder.read(into: audio, count: taken)
         if got < wanted { (audio + got).update(repeating: 0, count: wanted - got) }
+        if starving || seeking || stream.supply < 1 {
+          applySupply(stream, to: audio, frames: got / channels, channels: channels, ramp: envelope)
+        }
         engine.render(stream.gain, start: now, count: frames, into: gain)
         engine.render(stream.transport, start: now, count: frames, into: ramp)
         GainKernel.multiply(gain, by: ramp, count: frames)
@@ -1017,40 +1134,55 @@ public final class Player: @unchecked Sendable {
         }
       }
       stream.position += got / channels
-      if got < wanted {
+      if starving && stream.supply == 0 {
         // One event per shortfall, not one per block: a starved stream must not flood the queue
         // that carries replies.
-        if !stream.decoder.isFinished && !stream.starved { state.post(.underrun(stream: stream.id)) }
+        state.post(.underrun(stream: stream.id))
         stream.starved = true
-      } else {
-        stream.starved = false
       }
     }
     engine.render(state.master, start: now, count: frames, into: gain)
     GainKernel.apply(mix, gain: gain, frames: frames, channels: channels, into: mix)
     GainKernel.clamp(mix, count: frames * channels)
     engine.advance(by: frames)
-    engine.drainCompletions { report in state.post(.animationFinished(report)) }
+    engine.drainCompletions(retiring: { retire(.object($0)) }) { report in state.post(.animationFinished(report)) }
   }
 
-  /// Ramps streams back in after a seek (between blocks: starting an animation allocates).
-  private func resumeStreamsAfterSeek() {
-    var index = 0
-    while index < state.streams.count {
-      let stream = state.streams[index]
-      index += 1
-      guard stream.resumeAfterSeek else { continue }
-      stream.resumeAfterSeek = false
-      // A stop or pause applied since the seek ended has ramped the transport down: ramping it
-      // back up would replace that ramp, and leave the stream playing.
-      guard !stream.stopping && !stream.paused else { continue }
-      _ = try? state.engine.set(
-        "streams.\(stream.id).transport", to: 1, transaction: Transaction(duration: declick, timingFunction: .linear))
+  enum SupplyRamp {
+    /// Down to 0 over the frames given: the last audio before an underrun.
+    case outOverAudio
+    /// Down towards 0 at the declick ramp's pace: before a seek.
+    case out
+    /// Up towards 1 at the declick ramp's pace.
+    case `in`
+  }
+
+  /// Applies a stream's envelope to `frames` frames of its audio. Allocation-free.
+  private func applySupply(
+    _ stream: PlayingStream, to audio: UnsafeMutablePointer<Float>, frames: Int, channels: Int, ramp: SupplyRamp
+  ) {
+    var level = stream.supply
+    let step = ramp == .outOverAudio ? level / Float(max(frames, 1)) : 1 / Float(declickFrames)
+    var frame = 0
+    while frame < frames {
+      switch ramp {
+      case .outOverAudio: level = frame == frames - 1 ? 0 : max(level - step, 0)
+      case .out: level = max(level - step, 0)
+      case .in: level = min(level + step, 1)
+      }
+      var channel = 0
+      while channel < channels {
+        audio[frame * channels + channel] *= level
+        channel += 1
+      }
+      frame += 1
     }
+    // A ramp out that ends within a rounding error of silence ends in silence.
+    stream.supply = ramp == .outOverAudio || (ramp == .out && level < 1e-5) ? 0 : level
   }
 
   /// Streams whose file ended (ring empty) or whose stop ramp is over leave the mix.
-  private func finishStreams() {
+  func finishStreams() {
     let engine = state.engine
     var index = state.streams.count - 1
     while index >= 0 {
@@ -1064,9 +1196,14 @@ public final class Player: @unchecked Sendable {
       }
       if drained || stopped {
         stream.decoder.cancel()
-        let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.error != nil ? .failed : .finished)
+        let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.hasFailed ? .failed : .finished)
         state.post(.streamEnded(id: stream.id, reason: reason))
-        engine.undefine("streams.\(stream.id)")
+        // By handle: no key path is built or matched.
+        engine.undefine(stream.gain)
+        engine.undefine(stream.transport)
+        engine.undefine(stream.pan)
+        // The decoder (its ring, soxr state, file) is freed off this thread.
+        retire(.object(stream))
         state.streams.remove(at: index)
         publishedHandlesStale = true
       }
@@ -1087,26 +1224,6 @@ private final class UnstartedDecoder: @unchecked Sendable {
   init(_ decoder: StreamDecoder) { self.decoder = decoder }
 
   deinit { if !joined { decoder.cancel() } }
-}
-
-/// Keeps time against the monotonic clock when there is no device to block on.
-struct WallClockPacer {
-  private var anchor: Double?
-  private var frames = 0
-
-  mutating func reset() { anchor = nil }
-
-  mutating func wait(frames count: Int, rate: Int) {
-    let now = monotonicSeconds()
-    guard let anchor else {
-      anchor = now
-      frames = count
-      return
-    }
-    frames += count
-    let due = anchor + Double(frames) / Double(rate)
-    if due > now { usleep(UInt32((due - now) * 1e6)) }
-  }
 }
 
 func monotonicSeconds() -> Double {

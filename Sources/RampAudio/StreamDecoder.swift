@@ -27,14 +27,28 @@ public final class StreamDecoder: @unchecked Sendable {
   private let resampler: Resampler?
   private let channelMap: ChannelMap
   private let state = Atomic<Int>(State.running.rawValue)
-  private let failure = Mutex<AudioError?>(nil)
+  /// Written once, by the decoder thread, before it stores `State.failed` (releasing); read only
+  /// after loading that state (acquiring). The state is the flag; no lock is shared with the
+  /// render thread.
+  private nonisolated(unsafe) var failure: AudioError?
   /// Not the Thread itself: it holds its closure, which holds the decoder, and a decoder holding
   /// it would never be freed (nor its file, ring and pipe).
   private let started = Atomic<Bool>(false)
-  /// A seek the consumer asked for (frame in the file), −1 when none.
+  /// A seek the consumer asked for, −1 when none: its generation in the bits above
+  /// `positionBits`, the frame in the file below.
   private let seekRequest = Atomic<Int>(-1)
-  /// The ring's write position when the last seek took effect: data before it is stale.
+  /// The ring's write position when the last seek took effect (data before it is stale), tagged
+  /// with that seek's generation as `seekRequest` is; −1 when none.
   private let seekMark = Atomic<Int>(-1)
+  /// The generation of the consumer's latest seek request (consumer only): a mark of another
+  /// generation answers an earlier seek, overtaken by a second before the decoder had sought.
+  private var requestedGeneration = 0
+  /// Positions (file frames, ring positions) below, generation above: 2⁴⁸ samples are 1.5 years
+  /// of eight channels at 768 kHz.
+  private static let positionBits = 48
+  private static let positionMask = (1 << positionBits) - 1
+  /// Tests: while true, a decoder that has sought waits before it publishes its mark.
+  let holdSeekMarkForTesting = Atomic<Bool>(false)
   /// Rung by the consumer (room in the ring), by a seek and by a cancellation.
   private let bell: Bell
   /// What the decoder thread sleeps for (a `Waiting`): only a decoder waiting for room is rung
@@ -44,6 +58,8 @@ public final class StreamDecoder: @unchecked Sendable {
   var consumerBell: Bell?
   /// Samples that consumer waits for (0: none waits).
   private let consumerWants = Atomic<Int>(0)
+  /// Tests: while true, the decoder thread decodes nothing, as if its disk had stalled.
+  let stalledForTesting = Atomic<Bool>(false)
   /// The decoder thread's kernel id once it runs (tests read its `schedstat`).
   var threadID: Int32 { decoderThread.load(ordering: .acquiring) }
   private let decoderThread = Atomic<Int32>(0)
@@ -172,8 +188,12 @@ public final class StreamDecoder: @unchecked Sendable {
   /// is empty too.
   public var isFinished: Bool { state.load(ordering: .acquiring) != State.running.rawValue }
 
-  /// The error that stopped decoding, if one did (a read error mid-file).
-  public var error: AudioError? { failure.withLock { $0 } }
+  /// The error that stopped decoding, if one did (a read error mid-file). Off the render thread:
+  /// it copies the message.
+  public var error: AudioError? { hasFailed ? failure : nil }
+
+  /// Decoding stopped on an error (render thread: one atomic load).
+  public var hasFailed: Bool { state.load(ordering: .acquiring) == State.failed.rawValue }
 
   /// Consumer: asks the decoder to continue from `frame` of the file (output-rate frames are
   /// converted to the file's rate). Until `takeSeekMark()` returns a mark, the ring still holds
@@ -182,25 +202,32 @@ public final class StreamDecoder: @unchecked Sendable {
     // Past the end is the end: the stream then finishes instead of failing on a bad seek. Clamped
     // before the conversion, which traps on a value beyond Int.
     let fileFrame = min(
-      max((Double(frame) * Double(fileRate) / Double(outputRate)).rounded(), 0), Double(reader.frames), 1e18)
+      max((Double(frame) * Double(fileRate) / Double(outputRate)).rounded(), 0), Double(reader.frames),
+      Double(Self.positionMask))
+    requestedGeneration = (requestedGeneration + 1) & 0x7FFF
     seekMark.store(-1, ordering: .releasing)
-    seekRequest.store(Int(fileFrame), ordering: .releasing)
+    seekRequest.store(requestedGeneration << Self.positionBits | Int(fileFrame), ordering: .releasing)
     bell.ring()
   }
 
   /// Consumer: once the decoder has sought, the ring position from which its data is the new
   /// position's (discard up to it); nil while the seek is still pending.
   public func takeSeekMark() -> Int? {
-    let mark = seekMark.exchange(-1, ordering: .acquiringAndReleasing)
-    return mark >= 0 ? mark : nil
+    let mark = seekMark.load(ordering: .acquiring)
+    guard mark >= 0, seekMark.compareExchange(expected: mark, desired: -1, ordering: .acquiringAndReleasing).exchanged
+    else { return nil }
+    // An earlier seek's mark: this seek's own follows once the decoder has taken it.
+    guard mark >> Self.positionBits == requestedGeneration else { return nil }
+    return mark & Self.positionMask
   }
 
   /// Stops the thread soon; safe from any thread.
   public func cancel() {
-    for from in [State.running, .finished] {
-      _ = state.compareExchange(
-        expected: from.rawValue, desired: State.cancelled.rawValue, ordering: .acquiringAndReleasing)
-    }
+    // Not a loop over an array literal: the render thread cancels a stream that ends.
+    _ = state.compareExchange(
+      expected: State.running.rawValue, desired: State.cancelled.rawValue, ordering: .acquiringAndReleasing)
+    _ = state.compareExchange(
+      expected: State.finished.rawValue, desired: State.cancelled.rawValue, ordering: .acquiringAndReleasing)
     bell.ring()
   }
 
@@ -235,6 +262,7 @@ public final class StreamDecoder: @unchecked Sendable {
 
   private func run() {
     nameThisThread("rampd-decoder")
+    flushSubnormalsOnThisThread()
     decoderThread.store(currentThreadID(), ordering: .releasing)
     // Upsampling reads fewer file frames at a time, so a block stays about `blockFrames` output
     // frames, whatever the ratio.
@@ -260,13 +288,17 @@ public final class StreamDecoder: @unchecked Sendable {
     while true {
       let current = state.load(ordering: .acquiring)
       if current == State.cancelled.rawValue || current == State.failed.rawValue { break }
+      if stalledForTesting.load(ordering: .relaxed) {
+        usleep(1_000)
+        continue
+      }
       let requested = seekRequest.exchange(-1, ordering: .acquiringAndReleasing)
       if requested >= 0 {
         do {
-          try reader.seek(toFrame: Int64(requested))
+          try reader.seek(toFrame: Int64(requested & Self.positionMask))
           resampler?.reset()
         } catch {
-          failure.withLock { $0 = error }
+          failure = error
           state.store(State.failed.rawValue, ordering: .releasing)
           break
         }
@@ -274,7 +306,13 @@ public final class StreamDecoder: @unchecked Sendable {
         endOfFile = false
         _ = state.compareExchange(
           expected: State.finished.rawValue, desired: State.running.rawValue, ordering: .acquiringAndReleasing)
-        seekMark.store(ring.writePosition, ordering: .releasing)
+        while holdSeekMarkForTesting.load(ordering: .relaxed)
+          && state.load(ordering: .relaxed) != State.cancelled.rawValue
+        {
+          usleep(1_000)
+        }
+        let generation = requested >> Self.positionBits
+        seekMark.store(generation << Self.positionBits | ring.writePosition & Self.positionMask, ordering: .releasing)
       }
       if pending > 0 {
         let written = ring.write(pendingBase + pendingOffset, count: pending)
@@ -332,7 +370,7 @@ public final class StreamDecoder: @unchecked Sendable {
         if !samplesAreBounded && pendingBase != fileFrames { Self.silenceNonFinite(pendingBase, count: pending) }
         pendingOffset = 0
       } catch {
-        failure.withLock { $0 = error }
+        failure = error
         state.store(State.failed.rawValue, ordering: .releasing)
         break
       }

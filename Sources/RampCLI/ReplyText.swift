@@ -155,6 +155,8 @@ public enum ReplyText {
       return "config-reloaded: " + changed + later
     case .underrun(let stream):
       return "underrun" + (stream.map { " \($0)" } ?? " (output device)")
+    case .eventsLost(let count):
+      return "events-lost \(count) (the daemon's event queue was full)"
     case .value(let key, let value, let sample):
       return "value \(key) \(level(value, key: key)) @\(sample)"
     }

@@ -191,6 +191,9 @@ public struct Limits: Sendable, Equatable {
   public var pendingScheduled = 1024
   /// Animations on one key path at once (additive layers, keyframes, retargets still declicking).
   public var animationsPerKeyPath = 64
+  /// Events the render thread may post before the daemon takes them (command replies included);
+  /// beyond it events are dropped and announced with `events-lost`.
+  public var eventQueue = 16_384
   /// Seconds a connection may go without a complete request before it is closed, unless it
   /// subscribes, observes or awaits a reply; 0 never closes one.
   public var idleTimeout: Double = 300
@@ -198,10 +201,11 @@ public struct Limits: Sendable, Equatable {
   public init(
     clients: Int = 64, lineLength: Int = 65_536, streams: Int = 16, observersPerClient: Int = 16,
     maxObserveRate: Double = 200, observeBudget: Double = 2000, pendingScheduled: Int = 1024,
-    animationsPerKeyPath: Int = 64, idleTimeout: Double = 300
+    animationsPerKeyPath: Int = 64, idleTimeout: Double = 300, eventQueue: Int = 16_384
   ) {
     self.observeBudget = observeBudget
     self.animationsPerKeyPath = animationsPerKeyPath
+    self.eventQueue = eventQueue
     self.idleTimeout = idleTimeout
     self.clients = clients
     self.lineLength = lineLength

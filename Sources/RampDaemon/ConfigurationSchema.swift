@@ -297,6 +297,7 @@ enum ConfigSchema {
         builder.configuration.limits.idleTimeout = try ConfigParse.duration(value, in: 0...604_800)
       },
       render: { ConfigText.durationValue($0.limits.idleTimeout) }),
+    limitKey("event-queue", 16...1_048_576, \.eventQueue),
   ]
 
   /// A `[limits]` key in Hz.

@@ -563,7 +563,7 @@ public final class Controller: @unchecked Sendable {
             id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample))
       }
       let finished = waits.withLock { $0.finish(report.id, finished: report.finished) }
-      for waiter in finished { waiter.respond(.success(["animations": .array(waiter.describe)])) }
+      for waiter in finished { waiter.answer() }
     case .streamStarted(let id, let path):
       playing.withLock { $0.append(id) }
       logger.info("stream started", metadata: ["stream": "\(id)", "path": "\(path)"])
@@ -581,6 +581,33 @@ public final class Controller: @unchecked Sendable {
     case .deviceRecovered(let device):
       logger.notice("output device recovered", metadata: ["device": "\(device)"])
       broadcast(.deviceRecovered(device: device))
+    case .eventsLost(let count):
+      logger.warning("events lost: the event queue was full", metadata: ["count": "\(count)"])
+      broadcast(.eventsLost(count: count))
+      recheckWaits()
+    }
+  }
+
+  /// Events were lost, perhaps the end of an animation a `wait` waits for: asks the engine which
+  /// awaited animations are still in flight. A wait whose animations have all ended is answered
+  /// (with `events-lost` if it missed an end), never left hanging.
+  private func recheckWaits() {
+    let awaited = waits.withLock { $0.pendingIDs }
+    guard !awaited.isEmpty else { return }
+    let ticket = DaemonTicket { [self] ticket in
+      let gone = awaited.subtracting(ticket.awaited ?? [])
+      for waiter in waits.withLock({ $0.lose(gone) }) { waiter.answer() }
+    }
+    player.perform { state in
+      defer { state.complete(ticket) }
+      let engine = state.engine
+      var alive: [UInt64] = []
+      for path in engine.keyPaths {
+        for animation in (try? engine.animations(on: path)) ?? [] where awaited.contains(animation.id) {
+          if animation.endSample.map({ $0 > engine.now }) ?? true { alive.append(animation.id) }
+        }
+      }
+      ticket.awaited = alive
     }
   }
 }
@@ -590,6 +617,8 @@ struct WaitRegistry {
   final class Waiter: @unchecked Sendable {
     var pending: Set<UInt64>
     var outcomes: [(UInt64, Bool)] = []
+    /// Animations that ended while their `animation-finished` was lost.
+    var lost: [UInt64] = []
     let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
 
     init(pending: Set<UInt64>, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void) {
@@ -599,6 +628,20 @@ struct WaitRegistry {
 
     var describe: [JSONValue] {
       outcomes.map { ["id": .integer($0.0), "finished": .bool($0.1)] }
+    }
+
+    /// The reply once nothing is pending.
+    func answer() {
+      guard lost.isEmpty else {
+        respond(
+          .failure(
+            ProtocolError(
+              .eventsLost,
+              "animation(s) \(lost.sorted()) ended while events were lost (the event queue was full): whether "
+                + "they finished or were removed is unknown")))
+        return
+      }
+      respond(.success(["animations": .array(describe)]))
     }
   }
 
@@ -613,6 +656,25 @@ struct WaitRegistry {
   }
 
   mutating func remove(_ token: Int) -> Waiter? { waiters.removeValue(forKey: token) }
+
+  /// Every animation some waiter waits for.
+  var pendingIDs: Set<UInt64> { waiters.values.reduce(into: Set()) { $0.formUnion($1.pending) } }
+
+  /// Records that animations `ids` ended unseen; returns the waiters that have nothing left to
+  /// wait for.
+  mutating func lose(_ ids: Set<UInt64>) -> [Waiter] {
+    var done: [Waiter] = []
+    for (token, waiter) in waiters where !waiter.pending.isDisjoint(with: ids) {
+      let gone = waiter.pending.intersection(ids)
+      waiter.pending.subtract(gone)
+      waiter.lost += gone
+      if waiter.pending.isEmpty {
+        done.append(waiter)
+        waiters[token] = nil
+      }
+    }
+    return done
+  }
 
   /// Records that animation `id` ended; returns the waiters that have nothing left to wait for.
   mutating func finish(_ id: UInt64, finished: Bool) -> [Waiter] {

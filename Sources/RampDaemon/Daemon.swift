@@ -54,7 +54,8 @@ public final class Daemon: @unchecked Sendable {
       player = try Player(
         output: configuration.output, declick: configuration.declick, maxGain: configuration.maxGain,
         scheduledCapacity: configuration.limits.pendingScheduled,
-        animationsPerKeyPath: configuration.limits.animationsPerKeyPath)
+        animationsPerKeyPath: configuration.limits.animationsPerKeyPath,
+        eventCapacity: configuration.limits.eventQueue)
       embeddedFile = nil
     } catch {
       guard configuration.embeddedOutput.enabled else { throw error }
@@ -73,7 +74,8 @@ public final class Daemon: @unchecked Sendable {
       player = try Player(
         output: embedded, declick: configuration.declick, maxGain: configuration.maxGain,
         scheduledCapacity: configuration.limits.pendingScheduled,
-        animationsPerKeyPath: configuration.limits.animationsPerKeyPath)
+        animationsPerKeyPath: configuration.limits.animationsPerKeyPath,
+        eventCapacity: configuration.limits.eventQueue)
       embeddedFile = file
       notes = [
         "embedded": true, "file": .string(file), "requestedDevice": .string(configuration.output.device),
@@ -204,6 +206,7 @@ public final class Daemon: @unchecked Sendable {
     merged.limits = new.limits
     merged.limits.pendingScheduled = old.limits.pendingScheduled
     merged.limits.animationsPerKeyPath = old.limits.animationsPerKeyPath
+    merged.limits.eventQueue = old.limits.eventQueue
     merged.media = new.media
     merged.access = new.access
     merged.log = new.log

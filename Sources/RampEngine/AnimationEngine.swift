@@ -108,11 +108,31 @@ public final class AnimationEngine {
     return doomed.count
   }
 
+  /// Removes the property `handle` names, as `undefine(_:)` does, without building or matching
+  /// key paths: on the render thread it neither allocates nor frees (the property itself goes
+  /// when the last handle does).
+  public func undefine(_ handle: PropertyHandle) {
+    guard properties[handle.property.keyPath] === handle.property else { return }
+    removeProperty(handle.property)
+  }
+
   private func removeProperty(_ property: Property) {
-    for instance in property.instances { endEarly(instance) }
+    var index = 0
+    while index < property.instances.count {
+      endEarly(property.instances[index])
+      index += 1
+    }
     property.instances.removeAll(keepingCapacity: true)
-    properties[property.keyPath] = nil
-    ordered.removeAll { $0 === property }
+    properties.removeValue(forKey: property.keyPath)
+    // Index loops, not `removeAll(where:)`: unspecialised in a debug build, it allocates.
+    index = 0
+    while index < ordered.count {
+      if ordered[index] === property {
+        ordered.remove(at: index)
+        break
+      }
+      index += 1
+    }
   }
 
   public var keyPaths: [String] { ordered.map(\.keyPath) }
@@ -435,18 +455,33 @@ public final class AnimationEngine {
   /// Hands each queued completion report to `body` (oldest first) after calling the
   /// animation's own completion handler, and releases retired animations.
   public func drainCompletions(_ body: (CompletionReport) -> Void = { _ in }) {
+    drainCompletions(retiring: { _ in }, body)
+  }
+
+  /// The same, handing each retired animation (and its completion token) to `retire` before
+  /// letting it go: a caller that keeps it (in a queue to another thread) has it freed there,
+  /// not on the render thread.
+  public func drainCompletions(retiring retire: (AnyObject) -> Void, _ body: (CompletionReport) -> Void) {
     // In place, so the buffers stay uniquely referenced and keep their capacity: no allocation.
     if !reports.isEmpty {
       var index = 0
       while index < reports.count {
         retired[index].handler?(reports[index].finished)
         body(reports[index])
+        retire(retired[index])
         index += 1
       }
       reports.removeAll(keepingCapacity: true)
       retired.removeAll(keepingCapacity: true)
     }
-    if !graveyard.isEmpty { graveyard.removeAll(keepingCapacity: true) }
+    if !graveyard.isEmpty {
+      var index = 0
+      while index < graveyard.count {
+        retire(graveyard[index])
+        index += 1
+      }
+      graveyard.removeAll(keepingCapacity: true)
+    }
   }
 
   /// True when completion reports are waiting.

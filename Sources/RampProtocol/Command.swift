@@ -284,4 +284,5 @@ public enum EventKind: String, Sendable, CaseIterable {
   case deviceRecovered = "device-recovered"
   case configReloaded = "config-reloaded"
   case underrun
+  case eventsLost = "events-lost"
 }

@@ -30,6 +30,9 @@ public enum ErrorCode: String, Sendable, CaseIterable {
   case timeout
   case shuttingDown = "shutting-down"
   case internalError = "internal-error"
+  /// Events were lost on a full event queue, among them the end of an animation a `wait` waited
+  /// for: it has ended, but how (finished or removed) is unknown.
+  case eventsLost = "events-lost"
 }
 
 /// An error as it travels in a reply: a stable code, the field at fault (spelled as on the wire,

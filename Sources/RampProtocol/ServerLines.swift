@@ -68,6 +68,8 @@ public enum Event: Sendable, Equatable {
   case configReloaded(applied: [String], restartRequired: [String])
   /// `stream` nil: the output device itself ran dry.
   case underrun(stream: String?)
+  /// The daemon's event queue was full: `count` events were dropped since the last `events-lost`.
+  case eventsLost(count: Int)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
   case value(key: String, value: Double, sample: Int64)
 
@@ -82,6 +84,7 @@ public enum Event: Sendable, Equatable {
     case .deviceRecovered: return .deviceRecovered
     case .configReloaded: return .configReloaded
     case .underrun: return .underrun
+    case .eventsLost: return .eventsLost
     case .value: return nil
     }
   }
@@ -119,6 +122,8 @@ public enum Event: Sendable, Equatable {
       object["restartRequired"] = .array(restartRequired.map(JSONValue.string))
     case .underrun(let stream):
       object["stream"] = stream.map(JSONValue.string)
+    case .eventsLost(let count):
+      object["count"] = .integer(Int64(count))
     case .value(let key, let value, let sample):
       object["key"] = .string(key)
       object["value"] = .number(value)
@@ -156,6 +161,7 @@ public enum Event: Sendable, Equatable {
       return .configReloaded(
         applied: try fields.optionalStrings("applied"), restartRequired: try fields.optionalStrings("restartRequired"))
     case "underrun": return .underrun(stream: fields.optionalString("stream"))
+    case "events-lost": return .eventsLost(count: Int(try fields.integer("count")))
     case "value":
       return .value(
         key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))

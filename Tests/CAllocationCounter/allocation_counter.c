@@ -12,8 +12,10 @@ extern void *__libc_memalign(size_t, size_t);
 extern void __libc_free(void *);
 
 static __thread long allocations;
+static __thread long frees;
 
 long rampd_allocations_on_this_thread(void) { return allocations; }
+long rampd_frees_on_this_thread(void) { return frees; }
 
 void *malloc(size_t size) {
   allocations++;
@@ -48,4 +50,7 @@ int posix_memalign(void **result, size_t alignment, size_t size) {
   return 0;
 }
 
-void free(void *pointer) { __libc_free(pointer); }
+void free(void *pointer) {
+  if (pointer != NULL) frees++;
+  __libc_free(pointer);
+}

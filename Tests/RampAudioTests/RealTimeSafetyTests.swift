@@ -10,11 +10,15 @@ import Testing
 /// playing (one at rest), a fade and an additive keyframe wobble in flight, a cubic-bezier master
 /// ramp, and the device write included.
 @Suite struct RealTimeSafetyTests {
-  @Test func renderingABlockAllocatesNothing() throws {
-    let configuration = OutputConfiguration(
-      device: "rampd_test_player5", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device)
+  func devicePacedPlayer(_ device: String) throws -> Player {
     _ = AlsaTestConfig.directory
-    let player = try Player(output: configuration)
+    return try Player(
+      output: OutputConfiguration(
+        device: device, format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device))
+  }
+
+  @Test func renderingABlockAllocatesNothing() throws {
+    let player = try devicePacedPlayer("rampd_test_player5")
     let directory = try temporaryDirectory()
     // "c" rests after its declick: mixed straight from its ring.
     for name in ["a", "b", "c"] {
@@ -41,6 +45,7 @@ import Testing
     // Warm up: first calls may size libsndfile and ALSA buffers.
     for _ in 0..<10 { try block() }
     let before = rampd_allocations_on_this_thread()
+    let freesBefore = rampd_frees_on_this_thread()
     var loud: Float = 0
     for _ in 0..<200 {
       // Keep the decoders ahead, as they would be in real time.
@@ -49,11 +54,85 @@ import Testing
       loud = max(loud, buffers.mix[0])
     }
     let after = rampd_allocations_on_this_thread()
+    let freesAfter = rampd_frees_on_this_thread()
     #expect(after - before == 0, "\(after - before) allocations in 200 blocks")
+    #expect(freesAfter - freesBefore == 0, "\(freesAfter - freesBefore) frees in 200 blocks")
     #expect(loud > 0.01, "the blocks carried sound")
     // The counter does count: an allocation on this thread shows up.
     let probe = rampd_allocations_on_this_thread()
     let array = [Int](repeating: 1, count: 1000)
     #expect(rampd_allocations_on_this_thread() > probe && array.count == 1000)
+  }
+
+  /// What the render thread lets go of is freed elsewhere (the recovery thread, here never
+  /// started: it waits in the queue): 0 allocations and 0 frees while a resampled stream plays
+  /// to its end and leaves the mix (its decoder, ring, soxr state and file go to the queue),
+  /// another seeks (ramp out, the jump, the refill, ramp in), an animation finishes, and a
+  /// command's closure, the last owner of an object, is let go after it ran. (A first stream
+  /// ends before the count: the Swift runtime fills its caches the first time a path runs.)
+  @Test func streamEndSeekAndFinishedAnimationsFreeNothingOnTheRenderThread() throws {
+    let player = try devicePacedPlayer("rampd_test_player20")
+    let directory = try temporaryDirectory()
+    let long = directory.appendingPathComponent("long.wav").path
+    try writeSignal(long, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    // Resampled: the stream that ends frees a soxr state too (off this thread).
+    let short = directory.appendingPathComponent("short.wav").path
+    try writeSignal(short, frames: 441, rate: 44_100)
+    // Ends in the counted blocks.
+    let ending = directory.appendingPathComponent("ending.wav").path
+    try writeSignal(ending, frames: 4_410, rate: 44_100) { f, _ in Float(sin(Double(f) / 20)) * 0.3 }
+    try player.play(long, id: "long", loop: true)
+    try player.play(short, id: "short")
+    try player.play(ending, id: "ending")
+    final class Marker: Sendable {}
+    var marker: Marker? = Marker()
+    player.perform { [marker] state in
+      _ = marker
+      _ = try? state.engine.add(
+        .basic(from: 0, to: -0.1, duration: 0.1), forKey: "dip", to: "streams.long.gain")
+    }
+    player.applyPendingCommands()
+    // A command whose closure holds the last reference to an object: applied in the window.
+    player.perform { [marker] _ in _ = marker }
+    marker = nil
+
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    func block() throws {
+      player.renderBlock(buffers)
+      try player.writeToDevice(buffers.mix, frames: frames)
+      player.finishStreams()
+    }
+    for _ in 0..<10 { try block() }
+    var events: [PlayerEvent] = []
+    while let event = player.nextEvent() { events.append(event) }
+    #expect(events.contains(.streamEnded(id: "short", reason: .finished)), "\(events)")
+    // Counted: the blocks and the application of the marker's command; not counted: the seek's
+    // command (made and applied on this thread, as a control thread would make it), and the
+    // waits for the decoders.
+    var allocated = 0
+    var freed = 0
+    func counted(_ body: () throws -> Void) rethrows {
+      let allocations = rampd_allocations_on_this_thread()
+      let frees = rampd_frees_on_this_thread()
+      try body()
+      allocated += rampd_allocations_on_this_thread() - allocations
+      freed += rampd_frees_on_this_thread() - frees
+    }
+    counted { player.applyPendingCommands() }
+    for index in 0..<200 {
+      if index == 20 {
+        player.seek("long", to: 0.5)
+        player.applyPendingCommands()
+      }
+      while player.streamsBehind(frames: frames) { usleep(100) }
+      try counted { try block() }
+    }
+    while let event = player.nextEvent() { events.append(event) }
+    #expect(events.contains(.streamEnded(id: "ending", reason: .finished)), "\(events)")
+    #expect(events.contains { if case .animationFinished = $0 { true } else { false } }, "\(events)")
+    #expect(allocated == 0, "\(allocated) allocations")
+    #expect(freed == 0, "\(freed) frees")
   }
 }

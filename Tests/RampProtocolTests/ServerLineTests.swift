@@ -29,7 +29,7 @@ import Testing
         "bad-json", "bad-request", "line-too-long", "unknown-command", "missing-field", "invalid-field",
         "unknown-field", "out-of-range", "unknown-key-path", "unknown-stream", "unknown-animation", "stream-exists",
         "file-error", "forbidden-path", "permission-denied", "limit-exceeded", "timeout", "shutting-down",
-        "internal-error",
+        "internal-error", "events-lost",
       ])
     #expect(
       ProtocolError(.timeout, field: "timeout", "timeout: 5 s passed").description == "timeout: timeout: 5 s passed")
@@ -106,7 +106,7 @@ import Testing
       Event.streamStarted(stream: "s", path: "p").kind, Event.streamEnded(stream: "s", reason: .stopped).kind,
       Event.deviceFailed(message: "m").kind, Event.deviceRecovered(device: "d").kind,
       Event.configReloaded(applied: [], restartRequired: []).kind,
-      Event.underrun(stream: nil).kind,
+      Event.underrun(stream: nil).kind, Event.eventsLost(count: 3).kind,
     ]
     #expect(kinds.compactMap { $0 } == EventKind.allCases)
     #expect(Event.value(key: "k", value: 0, sample: 0).kind == nil)

@@ -4,4 +4,6 @@
 /// thread. Linked into the test binary only: it replaces the allocator's entry points with
 /// counting wrappers around glibc's own.
 long rampd_allocations_on_this_thread(void);
+/// Blocks freed (free with a non-null pointer) so far by the calling thread.
+long rampd_frees_on_this_thread(void);
 #endif

@@ -1,0 +1,56 @@
+/// Commands waiting for their sample, soonest first (commands for the same sample in the order
+/// they came): a binary heap in storage reserved up front, so the render thread adds and takes a
+/// command in O(log n) swaps, without allocating, however many wait.
+struct CommandSchedule {
+  private struct Entry {
+    let sample: Int64
+    let order: Int
+    let command: PlayerCommand
+
+    func precedes(_ other: Entry) -> Bool {
+      sample < other.sample || (sample == other.sample && order < other.order)
+    }
+  }
+
+  private var heap: ContiguousArray<Entry> = []
+  private var nextOrder = 0
+
+  init(capacity: Int) { heap.reserveCapacity(capacity) }
+
+  var count: Int { heap.count }
+  var capacity: Int { heap.capacity }
+  /// The soonest command's sample.
+  var firstSample: Int64? { heap.first?.sample }
+
+  /// Adds `command` for `sample`. Within the capacity reserved, it never allocates.
+  mutating func insert(_ command: PlayerCommand, at sample: Int64) {
+    heap.append(Entry(sample: sample, order: nextOrder, command: command))
+    nextOrder &+= 1
+    var child = heap.count - 1
+    while child > 0 {
+      let parent = (child - 1) / 2
+      guard heap[child].precedes(heap[parent]) else { break }
+      heap.swapAt(child, parent)
+      child = parent
+    }
+  }
+
+  /// Takes the soonest command.
+  mutating func removeFirst() -> PlayerCommand {
+    heap.swapAt(0, heap.count - 1)
+    let first = heap.removeLast()
+    var parent = 0
+    while true {
+      let left = 2 * parent + 1
+      guard left < heap.count else { break }
+      let right = left + 1
+      let soonest = right < heap.count && heap[right].precedes(heap[left]) ? right : left
+      guard heap[soonest].precedes(heap[parent]) else { break }
+      heap.swapAt(parent, soonest)
+      parent = soonest
+    }
+    return first.command
+  }
+
+  mutating func removeAll() { heap.removeAll(keepingCapacity: true) }
+}
