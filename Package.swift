@@ -39,14 +39,15 @@ let package = Package(
     // The audio path: decoding, resampling, gain and mix kernels, ALSA output, offline render.
     // Knows the engine, not the protocol.
     .target(name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr"], swiftSettings: renderPath),
-    // What the command-line tools share and a unit test can check without a terminal: human
-    // units (2s, -6dB, 48k), terminal plots, timeline scripts. No ArgumentParser.
+    // What the command-line tools share and a unit test can check without a terminal: terminal
+    // plots, timeline scripts, refusal texts. No ArgumentParser.
     .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
     // A blocking connection to rampd's socket (greeting, requests, replies, events) and why a
     // conversation failed: shared by rampctl and rampd-web, without the audio libraries.
     .target(name: "RampClient", dependencies: ["RampProtocol"]),
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
-    // codes. Knows the engine's types (curves, animations), does no I/O.
+    // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
+    // Knows the engine's types (curves, animations), does no I/O.
     .target(name: "RampProtocol", dependencies: ["RampEngine"]),
     // The daemon: configuration, the socket server, sessions, command dispatch onto the player.
     .target(
@@ -113,7 +114,10 @@ let package = Package(
       ]
     ),
     // Also tests rampctl's argument → request mapping, through `@testable import rampctl`.
-    .testTarget(name: "RampCLITests", dependencies: ["RampCLI", "RampEngine", "RampAudio", "RampProtocol", "rampctl"]),
+    // And that the daemon's configuration reads human units as rampctl does (one parser).
+    .testTarget(
+      name: "RampCLITests",
+      dependencies: ["RampCLI", "RampEngine", "RampAudio", "RampProtocol", "RampDaemon", "rampctl"]),
     .testTarget(
       name: "RampProtocolTests",
       dependencies: [

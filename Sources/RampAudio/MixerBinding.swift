@@ -41,13 +41,7 @@ public struct MixerBindingConfiguration: Sendable, Equatable {
   /// Checks values. Every message starts with the configuration key it concerns
   /// (`mixers.<name>.element: …`).
   public func validate() throws(AudioError) {
-    let validName =
-      !name.isEmpty
-      && name.utf8.allSatisfy { byte in
-        (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-          || byte == 0x5F || byte == 0x2D
-      }
-    if !validName {
+    if !KeyPath.isName(name) {
       throw AudioError(
         .invalidParameter,
         "mixers.\(name).name: '\(name)' must be letters, digits, '_' and '-' (it is a key path component)")

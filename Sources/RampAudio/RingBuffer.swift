@@ -46,16 +46,7 @@ public final class RingBuffer: @unchecked Sendable {
   /// Consumer: copies up to `count` samples out; returns how many there were.
   @discardableResult
   public func read(into samples: UnsafeMutablePointer<Float>, count: Int) -> Int {
-    let tail = read.load(ordering: .relaxed)
-    let head = written.load(ordering: .acquiring)
-    let n = min(count, head - tail)
-    guard n > 0 else { return 0 }
-    let start = tail & mask
-    let first = min(n, capacity - start)
-    samples.update(from: storage + start, count: first)
-    if n > first { (samples + first).update(from: storage, count: n - first) }
-    read.store(tail + n, ordering: .releasing)
-    return n
+    consume(count: count) { run, offset, length in (samples + offset).update(from: run, count: length) }
   }
 
   /// Consumer: up to `count` samples, read in place: `body` gets each contiguous run (two when

@@ -1,4 +1,5 @@
 import Foundation
+import RampProtocol
 
 /// How a plot draws its marks: each character cell holds a small grid of pixels.
 public enum PlotStyle: String, CaseIterable, Sendable {

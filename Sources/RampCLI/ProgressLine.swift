@@ -1,3 +1,5 @@
+import RampProtocol
+
 /// The live line `--wait` draws on a terminal: `[#####-----] 0.42 (-7.5 dB) 1.3s/3.0s`.
 ///
 /// The bar is the share of the ramp's time gone by (when its length is known); the numbers are

@@ -40,25 +40,13 @@ public final class DaemonConnection {
   {
     self.path = path
     self.onRefusal = onRefusal
-    let bytes = Array(path.utf8)
-    var address = sockaddr_un()
-    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+    guard let address = UnixAddress(path) else {
       throw .unreachable(path: path, reason: "the path is longer than a Unix socket path may be")
     }
     let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
     guard descriptor >= 0 else { throw .unreachable(path: path, reason: Self.errnoText()) }
     self.descriptor = descriptor
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-      raw.copyBytes(from: bytes)
-      raw[bytes.count] = 0
-    }
-    let connected = withUnsafePointer(to: &address) { pointer in
-      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-      }
-    }
-    guard connected == 0 else {
+    guard address.connect(descriptor) == 0 else {
       let reason = Self.errnoText()
       close(descriptor)
       throw .unreachable(path: path, reason: reason)

@@ -1,5 +1,6 @@
 import Foundation
 import RampAudio
+import RampEngine
 import RampProtocol
 import TOMLKit
 
@@ -319,7 +320,7 @@ struct ConfigLayers {
       } catch {
         throw fail(name, error.message)
       }
-      if name == "name" && Self.isKeyPathComponent(mixer.name) { label = "mixer.\(mixer.name)" }
+      if name == "name" && KeyPath.isName(mixer.name) { label = "mixer.\(mixer.name)" }
     }
     if table["name"] == nil {
       throw fail(nil, "missing key 'name' (the binding's key path is mixers.<name>.volume)")
@@ -340,10 +341,6 @@ struct ConfigLayers {
       throw fail(ConfigSchema.mixerFieldNames[field] ?? field, String(error.message[colon.upperBound...]))
     }
     return mixer
-  }
-
-  private static func isKeyPathComponent(_ name: String) -> Bool {
-    !name.isEmpty && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }
   }
 
   static func convert(_ value: TOMLValueConvertible) -> ConfigValue {

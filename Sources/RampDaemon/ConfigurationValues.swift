@@ -1,4 +1,6 @@
 import Foundation
+import RampEngine
+import RampProtocol
 
 /// One configuration value as a layer gave it: TOML values keep their type; environment variables
 /// and overrides are always `.string`, and every parser below accepts the string form too.
@@ -105,21 +107,13 @@ enum ConfigParse {
     }
   }
 
-  /// A sample rate in Hz: an integer, or a string such as `"48000"`, `"48k"`, `"44.1kHz"`.
+  /// A sample rate in Hz: an integer, or a string such as `"48000"`, `"48k"`, `"44.1kHz"`
+  /// (`HumanUnits.sampleRate`, as rampctl reads `--rate`). Zero and negative numbers are left to
+  /// the caller's range check.
   static func sampleRate(_ value: ConfigValue) throws(ValueProblem) -> Int {
-    if case .string(let raw) = value {
-      var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
-      var factor = 1.0
-      if text.hasSuffix("hz") { text = text.dropLast(2).trimmingCharacters(in: .whitespaces) }
-      if text.hasSuffix("k") {
-        text = text.dropLast().trimmingCharacters(in: .whitespaces)
-        factor = 1000
-      }
-      if let number = plainNumber(text) {
-        let hertz = number * factor
-        if hertz.rounded() == hertz && abs(hertz) < 1e9 { return Int(hertz) }
-        throw ValueProblem("\(ConfigText.quoted(raw)) is not a whole number of Hz")
-      }
+    if case .string(let raw) = value, let hertz = try? HumanUnits.sampleRate(raw) {
+      if hertz.rounded() == hertz && hertz < 1e9 { return Int(hertz) }
+      throw ValueProblem("\(ConfigText.quoted(raw)) is not a whole number of Hz")
     }
     return try integer(value)
   }
@@ -133,7 +127,7 @@ enum ConfigParse {
     case .string(let raw):
       var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
       if text.hasSuffix("hz") { text = text.dropLast(2).trimmingCharacters(in: .whitespaces) }
-      number = plainNumber(text)
+      number = HumanUnits.plainNumber(text)
     default: number = nil
     }
     guard let number else {
@@ -158,17 +152,21 @@ enum ConfigParse {
   }
 
   /// Seconds, finite and >= 0: a TOML number, or a string `"10ms"`, `"2s"`, `"1m30s"`, `"1h"`,
-  /// `"1.5"`. Units `h`, `m` (or `min`), `s`, `ms`, largest first, each at most once.
+  /// `"1.5"`, read by `HumanUnits.duration` as rampctl reads `--duration`.
   static func duration(_ value: ConfigValue) throws(ValueProblem) -> Double {
     let seconds: Double
     switch value {
     case .integer(let number): seconds = Double(number)
     case .float(let number): seconds = number
-    case .string(let text):
-      guard let parsed = durationText(text) else {
+    case .string(let raw):
+      // The sign is read here, so a negative duration is refused as such, with its value.
+      var text = raw.trimmingWhitespace()
+      let negative = text.first == "-" || text.first == "\u{2212}"
+      if negative || text.first == "+" { text.removeFirst() }
+      guard !text.hasPrefix("-"), !text.hasPrefix("+"), let magnitude = try? HumanUnits.duration(text) else {
         throw ValueProblem("expected \(durationForms), got \(value.described)")
       }
-      seconds = parsed
+      seconds = negative ? -magnitude : magnitude
     default:
       throw ValueProblem("expected \(durationForms), got \(value.described)")
     }
@@ -188,46 +186,13 @@ enum ConfigParse {
     return seconds
   }
 
-  /// Parses `"10ms"`, `"1m30s"`, `"-2s"` (negative, refused by the caller), `"1.5"`; nil when malformed.
-  static func durationText(_ raw: String) -> Double? {
-    var text = Substring(raw.trimmingCharacters(in: .whitespaces).lowercased())
-    guard !text.isEmpty else { return nil }
-    var sign = 1.0
-    if text.first == "-" || text.first == "+" {
-      if text.first == "-" { sign = -1 }
-      text = text.dropFirst()
-    }
-    if let number = plainNumber(String(text)) { return sign * number }
-    let units: [(name: String, rank: Int, seconds: Double)] = [
-      ("h", 0, 3600), ("min", 1, 60), ("m", 1, 60), ("s", 2, 1), ("ms", 3, 0.001),
-    ]
-    var total = 0.0
-    var lastRank = -1
-    while !text.isEmpty {
-      text = text.drop(while: { $0 == " " })
-      let digits = text.prefix(while: { $0.isASCII && ($0.isNumber || $0 == ".") })
-      guard let number = Double(digits), digits.contains(where: \.isNumber) else { return nil }
-      text = text.dropFirst(digits.count).drop(while: { $0 == " " })
-      let letters = String(text.prefix(while: { $0.isASCII && $0.isLetter }))
-      guard let unit = units.first(where: { $0.name == letters }), unit.rank > lastRank else { return nil }
-      lastRank = unit.rank
-      // Milliseconds divide, so "10ms" is exactly 0.01 (10 × 0.001 need not be).
-      total += unit.name == "ms" ? number / 1000 : number * unit.seconds
-      text = text.dropFirst(letters.count).drop(while: { $0 == " " })
-    }
-    return sign * total
-  }
-
-  /// Decibels, finite: a number, or a string `"-6dB"`, `"-6 dB"`, `"+6dB"`, `"0"`.
+  /// Decibels, finite: a number, or a string `"-6dB"`, `"-6 dB"`, `"+6dB"`, `"0"` (`HumanUnits.decibels`).
   static func decibels(_ value: ConfigValue) throws(ValueProblem) -> Double {
     let number: Double?
     switch value {
     case .integer(let n): number = Double(n)
     case .float(let n): number = n
-    case .string(let raw):
-      var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
-      if text.hasSuffix("db") { text = text.dropLast(2).trimmingCharacters(in: .whitespaces) }
-      number = plainNumber(text)
+    case .string(let raw): number = try? HumanUnits.decibels(raw)
     default: number = nil
     }
     guard let number else { throw ValueProblem("expected \(decibelForms), got \(value.described)") }
@@ -302,14 +267,6 @@ enum ConfigParse {
     guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
     return Int(text.hasPrefix("+") ? String(text.dropFirst()) : text)
   }
-
-  /// A plain decimal number (`"12"`, `"-1.5"`, `".5"`, `"1e3"`); not `"inf"`, `"nan"` or hexadecimal.
-  static func plainNumber(_ text: String) -> Double? {
-    guard !text.isEmpty, text.contains(where: { $0.isASCII && $0.isNumber }),
-      text.allSatisfy({ $0.isASCII && ($0.isNumber || ".eE+-".contains($0)) })
-    else { return nil }
-    return Double(text)
-  }
 }
 
 /// Formatting shared by messages and rendering.
@@ -374,7 +331,7 @@ enum ConfigText {
       candidates.append(text)
     }
     candidates.append("\(number(seconds))s")
-    for candidate in candidates where !candidate.contains("e") && ConfigParse.durationText(candidate) == seconds {
+    for candidate in candidates where !candidate.contains("e") && (try? HumanUnits.duration(candidate)) == seconds {
       return quoted(candidate)
     }
     return "\(seconds)"

@@ -164,10 +164,7 @@ public final class Controller: @unchecked Sendable {
 
   /// When `at` falls, in Unix seconds.
   private static func dueTime(_ at: Schedule) -> Double {
-    switch at {
-    case .delay(let seconds): Date().timeIntervalSince1970 + seconds
-    case .date(let date): date
-    }
+    at.due(receivedAt: Date().timeIntervalSince1970)
   }
 
   /// The request as a saved schedule keeps it: no id, no `at`, answered when applied.
@@ -420,7 +417,7 @@ public final class Controller: @unchecked Sendable {
 
   private func targetSample(for schedule: Schedule) -> Int64 {
     let rate = Double(player.output.rate)
-    let seconds = max(Self.dueTime(schedule) - Date().timeIntervalSince1970, 0)
+    let seconds = schedule.secondsUntilDue(from: Date().timeIntervalSince1970)
     // A saved schedule may be due later than the clock can count (a state file from before delays
     // were bounded): it then never comes, instead of trapping.
     return player.currentSample + Int64(min((seconds * rate).rounded(), 1e18))

@@ -41,28 +41,6 @@ final class DaemonTicket: CommandTicket, @unchecked Sendable {
   }
 }
 
-extension ProtocolError {
-  /// The engine's refusal, in the protocol's codes; `field` names the request field when the
-  /// engine's own field is not a request field.
-  init(_ error: EngineError, field: String? = nil) {
-    let code: ErrorCode
-    switch error.code {
-    case .unknownKeyPath: code = .unknownKeyPath
-    case .unknownAnimation: code = .unknownAnimation
-    case .limitExceeded: code = .limitExceeded
-    case .outOfRange: code = .outOfRange
-    case .invalidValue where error.message.contains("outside"): code = .outOfRange
-    default: code = .invalidField
-    }
-    self.init(code, field: field ?? error.field, error.message)
-  }
-
-  /// The same error, its field placed under `prefix` (`commands[2].to`).
-  func prefixed(_ prefix: String) -> ProtocolError {
-    ProtocolError(code, field: field.map { "\(prefix).\($0)" } ?? prefix, message)
-  }
-}
-
 /// Key paths the daemon keeps for itself: the transport ramps that start, pause and stop streams.
 enum InternalKeyPath {
   static func isInternal(_ keyPath: String) -> Bool { keyPath.hasSuffix(".transport") }

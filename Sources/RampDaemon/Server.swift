@@ -186,39 +186,15 @@ enum SocketProbe {
   static func connect(_ path: String) throws -> CInt {
     let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
     guard descriptor >= 0 else { throw ServerError(errnoText()) }
-    guard let made = UnixAddress.make(path) else {
+    guard let address = UnixAddress(path) else {
       Glibc.close(descriptor)
       throw ServerError("socket path too long")
     }
-    var (address, length) = made
-    let result = withUnsafePointer(to: &address) { pointer in
-      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, length) }
-    }
-    guard result == 0 else {
+    guard address.connect(descriptor) == 0 else {
       Glibc.close(descriptor)
       throw ServerError(errnoText())
     }
     return descriptor
-  }
-}
-
-/// A Unix socket address: a path, or an abstract name written `@name` (as systemd's
-/// `$NOTIFY_SOCKET` may be). Nil when the name does not fit.
-enum UnixAddress {
-  static func make(_ name: String) -> (sockaddr_un, socklen_t)? {
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    var bytes = Array(name.utf8)
-    let abstract = bytes.first == UInt8(ascii: "@")
-    if abstract { bytes[0] = 0 }
-    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-      raw.copyBytes(from: bytes)
-      if !abstract { raw[bytes.count] = 0 }
-    }
-    // An abstract name is exactly as long as it is; a path includes its terminator.
-    let length = MemoryLayout.offset(of: \sockaddr_un.sun_path)! + bytes.count + (abstract ? 0 : 1)
-    return (address, socklen_t(length))
   }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import RampProtocol
 import Synchronization
 
 /// Talks to the service manager through `$NOTIFY_SOCKET` (sd_notify(3)): READY, STATUS,
@@ -41,15 +42,11 @@ public final class ServiceNotifier: Sendable {
     let descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard descriptor >= 0 else { return }
     defer { close(descriptor) }
-    guard let made = UnixAddress.make(address) else { return }
-    var destination = made.0
-    let length = made.1
+    guard let destination = UnixAddress(address) else { return }
     let payload = Array(message.utf8)
-    _ = withUnsafePointer(to: &destination) { pointer in
-      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-        payload.withUnsafeBytes {
-          sendto(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), socketAddress, length)
-        }
+    _ = destination.withSocketAddress { socketAddress, length in
+      payload.withUnsafeBytes {
+        sendto(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), socketAddress, length)
       }
     }
   }

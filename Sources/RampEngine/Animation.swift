@@ -84,10 +84,18 @@ public struct BasicAnimation: Sendable, Hashable {
 
   /// Core Animation's from/to/by table. `presentation` is the value audible when the animation
   /// is added (captured once), `model` the property's model value then.
-  func resolve(presentation: Double, model: Double) throws(EngineError) -> (from: Double, to: Double) {
+  /// The ends as given: finite, at most two of them.
+  static func checkGiven(_ from: Double?, _ to: Double?, _ by: Double?) throws(EngineError) {
     for (name, value) in [("from", from), ("to", to), ("by", by)] {
       if let value { try Check.finite(value, name) }
     }
+    if from != nil, to != nil, by != nil {
+      throw EngineError(.invalidAnimation, field: "by", "give at most two of from, to and by")
+    }
+  }
+
+  func resolve(presentation: Double, model: Double) throws(EngineError) -> (from: Double, to: Double) {
+    try Self.checkGiven(from, to, by)
     switch (from, to, by) {
     case (let f?, let t?, nil): return (f, t)
     case (let f?, nil, let b?): return (f, f + b)
@@ -96,8 +104,7 @@ public struct BasicAnimation: Sendable, Hashable {
     case (nil, let t?, nil): return (presentation, t)
     case (nil, nil, let b?): return (presentation, presentation + b)
     case (nil, nil, nil): return (presentation, model)
-    case (.some, .some, .some):
-      throw EngineError(.invalidAnimation, field: "by", "give at most two of from, to and by")
+    case (.some, .some, .some): return (presentation, model)  // refused by checkGiven
     }
   }
 }

@@ -86,7 +86,7 @@ public final class AnimationEngine {
       throw EngineError(.invalidValue, field: "range", "must not contain NaN")
     }
     guard range.contains(value) else {
-      throw EngineError(.invalidValue, field: "value", "\(value) is outside \(keyPath)'s range \(range)")
+      throw EngineError(.outOfRange, field: "value", "\(value) is outside \(keyPath)'s range \(range)")
     }
     if let existing = properties[keyPath] {
       removeProperty(existing)
@@ -189,7 +189,7 @@ public final class AnimationEngine {
     try Check.finite(value, "value")
     guard property.range.contains(value) else {
       throw EngineError(
-        .invalidValue, field: "value", "\(value) is outside \(keyPath)'s range \(property.range)")
+        .outOfRange, field: "value", "\(value) is outside \(keyPath)'s range \(property.range)")
     }
     let transaction = transaction ?? defaultTransaction
     try Check.nonNegative(transaction.duration, "duration")
@@ -225,7 +225,7 @@ public final class AnimationEngine {
       throw EngineError(.invalidAnimation, field: "name", "an animation key must not be empty")
     }
     let target = try property(keyPath)
-    try validate(animation, prefix: "")
+    try animation.validate()
     let beginSample: Int64
     if let begin = animation.timing.beginTime {
       // Absolute: within the horizon of the engine's clock, now (a millisecond's leeway for the
@@ -507,30 +507,6 @@ public final class AnimationEngine {
     retired.append(token)
   }
 
-  private func validate(_ animation: Animation, prefix: String) throws(EngineError) {
-    try animation.timing.validate(prefix, isTopLevel: prefix.isEmpty)
-    try animation.timingFunction.validate(field: prefix + "timingFunction")
-    if case .keyframes(let keyframes) = animation.content {
-      for (index, curve) in (keyframes.timingFunctions ?? []).enumerated() {
-        try curve.validate(field: "\(prefix)timingFunctions[\(index)]")
-      }
-    }
-    if case .decibels(let floor) = animation.valueSpace {
-      guard floor.isFinite, floor < 0 else {
-        throw EngineError(
-          .invalidValue, field: prefix + "space", "the dB floor must be a finite negative number, got \(floor)")
-      }
-    }
-    if case .group(let children) = animation.content {
-      guard !children.isEmpty else {
-        throw EngineError(.invalidAnimation, field: prefix + "animations", "a group needs at least one animation")
-      }
-      for (index, child) in children.enumerated() {
-        try validate(child, prefix: "\(prefix)animations[\(index)].")
-      }
-    }
-  }
-
   /// The duration `MediaTiming.duration == 0` stands for.
   private func resolvedDuration(_ animation: Animation) -> Double {
     if animation.timing.duration > 0 { return animation.timing.duration }
@@ -592,7 +568,7 @@ public final class AnimationEngine {
     switch animation.content {
     case .basic(let basic):
       let (from, to) = try basic.resolve(presentation: presentation, model: model)
-      if space == .power || isDecibels(space) {
+      if space.needsNonNegativeValues {
         guard from >= 0, to >= 0 else {
           throw EngineError(
             .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
@@ -602,9 +578,6 @@ public final class AnimationEngine {
       curve = curve.forRamp(falling: to < from)
       step = to - from
     case .keyframes(let keyframes):
-      if space == .power || isDecibels(space), let negative = keyframes.values.first(where: { $0 < 0 }) {
-        throw EngineError(.invalidAnimation, field: "space", "\(space) needs non-negative values, got \(negative)")
-      }
       let compiledCurve = try KeyframeCurve(keyframes, space: space)
       kernel = .keyframes(compiledCurve, space: space)
       step = space.decode(compiledCurve.last) - space.decode(compiledCurve.first)
@@ -612,7 +585,7 @@ public final class AnimationEngine {
       try spring.parameters.validate()
       let (from, to) = try BasicAnimation(from: spring.from, to: spring.to, by: spring.by)
         .resolve(presentation: presentation, model: model)
-      if space == .power || isDecibels(space) {
+      if space.needsNonNegativeValues {
         guard from >= 0, to >= 0 else {
           throw EngineError(
             .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
@@ -631,10 +604,5 @@ public final class AnimationEngine {
       removedOnCompletion: removedOnCompletion, isAdditive: animation.isAdditive, curve: curve, kernel: kernel,
       cumulativeStep: step)
     compiled.append((property, instance))
-  }
-
-  private func isDecibels(_ space: ValueSpace) -> Bool {
-    if case .decibels = space { return true }
-    return false
   }
 }

@@ -1,9 +1,12 @@
 /// Every way the engine refuses input. Each error names the field at fault, so the
 /// protocol and the CLI can pass the message on unchanged.
 public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
-  public enum Code: String, Sendable {
-    /// A number is NaN, infinite where that is not allowed, negative, or out of range.
+  public enum Code: String, Sendable, CaseIterable {
+    /// A number is NaN, infinite where that is not allowed, or negative.
     case invalidValue = "invalid-value"
+    /// A value outside the range a property was defined with (a gain above its maximum), or a
+    /// time beyond the engine's horizon (`MediaTiming.horizon`).
+    case outOfRange = "out-of-range"
     /// A timing-function or fade-shape string that does not parse.
     case invalidTimingFunction = "invalid-curve"
     /// A key path that is not well formed.
@@ -16,8 +19,6 @@ public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
     case limitExceeded = "limit-exceeded"
     /// No animation under that key.
     case unknownAnimation = "unknown-animation"
-    /// A time beyond the engine's horizon (`MediaTiming.horizon`).
-    case outOfRange = "out-of-range"
   }
 
   public let code: Code

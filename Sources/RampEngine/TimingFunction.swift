@@ -196,8 +196,9 @@ public enum TimingFunction: Sendable, Hashable, CustomStringConvertible {
   }
 }
 
-extension String {
-  func trimmingWhitespace() -> String {
+extension StringProtocol {
+  /// Without leading and trailing whitespace (the one trim for every parser of typed text).
+  public func trimmingWhitespace() -> String {
     var slice = Substring(self)
     while let first = slice.first, first.isWhitespace { slice.removeFirst() }
     while let last = slice.last, last.isWhitespace { slice.removeLast() }

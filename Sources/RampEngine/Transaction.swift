@@ -64,6 +64,19 @@ public struct AnimationStatus: Sendable, Equatable {
 public enum KeyPath {
   public static let maximumLength = 256
 
+  /// The name rule: a byte one component of a key path may hold (ASCII letters, digits, `_`, `-`).
+  /// Stream ids, mixer names and every other name that becomes a key path component follow it.
+  @inline(__always)
+  public static func isNameByte(_ byte: UInt8) -> Bool {
+    (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+      || byte == 0x5F || byte == 0x2D
+  }
+
+  /// Whether `name` can be one component of a key path: not empty, every byte by the name rule.
+  public static func isName(_ name: some StringProtocol) -> Bool {
+    !name.isEmpty && name.utf8.allSatisfy(isNameByte)
+  }
+
   public static func validate(_ keyPath: String) throws(EngineError) {
     guard !keyPath.isEmpty, keyPath.utf8.count <= maximumLength else {
       throw EngineError(
@@ -77,10 +90,7 @@ public enum KeyPath {
         valid = valid && componentLength > 0
         componentLength = 0
       } else {
-        valid =
-          valid
-          && ((byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-            || byte == 0x5F || byte == 0x2D)
+        valid = valid && isNameByte(byte)
         componentLength += 1
       }
     }

@@ -233,27 +233,20 @@ enum AnimationWire {
 
   // MARK: The engine's own check
 
-  /// Adds the animation to a scratch engine, so whatever the engine would refuse for the
-  /// animation's own sake is refused now, as `invalid-field`, rather than when it takes effect.
-  /// Limits and key paths depend on the daemon's state and are left to it.
-  static func checkWithEngine(_ animation: Animation, keyPath: String, field: String) throws(ProtocolError) {
+  /// Refuses now, as the engine would when the animation takes effect, whatever is wrong with the
+  /// animation for its own sake (`Animation.validate`). Key paths, limits and values that depend
+  /// on the daemon's state are left to it.
+  static func checkWithEngine(_ animation: Animation, field: String) throws(ProtocolError) {
     do {
-      let engine = try AnimationEngine(sampleRate: 48_000, maxBlockSize: 1, maxAnimationsPerKeyPath: 1024)
-      for path in Set([keyPath] + childKeyPaths(animation)) {
-        try engine.define(path, value: 0, range: -Double.infinity...Double.infinity)
-      }
-      try engine.add(animation, forKey: "check", to: keyPath)
+      try animation.validate()
     } catch {
-      if error.code == .limitExceeded || error.code == .unknownKeyPath || error.code == .invalidKeyPath { return }
       // The engine says "space" where an animation object says "valueSpace".
-      let inner = error.field.map { field + "." + ($0 == "space" ? "valueSpace" : $0) } ?? field
-      throw .at(inner, error.code == .outOfRange ? .outOfRange : .invalidField, error.message)
+      let inner =
+        error.field.map { inner in
+          field + "." + (inner == "space" || inner.hasSuffix(".space") ? inner.dropLast(5) + "valueSpace" : inner)
+        } ?? field
+      throw .at(inner, ErrorCode(error.code), error.message)
     }
-  }
-
-  private static func childKeyPaths(_ animation: Animation) -> [String] {
-    guard case .group(let children) = animation.content else { return [] }
-    return children.flatMap { child in (child.keyPath.map { [$0] } ?? []) + childKeyPaths(child) }
   }
 
   // MARK: Encoding

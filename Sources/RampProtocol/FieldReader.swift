@@ -156,19 +156,10 @@ struct FieldReader {
 
   static func checkIdentifier(_ text: String, _ field: String) throws(ProtocolError) {
     let bytes = text.utf8
-    guard (1...ProtocolLimits.identifierBytes).contains(bytes.count), bytes.allSatisfy(isIdentifierByte) else {
+    guard (1...ProtocolLimits.identifierBytes).contains(bytes.count), bytes.allSatisfy(KeyPath.isNameByte) else {
       throw .at(
         field, .invalidField,
         "expected 1 to \(ProtocolLimits.identifierBytes) letters, digits, '_' or '-', got \(describe(.string(text)))")
-    }
-  }
-
-  private static func isIdentifierByte(_ byte: UInt8) -> Bool {
-    switch byte {
-    case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-      UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "-"):
-      return true
-    default: return false
     }
   }
 
@@ -236,14 +227,15 @@ struct FieldReader {
   }
 }
 
-/// An engine refusal as an `invalid-field` error on `field`. When the engine names a finer
-/// field than the one read (`cubic-bezier x1` inside `curve`), it stays in the message.
+/// An engine refusal met while a request is read, as an error on `field`, its code from the one
+/// mapping (`ErrorCode(_:)`). When the engine names a finer field than the one read
+/// (`cubic-bezier x1` inside `curve`), it stays in the message.
 func engineError(_ error: EngineError, field: String) -> ProtocolError {
   let last = field.split(separator: ".").last.map(String.init) ?? field
   if let inner = error.field, inner != last, inner != "key", inner != "space", inner != "curve" {
-    return .at(field, .invalidField, "\(inner): \(error.message)")
+    return .at(field, ErrorCode(error.code), "\(inner): \(error.message)")
   }
-  return .at(field, .invalidField, error.message)
+  return .at(field, ErrorCode(error.code), error.message)
 }
 
 /// A JSON value as an error message quotes it: strings in quotes and cut short, containers by kind.
@@ -258,13 +250,6 @@ func describe(_ value: JSONValue) -> String {
     return JSONValue.string(shown).serialized()
   case .array: return "an array"
   case .object: return "an object"
-  }
-}
-
-extension String {
-  func trimmingWhitespace() -> String {
-    let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\n" || $0 == "\r" }
-    return String(drop(while: isSpace).reversed().drop(while: isSpace).reversed())
   }
 }
 

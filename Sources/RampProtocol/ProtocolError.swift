@@ -59,26 +59,30 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   }
 }
 
+extension ErrorCode {
+  /// The protocol's code for an engine refusal: the one mapping, whichever path reports it (a
+  /// request checked while it is parsed, or a command refused when it is applied).
+  public init(_ code: EngineError.Code) {
+    switch code {
+    case .invalidValue, .invalidTimingFunction, .invalidKeyPath, .invalidAnimation: self = .invalidField
+    case .outOfRange: self = .outOfRange
+    case .unknownKeyPath: self = .unknownKeyPath
+    case .limitExceeded: self = .limitExceeded
+    case .unknownAnimation: self = .unknownAnimation
+    }
+  }
+}
+
 extension ProtocolError {
-  /// An engine refusal met when a command is applied, as a reply reports it. `prefix` leads to
-  /// the object the engine was given (`"commands[1]."` inside a batch, `"animation."`).
-  ///
-  /// Range checks are the daemon's (`out-of-range`): the engine reports a value outside a
-  /// property's range as an invalid value like any other.
-  public init(_ error: EngineError, prefix: String = "") {
-    let code: ErrorCode
-    switch error.code {
-    case .invalidValue, .invalidTimingFunction, .invalidKeyPath, .invalidAnimation: code = .invalidField
-    case .unknownKeyPath: code = .unknownKeyPath
-    case .limitExceeded: code = .limitExceeded
-    case .unknownAnimation: code = .unknownAnimation
-    case .outOfRange: code = .outOfRange
-    }
-    guard let field = error.field else {
-      self.init(code, field: prefix.isEmpty ? nil : String(prefix.dropLast()), error.message)
-      return
-    }
-    self.init(code, field: prefix + field, "\(prefix + field): \(error.message)")
+  /// An engine refusal met when a command is applied, as a reply reports it. `field` names the
+  /// request field when the engine's own field is not a request field.
+  public init(_ error: EngineError, field: String? = nil) {
+    self.init(ErrorCode(error.code), field: field ?? error.field, error.message)
+  }
+
+  /// The same error, its field placed under `prefix` (`commands[2].to`).
+  public func prefixed(_ prefix: String) -> ProtocolError {
+    ProtocolError(code, field: field.map { "\(prefix).\($0)" } ?? prefix, message)
   }
 }
 

@@ -237,7 +237,7 @@ struct RequestParser {
     let description = try r.required(try r.object("animation"), "animation")
     let animation = try AnimationWire.parse(
       description, prefix: r.path("animation."), isChild: false, options: options)
-    try AnimationWire.checkWithEngine(animation, keyPath: key, field: r.path("animation"))
+    try AnimationWire.checkWithEngine(animation, field: r.path("animation"))
     return Animate(
       key: key, name: try r.identifier("name") ?? Animate.defaultName, animation: animation,
       continuity: try r.choice("continuity", Continuity.self) ?? .value)

@@ -13,6 +13,20 @@ public enum Schedule: Sendable, Equatable {
     }
   }
 
+  /// When the request takes effect, as Unix seconds, for a request received at `now` (Unix
+  /// seconds): the one conversion, for the daemon's schedules and the client's deadlines.
+  public func due(receivedAt now: Double) -> Double {
+    switch self {
+    case .delay(let seconds): return now + seconds
+    case .date(let date): return date
+    }
+  }
+
+  /// Seconds from `now` (Unix seconds) until the request takes effect; 0 when it is already due.
+  public func secondsUntilDue(from now: Double) -> Double {
+    max(due(receivedAt: now) - now, 0)
+  }
+
   /// The longest delay: 10¹⁰ s.
   public static let maximumDelay = 1e10
 

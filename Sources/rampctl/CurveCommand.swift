@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import RampCLI
 import RampEngine
+import RampProtocol
 
 /// `rampctl curve`: renders one ramp with a real `AnimationEngine`, sample by sample, and
 /// plots it, prints it per sample (`--values`) or lists the curves (`--list`).

@@ -129,23 +129,14 @@ struct ClientRun {
 
   /// When a request with `at` takes effect, as Unix seconds.
   static func due(of request: Request, now: Date = Date()) -> Double? {
-    switch request.at {
-    case .delay(let delay)?: return now.timeIntervalSince1970 + delay
-    case .date(let date)?: return date
-    case nil: return nil
-    }
+    request.at?.due(receivedAt: now.timeIntervalSince1970)
   }
 
   /// A scheduled request replies when it takes effect, so its deadline moves with its `at`.
   static func deadline(for request: Request) -> Date {
-    var seconds = replyTimeout
-    if request.ack == .scheduled { return Date().addingTimeInterval(seconds) }
-    switch request.at {
-    case .delay(let delay)?: seconds += delay
-    case .date(let date)?: seconds += max(date - Date().timeIntervalSince1970, 0)
-    case nil: break
-    }
-    return Date().addingTimeInterval(seconds)
+    let now = Date()
+    guard request.ack != .scheduled, let at = request.at else { return now.addingTimeInterval(replyTimeout) }
+    return now.addingTimeInterval(replyTimeout + at.secondsUntilDue(from: now.timeIntervalSince1970))
   }
 
   /// Prints the failure and turns it into the exit status it stands for.

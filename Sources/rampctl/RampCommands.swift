@@ -48,7 +48,26 @@ extension RampOptions {
   }
 }
 
-struct FadeCommand: DaemonCommand {
+/// `fade`, `fade-in` and `fade-out`: one ramp request, its summary and its `--wait`.
+protocol FadeRequestCommand: DaemonCommand {
+  var ramp: RampOptions { get }
+  var waiting: WaitFlag { get }
+  var key: String { get }
+  /// `--to` (or the target argument) as typed.
+  var typedTarget: String? { get }
+}
+
+extension FadeRequestCommand {
+  func summary(of result: JSONValue) -> String { RampOptions.summary(of: result) }
+
+  func rampWait(for result: JSONValue) -> RampWait? { waiting.wait ? ramp.rampWait(for: result, key: key) : nil }
+
+  var atText: String? { ramp.at }
+
+  var typed: [String: String] { ramp.typed(to: typedTarget) }
+}
+
+struct FadeCommand: FadeRequestCommand {
   static let configuration = CommandConfiguration(
     commandName: "fade",
     abstract: "Ramp a key path from its audible value to a target.",
@@ -83,16 +102,10 @@ struct FadeCommand: DaemonCommand {
     return try ramp.fade(.fade, key: key, to: target, waiting: waiting.wait)
   }
 
-  func summary(of result: JSONValue) -> String { RampOptions.summary(of: result) }
-
-  func rampWait(for result: JSONValue) -> RampWait? { waiting.wait ? ramp.rampWait(for: result, key: key) : nil }
-
-  var atText: String? { ramp.at }
-
-  var typed: [String: String] { ramp.typed(to: to) }
+  var typedTarget: String? { to }
 }
 
-struct FadeInCommand: DaemonCommand {
+struct FadeInCommand: FadeRequestCommand {
   static let configuration = CommandConfiguration(
     commandName: "fade-in",
     abstract: "Ramp a key path (default master.gain) up to 1, or to --to.",
@@ -118,16 +131,10 @@ struct FadeInCommand: DaemonCommand {
     try ramp.fade(.fadeIn, key: key, to: try Parse.gain(to, "--to"), waiting: waiting.wait)
   }
 
-  func summary(of result: JSONValue) -> String { RampOptions.summary(of: result) }
-
-  func rampWait(for result: JSONValue) -> RampWait? { waiting.wait ? ramp.rampWait(for: result, key: key) : nil }
-
-  var atText: String? { ramp.at }
-
-  var typed: [String: String] { ramp.typed(to: to) }
+  var typedTarget: String? { to }
 }
 
-struct FadeOutCommand: DaemonCommand {
+struct FadeOutCommand: FadeRequestCommand {
   static let configuration = CommandConfiguration(
     commandName: "fade-out",
     abstract: "Ramp a key path (default master.gain) down to silence, then maybe stop or pause.",
@@ -166,15 +173,9 @@ struct FadeOutCommand: DaemonCommand {
     try ramp.fade(.fadeOut, key: key, to: try Parse.gain(to, "--to"), then: then?.wire, waiting: waiting.wait)
   }
 
-  func summary(of result: JSONValue) -> String { RampOptions.summary(of: result) }
-
-  func rampWait(for result: JSONValue) -> RampWait? { waiting.wait ? ramp.rampWait(for: result, key: key) : nil }
-
   var waitsForStreamsToEnd: Bool { waiting.wait && then == .stop }
 
-  var atText: String? { ramp.at }
-
-  var typed: [String: String] { ramp.typed(to: to) }
+  var typedTarget: String? { to }
 }
 
 struct SetCommand: DaemonCommand {

@@ -3,6 +3,7 @@ import Foundation
 import RampAudio
 import RampCLI
 import RampEngine
+import RampProtocol
 
 /// `rampctl render`: the engine and kernels of live playback, run from a file to a file.
 struct RenderCommand: ParsableCommand {

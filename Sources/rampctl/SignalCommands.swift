@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import RampAudio
 import RampCLI
+import RampProtocol
 
 /// `rampctl tone`: a test signal written by the project itself, so the demo and a first try need
 /// no audio file from anywhere.

@@ -69,6 +69,27 @@ import Testing
     #expect(try request("fade", "s1", "0") == Request(.fade(Fade(kind: .fade, key: "streams.s1.gain", to: 0))))
   }
 
+  /// fade, fade-in and fade-out share one summary, one --wait and one record of what was typed.
+  @Test func theThreeFadesReportWhatWasTypedAndWaitAlike() throws {
+    let commands: [any DaemonCommand] = [
+      try #require(
+        RampCtl.parseAsRoot(Arguments.prepared(["fade", "s1", "+3dB", "--from", "50%", "--wait"])) as? FadeCommand),
+      try #require(
+        RampCtl.parseAsRoot(Arguments.prepared(["fade-in", "s1", "--to", "+3dB", "--from", "50%", "--wait"]))
+          as? FadeInCommand),
+      try #require(
+        RampCtl.parseAsRoot(Arguments.prepared(["fade-out", "s1", "--to", "+3dB", "--from", "50%", "--wait"]))
+          as? FadeOutCommand),
+    ]
+    let reply: JSONValue = ["key": "streams.s1.gain", "to": 0.5, "duration": 2, "animation": 7]
+    for command in commands {
+      #expect(command.typed == ["to": "+3dB", "from": "50%"], "\(type(of: command))")
+      #expect(command.summary(of: reply) == "streams.s1.gain → 0.5 (-6.02 dB) over 2s (#7)")
+      let wait = try #require(command.rampWait(for: reply))
+      #expect(wait.animations == [7] && wait.observe == "streams.s1.gain" && wait.duration == 2)
+    }
+  }
+
   @Test func fadeInAndOutDefaultToMasterGain() throws {
     #expect(try request("fade-in") == Request(.fade(Fade(kind: .fadeIn))))
     #expect(

@@ -274,18 +274,7 @@ final class LineClient {
   init(path: String) throws {
     let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
     self.descriptor = descriptor
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-      let bytes = Array(path.utf8)
-      raw.copyBytes(from: bytes)
-      raw[bytes.count] = 0
-    }
-    let connected = withUnsafePointer(to: &address) { pointer in
-      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-      }
-    }
+    let connected = UnixAddress(path)?.connect(descriptor) ?? -1
     guard connected == 0 else { throw HarnessError("connect \(path): \(String(cString: strerror(errno)))") }
     var timeout = timeval(tv_sec: 10, tv_usec: 0)
     setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

@@ -160,18 +160,7 @@ final class NotifyReceiver {
   init() throws {
     path = NSTemporaryDirectory() + "rampd-notify-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).sock"
     descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-      let bytes = Array(path.utf8)
-      raw.copyBytes(from: bytes)
-      raw[bytes.count] = 0
-    }
-    let bound = withUnsafePointer(to: &address) { pointer in
-      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-      }
-    }
+    let bound = UnixAddress(path)?.bind(descriptor) ?? -1
     guard bound == 0 else { throw HarnessError("bind \(path): \(String(cString: strerror(errno)))") }
   }
 

@@ -187,7 +187,7 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
       ("unknown key path", { try engine.set("nope.gain", to: 1) }, .unknownKeyPath, "key"),
       ("NaN value", { try engine.set("g", to: .nan) }, .invalidValue, "value"),
       ("infinite value", { try engine.set("g", to: .infinity) }, .invalidValue, "value"),
-      ("out of range", { try engine.set("g", to: 1.5) }, .invalidValue, "value"),
+      ("out of range", { try engine.set("g", to: 1.5) }, .outOfRange, "value"),
       (
         "negative duration", { try engine.set("g", to: 1, transaction: Transaction(duration: -1)) }, .invalidValue,
         "duration"
@@ -200,7 +200,7 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
       ("remove unknown", { try engine.removeAnimation(forKey: "x", from: "g") }, .unknownAnimation, "name"),
       ("NaN declick", { try engine.removeAllAnimations(from: "g", declick: .nan) }, .invalidValue, "declick"),
       ("empty keyframes", { try engine.add(.keyframes([]), forKey: "k", to: "g") }, .invalidAnimation, "values"),
-      ("bad define", { try engine.define("x", value: 2, range: 0...1) }, .invalidValue, "value"),
+      ("bad define", { try engine.define("x", value: 2, range: 0...1) }, .outOfRange, "value"),
     ]
     for (name, attempt, code, field) in attempts {
       do {

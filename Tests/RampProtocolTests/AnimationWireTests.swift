@@ -186,7 +186,7 @@ func animationRefusal(_ object: String) -> ProtocolError? {
       animationRefusal(#"{"type":"group","animations":[{"type":"basic"}],"values":[1]}"#)?.field == "animation.values")
   }
 
-  /// What only the engine knows is still refused at parse time, through a scratch engine.
+  /// What only the engine knows is still refused at parse time, through `Animation.validate`.
   @Test func theEngineChecksWhatTheProtocolDoesNot() {
     #expect(
       animationRefusal(#"{"type":"basic","beginTime":1e300}"#)
@@ -199,5 +199,16 @@ func animationRefusal(_ object: String) -> ProtocolError? {
         == ProtocolError(
           .invalidField, field: "animation.valueSpace",
           "animation.valueSpace: power needs non-negative values, got -0.5 and 0.0"))
+    // In a group, the child's field, under the name the wire uses.
+    #expect(
+      animationRefusal(#"{"type":"group","animations":[{"type":"basic","to":0,"by":0.5,"valueSpace":"power"}]}"#)
+        == ProtocolError(
+          .invalidField, field: "animation.animations[0].valueSpace",
+          "animation.animations[0].valueSpace: power needs non-negative values, got -0.5 and 0.0"))
+  }
+
+  /// What depends on the daemon's state (the value a relative animation starts from) is left to it.
+  @Test func aRelativeAnimationIsJudgedWhereItStarts() {
+    #expect(animationRefusal(#"{"type":"basic","by":-0.25,"valueSpace":"power"}"#) == nil)
   }
 }

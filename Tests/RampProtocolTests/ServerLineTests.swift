@@ -38,15 +38,15 @@ import Testing
   @Test func engineRefusalsKeepTheirField() {
     let unknown = EngineError(.unknownKeyPath, field: "key", "no property streams.s9.gain")
     #expect(
-      ProtocolError(unknown, prefix: "commands[1].")
-        == ProtocolError(.unknownKeyPath, field: "commands[1].key", "commands[1].key: no property streams.s9.gain"))
+      ProtocolError(unknown).prefixed("commands[1]")
+        == ProtocolError(.unknownKeyPath, field: "commands[1].key", "no property streams.s9.gain"))
     #expect(
       ProtocolError(EngineError(.limitExceeded, field: "key", "full")).code == .limitExceeded)
     #expect(ProtocolError(EngineError(.unknownAnimation, field: "name", "no")).code == .unknownAnimation)
     #expect(ProtocolError(EngineError(.invalidValue, field: "value", "2.0 is outside")).code == .invalidField)
     #expect(ProtocolError(EngineError(.invalidAnimation, "bad")) == ProtocolError(.invalidField, "bad"))
     #expect(
-      ProtocolError(EngineError(.invalidAnimation, "bad"), prefix: "animation.")
+      ProtocolError(EngineError(.invalidAnimation, "bad"), field: "animation")
         == ProtocolError(.invalidField, field: "animation", "bad"))
   }
 

@@ -1,4 +1,5 @@
 import Foundation
+import RampProtocol
 
 #if canImport(Glibc)
   import Glibc
@@ -20,23 +21,7 @@ final class Connection {
   init?(path: String) {
     descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
     guard descriptor >= 0 else { return nil }
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    let bytes = Array(path.utf8)
-    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
-      Glibc.close(descriptor)
-      return nil
-    }
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-      raw.copyBytes(from: bytes)
-      raw[bytes.count] = 0
-    }
-    let connected = withUnsafePointer(to: &address) { pointer in
-      pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-      }
-    }
-    guard connected == 0 else {
+    guard let address = UnixAddress(path), address.connect(descriptor) == 0 else {
       Glibc.close(descriptor)
       return nil
     }

@@ -1,4 +1,5 @@
 import Foundation
+import RampEngine
 
 /// Why a value typed on the command line was refused, naming the option it was given to.
 ///
@@ -57,6 +58,7 @@ public enum HumanUnits {
   public static let durationForms = "a duration >= 0 such as 2s, 500ms, 1m30s, 1h or 1.5 (seconds)"
   public static let gainForms = "a gain >= 0 such as 0.5, 50%, -6dB or -inf dB"
   public static let sampleRateForms = "a sample rate > 0 such as 48000, 48k or 44.1kHz"
+  public static let decibelForms = "a level in dB such as -6dB, 0dB or +6dB"
 
   // MARK: Durations
 
@@ -109,7 +111,8 @@ public enum HumanUnits {
           throw fail(.malformed("units must go from largest to smallest, each at most once"))
         }
         lastRank = unitRank
-        sum += number.value * factor
+        // Milliseconds divide, so `10ms` is exactly 0.01 (10 × 0.001 need not be).
+        sum += unit == "ms" ? number.value / 1000 : number.value * factor
         scanner.skipBlanks()
       }
       total = sum
@@ -157,23 +160,15 @@ public enum HumanUnits {
     guard !source.isEmpty else { throw fail(.empty) }
 
     if source.hasSuffix("db") {
-      let number = String(source.dropLast(2)).trimmingBlanks()
-      guard !number.isEmpty else { throw fail(.malformed("no number before dB")) }
-      if let special = specialNumber(number, units: []) {
-        if special.isNaN { throw fail(.notANumber) }
-        if special < 0 { return 0 }  // -inf dB is silence
-        throw fail(.infinite)
-      }
-      guard let decibels = plainNumber(number) else {
-        throw fail(.malformed("'\(number)' before dB is not a number"))
-      }
-      let amplitude = pow(10, decibels / 20)
+      let number = String(source.dropLast(2)).trimmingWhitespace()
+      if specialNumber(number, units: []) == -.infinity { return 0 }  // -inf dB is silence
+      let amplitude = pow(10, try decibelNumber(number, fail) / 20)
       guard amplitude.isFinite else { throw fail(.infinite) }
       return amplitude
     }
 
     if source.hasSuffix("%") {
-      let number = String(source.dropLast()).trimmingBlanks()
+      let number = String(source.dropLast()).trimmingWhitespace()
       guard !number.isEmpty else { throw fail(.malformed("no number before %")) }
       let value = try finiteNonNegative(number, fail)
       let amplitude = value / 100
@@ -182,6 +177,29 @@ public enum HumanUnits {
 
     let value = try finiteNonNegative(source, fail)
     return value == 0 ? 0 : value
+  }
+
+  /// A level in decibels, finite and signed, from `-6dB`, `-6 dB`, `+6dB` or a bare number
+  /// (`-6`, `0`): what a gain in dB reads before it becomes an amplitude.
+  public static func decibels(_ text: String, option: String = "dB") throws(UnitError) -> Double {
+    func fail(_ problem: UnitError.Problem) -> UnitError {
+      UnitError(option: option, input: text, problem: problem, expected: decibelForms)
+    }
+    var source = normalized(text)
+    guard !source.isEmpty else { throw fail(.empty) }
+    if source.hasSuffix("db") { source = String(source.dropLast(2)).trimmingWhitespace() }
+    return try decibelNumber(source, fail)
+  }
+
+  /// The number before `dB`: finite, either sign.
+  private static func decibelNumber(_ number: String, _ fail: (UnitError.Problem) -> UnitError) throws(UnitError)
+    -> Double
+  {
+    guard !number.isEmpty else { throw fail(.malformed("no number before dB")) }
+    if let special = specialNumber(number, units: []) { throw fail(special.isNaN ? .notANumber : .infinite) }
+    guard let decibels = plainNumber(number) else { throw fail(.malformed("'\(number)' before dB is not a number")) }
+    guard decibels.isFinite else { throw fail(.infinite) }
+    return decibels == 0 ? 0 : decibels
   }
 
   /// `-inf dB`, `-6.02 dB`, `0.00 dB`, `+6.02 dB` for a linear amplitude.
@@ -209,9 +227,9 @@ public enum HumanUnits {
     var source = normalized(text)
     guard !source.isEmpty else { throw fail(.empty) }
     var factor = 1.0
-    if source.hasSuffix("hz") { source = String(source.dropLast(2)).trimmingBlanks() }
+    if source.hasSuffix("hz") { source = String(source.dropLast(2)).trimmingWhitespace() }
     if source.hasSuffix("k") {
-      source = String(source.dropLast()).trimmingBlanks()
+      source = String(source.dropLast()).trimmingWhitespace()
       factor = 1000
     }
     guard !source.isEmpty else { throw fail(.malformed("no number")) }
@@ -230,12 +248,12 @@ public enum HumanUnits {
 
   /// Trimmed and lowercased, with the Unicode minus sign (U+2212) read as `-`.
   private static func normalized(_ text: String) -> String {
-    text.trimmingBlanks().lowercased().replacingOccurrences(of: "\u{2212}", with: "-")
+    text.trimmingWhitespace().lowercased().replacingOccurrences(of: "\u{2212}", with: "-")
   }
 
   /// A plain decimal number (`12`, `1.5`, `.5`, `2.`, `1e3`, with an optional sign), or nil.
   /// Unlike `Double(_:)`, refuses hexadecimal, `inf`, `nan` and blanks.
-  static func plainNumber(_ text: String) -> Double? {
+  public static func plainNumber(_ text: String) -> Double? {
     var scanner = UnitScanner(text)
     let negative = scanner.sign()
     guard let number = scanner.number(), scanner.atEnd else { return nil }
@@ -252,7 +270,7 @@ public enum HumanUnits {
       body = body.dropFirst()
     }
     for word in ["infinity", "inf", "nan"] where body.hasPrefix(word) {
-      let rest = body.dropFirst(word.count).trimmingBlanks()
+      let rest = body.dropFirst(word.count).trimmingWhitespace()
       guard rest.isEmpty || units.contains(rest) else { continue }
       if word == "nan" { return .nan }
       return negative ? -.infinity : .infinity
@@ -273,7 +291,7 @@ public enum HumanUnits {
   }
 
   /// `value` with at most `decimals` decimals, trailing zeros (and a trailing point) removed.
-  static func trimmed(_ value: Double, decimals: Int) -> String {
+  public static func trimmed(_ value: Double, decimals: Int) -> String {
     var text = String(format: "%.\(decimals)f", value)
     if text.contains(".") {
       while text.hasSuffix("0") { text.removeLast() }
@@ -348,14 +366,5 @@ private struct UnitScanner {
       index += 1
     }
     return String(decoding: bytes[start..<index], as: UTF8.self)
-  }
-}
-
-extension StringProtocol {
-  func trimmingBlanks() -> String {
-    var slice = Substring(self)
-    while let first = slice.first, first.isWhitespace { slice.removeFirst() }
-    while let last = slice.last, last.isWhitespace { slice.removeLast() }
-    return String(slice)
   }
 }
