@@ -35,6 +35,10 @@ struct AccessTests {
   /// entered by other users.
   func openDaemon(_ configuration: String = "", name: String = #function) throws -> DaemonProcess {
     let daemon = try DaemonProcess(name: name, extraConfiguration: configuration)
+    // rampd sets the socket's mode just after binding it: wait until it says it listens, or its
+    // chmod could come after this one.
+    let deadline = Date().addingTimeInterval(10)
+    while !daemon.readLog().contains("listening") && Date() < deadline { usleep(10_000) }
     chmod(daemon.directory, 0o755)
     chmod(daemon.socket, 0o666)
     return daemon
