@@ -6,16 +6,10 @@ extension Animation {
   /// What depends on an engine's state is left to `AnimationEngine.add`: the key paths, the
   /// limits, the values a missing `from` or `to` resolves to, the begin time against its clock.
   public func validate() throws(EngineError) {
+    // A top-level begin time is absolute: `AnimationEngine.add` checks it against the horizon
+    // from its own clock.
     try validate(prefix: "")
-    // The begin time becomes a sample number on the engine's clock, at up to the highest rate an
-    // output runs at (`add` checks again at its own rate).
-    if let begin = timing.beginTime, abs(begin) * Self.highestSampleRate >= 9e18 {
-      throw EngineError(.invalidValue, field: "beginTime", "\(begin) s is beyond the engine's clock")
-    }
   }
-
-  /// The highest sample rate an engine's clock is checked against before it is known.
-  static let highestSampleRate = 384_000.0
 
   func validate(prefix: String) throws(EngineError) {
     try timing.validate(prefix, isTopLevel: prefix.isEmpty)

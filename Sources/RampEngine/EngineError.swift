@@ -60,6 +60,16 @@ enum Check {
     }
   }
 
+  /// Positive and not subnormal: the render thread flushes subnormals to zero, so a divisor such
+  /// as a spring's mass must be judged the same wherever it is checked.
+  static func positiveNormal(_ value: Double, _ field: String) throws(EngineError) {
+    try positive(value, field)
+    guard value >= Double.leastNormalMagnitude else {
+      throw EngineError(
+        .invalidValue, field: field, "must be at least \(Double.leastNormalMagnitude) (a subnormal is zero here), got \(value)")
+    }
+  }
+
   /// A time (seconds, either sign) within `MediaTiming.horizon`; `shown` is the value as the
   /// caller gave it, when the check is on a value derived from it.
   /// `slack`: seconds allowed past it, for a time the caller made by adding a clock to one

@@ -44,8 +44,8 @@ public struct SpringParameters: Sendable, Hashable {
   }
 
   func validate() throws(EngineError) {
-    try Check.positive(mass, "mass")
-    try Check.positive(stiffness, "stiffness")
+    try Check.positiveNormal(mass, "mass")
+    try Check.positiveNormal(stiffness, "stiffness")
     try Check.nonNegative(damping, "damping")
     try Check.finite(initialVelocity, "initialVelocity")
   }

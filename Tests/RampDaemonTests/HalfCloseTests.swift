@@ -86,15 +86,22 @@ import Testing
     let awaited = lines.last?.result["animations"]?.arrayValue ?? []
     #expect(awaited.count == 1 && awaited.first?["finished"] == .bool(true), "\(lines.last?.serialized() ?? "")")
     #expect(seconds >= 0.9 && seconds < 5, "socat ran \(seconds) s for a 1 s fade")
-    usleep(100_000)
-    let left = try daemon.played(channel: 0)
+    var left = try daemon.played(channel: 0)
     // After the stream's declick ramp up to 1, the first sample below 1 starts the fade.
     let steady = try #require(left.firstIndex(where: { $0 >= 0.9999 }), "the stream was not heard")
     let start = try #require(left[steady...].firstIndex(where: { $0 < 0.9999 }), "the fade was not heard")
+    // The recording lags what is heard by the device's buffer: wait for 100 ms past the fade's end.
+    let end = start + 48_000
+    let deadline = Date().addingTimeInterval(5)
+    while left.count < end + 4_800 && Date() < deadline {
+      usleep(20_000)
+      left = try daemon.played(channel: 0)
+    }
+    try #require(left.count >= end + 4_800, "100 ms after the fade were not recorded")
     // 1 s at 48 kHz from 1 to 0.25, linear: halfway is 0.625.
     let halfway = left[start + 24_000]
     #expect(abs(halfway - 0.625) < 0.02, "halfway through the fade: \(halfway)")
-    #expect(left.suffix(4800).allSatisfy { abs($0 - 0.25) < 1e-6 }, "the fade ends at 0.25")
+    #expect(left[(end + 48)..<(end + 4_800)].allSatisfy { abs($0 - 0.25) < 1e-6 }, "the fade ends at 0.25")
   }
 
   @Test func aRawSocketThatHalfClosesGetsEveryReplyThenTheEnd() throws {
