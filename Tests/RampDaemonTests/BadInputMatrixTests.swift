@@ -1,5 +1,6 @@
 import Foundation
 import RampAudio
+import RampEngine
 import RampProtocol
 import Testing
 
@@ -345,7 +346,7 @@ final class BadInputRun {
   }
 
   private func binaryGarbage() throws {
-    var generator = SeededGenerator(seed: 0xBAD_1DEA)
+    var generator = SplitMix(seed: 0xBAD_1DEA)
     var garbage = (0..<(64 << 10)).map { _ in UInt8.random(in: 0...255, using: &generator) }
     garbage[100] = 0
     garbage[200] = 0xFF

@@ -1,4 +1,5 @@
 import Foundation
+import RampEngine
 import RampProtocol
 import Synchronization
 import Testing
@@ -507,23 +508,6 @@ final class LoadConnection {
 struct UncheckedBox<Value>: @unchecked Sendable {
   let value: Value
   init(_ value: Value) { self.value = value }
-}
-
-/// A small seeded generator (SplitMix64), so a failing run can be repeated.
-struct SplitMix {
-  var state: UInt64
-  init(seed: UInt64) { state = seed }
-
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
-
-  mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-  mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }
 
 func sleep(until deadline: Double) {

@@ -1,5 +1,6 @@
 import Foundation
 import RampAudio
+import RampEngine
 import RampProtocol
 import Testing
 
@@ -19,7 +20,7 @@ extension BadInputMatrixTests {
       "the doc's mutations and the test's differ")
     let run = try BadInputRun()
     let bases = try MediaBase.all(in: run.root)
-    var generator = SeededGenerator(seed: 0x5EED_F11E)
+    var generator = SplitMix(seed: 0x5EED_F11E)
     var mutants: [(name: String, bytes: [UInt8])] = []
     for base in bases {
       for kind in Mutation.Kind.allCases {
@@ -139,7 +140,7 @@ enum Mutation {
     case splice
   }
 
-  static func mutants(of base: MediaBase, kind: Kind, using generator: inout SeededGenerator) -> [[UInt8]] {
+  static func mutants(of base: MediaBase, kind: Kind, using generator: inout SplitMix) -> [[UInt8]] {
     let bytes = base.bytes
     func offset(headerBiased: Bool = false) -> Int {
       headerBiased && Bool.random(using: &generator)

@@ -1,4 +1,5 @@
 import Foundation
+import RampEngine
 import RampProtocol
 import Testing
 

@@ -265,25 +265,3 @@ struct StructuredFuzzer {
 
   private mutating func pick<T>(_ choices: [T]) -> T { choices[random.below(choices.count)] }
 }
-
-/// A small, fast generator with a seed, so a failing run can be repeated.
-struct SplitMix {
-  private var state: UInt64
-
-  init(seed: UInt64) { state = seed }
-
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
-
-  mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-
-  /// In [0, 1).
-  mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
-
-  mutating func chance(_ probability: Double) -> Bool { unit() < probability }
-}
