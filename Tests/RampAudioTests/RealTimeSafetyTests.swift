@@ -38,10 +38,7 @@ import Testing
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
-    func block() throws {
-      player.renderBlock(buffers)
-      try player.writeToDevice(buffers.mix, frames: frames)
-    }
+    func block() throws { try renderAndWrite(player, buffers) }
     // Warm up: first calls may size libsndfile and ALSA buffers.
     for _ in 0..<10 { try block() }
     let before = rampd_allocations_on_this_thread()
@@ -100,8 +97,7 @@ import Testing
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
     func block() throws {
-      player.renderBlock(buffers)
-      try player.writeToDevice(buffers.mix, frames: frames)
+      try renderAndWrite(player, buffers)
       player.finishStreams()
     }
     for _ in 0..<10 { try block() }
@@ -135,4 +131,10 @@ import Testing
     #expect(allocated == 0, "\(allocated) allocations")
     #expect(freed == 0, "\(freed) frees")
   }
+}
+
+/// One block rendered and written to the device, as the render loop does.
+private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers) throws {
+  player.renderBlock(buffers)
+  try player.writeToDevice(buffers.mix, frames: player.output.periodFrames)
 }
