@@ -18,7 +18,9 @@ struct RampdWeb: AsyncParsableCommand {
       (/live) through which the page speaks rampd's protocol. It listens on 127.0.0.1:6690 by \
       default. Any address that is not a loopback address needs a token (--token-file or \
       RAMPD_WEB_TOKEN): then every request must carry it, as /?token=TOKEN when opening the page, \
-      or as the header Authorization: Bearer TOKEN.
+      or as the header Authorization: Bearer TOKEN. Without a token, any local user who can reach \
+      the address drives rampd through rampd-web with rampd-web's rights: on a machine shared \
+      with users who should not, give it a token on 127.0.0.1 too.
 
       Environment: RAMPD_WEB_LISTEN, RAMPD_WEB_PORT and RAMPD_WEB_TOKEN stand for the flags; \
       RAMPD_SOCKET (or RAMPD_SOCKET_PATH) for --socket.

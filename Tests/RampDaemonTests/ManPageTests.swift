@@ -2,7 +2,7 @@ import Foundation
 import RampProtocol
 import Testing
 
-/// doc/rampd.1 and doc/rampctl.1 (written by script/man from the argument parsers) say what
+/// doc/rampd.1, doc/rampctl.1 and doc/rampd-web.1 (written by script/man from the argument parsers) say what
 /// `--help` says: rendered by man(1), every help text of every command is there, whole (the
 /// generator once dropped every character outside ASCII, leaving "MP3, )"), and rampd's synopsis
 /// is its usage line.
@@ -49,11 +49,11 @@ import Testing
     return texts
   }
 
-  @Test(arguments: ["rampd", "rampctl"])
+  @Test(arguments: ["rampd", "rampctl", "rampd-web"])
   func everyHelpTextIsInTheManPage(_ tool: String) throws {
     let page = Self.collapsed(try Self.rendered(tool))
     let texts = try Self.helpTexts(tool)
-    #expect(texts.count > (tool == "rampd" ? 8 : 100))
+    #expect(texts.count > ["rampd": 8, "rampd-web": 5][tool, default: 100])
     for text in texts where !page.contains(Self.collapsed(text)) {
       Issue.record("doc/\(tool).1 lacks (run script/man): \(text)")
     }
