@@ -124,7 +124,7 @@ struct Preparation: Sendable {
     do {
       start = try player.prepare(
         path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
-        loop: play.loop, paused: play.paused, admit: admit)
+        space: play.space ?? .amplitude, loop: play.loop, paused: play.paused, admit: admit)
     } catch let error as ProtocolError {
       throw error
     } catch let error as AudioError {

@@ -57,6 +57,7 @@ struct RampCtl: ParsableCommand {
       FadeCommand.self, FadeInCommand.self, FadeOutCommand.self, SetCommand.self, GetCommand.self,
       AnimateCommand.self, CancelCommand.self, RemoveCommand.self, ListCommand.self,
       WatchCommand.self, ObserveCommand.self, WaitCommand.self, BatchCommand.self,
+      SchedulesCommand.self, UnscheduleCommand.self, AlarmCommand.self, SleepCommand.self,
       CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
     ]
   )
