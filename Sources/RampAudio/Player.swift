@@ -552,7 +552,8 @@ public final class Player: @unchecked Sendable {
   /// what it throws refuses the file.
   public func prepare(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
-    space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false, admit: (_ openedPath: String) throws -> Void = { _ in }
+    space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false,
+    admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> @Sendable (RenderState) -> Result<Void, EngineError> {
     let decoder = try StreamDecoder(
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop,

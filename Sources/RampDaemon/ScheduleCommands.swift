@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import RampProtocol
 
 /// `schedules`, `unschedule`, and the rule by which a schedule with `yield` gives way.

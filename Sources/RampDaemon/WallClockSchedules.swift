@@ -16,14 +16,14 @@ final class WallClockSchedules: @unchecked Sendable {
   /// The longest the timer sleeps before it reads the wall clock again.
   static let longestSleep = 60.0
 
-  private struct Entry {
+  private struct Entry: Sendable {
     let due: Double
     let fire: @Sendable () -> Void
   }
 
+  private let entries = Mutex<[UInt64: Entry]>([:])
   private let queue = DispatchQueue(label: "rampd.wall-clock-schedules")
   /// Touched only on `queue`.
-  private var entries: [UInt64: Entry] = [:]
   private var timer: DispatchSourceTimer?
   private let now: @Sendable () -> Double
 
@@ -34,37 +34,35 @@ final class WallClockSchedules: @unchecked Sendable {
   /// Whether a schedule due at `due` waits here rather than going to the render thread now.
   func holds(due: Double) -> Bool { due - now() > Self.lead }
 
-  /// Calls `fire` `lead` seconds before `due` (Unix seconds), on a queue of its own.
+  /// Calls `fire` `lead` seconds before `due` (Unix seconds), on a queue of its own (at once,
+  /// there, when that is already past).
   func add(_ id: UInt64, due: Double, fire: @escaping @Sendable () -> Void) {
-    queue.async { [self] in
-      entries[id] = Entry(due: due, fire: fire)
-      rearm()
-    }
+    entries.withLock { $0[id] = Entry(due: due, fire: fire) }
+    queue.async { [self] in rearm() }
   }
 
   /// Forgets schedule `id`; false when it was not waiting here (already handed on, or unknown).
   func remove(_ id: UInt64) -> Bool {
-    queue.sync {
-      let removed = entries.removeValue(forKey: id) != nil
-      if removed { rearm() }
-      return removed
-    }
+    entries.withLock { $0.removeValue(forKey: id) != nil }
   }
 
-  var count: Int { queue.sync { entries.count } }
+  var count: Int { entries.withLock { $0.count } }
 
   /// On `queue`: hands on what is due within `lead`, then sleeps until the next one is.
   private func rearm() {
     let time = now()
-    let ready = entries.filter { $0.value.due - time <= Self.lead }
-    for (id, entry) in ready.sorted(by: { ($0.value.due, $0.key) < ($1.value.due, $1.key) }) {
-      entries[id] = nil
-      entry.fire()
+    let ready = entries.withLock { table in
+      let due = table.filter { $0.value.due - time <= Self.lead }.sorted {
+        ($0.value.due, $0.key) < ($1.value.due, $1.key)
+      }
+      for (id, _) in due { table[id] = nil }
+      return due.map(\.value)
     }
+    for entry in ready { entry.fire() }
     timer?.cancel()
     timer = nil
-    guard let soonest = entries.values.map(\.due).min() else { return }
-    let wait = min(max(soonest - Self.lead - time, 0.001), Self.longestSleep)
+    guard let soonest = entries.withLock({ $0.values.map(\.due).min() }) else { return }
+    let wait = min(max(soonest - Self.lead - now(), 0.001), Self.longestSleep)
     let next = DispatchSource.makeTimerSource(queue: queue)
     next.schedule(deadline: .now() + wait, leeway: .milliseconds(5))
     next.setEventHandler { [weak self] in self?.rearm() }

@@ -42,7 +42,8 @@ public enum Recurrence: Sendable, Equatable {
     case .daily(let seconds, let days):
       let which =
         days == Self.everyDay
-        ? "daily" : days == Self.weekdays
+        ? "daily"
+        : days == Self.weekdays
           ? "weekdays" : [1, 2, 3, 4, 5, 6, 0].filter(days.contains).map { Self.dayNames[$0] }.joined(separator: ",")
       return "\(which) \(Self.clock(seconds))"
     case .every(let seconds): return "every \(JSONValue.format(seconds))s"

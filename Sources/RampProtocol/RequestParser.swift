@@ -202,7 +202,9 @@ struct RequestParser {
       if let value = r.value("schedule") {
         guard case .number(let number) = value, number >= 0, number < 9_007_199_254_740_992,
           number == number.rounded()
-        else { throw r.invalid("schedule", "expected a schedule id (a whole number, not negative), got \(describe(value))") }
+        else {
+          throw r.invalid("schedule", "expected a schedule id (a whole number, not negative), got \(describe(value))")
+        }
         schedule = UInt64(number)
       }
       let tag = try r.identifier("tag")
@@ -228,7 +230,8 @@ struct RequestParser {
     guard !path.utf8.contains(0) else { throw r.invalid("path", "must not contain a NUL character (\\u0000)") }
     return Play(
       path: path, stream: try r.identifier("stream"), gain: try r.number("gain"), fadeIn: try r.seconds("fadeIn"),
-      curve: try r.curve("curve"), space: try r.space("space"), loop: try r.bool("loop") ?? false, paused: try r.bool("paused") ?? false)
+      curve: try r.curve("curve"), space: try r.space("space"), loop: try r.bool("loop") ?? false,
+      paused: try r.bool("paused") ?? false)
   }
 
   private func transport(_ object: JSONObject, _ name: String) throws(ProtocolError) -> Transport {

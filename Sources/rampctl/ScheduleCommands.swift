@@ -55,7 +55,9 @@ struct UnscheduleCommand: DaemonCommand {
 
   func summary(of result: JSONValue) -> String {
     let removed = result["unscheduled"]?.arrayValue ?? []
-    var lines = removed.map { "unscheduled #\($0["schedule"].map(ReplyText.number) ?? "?") \($0["cmd"]?.stringValue ?? "?")" }
+    var lines = removed.map {
+      "unscheduled #\($0["schedule"].map(ReplyText.number) ?? "?") \($0["cmd"]?.stringValue ?? "?")"
+    }
     for id in result["queued"]?.arrayValue ?? [] { lines.append("#\(ReplyText.number(id)) is due now; it stays") }
     return lines.isEmpty ? "nothing tagged \(tag ?? "?") is scheduled" : lines.joined(separator: "\n")
   }
@@ -90,14 +92,17 @@ struct AlarmCommand: DaemonCommand {
   @Option(parsing: .unconditional, help: ArgumentHelp("Fade in over this long (default 1m).", valueName: "duration"))
   var fadeIn: String = "1m"
 
-  @Option(parsing: .unconditional, help: ArgumentHelp("The level it ends at: -6dB, 0.5 (default 0dB).", valueName: "gain"))
+  @Option(
+    parsing: .unconditional, help: ArgumentHelp("The level it ends at: -6dB, 0.5 (default 0dB).", valueName: "gain"))
   var to: String = "0dB"
 
-  @Option(help: ArgumentHelp("Curve of the fade-in (default linear).", valueName: "curve"), completion: Completions.curves)
+  @Option(
+    help: ArgumentHelp("Curve of the fade-in (default linear).", valueName: "curve"), completion: Completions.curves)
   var curve: String = "linear"
 
   @Option(
-    help: ArgumentHelp("Value space of the fade-in: db (default), db(<floor>), power or amplitude.", valueName: "space"),
+    help: ArgumentHelp(
+      "Value space of the fade-in: db (default), db(<floor>), power or amplitude.", valueName: "space"),
     completion: Completions.spaces)
   var space: String = "db"
 
@@ -111,7 +116,9 @@ struct AlarmCommand: DaemonCommand {
     guard let seconds = Recurrence.clockSeconds(Arguments.restoringMinus(time)) else {
       throw ValidationError("<time>: expected a time of day HH:MM or HH:MM:SS, got '\(time)'")
     }
-    if repeating.every != nil { throw ValidationError("--every: an alarm repeats on days: --daily, --weekdays, --days") }
+    if repeating.every != nil {
+      throw ValidationError("--every: an alarm repeats on days: --daily, --weekdays, --days")
+    }
     let play = Play(
       path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: try Parse.gain(to, "--to"),
       fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), space: try Parse.space(space),
@@ -160,7 +167,8 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
 
   @Option(
     parsing: .unconditional,
-    help: ArgumentHelp("Fade out over the last this long of it (default 5m, at most the whole time).", valueName: "duration"))
+    help: ArgumentHelp(
+      "Fade out over the last this long of it (default 5m, at most the whole time).", valueName: "duration"))
   var fade: String = "5m"
 
   @Option(help: ArgumentHelp("Curve of the fade (default linear).", valueName: "curve"), completion: Completions.curves)

@@ -146,7 +146,8 @@ import Testing
     let sleep = try rampctl(["sleep", "2s", "--fade", "1s"], daemon)
     #expect(sleep.status == 0 && sleep.stdout.contains("fades to silence"), "\(sleep)")
     let listed = try #require(client.request(["cmd": "status"]).result["scheduled"]?.arrayValue)
-    #expect(listed.map { $0["cmd"]?.stringValue } == ["fade", "stop", "set"] && listed.allSatisfy { $0["tag"] == "sleep" })
+    #expect(
+      listed.map { $0["cmd"]?.stringValue } == ["fade", "stop", "set"] && listed.allSatisfy { $0["tag"] == "sleep" })
     let ended = try client.waitForEvent(timeout: 5) { $0["event"] == "stream-ended" && $0["stream"] == "music" }
     #expect(ended["reason"] == "stopped")
     usleep(1_500_000)

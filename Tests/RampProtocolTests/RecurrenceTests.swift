@@ -18,16 +18,19 @@ import Testing
 
   @Test func anOrdinaryDayIsTheLocalTime() {
     // 07:00 CET is 06:00 UTC; already past on the 24th at 10:00 UTC, so the 25th.
-    #expect(next(.daily(seconds: 7 * 3600, days: Recurrence.everyDay), after: "2026-11-24T10:00:00Z")
-      == "2026-11-25T06:00:00Z")
-    #expect(next(.daily(seconds: 7 * 3600, days: Recurrence.everyDay), after: "2026-11-24T05:59:59Z")
-      == "2026-11-24T06:00:00Z")
+    #expect(
+      next(.daily(seconds: 7 * 3600, days: Recurrence.everyDay), after: "2026-11-24T10:00:00Z")
+        == "2026-11-25T06:00:00Z")
+    #expect(
+      next(.daily(seconds: 7 * 3600, days: Recurrence.everyDay), after: "2026-11-24T05:59:59Z")
+        == "2026-11-24T06:00:00Z")
   }
 
   @Test func weekdaysSkipTheWeekend() {
     // Friday 27 November 2026, after 07:00 CET: next is Monday the 30th.
-    #expect(next(.daily(seconds: 7 * 3600, days: Recurrence.weekdays), after: "2026-11-27T10:00:00Z")
-      == "2026-11-30T06:00:00Z")
+    #expect(
+      next(.daily(seconds: 7 * 3600, days: Recurrence.weekdays), after: "2026-11-27T10:00:00Z")
+        == "2026-11-30T06:00:00Z")
     #expect(next(.daily(seconds: 7 * 3600, days: [0]), after: "2026-11-27T10:00:00Z") == "2026-11-29T06:00:00Z")
   }
 
@@ -72,7 +75,8 @@ import Testing
     }
     #expect(refusal(#"{"cmd":"stop","repeat":{"time":"25:00"}}"#) == ("repeat.time", .invalidField))
     #expect(refusal(#"{"cmd":"stop","repeat":{"every":0.5}}"#) == ("repeat.every", .outOfRange))
-    #expect(refusal(#"{"cmd":"stop","repeat":{"time":"07:00","days":["mon","xyz"]}}"#) == ("repeat.days[1]", .invalidField))
+    #expect(
+      refusal(#"{"cmd":"stop","repeat":{"time":"07:00","days":["mon","xyz"]}}"#) == ("repeat.days[1]", .invalidField))
     #expect(refusal(#"{"cmd":"stop","repeat":{"time":"07:00","every":5}}"#) == ("repeat.every", .invalidField))
     #expect(refusal(#"{"cmd":"stop","repeat":{"time":"07:00"},"at":5}"#) == ("at", .invalidField))
     #expect(refusal(#"{"cmd":"stop","repeat":{"every":5},"ack":"applied"}"#) == ("ack", .invalidField))
@@ -83,7 +87,8 @@ import Testing
   }
 
   @Test func aRepeatingRequestReadsBackTheSame() throws {
-    let line = #"{"cmd":"play","path":"/a.wav","space":"db","repeat":{"time":"07:00","days":["mon","fri"]},"tag":"alarm"}"#
+    let line =
+      #"{"cmd":"play","path":"/a.wav","space":"db","repeat":{"time":"07:00","days":["mon","fri"]},"tag":"alarm"}"#
     let request = try Request.parse(line: line).result.get()
     #expect(request.repeats == .daily(seconds: 25_200, days: [1, 5]) && request.ack == .scheduled)
     #expect(try Request.parse(request.json) == request)
