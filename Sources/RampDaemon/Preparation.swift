@@ -85,7 +85,7 @@ struct Preparation: Sendable {
           "streams": .array(state.streamSnapshots.map { Self.describe($0, in: state) }),
         ]
       }
-    case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait:
+    case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait, .schedules, .unschedule:
       throw ProtocolError(.internalError, field: "cmd", "'\(command.name)' is handled by the session")
     }
   }

@@ -12,7 +12,7 @@ import Synchronization
 /// wakes, so a change of the system clock is followed within that.
 final class WallClockSchedules: @unchecked Sendable {
   /// How long before its time a schedule is handed to the render thread.
-  static let lead = 2.0
+  static let lead = 1.0
   /// The longest the timer sleeps before it reads the wall clock again.
   static let longestSleep = 60.0
 

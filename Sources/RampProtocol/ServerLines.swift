@@ -129,7 +129,7 @@ public enum Event: Sendable, Equatable {
       object["count"] = .integer(Int64(count))
     case .scheduleApplied(let schedule, let cmd, let tag, let next):
       object["schedule"] = .integer(schedule)
-      object["cmd"] = .string(cmd)
+      object["command"] = .string(cmd)
       object["tag"] = tag.map(JSONValue.string)
       object["next"] = next.map { .string(RFC3339.format($0)) } ?? .null
     case .value(let key, let value, let sample):
@@ -172,7 +172,7 @@ public enum Event: Sendable, Equatable {
     case "events-lost": return .eventsLost(count: Int(try fields.integer("count")))
     case "schedule-applied":
       return .scheduleApplied(
-        schedule: try fields.unsigned("schedule"), cmd: try fields.string("cmd"), tag: fields.optionalString("tag"),
+        schedule: try fields.unsigned("schedule"), cmd: try fields.string("command"), tag: fields.optionalString("tag"),
         next: fields.optionalString("next").flatMap(RFC3339.parse))
     case "value":
       return .value(

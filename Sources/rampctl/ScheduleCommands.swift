@@ -32,7 +32,7 @@ struct UnscheduleCommand: DaemonCommand {
     commandName: "unschedule",
     abstract: "Remove a saved schedule (by id), or every one with a tag.",
     discussion: """
-      A schedule due within two seconds is already queued for its sample and can no longer be \
+      A schedule due within a second is already queued for its sample and can no longer be \
       removed. A ramp already under way runs on (hold it with `rampctl cancel`).
 
       Examples:
@@ -119,9 +119,11 @@ struct AlarmCommand: DaemonCommand {
     if repeating.every != nil {
       throw ValidationError("--every: an alarm repeats on days: --daily, --weekdays, --days")
     }
+    let level: Double = try Parse.gain(to, "--to")
+    let fadeSeconds: Double = try Parse.duration(fadeIn, "--fade-in")
     let play = Play(
-      path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: try Parse.gain(to, "--to"),
-      fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), space: try Parse.space(space),
+      path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: level,
+      fadeIn: fadeSeconds, curve: try Parse.curve(curve), space: try Parse.space(space),
       loop: loop)
     var request = try Parse.checked(
       Request(.play(play)), options: ["stream": "--stream", "gain": "--to", "path": "<file>", "fadeIn": "--fade-in"])

@@ -45,7 +45,7 @@ import Testing
     ])
     let id = try #require(reply.result["scheduled"]?.int, "\(reply.serialized())")
     let applied = try client.waitForEvent { $0["event"] == "schedule-applied" && $0["schedule"]?.int == id }
-    #expect(applied["tag"] == "beeps" && applied["cmd"] == "play" && applied["next"]?.stringValue != nil)
+    #expect(applied["tag"] == "beeps" && applied["command"] == "play" && applied["next"]?.stringValue != nil)
     first.kill()
     try FileManager.default.moveItem(atPath: first.recording, toPath: first.recording + ".before")
     let second = try DaemonProcess(reusing: first.directory)
@@ -172,13 +172,13 @@ import Testing
     let file = try daemon.constantFile("music", seconds: 1)
     let client = try daemon.client()
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "music", "loop": true]).isOK)
-    #expect(try rampctl(["sleep", "3s", "--fade", "2s"], daemon).status == 0)
-    usleep(1_800_000)
-    // The fade began 0.8 s ago.
+    #expect(try rampctl(["sleep", "6s", "--fade", "4s"], daemon).status == 0)
+    usleep(3_000_000)
+    // The fade began a second ago; the stop is three seconds away.
     let set = try rampctl(["set", "master.gain", "0.5", "--duration", "200ms"], daemon)
     #expect(set.status == 0, "\(set)")
     #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
-    usleep(2_500_000)
+    usleep(4_500_000)
     let status = try client.request(["cmd": "status"])
     #expect(status.result["streams"]?.arrayValue?.count == 1, "\(status.serialized())")
     let gain = try client.request(["cmd": "get", "key": "master.gain"]).result
