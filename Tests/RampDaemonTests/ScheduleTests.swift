@@ -185,13 +185,14 @@ import Testing
     #expect(gain["model"]?.numberValue == 0.5 && gain["presentation"]?.numberValue == 0.5)
     #expect(daemon.stop() == 0)
     let played = try daemon.played(channel: 0)
-    #expect(played.suffix(4800).allSatisfy { $0 == 0.5 })
+    // At 0.5 from the end of the set's ramp until rampd's own fade-out at SIGTERM: over 4 s.
+    let held = try #require(played.lastIndex(of: 0.5))
+    let settled = try #require(played[..<held].lastIndex { $0 != 0.5 }) + 1
+    #expect(held - settled > 4 * Int(Self.rate), "\(held - settled) samples at 0.5")
     // No jump: the level moved by no more than a ramp's step from one sample to the next.
-    let lowest = try #require(played.lastIndex(of: 1))
+    let fadeStart = try #require(played.lastIndex(of: 1))
     var largest: Float = 0
-    for index in (lowest + 1)..<played.count - 1 where played[index] != 0 || played[index + 1] != 0 {
-      largest = max(largest, abs(played[index + 1] - played[index]))
-    }
+    for index in fadeStart..<held { largest = max(largest, abs(played[index + 1] - played[index])) }
     #expect(largest < 0.01, "largest step \(largest)")
   }
 
