@@ -139,7 +139,8 @@ struct Recipe {
     case "batch": return .batch((0..<(1 + Int(next() * 3))).map { _ in Request(command(inBatch: true)) })
     case "schedules": return .schedules
     case "unschedule":
-      return chance(0.5) ? .unschedule(schedule: UInt64(next() * 1000), tag: nil) : .unschedule(schedule: nil, tag: identifier())
+      return chance(0.5)
+        ? .unschedule(schedule: UInt64(next() * 1000), tag: nil) : .unschedule(schedule: nil, tag: identifier())
     default:
       let byIDs = chance(0.5)
       return .wait(
