@@ -552,7 +552,8 @@ public final class Player: @unchecked Sendable {
   /// what it throws refuses the file.
   public func prepare(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
-    loop: Bool = false, paused: Bool = false, admit: (_ openedPath: String) throws -> Void = { _ in }
+    space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false,
+    admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> @Sendable (RenderState) -> Result<Void, EngineError> {
     let decoder = try StreamDecoder(
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop,
@@ -573,9 +574,9 @@ public final class Player: @unchecked Sendable {
         let transport = try engine.define("streams.\(id).transport", value: paused ? 0 : 1, range: 0...1)
         let pan = try engine.define("streams.\(id).pan", value: 0, range: -1...1)
         if fadeIn > 0 {
-          try engine.add(
-            .basic(from: 0, to: gain, duration: fadeIn, timingFunction: curve), forKey: "fade-in",
-            to: "streams.\(id).gain")
+          var animation = Animation.basic(from: 0, to: gain, duration: fadeIn, timingFunction: curve)
+          animation.valueSpace = space
+          try engine.add(animation, forKey: "fade-in", to: "streams.\(id).gain")
         } else if !paused {
           try engine.add(.basic(from: 0, to: 1, duration: declick), forKey: "declick", to: "streams.\(id).transport")
         }

@@ -114,14 +114,23 @@ public enum ReplyText {
       var text = "\(scheduled.count) scheduled"
       if let next = dues.min() { text += ", next at \(HumanUnits.format(localTime: next))" }
       lines.append(text + ":")
-      for entry in scheduled {
-        let id = entry["schedule"].map(number) ?? "?"
-        let due = entry["due"]?.stringValue.flatMap(RFC3339.parse).map { HumanUnits.format(localTime: $0) } ?? "?"
-        let started = entry["started"] == true ? " (under way)" : ""
-        lines.append("    #\(id) \(entry["cmd"]?.stringValue ?? "?") at \(due)\(started)")
-      }
+      for entry in scheduled { lines.append("    " + schedule(entry)) }
     }
     return lines.joined(separator: "\n")
+  }
+
+  /// One saved schedule (from `status` or `schedules`):
+  /// `#3 play at 2026-11-23 07:00:00.000 +01:00, weekdays 07:00 [alarm]`.
+  public static func schedule(_ entry: JSONValue) -> String {
+    let id = entry["schedule"].map(number) ?? "?"
+    let due = entry["due"]?.stringValue.flatMap(RFC3339.parse).map { HumanUnits.format(localTime: $0) } ?? "?"
+    var text = "#\(id) \(entry["cmd"]?.stringValue ?? "?") at \(due)"
+    if let repeats = entry["repeat"], repeats != .null, let recurrence = try? Recurrence(json: repeats) {
+      text += ", \(recurrence.summary)"
+    }
+    if let tag = entry["tag"]?.stringValue { text += " [\(tag)]" }
+    if entry["started"] == true { text += " (under way)" }
+    return text
   }
 
   /// `0.5 (-6.02 dB)`, and `, audible 0.42 (-7.5 dB)` while a ramp moves it, from `model`/`audible`.
@@ -157,6 +166,9 @@ public enum ReplyText {
       return "underrun" + (stream.map { " \($0)" } ?? " (output device)")
     case .eventsLost(let count):
       return "events-lost \(count) (the daemon's event queue was full)"
+    case .scheduleApplied(let schedule, let cmd, let tag, let next):
+      return "schedule-applied #\(schedule) \(cmd)" + (tag.map { " [\($0)]" } ?? "")
+        + (next.map { "; next at " + HumanUnits.format(localTime: $0) } ?? "")
     case .value(let key, let value, let sample):
       return "value \(key) \(level(value, key: key)) @\(sample)"
     }

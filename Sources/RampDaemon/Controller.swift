@@ -37,10 +37,12 @@ public final class Controller: @unchecked Sendable {
   /// Extra facts `status` reports about the output (embedded file, …).
   public let outputNotes: JSONObject
   private let preparation: Preparation
-  private let logger: Logger
+  let logger: Logger
   private let subscribers = Mutex<[ObjectIdentifier: Subscription]>([:])
   private let waits = Mutex<WaitRegistry>(WaitRegistry())
   private let scheduled = Atomic<Int>(0)
+  /// Saved schedules not yet handed to the render thread.
+  let wallClock = WallClockSchedules()
   private let playing = Mutex<[String]>([])
   /// Where model values and acknowledged schedules are kept across restarts (set before start).
   public var persistence: Persistence?
@@ -88,6 +90,7 @@ public final class Controller: @unchecked Sendable {
       return
     }
     let confined = client.confinedToMediaRoots
+    if request.yield == nil { giveWay(to: request.command) }
     if request.ack == .scheduled {
       acknowledgeSchedule(request, confined: confined, respond: respond)
       return
@@ -103,6 +106,10 @@ public final class Controller: @unchecked Sendable {
       respond(.failure(ProtocolError(.internalError, field: "cmd", "observe is handled by the connection")))
     case .wait(let wait):
       self.wait(wait, respond: respond)
+    case .schedules:
+      respond(.success(["schedules": .array(scheduleList(withRequests: true))]))
+    case .unschedule(let schedule, let tag):
+      respond(unschedule(schedule: schedule, tag: tag))
     case .status:
       submit([.status], at: request.at, respond: respond) { [self] results in
         var status = results[0].objectValue ?? JSONObject()
@@ -111,29 +118,29 @@ public final class Controller: @unchecked Sendable {
         status["output"] = .object(outputStatus)
         status["clients"] = .integer(connectedClients())
         status["subscribers"] = .integer(subscribers.withLock { $0.values.count { !$0.kinds.isEmpty } })
-        status["scheduled"] = .array(
-          (persistence?.snapshot.schedules ?? []).map { entry in
-            [
-              "schedule": .integer(entry.id), "due": .string(RFC3339.format(entry.due)),
-              "cmd": entry.request["cmd"] ?? .null, "started": .bool(entry.from != nil),
-            ]
-          })
+        status["scheduled"] = .array(scheduleList(withRequests: false))
         return .object(status)
       }
     case .batch(let requests):
       guard case .kept(let record) = save(request, confined: confined, respond: respond) else { return }
-      submit(
-        requests.map(\.command), at: request.at, respond: respond, fieldPrefix: "commands", record: record,
-        confined: confined
-      ) { results in
-        ["results": .array(results)]
+      let respond = record.map { announcing($0, respond) } ?? respond
+      whenDue(record, at: request.at, respond: respond) { [self] at in
+        submit(
+          requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands", record: record,
+          confined: confined
+        ) { results in
+          ["results": .array(results)]
+        }
       }
     default:
       guard case .kept(let record) = save(request, confined: confined, respond: respond) else { return }
-      submit(
-        [request.command], at: request.at, respond: respond, answerEarly: client.awaitsNoOtherReply, record: record,
-        confined: confined
-      ) { $0[0] }
+      let respond = record.map { announcing($0, respond) } ?? respond
+      let answerEarly = client.awaitsNoOtherReply
+      whenDue(record, at: request.at, respond: respond) { [self] at in
+        submit(
+          [request.command], at: at, respond: respond, answerEarly: answerEarly, record: record, confined: confined
+        ) { $0[0] }
+      }
     }
   }
 
@@ -149,8 +156,8 @@ public final class Controller: @unchecked Sendable {
     _ request: Request, field: String = "at", confined: Bool,
     respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
   ) -> Saving {
-    guard let at = request.at, let persistence else { return .kept(nil) }
-    let due = Self.dueTime(at)
+    guard request.isScheduled, let persistence else { return .kept(nil) }
+    let due = Self.firstDue(request)
     guard let id = persistence.add(Self.unscheduled(request).json.objectValue ?? [:], due: due, confined: confined)
     else {
       respond(
@@ -159,12 +166,23 @@ public final class Controller: @unchecked Sendable {
             .internalError, field: field, "the schedule could not be saved (see rampd's log); nothing was scheduled")))
       return .refused
     }
-    return .kept(SavedSchedule(id: id, due: due, rampSeconds: rampSeconds(of: request.command)))
+    return .kept(SavedSchedule(request, id: id, due: due, rampSeconds: rampSeconds(of: request.command)))
   }
 
-  /// When `at` falls, in Unix seconds.
-  private static func dueTime(_ at: Schedule) -> Double {
-    at.due(receivedAt: Date().timeIntervalSince1970)
+  /// When a schedule first takes effect, in Unix seconds: at `at`; a repeat at a time of day at
+  /// its next; a repeat every interval at `at`, else one interval from now.
+  private static func firstDue(_ request: Request) -> Double {
+    let now = Date().timeIntervalSince1970
+    switch request.repeats {
+    case .daily?: return request.repeats?.next(after: now, start: now, offset: localOffset) ?? now
+    case .every(let seconds)?: return request.at?.due(receivedAt: now) ?? now + seconds
+    case nil: return request.at?.due(receivedAt: now) ?? now
+    }
+  }
+
+  /// The local time zone's offset from UTC at an instant (Unix seconds): rampd's `TZ`.
+  static func localOffset(_ instant: Double) -> Int {
+    TimeZone.current.secondsFromGMT(for: Date(timeIntervalSince1970: instant))
   }
 
   /// The request as a saved schedule keeps it: no id, no `at`, answered when applied.
@@ -198,6 +216,18 @@ public final class Controller: @unchecked Sendable {
     let id: UInt64
     let due: Double
     let rampSeconds: Double?
+    let repeats: Recurrence?
+    let tag: String?
+    let cmd: String
+
+    init(_ request: Request, id: UInt64, due: Double, rampSeconds: Double?) {
+      self.id = id
+      self.due = due
+      self.rampSeconds = rampSeconds
+      repeats = request.repeats
+      tag = request.tag
+      cmd = request.command.name
+    }
   }
 
   /// `"ack": "scheduled"`: checked, saved to disk, answered at once; it takes effect at its time
@@ -242,8 +272,19 @@ public final class Controller: @unchecked Sendable {
         continue
       }
       let ramp = rampSeconds(of: request.command)
-      let record = SavedSchedule(id: entry.id, due: entry.due, rampSeconds: ramp)
+      let record = SavedSchedule(request, id: entry.id, due: entry.due, rampSeconds: ramp)
       let late = now - entry.due
+      if let repeats = request.repeats, late > 0 {
+        // A repeating schedule does not catch up: it comes at its next time.
+        let next = repeats.next(after: now, start: entry.due, offset: Self.localOffset)
+        logger.notice(
+          "a repeating schedule's time passed while rampd was down; it comes at its next time",
+          metadata: ["schedule": "\(entry.id)", "next": "\(RFC3339.format(next))"])
+        persistence?.reschedule(entry.id, due: next)
+        let again = SavedSchedule(request, id: entry.id, due: next, rampSeconds: ramp)
+        run(request, record: again, at: .date(next), elapsed: 0, confined: entry.confined)
+        continue
+      }
       if late <= 0 {
         run(request, record: record, at: .date(entry.due), elapsed: 0, confined: entry.confined)
         continue
@@ -269,31 +310,90 @@ public final class Controller: @unchecked Sendable {
   }
 
   /// Applies a saved schedule; its outcome goes to the log, since whoever asked is not waiting.
+  /// A repeating one is then armed for its next time.
   private func run(_ request: Request, record: SavedSchedule, at: Schedule?, elapsed: Double, confined: Bool) {
     let logger = logger
     let name = request.command.name
-    let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { result in
+    let logged: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { [self] result in
       switch result {
       case .success: logger.info("schedule applied", metadata: ["schedule": "\(record.id)", "cmd": "\(name)"])
       case .failure(let error):
         logger.error(
           "schedule refused when its time came", metadata: ["schedule": "\(record.id)", "error": "\(error.message)"])
       }
+      guard let repeats = record.repeats, let persistence else { return }
+      let next = repeats.next(
+        after: max(Date().timeIntervalSince1970, record.due), start: record.due, offset: Self.localOffset)
+      guard persistence.reschedule(record.id, due: next) else { return }
+      let again = SavedSchedule(request, id: record.id, due: next, rampSeconds: record.rampSeconds)
+      run(request, record: again, at: .date(next), elapsed: 0, confined: confined)
     }
-    if case .batch(let requests) = request.command {
-      submit(
-        requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands", record: record, confined: confined
-      ) { _ in .null }
-    } else {
-      submit([request.command], at: at, respond: respond, record: record, elapsed: elapsed, confined: confined) {
-        $0[0]
+    let respond = announcing(record, logged)
+    whenDue(record, at: at, respond: respond) { [self] at in
+      if case .batch(let requests) = request.command {
+        submit(
+          requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands", record: record,
+          confined: confined
+        ) { _ in .null }
+      } else {
+        submit([request.command], at: at, respond: respond, record: record, elapsed: elapsed, confined: confined) {
+          $0[0]
+        }
       }
     }
   }
 
-  /// After a saved schedule applied: a ramp keeps its entry until it ends.
+  /// `respond`, after a `schedule-applied` event when the schedule took effect.
+  private func announcing(
+    _ record: SavedSchedule, _ respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
+  ) -> @Sendable (Result<JSONValue, ProtocolError>) -> Void {
+    { [self] result in
+      if case .success = result {
+        let next = record.repeats?.next(
+          after: max(Date().timeIntervalSince1970, record.due), start: record.due, offset: Self.localOffset)
+        broadcast(.scheduleApplied(schedule: record.id, cmd: record.cmd, tag: record.tag, next: next))
+      }
+      respond(result)
+    }
+  }
+
+  /// Runs `submit` with the schedule's time once it is near: a saved schedule waits on the wall
+  /// clock (`WallClockSchedules`) and is turned into a sample only shortly before it is due.
+  private func whenDue(
+    _ record: SavedSchedule?, at: Schedule?, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
+    submit: @escaping @Sendable (Schedule?) -> Void
+  ) {
+    guard let record else {
+      submit(at)
+      return
+    }
+    let limit = configuration.limits.pendingScheduled
+    if wallClock.holds(due: record.due), scheduled.load(ordering: .relaxed) + wallClock.count >= limit {
+      settle(record)
+      respond(
+        .failure(
+          ProtocolError(
+            .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")))
+      return
+    }
+    wallClock.add(record.id, due: record.due) { submit(at.map { _ in .date(record.due) }) }
+  }
+
+  /// Holds `key` at its audible value, dropping its animations (`cancel`): a ramp whose
+  /// schedule gave way stops where it is, and the newer command takes over from there.
+  func hold(_ key: String) {
+    submit([.cancel(key: key)], at: nil, respond: { _ in }) { $0[0] }
+  }
+
+  /// A schedule that did not take effect: forgotten, unless it repeats (it then comes again).
+  private func settle(_ record: SavedSchedule) {
+    if record.repeats == nil { persistence?.finish(record.id) }
+  }
+
+  /// After a saved schedule applied: a ramp keeps its entry until it ends. A repeating one keeps
+  /// its entry for its next time.
   private func applied(_ record: SavedSchedule, from: Double?) {
-    guard let persistence else { return }
+    guard let persistence, record.repeats == nil else { return }
     let ends = record.due + (record.rampSeconds ?? 0)
     let left = ends - Date().timeIntervalSince1970
     guard let from, left > 0 else {
@@ -317,7 +417,7 @@ public final class Controller: @unchecked Sendable {
       do {
         operations.append(try preparation.prepare(command, elapsed: elapsed, confined: confined))
       } catch {
-        if let record { persistence?.finish(record.id) }
+        if let record { settle(record) }
         respond(.failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error))
         return
       }
@@ -333,7 +433,7 @@ public final class Controller: @unchecked Sendable {
       let limit = configuration.limits.pendingScheduled
       guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
         scheduled.subtract(1, ordering: .relaxed)
-        if let record { persistence?.finish(record.id) }
+        if let record { settle(record) }
         respond(
           .failure(
             ProtocolError(
@@ -360,7 +460,7 @@ public final class Controller: @unchecked Sendable {
         if case .success = ticket.result {
           applied(record, from: ticket.rampFrom)
         } else {
-          persistence?.finish(record.id)
+          settle(record)
         }
       }
       guard foregone == nil else {
@@ -408,13 +508,15 @@ public final class Controller: @unchecked Sendable {
       // Refused after all: the key path's value is recorded again from the next command.
       if let early { persistence?.record(values: [:], settling: early.key) }
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
-      if let record { persistence?.finish(record.id) }
+      if let record { settle(record) }
       respond(.failure(ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")))
     } else if let foregone {
       respond(.success(combine([foregone])))
     }
   }
 
+  /// The one conversion of a wall-clock time to the output's sample clock, made when a schedule
+  /// is handed to the render thread (for a saved one, `WallClockSchedules.lead` before it is due).
   private func targetSample(for schedule: Schedule) -> Int64 {
     let rate = Double(player.output.rate)
     let seconds = schedule.secondsUntilDue(from: Date().timeIntervalSince1970)

@@ -89,6 +89,20 @@ public final class Persistence: Sendable {
     }
   }
 
+  /// A repeating schedule's next time: the same id, not started, due at `due`. False when it is
+  /// no longer kept (unscheduled meanwhile).
+  @discardableResult
+  func reschedule(_ id: UInt64, due: Double) -> Bool {
+    state.withLock { recorded in
+      guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return false }
+      recorded.state.schedules[index].due = due
+      recorded.state.schedules[index].from = nil
+      recorded.state.schedules.sort { ($0.due, $0.id) < ($1.due, $1.id) }
+      saver.update(recorded.state)
+      return true
+    }
+  }
+
   func finish(_ id: UInt64) {
     state.withLock { recorded in
       guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return }

@@ -85,7 +85,7 @@ struct Preparation: Sendable {
           "streams": .array(state.streamSnapshots.map { Self.describe($0, in: state) }),
         ]
       }
-    case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait:
+    case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait, .schedules, .unschedule:
       throw ProtocolError(.internalError, field: "cmd", "'\(command.name)' is handled by the session")
     }
   }
@@ -124,7 +124,7 @@ struct Preparation: Sendable {
     do {
       start = try player.prepare(
         path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
-        loop: play.loop, paused: play.paused, admit: admit)
+        space: play.space ?? .amplitude, loop: play.loop, paused: play.paused, admit: admit)
     } catch let error as ProtocolError {
       throw error
     } catch let error as AudioError {

@@ -9,13 +9,29 @@ public struct Request: Sendable, Equatable {
   /// it is scheduled and saved (`"ack": "scheduled"`; it then survives a restart of rampd).
   public var ack: Acknowledgement
   public var command: Command
+  /// `"repeat"`: the schedule comes back after each time it takes effect (it is then always
+  /// answered at once, as with `"ack": "scheduled"`).
+  public var repeats: Recurrence?
+  /// `"tag"`: a label for the schedule, which `unschedule` can name.
+  public var tag: String?
+  /// `"yield"`: a key path; the schedule is dropped when a newer request that changes it arrives.
+  public var yield: String?
 
-  public init(id: JSONValue? = nil, at: Schedule? = nil, ack: Acknowledgement = .applied, _ command: Command) {
+  public init(
+    id: JSONValue? = nil, at: Schedule? = nil, ack: Acknowledgement = .applied, repeats: Recurrence? = nil,
+    tag: String? = nil, yield: String? = nil, _ command: Command
+  ) {
     self.id = id
     self.at = at
     self.ack = ack
+    self.repeats = repeats
+    self.tag = tag
+    self.yield = yield
     self.command = command
   }
+
+  /// Whether it is kept as a schedule: it has `at` or `repeat`.
+  public var isScheduled: Bool { at != nil || repeats != nil }
 }
 
 /// `"ack"`: what a scheduled request's reply waits for.
@@ -51,6 +67,10 @@ public enum Command: Sendable, Equatable {
   /// Applied at one sample, all or nothing. Inner requests carry neither an id nor an `at`.
   case batch([Request])
   case wait(Wait)
+  /// Lists the saved schedules with their next time.
+  case schedules
+  /// Removes saved schedules: the one with id `schedule`, or every one tagged `tag`.
+  case unschedule(schedule: UInt64?, tag: String?)
 
   /// The name on the wire (`fade-out`, `unobserve`).
   public var name: String {
@@ -76,6 +96,8 @@ public enum Command: Sendable, Equatable {
     case .unobserve: return "unobserve"
     case .batch: return "batch"
     case .wait: return "wait"
+    case .schedules: return "schedules"
+    case .unschedule: return "unschedule"
     }
   }
 
@@ -84,7 +106,9 @@ public enum Command: Sendable, Equatable {
 
   /// Commands a batch cannot hold: they are about the connection or about time passing, not
   /// about one sample.
-  public static let notInBatch: Set<String> = ["batch", "wait", "subscribe", "unsubscribe", "observe", "unobserve"]
+  public static let notInBatch: Set<String> = [
+    "batch", "wait", "subscribe", "unsubscribe", "observe", "unobserve", "schedules", "unschedule",
+  ]
 }
 
 /// `play`: start a file as a new stream.
@@ -97,19 +121,22 @@ public struct Play: Sendable, Equatable {
   /// Seconds of fade-in on the stream's transport level; nil starts at once (with a declick).
   public var fadeIn: Double?
   public var curve: TimingFunction?
+  /// The value space of the fade-in; nil: amplitude.
+  public var space: ValueSpace?
   public var loop: Bool
   /// Load and hold at the start, waiting for `resume`.
   public var paused: Bool
 
   public init(
     path: String, stream: String? = nil, gain: Double? = nil, fadeIn: Double? = nil, curve: TimingFunction? = nil,
-    loop: Bool = false, paused: Bool = false
+    space: ValueSpace? = nil, loop: Bool = false, paused: Bool = false
   ) {
     self.path = path
     self.stream = stream
     self.gain = gain
     self.fadeIn = fadeIn
     self.curve = curve
+    self.space = space
     self.loop = loop
     self.paused = paused
   }
@@ -285,4 +312,5 @@ public enum EventKind: String, Sendable, CaseIterable {
   case configReloaded = "config-reloaded"
   case underrun
   case eventsLost = "events-lost"
+  case scheduleApplied = "schedule-applied"
 }

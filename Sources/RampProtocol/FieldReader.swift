@@ -43,6 +43,13 @@ struct FieldReader {
     }
   }
 
+  /// A reader that refuses no key: for fields the request's own reader has admitted already.
+  init(unchecked object: JSONObject, prefix: String, options: ParseOptions) {
+    self.object = object
+    self.prefix = prefix
+    self.options = options
+  }
+
   func path(_ key: String) -> String { prefix + key }
 
   func value(_ key: String) -> JSONValue? {

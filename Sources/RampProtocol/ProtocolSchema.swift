@@ -43,6 +43,10 @@ public enum ProtocolSchema {
     case animationID
     /// An event kind (`EventKind`).
     case eventKind
+    /// `repeat`: an object of `recurrenceFields`.
+    case recurrence
+    /// A schedule id from a reply: a whole number, 0 to 2^53.
+    case scheduleID
   }
 
   public struct Field: Sendable, Equatable {
@@ -61,7 +65,14 @@ public enum ProtocolSchema {
   /// The fields every request may carry, whatever its command.
   public static let requestFields = [
     Field("id", .scalar), Field("cmd", .choice(Command.names), required: true), Field("at", .schedule),
-    Field("ack", .choice(Acknowledgement.allCases.map(\.rawValue))),
+    Field("ack", .choice(Acknowledgement.allCases.map(\.rawValue))), Field("repeat", .recurrence),
+    Field("tag", .identifier), Field("yield", .keyPath),
+  ]
+
+  /// The fields of a `repeat` object.
+  public static let recurrenceFields = [
+    Field("time", .text(bytes: 8)), Field("days", .array(of: .choice(Recurrence.dayNames), limit: 7)),
+    Field("every", .seconds),
   ]
 
   private static let transport = [Field("stream", .identifier), Field("fade", .seconds), Field("curve", .curve)]
@@ -82,8 +93,8 @@ public enum ProtocolSchema {
       "play",
       [
         Field("path", .text(bytes: ProtocolLimits.pathBytes), required: true), Field("stream", .identifier),
-        Field("gain", .number), Field("fadeIn", .seconds), Field("curve", .curve), Field("loop", .bool),
-        Field("paused", .bool),
+        Field("gain", .number), Field("fadeIn", .seconds), Field("curve", .curve), Field("space", .space),
+        Field("dbFloor", .number), Field("loop", .bool), Field("paused", .bool),
       ]
     ),
     ("stop", transport),
@@ -124,6 +135,8 @@ public enum ProtocolSchema {
         Field("timeout", .seconds),
       ]
     ),
+    ("schedules", []),
+    ("unschedule", [Field("schedule", .scheduleID), Field("tag", .identifier)]),
   ]
 
   /// The fields of command `name` (besides `requestFields`).

@@ -7,7 +7,10 @@ extension Request {
     var object = JSONObject()
     if let id { object["id"] = id }
     if let at { object["at"] = at.json }
-    if ack == .scheduled { object["ack"] = .string(ack.rawValue) }
+    if ack == .scheduled && repeats == nil { object["ack"] = .string(ack.rawValue) }
+    object["repeat"] = repeats?.json
+    object["tag"] = tag.map(JSONValue.string)
+    object["yield"] = yield.map(JSONValue.string)
     object["cmd"] = .string(command.name)
     command.encodeFields(into: &object)
     return .object(object)
@@ -24,6 +27,9 @@ extension Command {
       object["gain"] = play.gain.map(JSONValue.number)
       object["fadeIn"] = play.fadeIn.map(JSONValue.number)
       object["curve"] = play.curve.map(Self.curve)
+      if let space = play.space {
+        AnimationWire.encodeSpace(space, key: "space", omittingAmplitude: false, into: &object)
+      }
       if play.loop { object["loop"] = true }
       if play.paused { object["paused"] = true }
     case .stop(let transport), .pause(let transport), .resume(let transport):
@@ -79,6 +85,10 @@ extension Command {
       object["animations"] = wait.animations.map { .array($0.map { .integer($0) }) }
       object["key"] = wait.key.map(JSONValue.string)
       object["timeout"] = wait.timeout.map(JSONValue.number)
+    case .schedules: break
+    case .unschedule(let schedule, let tag):
+      object["schedule"] = schedule.map { .integer($0) }
+      object["tag"] = tag.map(JSONValue.string)
     }
   }
 

@@ -72,15 +72,16 @@ struct RequestParser {
   func request(_ object: JSONObject, inBatch: Bool) throws(ProtocolError) -> Request {
     let name = try commandName(object)
     if inBatch {
-      for key in ["id", "at", "ack"] where object[key].map({ $0 != .null }) == true {
+      for key in ["id", "at", "ack", "repeat", "tag", "yield"] where object[key].map({ $0 != .null }) == true {
         throw .at(prefix + key, .invalidField, "commands in a batch take no \(key); give it to the batch")
       }
       if Command.notInBatch.contains(name) {
         throw .at(prefix + "cmd", .invalidField, "\(name) cannot be part of a batch")
       }
     }
-    if !inBatch, name != "batch", Command.notInBatch.contains(name), object["at"].map({ $0 != .null }) == true {
-      throw .at(prefix + "at", .invalidField, "'\(name)' takes effect at once; it cannot be scheduled")
+    for key in ["at", "repeat"]
+    where !inBatch && name != "batch" && Command.notInBatch.contains(name) && object[key].map({ $0 != .null }) == true {
+      throw .at(prefix + key, .invalidField, "'\(name)' takes effect at once; it cannot be scheduled")
     }
     let id = inBatch ? nil : try Self.id(object)
     let at = try object["at"].flatMap { $0 == .null ? nil : $0 }.map { value throws(ProtocolError) in
@@ -91,12 +92,35 @@ struct RequestParser {
       guard case .string(let text) = value, let chosen = Acknowledgement(rawValue: text) else {
         throw .at(prefix + "ack", .invalidField, "expected \"applied\" or \"scheduled\", got \(describe(value))")
       }
-      if chosen == .scheduled && at == nil {
+      if chosen == .scheduled && at == nil && object["repeat"].map({ $0 != .null }) != true {
         throw .at(prefix + "ack", .invalidField, "\"scheduled\" needs \"at\"")
       }
       ack = chosen
     }
-    return Request(id: id, at: at, ack: ack, try command(name, object))
+    var request = Request(id: id, at: at, ack: ack, try command(name, object))
+    if !inBatch && name != "unschedule" { try scheduling(object, into: &request) }
+    return request
+  }
+
+  /// `repeat`, `tag` and `yield`: how a schedule repeats, is named and gives way.
+  private func scheduling(_ object: JSONObject, into request: inout Request) throws(ProtocolError) {
+    let r = FieldReader(unchecked: object, prefix: prefix, options: options)
+    if let value = r.value("repeat") {
+      let recurrence = try Recurrence.parse(value, field: r.path("repeat"))
+      if case .daily = recurrence, request.at != nil {
+        throw r.invalid("at", "a repeat with time finds its own first time; leave at out")
+      }
+      if r.has("ack") && request.ack == .applied {
+        throw r.invalid("ack", "a repeating schedule is answered at once: leave ack out or give \"scheduled\"")
+      }
+      request.repeats = recurrence
+      request.ack = .scheduled
+    }
+    for key in ["tag", "yield"] where r.has(key) && !request.isScheduled {
+      throw r.invalid(key, "only a scheduled request (with at or repeat) takes \(key)")
+    }
+    request.tag = try r.identifier("tag")
+    request.yield = try r.keyPath("yield")
   }
 
   private func commandName(_ object: JSONObject) throws(ProtocolError) -> String {
@@ -169,6 +193,25 @@ struct RequestParser {
       return .unobserve(key: try r.keyPath("key"))
     case "batch": return .batch(try batch(object))
     case "wait": return .wait(try wait(object))
+    case "schedules":
+      _ = try reader(object, name)
+      return .schedules
+    case "unschedule":
+      let r = try reader(object, name)
+      var schedule: UInt64?
+      if let value = r.value("schedule") {
+        guard case .number(let number) = value, number >= 0, number < 9_007_199_254_740_992,
+          number == number.rounded()
+        else {
+          throw r.invalid("schedule", "expected a schedule id (a whole number, not negative), got \(describe(value))")
+        }
+        schedule = UInt64(number)
+      }
+      let tag = try r.identifier("tag")
+      guard (schedule == nil) != (tag == nil) else {
+        throw r.invalid("schedule", "give exactly one of schedule (an id) and tag")
+      }
+      return .unschedule(schedule: schedule, tag: tag)
     default:
       // `commandName` admits only the names above.
       throw ProtocolError(.internalError, field: prefix + "cmd", "\(prefix)cmd: \(name) has no parser")
@@ -187,7 +230,8 @@ struct RequestParser {
     guard !path.utf8.contains(0) else { throw r.invalid("path", "must not contain a NUL character (\\u0000)") }
     return Play(
       path: path, stream: try r.identifier("stream"), gain: try r.number("gain"), fadeIn: try r.seconds("fadeIn"),
-      curve: try r.curve("curve"), loop: try r.bool("loop") ?? false, paused: try r.bool("paused") ?? false)
+      curve: try r.curve("curve"), space: try r.space("space"), loop: try r.bool("loop") ?? false,
+      paused: try r.bool("paused") ?? false)
   }
 
   private func transport(_ object: JSONObject, _ name: String) throws(ProtocolError) -> Transport {

@@ -70,6 +70,8 @@ public enum Event: Sendable, Equatable {
   case underrun(stream: String?)
   /// The daemon's event queue was full: `count` events were dropped since the last `events-lost`.
   case eventsLost(count: Int)
+  /// A saved schedule took effect; `next`: when it comes again (Unix seconds), nil when it does not.
+  case scheduleApplied(schedule: UInt64, cmd: String, tag: String?, next: Double?)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
   case value(key: String, value: Double, sample: Int64)
 
@@ -85,6 +87,7 @@ public enum Event: Sendable, Equatable {
     case .configReloaded: return .configReloaded
     case .underrun: return .underrun
     case .eventsLost: return .eventsLost
+    case .scheduleApplied: return .scheduleApplied
     case .value: return nil
     }
   }
@@ -124,6 +127,11 @@ public enum Event: Sendable, Equatable {
       object["stream"] = stream.map(JSONValue.string)
     case .eventsLost(let count):
       object["count"] = .integer(Int64(count))
+    case .scheduleApplied(let schedule, let cmd, let tag, let next):
+      object["schedule"] = .integer(schedule)
+      object["command"] = .string(cmd)
+      object["tag"] = tag.map(JSONValue.string)
+      object["next"] = next.map { .string(RFC3339.format($0)) } ?? .null
     case .value(let key, let value, let sample):
       object["key"] = .string(key)
       object["value"] = .number(value)
@@ -162,6 +170,10 @@ public enum Event: Sendable, Equatable {
         applied: try fields.optionalStrings("applied"), restartRequired: try fields.optionalStrings("restartRequired"))
     case "underrun": return .underrun(stream: fields.optionalString("stream"))
     case "events-lost": return .eventsLost(count: Int(try fields.integer("count")))
+    case "schedule-applied":
+      return .scheduleApplied(
+        schedule: try fields.unsigned("schedule"), cmd: try fields.string("command"), tag: fields.optionalString("tag"),
+        next: fields.optionalString("next").flatMap(RFC3339.parse))
     case "value":
       return .value(
         key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))

@@ -118,7 +118,10 @@ struct AnimateCommand: DaemonCommand {
   @Option(help: ArgumentHelp("The animation's name on the key path (default: animation).", valueName: "name"))
   var name: String?
 
+  @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
+
+  var atText: String? { when.at }
 
   enum KeyframeMode: String, ExpressibleByArgument, CaseIterable {
     case linear, discrete, paced, cubic
@@ -143,7 +146,7 @@ struct AnimateCommand: DaemonCommand {
     {
       throw ValidationError("--wait: this animation never ends (--repeat inf); remove it with `rampctl remove` instead")
     }
-    return request
+    return try when.scheduled(request, waiting: waiting.wait)
   }
 
   private func requestFromOptions() throws -> Request {

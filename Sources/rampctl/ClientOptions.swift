@@ -60,25 +60,12 @@ struct RampOptions: ParsableArguments {
   @Option(help: ArgumentHelp("The animation's name on the key path (default: fade); a new one replaces it."))
   var name: String?
 
-  @Option(
-    help: ArgumentHelp(
-      "Take effect later: a time of day (23:00, 07:30:15: the next to come, local time), a date (RFC 3339, or "
-        + "2026-11-21 07:30 in local time) or a delay (+20m, 90s). rampd saves the schedule, so it survives a "
-        + "restart; rampctl returns at once (with --wait: once the ramp has run and ended). A date already past "
-        + "is not scheduled: the command runs at once, and rampctl says so.",
-      valueName: "when"))
-  var at: String?
+  @OptionGroup var when: ScheduleOptions
 
-  /// `request` scheduled by `--at` (and saved by rampd), if given and not already past. With
-  /// `waiting`, rampd replies when it takes effect (so rampctl can wait for the ramp); else at once.
+  var at: String? { when.at }
+
   func scheduled(_ request: Request, waiting: Bool, now: Date = Date()) throws -> Request {
-    guard let at else { return request }
-    let when = try Parse.when(at, "--at", now: now)
-    if case .date(let date) = when, date <= now.timeIntervalSince1970 { return request }
-    var scheduled = request
-    scheduled.at = when
-    scheduled.ack = waiting ? .applied : .scheduled
-    return scheduled
+    try when.scheduled(request, waiting: waiting, now: now)
   }
 }
 

@@ -89,7 +89,7 @@ struct ClientRun {
   func perform(_ command: some DaemonCommand) throws {
     let request = try command.request()
     let json = options.json
-    if let at = command.atText, request.at == nil, !json {
+    if let at = command.atText, request.at == nil, request.repeats == nil, !json {
       Output.print("--at \(at) has passed: applied at once")
     }
     let connection = try connect()

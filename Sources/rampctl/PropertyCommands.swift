@@ -47,8 +47,13 @@ struct CancelCommand: DaemonCommand {
   @Argument(help: ArgumentHelp("The key path (or a stream id).", valueName: "key"), completion: Completions.keyPaths)
   var key: String
 
+  @OptionGroup var when: ScheduleOptions
+
+  var atText: String? { when.at }
+
   func request() throws -> Request {
-    try Parse.checked(Request(.cancel(key: Parse.keyPath(key))), options: ["key": "<key>"])
+    try when.scheduled(
+      Parse.checked(Request(.cancel(key: Parse.keyPath(key))), options: ["key": "<key>"]), waiting: false)
   }
 
   func summary(of result: JSONValue) -> String {
@@ -78,9 +83,15 @@ struct RemoveCommand: DaemonCommand {
   @Option(help: ArgumentHelp("Only the animation with this name (default: all of them).", valueName: "name"))
   var name: String?
 
+  @OptionGroup var when: ScheduleOptions
+
+  var atText: String? { when.at }
+
   func request() throws -> Request {
-    try Parse.checked(
-      Request(.remove(key: Parse.keyPath(key), name: name)), options: ["key": "<key>", "name": "--name"])
+    try when.scheduled(
+      Parse.checked(
+        Request(.remove(key: Parse.keyPath(key), name: name)), options: ["key": "<key>", "name": "--name"]),
+      waiting: false)
   }
 
   func summary(of result: JSONValue) -> String {

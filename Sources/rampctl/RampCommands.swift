@@ -218,7 +218,10 @@ struct SetCommand: DaemonCommand {
   @Flag(help: "Keep the slope continuous too when this replaces a ramp in flight.")
   var slope = false
 
+  @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
+
+  var atText: String? { when.at }
 
   func request() throws -> Request {
     if instant && duration != nil { throw ValidationError("--instant and --duration contradict each other") }
@@ -230,9 +233,11 @@ struct SetCommand: DaemonCommand {
       key: Parse.keyPath(key), value: try Parse.gain(value, "<value>"),
       duration: instant ? 0 : try Parse.duration(duration, "--duration"), curve: try Parse.curve(curve),
       space: try Parse.space(space), continuity: slope ? .slope : nil)
-    return try Parse.checked(
-      Request(.set(set)),
-      options: ["key": "<key>", "value": "<value>", "duration": "--duration", "curve": "--curve", "space": "--space"])
+    return try when.scheduled(
+      Parse.checked(
+        Request(.set(set)),
+        options: ["key": "<key>", "value": "<value>", "duration": "--duration", "curve": "--curve", "space": "--space"]),
+      waiting: waiting.wait)
   }
 
   func summary(of result: JSONValue) -> String {

@@ -21,7 +21,9 @@ struct RampCtl: ParsableCommand {
       --list`); times for --at 23:00, 2026-11-21T07:30:00Z, +20m. A key path is master.gain, \
       streams.<id>.gain (or just <id>) or mixers.<name>.volume. The ramping commands and play \
       take --wait (block until what the command started has finished, with a progress bar on a \
-      terminal). `rampctl` alone shows the status.
+      terminal). Every command that changes sound takes --at, and --daily, --weekdays, --days or \
+      --every to repeat (`rampctl schedules` lists them; `rampctl alarm` and `rampctl sleep` are \
+      built on them). `rampctl` alone shows the status.
 
       Global options, before or after the command (rampctl --socket PATH status, or rampctl \
       status --socket PATH), on every command that talks to rampd:
@@ -57,6 +59,7 @@ struct RampCtl: ParsableCommand {
       FadeCommand.self, FadeInCommand.self, FadeOutCommand.self, SetCommand.self, GetCommand.self,
       AnimateCommand.self, CancelCommand.self, RemoveCommand.self, ListCommand.self,
       WatchCommand.self, ObserveCommand.self, WaitCommand.self, BatchCommand.self,
+      SchedulesCommand.self, UnscheduleCommand.self, AlarmCommand.self, SleepCommand.self,
       CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
     ]
   )

@@ -48,13 +48,18 @@ struct PlayCommand: DaemonCommand {
   @Flag(help: "Load and hold at the start until `rampctl resume`.")
   var paused = false
 
+  @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
+
+  var atText: String? { when.at }
 
   func request() throws -> Request {
     let play = Play(
       path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: try Parse.gain(gain, "--gain"),
       fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), loop: loop, paused: paused)
-    return try Parse.checked(Request(.play(play)), options: ["stream": "--stream", "gain": "--gain", "path": "<file>"])
+    return try when.scheduled(
+      Parse.checked(Request(.play(play)), options: ["stream": "--stream", "gain": "--gain", "path": "<file>"]),
+      waiting: waiting.wait)
   }
 
   func summary(of result: JSONValue) -> String {
@@ -130,10 +135,15 @@ struct StopCommand: DaemonCommand {
 
   @OptionGroup var connection: ConnectionOptions
   @OptionGroup var transport: TransportArguments
+  @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
 
+  var atText: String? { when.at }
+
   func request() throws -> Request {
-    try Parse.checked(Request(.stop(try transport.transport())), options: TransportArguments.options)
+    try when.scheduled(
+      Parse.checked(Request(.stop(try transport.transport())), options: TransportArguments.options),
+      waiting: waiting.wait)
   }
 
   func summary(of result: JSONValue) -> String { TransportArguments.summary("stopping", result) }
@@ -155,10 +165,15 @@ struct PauseCommand: DaemonCommand {
 
   @OptionGroup var connection: ConnectionOptions
   @OptionGroup var transport: TransportArguments
+  @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
 
+  var atText: String? { when.at }
+
   func request() throws -> Request {
-    try Parse.checked(Request(.pause(try transport.transport())), options: TransportArguments.options)
+    try when.scheduled(
+      Parse.checked(Request(.pause(try transport.transport())), options: TransportArguments.options),
+      waiting: waiting.wait)
   }
 
   func summary(of result: JSONValue) -> String { TransportArguments.summary("pausing", result) }
@@ -178,10 +193,15 @@ struct ResumeCommand: DaemonCommand {
 
   @OptionGroup var connection: ConnectionOptions
   @OptionGroup var transport: TransportArguments
+  @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
 
+  var atText: String? { when.at }
+
   func request() throws -> Request {
-    try Parse.checked(Request(.resume(try transport.transport())), options: TransportArguments.options)
+    try when.scheduled(
+      Parse.checked(Request(.resume(try transport.transport())), options: TransportArguments.options),
+      waiting: waiting.wait)
   }
 
   func summary(of result: JSONValue) -> String {
@@ -209,9 +229,14 @@ struct SeekCommand: DaemonCommand {
   @Argument(help: ArgumentHelp("Time from the start of the file: 1m30s, 90, 500ms.", valueName: "position"))
   var position: String
 
+  @OptionGroup var when: ScheduleOptions
+
+  var atText: String? { when.at }
+
   func request() throws -> Request {
     let seek = Seek(stream: stream, position: try Parse.duration(position, "<position>"))
-    return try Parse.checked(Request(.seek(seek)), options: ["stream": "<stream>", "position": "<position>"])
+    return try when.scheduled(
+      Parse.checked(Request(.seek(seek)), options: ["stream": "<stream>", "position": "<position>"]), waiting: false)
   }
 
   func summary(of result: JSONValue) -> String {

@@ -245,3 +245,63 @@ import Testing
     #expect(AnimateCommand.expectedLength(of: .basic(to: 1)) == nil, "rampd's default duration")
   }
 }
+
+/// `--at` and the repeat options on every command that changes sound; `alarm` and `sleep`.
+@Suite struct RampctlScheduleTests {
+  func request(_ words: String...) throws -> Request {
+    let command = try RampCtl.parseAsRoot(Arguments.prepared(words))
+    let daemonCommand = try #require(command as? any DaemonCommand, "\(words[0]) talks to rampd")
+    return try daemonCommand.request()
+  }
+
+  @Test(arguments: [
+    ["play", "/a.wav"], ["stop"], ["pause", "s1"], ["resume"], ["seek", "s1", "10s"], ["fade", "master.gain", "0.5"],
+    ["fade-in"], ["fade-out"], ["set", "master.gain", "-6dB"], ["animate", "master.gain", "--to", "0.5"],
+    ["cancel", "master.gain"], ["remove", "master.gain"],
+  ])
+  func everyCommandThatChangesSoundTakesAt(words: [String]) throws {
+    let later = try RampCtl.parseAsRoot(Arguments.prepared(words + ["--at", "+20m"])) as! any DaemonCommand
+    let scheduled = try later.request()
+    #expect(scheduled.at == .delay(1200) && scheduled.ack == .scheduled, "\(words)")
+    let daily =
+      try RampCtl.parseAsRoot(Arguments.prepared(words + ["--at", "07:00", "--weekdays"])) as! any DaemonCommand
+    let repeating = try daily.request()
+    #expect(repeating.at == nil && repeating.repeats == .daily(seconds: 25_200, days: Recurrence.weekdays), "\(words)")
+    #expect(repeating.ack == .scheduled)
+  }
+
+  @Test func repeatOptions() throws {
+    #expect(
+      try request("stop", "--at", "22:30:15", "--daily").repeats == .daily(seconds: 81_015, days: Recurrence.everyDay))
+    #expect(try request("stop", "--at", "8:00", "--days", "sat,sun").repeats == .daily(seconds: 28_800, days: [0, 6]))
+    let every = try request("play", "/a.wav", "--every", "30m", "--at", "+10s")
+    #expect(every.repeats == .every(seconds: 1800) && every.at == .delay(10))
+    #expect(try request("play", "/a.wav", "--every", "90s").at == nil)
+  }
+
+  @Test func alarmIsAScheduledPlayThatFadesInInDecibels() throws {
+    let alarm = try request("alarm", "07:00", "/wake.flac", "--weekdays", "--fade-in", "10m", "--to", "-6dB")
+    let expected = Play(
+      path: "/wake.flac", stream: "alarm", gain: pow(10, -6.0 / 20), fadeIn: 600, curve: .linear,
+      space: .decibels, loop: true)
+    #expect(alarm.command == .play(expected))
+    #expect(alarm.repeats == .daily(seconds: 25_200, days: Recurrence.weekdays) && alarm.tag == "alarm")
+    #expect(alarm.ack == .scheduled && alarm.at == nil)
+    let once = try request("alarm", "06:30", "/wake.flac", "--no-loop")
+    #expect(once.repeats == nil && once.at != nil && once.ack == .scheduled)
+  }
+
+  @Test func sleepIsAFadeAStopAndTheLevelBack() throws {
+    let sleep = try #require(RampCtl.parseAsRoot(["sleep", "30m"]) as? SleepCommand)
+    let requests = try sleep.requests(level: 0.8)
+    #expect(requests.map(\.at) == [.delay(1500), .delay(1800), .delay(1801)])
+    #expect(requests.allSatisfy { $0.tag == "sleep" && $0.yield == "master.gain" && $0.ack == .scheduled })
+    #expect(
+      requests[0].command
+        == .fade(Fade(kind: .fade, key: "master.gain", to: 0, duration: 300, curve: .linear, space: .decibels)))
+    #expect(requests[2].command == .set(SetValue(key: "master.gain", value: 0.8, duration: 0)))
+    // A fade longer than the time takes all of it.
+    let short = try #require(RampCtl.parseAsRoot(["sleep", "1m"]) as? SleepCommand)
+    #expect(try short.requests(level: 1).map(\.at) == [.delay(0), .delay(60), .delay(61)])
+  }
+}

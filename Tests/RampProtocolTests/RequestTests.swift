@@ -140,6 +140,7 @@ import Testing
       case "animate": line = #"{"cmd":"animate","key":"k","animation":{"type":"basic"}}"#
       case "batch": line = #"{"cmd":"batch","commands":[{"cmd":"ping"}]}"#
       case "wait": line = #"{"cmd":"wait","key":"k"}"#
+      case "unschedule": line = #"{"cmd":"unschedule","schedule":3}"#
       default: line = #"{"cmd":"\#(name)"}"#
       }
       #expect(try request(line).command.name == name)

@@ -52,6 +52,13 @@ import Testing
       Request(.animate(Animate(key: "master.gain", name: "g", animation: group, continuity: .slope))),
       Request(id: 3, .batch([Request(.ping), Request(.fade(Fade(kind: .fade, to: 0.5)))])),
       Request(.wait(Wait(animations: [1, 2], timeout: 10))), Request(.wait(Wait(key: "master.gain"))),
+      Request(.schedules), Request(.unschedule(schedule: 3, tag: nil)),
+      Request(.unschedule(schedule: nil, tag: "sleep")),
+      Request(
+        at: .delay(5), ack: .scheduled, repeats: .every(seconds: 90), tag: "beeps", yield: "master.gain",
+        .play(Play(path: "/a.wav", fadeIn: 2, space: .decibels))),
+      Request(
+        ack: .scheduled, repeats: .daily(seconds: 25_200, days: Recurrence.weekdays), tag: "alarm", .stop(Transport())),
     ]
     #expect(Set(requests.map(\.command.name)) == Set(Command.names))
     for original in requests {

@@ -88,6 +88,14 @@ import Testing
     (.underrun(stream: "s1"), #"{"event":"underrun","stream":"s1"}"#),
     (.underrun(stream: nil), #"{"event":"underrun"}"#),
     (
+      .scheduleApplied(schedule: 4, cmd: "play", tag: "alarm", next: 1_795_500_000),
+      #"{"event":"schedule-applied","schedule":4,"command":"play","tag":"alarm","next":"2026-11-24T06:00:00Z"}"#
+    ),
+    (
+      .scheduleApplied(schedule: 5, cmd: "stop", tag: nil, next: nil),
+      #"{"event":"schedule-applied","schedule":5,"command":"stop","next":null}"#
+    ),
+    (
       .value(key: "master.gain", value: 0.5, sample: 48_000),
       #"{"event":"value","key":"master.gain","value":0.5,"sample":48000}"#
     ),
@@ -107,6 +115,7 @@ import Testing
       Event.deviceFailed(message: "m").kind, Event.deviceRecovered(device: "d").kind,
       Event.configReloaded(applied: [], restartRequired: []).kind,
       Event.underrun(stream: nil).kind, Event.eventsLost(count: 3).kind,
+      Event.scheduleApplied(schedule: 1, cmd: "play", tag: nil, next: nil).kind,
     ]
     #expect(kinds.compactMap { $0 } == EventKind.allCases)
     #expect(Event.value(key: "k", value: 0, sample: 0).kind == nil)

@@ -81,8 +81,18 @@ struct Recipe {
     let command = command(inBatch: false)
     // Only commands that act at a sample can be scheduled (batch included).
     let schedulable = command.name == "batch" || !Command.notInBatch.contains(command.name)
-    return Request(
+    var request = Request(
       id: maybe { $0.pick([7, "abc", 0.5, true]) }, at: schedulable ? maybe { $0.schedule() } : nil, command)
+    if schedulable, chance(0.25) {
+      let days = Set((0..<7).filter { _ in chance(0.6) }).union([1])
+      request.repeats =
+        chance(0.5) ? .every(seconds: 1 + (next() * 1000).rounded()) : .daily(seconds: Int(next() * 86_399), days: days)
+      if case .daily = request.repeats { request.at = nil }
+      request.ack = .scheduled
+      request.tag = maybe { $0.identifier() }
+      request.yield = maybe { $0.keyPath() }
+    }
+    return request
   }
 
   mutating func command(inBatch: Bool) -> Command {
@@ -127,6 +137,10 @@ struct Recipe {
     case "observe": return .observe(key: keyPath(), rate: pick([20, 0.5, 1000, 60]))
     case "unobserve": return .unobserve(key: maybe { $0.keyPath() })
     case "batch": return .batch((0..<(1 + Int(next() * 3))).map { _ in Request(command(inBatch: true)) })
+    case "schedules": return .schedules
+    case "unschedule":
+      return chance(0.5)
+        ? .unschedule(schedule: UInt64(next() * 1000), tag: nil) : .unschedule(schedule: nil, tag: identifier())
     default:
       let byIDs = chance(0.5)
       return .wait(

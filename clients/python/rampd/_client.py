@@ -454,6 +454,14 @@ class Client:
         """Applies `commands` (dicts, e.g. from `rampd.command()`) on one sample, all or none."""
         return self.request("batch", commands=list(commands), **common)
 
+    def schedules(self, **common):
+        """The saved schedules, each with its next time (`due`), `repeat` and `tag`."""
+        return self.request("schedules", **common)
+
+    def unschedule(self, schedule=None, tag=None, **common):
+        """Removes the saved schedule with id `schedule`, or every one tagged `tag`."""
+        return self.request("unschedule", schedule=schedule, tag=tag, **common)
+
     def wait(self, animations=None, key=None, timeout=None, **common):
         """Returns when the animations have ended (their ids, or the results that carry them:
         `wait(r.fade(...))`), or every animation on `key`. `timeout` is rampd's (seconds): past

@@ -1,0 +1,226 @@
+import Foundation
+import RampProtocol
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// Repeating schedules, alarms and sleep timers, through the real rampd and rampctl, checked on
+/// the samples rampd wrote to ALSA's `file` plugin.
+@Suite(.serialized) struct ScheduleTests {
+  static let rate = 48_000.0
+
+  func rampctl(_ arguments: [String], _ daemon: DaemonProcess, environment extra: [String: String] = [:]) throws
+    -> ProcessOutcome
+  {
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["RAMPD_SOCKET"] = daemon.socket
+    environment.merge(extra) { $1 }
+    return try runProcess(Executables.rampctl, arguments, environment: environment)
+  }
+
+  /// `HH:MM:SS` in `zone`, `seconds` from now (rounded up to a whole second), and that instant.
+  static func clock(in zone: TimeZone, secondsFromNow seconds: Double) -> (text: String, instant: Double) {
+    let instant = (Date().timeIntervalSince1970 + seconds).rounded(.up)
+    var calendar = Calendar(identifier: .gregorian)
+    calendar.timeZone = zone
+    let parts = calendar.dateComponents([.hour, .minute, .second], from: Date(timeIntervalSince1970: instant))
+    func two(_ value: Int?) -> String { String(format: "%02d", value ?? 0) }
+    return ("\(two(parts.hour)):\(two(parts.minute)):\(two(parts.second))", instant)
+  }
+
+  /// The index of the first sample that is not silent.
+  static func firstSound(_ samples: [Float], from start: Int = 0) -> Int? {
+    samples[start...].firstIndex { $0 != 0 }
+  }
+
+  @Test func aRepeatingScheduleFiresAgainAfterARestart() throws {
+    let first = try DaemonProcess()
+    let file = try first.constantFile("beep", seconds: 0.2, left: 0.25, right: 0.25)
+    let client = try first.client()
+    #expect(try client.request(["cmd": "subscribe", "events": ["schedule-applied"]]).isOK)
+    let reply = try client.request([
+      "cmd": "play", "path": .string(file), "repeat": ["every": 1.5], "at": 0.5, "tag": "beeps",
+    ])
+    let id = try #require(reply.result["scheduled"]?.int, "\(reply.serialized())")
+    let applied = try client.waitForEvent { $0["event"] == "schedule-applied" && $0["schedule"]?.int == id }
+    #expect(applied["tag"] == "beeps" && applied["command"] == "play" && applied["next"]?.stringValue != nil)
+    first.kill()
+    try FileManager.default.moveItem(atPath: first.recording, toPath: first.recording + ".before")
+    let second = try DaemonProcess(reusing: first.directory)
+    let again = try second.client()
+    #expect(try again.request(["cmd": "subscribe", "events": ["schedule-applied"]]).isOK)
+    let listed = try #require(again.request(["cmd": "schedules"]).result["schedules"]?.arrayValue)
+    #expect(listed.count == 1 && listed[0]["schedule"]?.int == id && listed[0]["repeat"] == ["every": 1.5])
+    // Restored from the state file, it comes again at its next time, and again after that.
+    let restarted = try again.waitForEvent { $0["event"] == "schedule-applied" && $0["schedule"]?.int == id }
+    let next = try #require(restarted["next"]?.stringValue.flatMap(RFC3339.parse))
+    _ = try again.waitForEvent(timeout: 5) {
+      $0["event"] == "schedule-applied" && $0["schedule"]?.int == id && $0 != restarted
+    }
+    #expect(abs(Date().timeIntervalSince1970 - next) < 0.5)
+    usleep(400_000)
+    #expect(second.stop() == 0)
+    // Every beep rampd played after the restart is the file at its level: 0.25 on every sample
+    // between the declick ramps (10 ms), and 0.2 s long.
+    let played = try second.played(channel: 0)
+    var start = 0
+    var beeps = 0
+    while let onset = Self.firstSound(played, from: start) {
+      let end = played[onset...].firstIndex(of: 0) ?? played.count
+      #expect(abs(Double(end - onset) - 0.2 * Self.rate) <= 2, "beep \(beeps) lasts \(end - onset) samples")
+      let plateau = played[(onset + 480)..<(end - 480)]
+      #expect(plateau.allSatisfy { $0 == 0.25 }, "beep \(beeps)")
+      beeps += 1
+      start = end
+    }
+    #expect(beeps == 2)
+  }
+
+  /// A repeat at a time of day is in rampd's local time (`TZ`): the due time of 'HH:MM:SS' in
+  /// Europe/Berlin is that instant, not the UTC one an hour off; it fires then and comes back a
+  /// day later. What happens when the day has a daylight-saving change is `RecurrenceTests`'.
+  @Test func aTimeOfDayIsInTheDaemonsTimeZone() throws {
+    let zone = TimeZone(identifier: "Europe/Berlin")!
+    let daemon = try DaemonProcess(environment: ["TZ": "Europe/Berlin"])
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "subscribe", "events": ["schedule-applied"]]).isOK)
+    let (text, instant) = Self.clock(in: zone, secondsFromNow: 3)
+    let reply = try client.request([
+      "cmd": "set", "key": "master.gain", "value": 0.5, "duration": 0, "repeat": ["time": .string(text)],
+    ])
+    let id = try #require(reply.result["scheduled"]?.int, "\(reply.serialized())")
+    #expect(reply.result["due"]?.stringValue.flatMap(RFC3339.parse) == instant, "\(reply.serialized())")
+    let applied = try client.waitForEvent { $0["event"] == "schedule-applied" && $0["schedule"]?.int == id }
+    #expect(abs(Date().timeIntervalSince1970 - instant) < 0.5)
+    let next = try #require(applied["next"]?.stringValue.flatMap(RFC3339.parse))
+    let expected = Recurrence.daily(seconds: Recurrence.clockSeconds(text)!, days: Recurrence.everyDay).next(
+      after: instant, start: instant, offset: { zone.secondsFromGMT(for: Date(timeIntervalSince1970: $0)) })
+    #expect(next == expected && next - instant >= 82_800 && next - instant <= 90_000)
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"]?.numberValue == 0.5)
+    // rampctl shows the schedule with its next time and how it repeats.
+    let listed = try rampctl(["schedules"], daemon, environment: ["TZ": "Europe/Berlin"])
+    #expect(listed.status == 0 && listed.stdout.contains("#\(id) set at") && listed.stdout.contains("daily"))
+  }
+
+  /// `rampctl alarm`: at its time the file starts from silence and ramps, straight in dB, to the
+  /// capped level, then stays there, on every sample.
+  @Test func anAlarmFadesInToItsCappedLevel() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("wake", seconds: 4)
+    let (text, _) = Self.clock(in: .current, secondsFromNow: 3)
+    let set = try rampctl(["alarm", text, file, "--fade-in", "1s", "--to", "-6dB", "--no-loop"], daemon)
+    #expect(set.status == 0, "\(set)")
+    let status = try daemon.client().request(["cmd": "status"])
+    let entry = try #require(status.result["scheduled"]?.arrayValue?.first)
+    #expect(entry["cmd"] == "play" && entry["tag"] == "alarm", "\(status.serialized())")
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "subscribe", "events": ["stream-started"]]).isOK)
+    _ = try client.waitForEvent(timeout: 8) { $0["event"] == "stream-started" && $0["stream"] == "alarm" }
+    usleep(1_500_000)
+    #expect(daemon.stop() == 0)
+    let played = try daemon.played(channel: 0)
+    let onset = try #require(Self.firstSound(played))
+    let cap = pow(10, -6.0 / 20)
+    let length = Int(Self.rate)
+    // Sample n of the ramp is -60 dB + 54 dB·n/N (the dB space's floor is silence), then the cap.
+    var worst = 0.0
+    for n in 1..<length {
+      let expected = pow(10, (-60 + 54 * Double(n) / Double(length)) / 20)
+      worst = max(worst, abs(Double(played[onset - 1 + n]) - expected))
+    }
+    #expect(worst < 1e-6, "largest error on the ramp \(worst)")
+    let after = played[(onset + length)..<min(played.count, onset + length + 24_000)]
+    #expect(after.count == 24_000 && after.allSatisfy { abs(Double($0) - cap) < 1e-6 })
+  }
+
+  /// `rampctl sleep`: master.gain fades out (straight in dB) over the last part, every stream
+  /// stops, and master.gain is back at its level for the next play.
+  @Test func aSleepTimerFadesOutAndStops() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("music", seconds: 1)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "subscribe", "events": ["stream-ended"]]).isOK)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "music", "loop": true]).isOK)
+    let sleep = try rampctl(["sleep", "2s", "--fade", "1s"], daemon)
+    #expect(sleep.status == 0 && sleep.stdout.contains("fades to silence"), "\(sleep)")
+    let listed = try #require(client.request(["cmd": "status"]).result["scheduled"]?.arrayValue)
+    #expect(
+      listed.map { $0["cmd"]?.stringValue } == ["fade", "stop", "set"] && listed.allSatisfy { $0["tag"] == "sleep" })
+    let ended = try client.waitForEvent(timeout: 5) { $0["event"] == "stream-ended" && $0["stream"] == "music" }
+    #expect(ended["reason"] == "stopped")
+    usleep(1_500_000)
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"]?.numberValue == 1)
+    #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
+    #expect(daemon.stop() == 0)
+    let played = try daemon.played(channel: 0)
+    let fadeStart = try #require(played.lastIndex(of: 1))
+    let length = Int(Self.rate)
+    var worst = 0.0
+    for n in 1..<length {
+      worst = max(worst, abs(Double(played[fadeStart + n]) - pow(10, -60 * Double(n) / Double(length) / 20)))
+    }
+    #expect(worst < 1e-6, "largest error on the fade \(worst)")
+    #expect(played[(fadeStart + length)...].allSatisfy { $0 == 0 })
+  }
+
+  /// A newer command on master.gain cancels the sleep timer: before its fade, the schedules go;
+  /// during it, the fade is held where it is and the newer command takes over from there.
+  @Test func aNewerMasterGainCommandCancelsTheSleepTimer() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("music", seconds: 1)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "music", "loop": true]).isOK)
+    #expect(try rampctl(["sleep", "6s", "--fade", "4s"], daemon).status == 0)
+    usleep(3_000_000)
+    // The fade began a second ago; the stop is three seconds away.
+    let set = try rampctl(["set", "master.gain", "0.5", "--duration", "200ms"], daemon)
+    #expect(set.status == 0, "\(set)")
+    #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
+    usleep(4_500_000)
+    let status = try client.request(["cmd": "status"])
+    #expect(status.result["streams"]?.arrayValue?.count == 1, "\(status.serialized())")
+    let gain = try client.request(["cmd": "get", "key": "master.gain"]).result
+    #expect(gain["model"]?.numberValue == 0.5 && gain["presentation"]?.numberValue == 0.5)
+    #expect(daemon.stop() == 0)
+    let played = try daemon.played(channel: 0)
+    // At 0.5 from the end of the set's ramp until rampd's own fade-out at SIGTERM: over 4 s.
+    let held = try #require(played.lastIndex(of: 0.5))
+    let settled = try #require(played[..<held].lastIndex { $0 != 0.5 }) + 1
+    #expect(held - settled > 4 * Int(Self.rate), "\(held - settled) samples at 0.5")
+    // No jump: the level moved by no more than a ramp's step from one sample to the next.
+    let fadeStart = try #require(played.lastIndex(of: 1))
+    var largest: Float = 0
+    for index in fadeStart..<held { largest = max(largest, abs(played[index + 1] - played[index])) }
+    #expect(largest < 0.01, "largest step \(largest)")
+  }
+
+  @Test func sleepCancelRemovesItAndUnscheduleNamesBadInput() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("music", seconds: 1)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "music", "loop": true]).isOK)
+    #expect(try rampctl(["sleep", "30m"], daemon).status == 0)
+    #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue?.count == 3)
+    let cancel = try rampctl(["sleep", "--cancel"], daemon)
+    #expect(cancel.status == 0 && cancel.stdout.contains("cancelled"), "\(cancel)")
+    #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
+    let bad: [(JSONObject, String)] = [
+      (["cmd": "unschedule", "schedule": 999], "schedule"),
+      (["cmd": "play", "path": .string(file), "repeat": ["time": "24:00"]], "repeat.time"),
+      (["cmd": "stop", "repeat": ["every": 0]], "repeat.every"),
+      (["cmd": "stop", "repeat": ["time": "07:00", "days": ["someday"]]], "repeat.days[0]"),
+      (["cmd": "set", "key": "master.gain", "value": 1, "at": 60, "yield": "master..gain"], "yield"),
+    ]
+    for (request, field) in bad {
+      let reply = try client.request(request)
+      #expect(!reply.isOK && reply.errorField == field, "\(reply.serialized())")
+    }
+    let refused = try rampctl(["alarm", "7am", file], daemon)
+    #expect(refused.status == 64 && refused.stderr.contains("<time>"), "\(refused)")
+    #expect(try rampctl(["play", file, "--at", "07:00", "--days", "mon,funday"], daemon).stderr.contains("--days"))
+    // Still playing.
+    #expect(try client.request(["cmd": "status"]).result["streams"]?.arrayValue?.count == 1)
+  }
+}
