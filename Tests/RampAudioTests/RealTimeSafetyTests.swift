@@ -134,6 +134,38 @@ import Testing
 }
 
 /// One block rendered and written to the device, as the render loop does.
+extension RealTimeSafetyTests {
+  /// On a device that plays in real time, writing a block and reading where the device is (its
+  /// status: delay and timestamp, fed to the sample-to-time mapping) allocate nothing either.
+  @Test func mappingTheDeviceClockAllocatesNothing() throws {
+    _ = try ClockedDevice.files("rampd_clocked_status")
+    let player = try Player(
+      output: OutputConfiguration(
+        device: "rampd_clocked_status", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device))
+    let path = try temporaryDirectory().appendingPathComponent("tone.wav").path
+    try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    try player.play(path, id: "tone")
+    player.applyPendingCommands()
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    for _ in 0..<20 { try renderAndWrite(player, buffers) }
+    let before = rampd_allocations_on_this_thread()
+    let freesBefore = rampd_frees_on_this_thread()
+    for _ in 0..<200 {
+      while player.streamsBehind(frames: frames) { usleep(100) }
+      try renderAndWrite(player, buffers)
+    }
+    let after = rampd_allocations_on_this_thread()
+    let freesAfter = rampd_frees_on_this_thread()
+    #expect(after - before == 0, "\(after - before) allocations in 200 blocks")
+    #expect(freesAfter - freesBefore == 0, "\(freesAfter - freesBefore) frees in 200 blocks")
+    // The device's delay and clock were read: the mapping is known, its delay within the buffer.
+    let measured = try #require(player.measuredOutput)
+    #expect(measured.delay > 0 && measured.delay <= 0.021, "delay \(measured.delay) s")
+  }
+}
+
 private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers) throws {
   player.renderBlock(buffers)
   try player.writeToDevice(buffers.mix, frames: player.output.periodFrames)
