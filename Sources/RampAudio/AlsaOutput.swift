@@ -116,9 +116,11 @@ public final class AlsaPCMOutput {
   public private(set) var hasNoClock = false
   private var clockProbed = false
 
-  /// The chain writes a file (ALSA's `file` plugin): its recording is the time line of what was
-  /// played, every sample in order, so it is never stopped while idle.
-  private let writesFile: Bool
+  /// The chain ends in ALSA's `null` and writes no file: nothing it takes is kept or checked, so
+  /// a clock-paced writer may stop while idle. (A `file` plugin's recording is the time line of
+  /// what was played, every sample in order; another sink may fail on a write, which is how a
+  /// lost device is noticed.)
+  private let swallowsSilently: Bool
 
   /// Frames converted per `snd_pcm_writei` call: the conversion buffer holds this many frames.
   /// Equal to the period size (at least 64 frames); larger writes are done in blocks of this size.
@@ -247,7 +249,7 @@ public final class AlsaPCMOutput {
     case .auto:
       pacing = Self.automaticPacing(setupDump: dump)
     }
-    writesFile = dump.contains("File PCM")
+    swallowsSilently = dump.contains("Null PCM") && !dump.contains("File PCM")
 
     negotiated = Negotiated(
       device: device, format: format, rate: Int(rate), channels: configuration.channels,
@@ -361,10 +363,10 @@ public final class AlsaPCMOutput {
   }
 
   /// Whether the player may stop writing while nothing plays (`stopForIdle`): a device that
-  /// plays in real time, or a clock-paced sink that keeps nothing (`null`); not a chain that
-  /// writes a file, nor a device without a clock (or not yet known to have one).
+  /// plays in real time, or a clock-paced `null` that keeps nothing; not a chain that writes a
+  /// file, nor a device without a clock (or not yet known to have one).
   public var stopsWhenIdle: Bool {
-    negotiated.pacing == .clock ? !writesFile : clockProbed && !hasNoClock
+    negotiated.pacing == .clock ? swallowsSilently : clockProbed && !hasNoClock
   }
 
   /// Set by `stopForIdle`: the next writes start the device once it holds two blocks instead of

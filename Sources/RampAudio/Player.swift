@@ -942,6 +942,12 @@ public final class Player: @unchecked Sendable {
   /// being silence or the command's ramp: no click. Allocation-free.
   private func idleIfNothingToRender(_ buffers: RenderBuffers) {
     guard let device, device.stopsWhenIdle, healthy.load(ordering: .relaxed), nothingToRender else { return }
+    let nanosecondsPerFrame = 1e9 / Double(output.rate)
+    // How long before a scheduled command the device must run again.
+    let lead = Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
+    if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
+      return
+    }
     // The block last written is silence (the one before may end a stream): the device stops
     // before it, and cuts nothing but silence.
     var index = 0
@@ -953,7 +959,6 @@ public final class Player: @unchecked Sendable {
     idling.store(true, ordering: .sequentiallyConsistent)
     defer { idling.store(false, ordering: .sequentiallyConsistent) }
     guard commands.isEmpty else { return }
-    let nanosecondsPerFrame = 1e9 / Double(output.rate)
     let now = monotonicNanoseconds()
     // When the last sample written is heard; the device stops a period before.
     let lastHeard =
@@ -964,7 +969,6 @@ public final class Player: @unchecked Sendable {
     device.stopForIdle()
     heardClock.restart()
     stoppedIdle.store(true, ordering: .relaxed)
-    let lead = Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
     while running.load(ordering: .relaxed) {
       // A scheduled command wakes it in time to be rendered and heard at its sample.
       let deadline = scheduled.firstSample.map { first in

@@ -87,6 +87,8 @@ import Testing
     let first = try #require((before..<recording.frames).first { recording.sample($0) != 0 }) - 1
     let heard = try #require(recording.nanoseconds(ofFrame: first))
     let error = Double(heard - (monotonic + 1_000_000_000)) / 1e9
-    #expect(abs(error) < 0.002, "heard \(error * 1000) ms from its time")
+    #expect(
+      abs(error) < 0.002,
+      "heard \(error * 1000) ms from its time; resume latency \(String(describing: player.resumeLatency))")
   }
 }
