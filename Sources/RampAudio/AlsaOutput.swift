@@ -374,6 +374,17 @@ public final class AlsaPCMOutput {
   /// the time it takes to render two blocks, and the start does not wait for a buffer to be
   /// rendered; the writes that follow fill the buffer faster than it plays.
   private var startEarly = false
+  /// With `startEarly`: not before these monotonic nanoseconds (0: at once).
+  private var startAt: Int64 = 0
+
+  /// After `stopForIdle`, with device pacing: the device is to start at `nanoseconds`
+  /// (monotonic) exactly, once it holds two blocks; the writes wait for it. False when it cannot
+  /// (clock pacing, or the device is not stopped for idle).
+  public func start(at nanoseconds: Int64) -> Bool {
+    guard startEarly, negotiated.pacing == .device else { return false }
+    startAt = nanoseconds
+    return true
+  }
 
   private func startIfEnough() {
     guard let pcm else { return }
@@ -383,6 +394,8 @@ public final class AlsaPCMOutput {
     }
     if (deviceDelay() ?? 0) >= min(2 * blockFrames, negotiated.bufferFrames) {
       startEarly = false
+      if startAt > 0 { sleepUntil(nanoseconds: startAt) }
+      startAt = 0
       snd_pcm_start(pcm)
     }
   }
@@ -558,6 +571,12 @@ private struct XorShift64 {
 
 private func alsaError(_ code: Int32) -> String {
   String(cString: snd_strerror(code))
+}
+
+/// Sleeps until CLOCK_MONOTONIC reads `deadline` nanoseconds.
+func sleepUntil(nanoseconds deadline: Int64) {
+  var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+  while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &time, nil) == EINTR {}
 }
 
 func monotonicNanoseconds() -> Int64 {

@@ -969,24 +969,30 @@ public final class Player: @unchecked Sendable {
     device.stopForIdle()
     heardClock.restart()
     stoppedIdle.store(true, ordering: .relaxed)
-    while running.load(ordering: .relaxed) {
-      // A scheduled command wakes it in time to be rendered and heard at its sample.
-      let deadline = scheduled.firstSample.map { first in
-        heardClock.known
-          ? heardClock.nanoseconds(of: first) - lead
-          : HeardClock.clamped(Double(lastHeard) + Double(first - state.engine.now) * nanosecondsPerFrame) - lead
-      }
-      if !sleepIdle(until: deadline) || deadline != nil { break }
+    // A scheduled command wakes it in time to be rendered and heard at its sample.
+    let deadline = scheduled.firstSample.map { first in
+      heardClock.known
+        ? heardClock.nanoseconds(of: first) - lead
+        : HeardClock.clamped(Double(lastHeard) + Double(first - state.engine.now) * nanosecondsPerFrame) - lead
     }
+    // True only once the deadline has passed; false when a command came (or shutdown).
+    let scheduledWake = sleepIdle(until: deadline)
     stoppedIdle.store(false, ordering: .relaxed)
     let wake = monotonicNanoseconds()
-    let heardFrom = wake + resumeNanoseconds
+    var heardFrom = wake + resumeNanoseconds
+    // Woken for a scheduled command, with time to spare: the device starts at a set moment
+    // (after the two blocks it starts with are rendered), so its sample clock is where the
+    // mapping says, whatever this wake-up's latency.
+    let startMargin: Int64 = 5_000_000
+    let timed = scheduledWake && device.start(at: wake + startMargin)
+    if timed { heardFrom = wake + startMargin }
     let behind =
       heardClock.known
       ? heardClock.sample(at: heardFrom) - Double(state.engine.now)
       : Double(heardFrom - lastHeard) / nanosecondsPerFrame
     if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
-    resumed = (wake, state.engine.now)
+    // A timed start says nothing of the latency of a command's wake-up.
+    resumed = timed ? nil : (wake, state.engine.now)
     batchStart = nil
   }
 

@@ -1,5 +1,7 @@
 import Foundation
 
+@testable import RampAudio
+
 #if canImport(Glibc)
   import Glibc
 #endif
@@ -64,10 +66,7 @@ enum ClockedDevice {
         }.joined()
       let path = "\(dir)/asound-clocked-test.conf"
       try config.write(toFile: path, atomically: true, encoding: .utf8)
-      let current = getenv("ALSA_CONFIG_PATH").map { String(cString: $0) } ?? "/usr/share/alsa/alsa.conf"
-      if !current.split(separator: ":").contains(Substring(path)) {
-        setenv("ALSA_CONFIG_PATH", "\(current):\(path)", 1)
-      }
+      AlsaTestConfig.append(configuration: path)
     } catch {
       return .failure(error as? TestSetupError ?? TestSetupError(message: "\(error)"))
     }
@@ -78,6 +77,14 @@ enum ClockedDevice {
   static func files(_ name: String) throws -> (file: String, times: String) {
     let dir = try setup.get()
     return ("\(dir)/\(name).raw", "\(dir)/\(name).times")
+  }
+
+  /// A player on device `name` (float, paced by the device).
+  static func player(_ name: String, period: Double = 0.01, buffer: Double = 0.2) throws -> Player {
+    _ = try files(name)
+    return try Player(
+      output: OutputConfiguration(
+        device: name, format: .float32, periodTime: period, bufferTime: buffer, pacing: .device))
   }
 
   /// What device `name` played so far.

@@ -15,9 +15,7 @@ import Testing
   func heardError(
     _ name: String, settle: Double = 1.5, ahead: Double = 2, name test: String = #function
   ) throws -> (error: Double, measured: (delay: Double, driftPPM: Double)?) {
-    _ = try ClockedDevice.files(name)
-    let player = try Player(
-      output: OutputConfiguration(device: name, format: .float32, periodTime: 0.01, bufferTime: 0.2, pacing: .device))
+    let player = try ClockedDevice.player(name)
     let file = try temporaryDirectory(test).appendingPathComponent("one.wav").path
     try writeSignal(file, frames: 48_000 * Int(settle + ahead + 2), channels: 2)
     player.start()

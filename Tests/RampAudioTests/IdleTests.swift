@@ -14,10 +14,7 @@ import Testing
   }
 
   @Test func idleMakesNoWakeUpsAndTheNextPlayStartsCleanly() throws {
-    _ = try ClockedDevice.files("rampd_clocked_idle")
-    let player = try Player(
-      output: OutputConfiguration(
-        device: "rampd_clocked_idle", format: .float32, periodTime: 0.01, bufferTime: 0.2, pacing: .device))
+    let player = try ClockedDevice.player("rampd_clocked_idle")
     let file = try temporaryDirectory().appendingPathComponent("sine.wav").path
     let length = 24_000
     try writeSignal(file, frames: length, channels: 2, signal: Self.sine)
@@ -62,10 +59,7 @@ import Testing
 
   /// A command scheduled while idle wakes the render thread in time: it is heard at its time.
   @Test func aCommandScheduledWhileIdleIsHeardOnTime() throws {
-    _ = try ClockedDevice.files("rampd_clocked_device")
-    let player = try Player(
-      output: OutputConfiguration(
-        device: "rampd_clocked_device", format: .float32, periodTime: 0.01, bufferTime: 0.2, pacing: .device))
+    let player = try ClockedDevice.player("rampd_clocked_device")
     let file = try temporaryDirectory().appendingPathComponent("one.wav").path
     try writeSignal(file, frames: 24_000, channels: 2)
     player.start()

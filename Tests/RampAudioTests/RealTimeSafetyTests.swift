@@ -133,15 +133,11 @@ import Testing
   }
 }
 
-/// One block rendered and written to the device, as the render loop does.
 extension RealTimeSafetyTests {
   /// On a device that plays in real time, writing a block and reading where the device is (its
   /// status: delay and timestamp, fed to the sample-to-time mapping) allocate nothing either.
   @Test func mappingTheDeviceClockAllocatesNothing() throws {
-    _ = try ClockedDevice.files("rampd_clocked_status")
-    let player = try Player(
-      output: OutputConfiguration(
-        device: "rampd_clocked_status", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device))
+    let player = try ClockedDevice.player("rampd_clocked_status", period: 0.005, buffer: 0.02)
     let path = try temporaryDirectory().appendingPathComponent("tone.wav").path
     try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
     try player.play(path, id: "tone")
@@ -166,6 +162,7 @@ extension RealTimeSafetyTests {
   }
 }
 
+/// One block rendered and written to the device, as the render loop does.
 private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers) throws {
   player.renderBlock(buffers)
   try player.writeToDevice(buffers.mix, frames: player.output.periodFrames)
