@@ -116,11 +116,19 @@ public final class AlsaPCMOutput {
   public private(set) var hasNoClock = false
   private var clockProbed = false
 
+  /// The chain ends in ALSA's `null` and writes no file: nothing it takes is kept or checked, so
+  /// a clock-paced writer may stop while idle. (A `file` plugin's recording is the time line of
+  /// what was played, every sample in order; another sink may fail on a write, which is how a
+  /// lost device is noticed.)
+  private let swallowsSilently: Bool
+
   /// Frames converted per `snd_pcm_writei` call: the conversion buffer holds this many frames.
   /// Equal to the period size (at least 64 frames); larger writes are done in blocks of this size.
   public let blockFrames: Int
 
   private var pcm: OpaquePointer?
+  /// `snd_pcm_status` goes here (allocated once: `heardPosition` runs on the render thread).
+  private let status: OpaquePointer
   private let buffer: UnsafeMutableRawPointer
   private let bytesPerFrame: Int
   private var rng = XorShift64(seed: 0x9E37_79B9_7F4A_7C15)
@@ -220,19 +228,28 @@ public final class AlsaPCMOutput {
     if err < 0 { throw fail("cannot set the start threshold", err) }
     err = snd_pcm_sw_params_set_avail_min(pcm, sw, periodSize)
     if err < 0 { throw fail("cannot set avail_min", err) }
+    // Timestamps on CLOCK_MONOTONIC with every status (`heardPosition`); a device that cannot
+    // gives none, and the time the status was read stands in.
+    _ = snd_pcm_sw_params_set_tstamp_mode(pcm, sw, SND_PCM_TSTAMP_ENABLE)
+    _ = snd_pcm_sw_params_set_tstamp_type(pcm, sw, SND_PCM_TSTAMP_TYPE_MONOTONIC)
     err = snd_pcm_sw_params(pcm, sw)
     if err < 0 { throw fail("cannot apply software parameters", err) }
 
     err = snd_pcm_prepare(pcm)
     if err < 0 { throw fail("cannot prepare", err) }
+    var statusOptional: OpaquePointer?
+    err = snd_pcm_status_malloc(&statusOptional)
+    guard err >= 0, let status = statusOptional else { throw fail("cannot allocate a status", err) }
 
+    let dump = Self.setupDump(pcm)
     let pacing: OutputConfiguration.Pacing
     switch configuration.pacing {
     case .clock, .device:
       pacing = configuration.pacing
     case .auto:
-      pacing = Self.automaticPacing(setupDump: Self.setupDump(pcm))
+      pacing = Self.automaticPacing(setupDump: dump)
     }
+    swallowsSilently = dump.contains("Null PCM") && !dump.contains("File PCM")
 
     negotiated = Negotiated(
       device: device, format: format, rate: Int(rate), channels: configuration.channels,
@@ -241,6 +258,7 @@ public final class AlsaPCMOutput {
     clock = ClockPacer(rate: negotiated.rate)
     bytesPerFrame = format.bytesPerSample * configuration.channels
     buffer = UnsafeMutableRawPointer.allocate(byteCount: blockFrames * bytesPerFrame, alignment: 16)
+    self.status = status
     self.pcm = pcm
     ownsPCM = false
   }
@@ -248,6 +266,7 @@ public final class AlsaPCMOutput {
   deinit {
     close()
     buffer.deallocate()
+    snd_pcm_status_free(status)
   }
 
   /// Closes the PCM without draining. Idempotent; `write` throws afterwards.
@@ -302,6 +321,7 @@ public final class AlsaPCMOutput {
       }
       clock.advance(by: count)
       done += count
+      if startEarly { startIfEnough() }
     }
     if !clockProbed && negotiated.pacing == .device && frames > 0 {
       // A device that plays in real time holds at least part of what was just written. One that
@@ -317,6 +337,82 @@ public final class AlsaPCMOutput {
     var delay: snd_pcm_sframes_t = 0
     guard snd_pcm_delay(pcm, &delay) == 0 else { return nil }
     return max(Int(delay), 0)
+  }
+
+  /// Where the device is in what was written: `delay` frames written are not yet heard at
+  /// `nanoseconds` (CLOCK_MONOTONIC), so the last frame written is heard `delay` frames after it.
+  /// From the device's own status (`snd_pcm_status`: its delay and timestamp) while it runs; with
+  /// clock pacing, from the clock. Nil while the device does not play in real time (not started,
+  /// stopped, without a clock). Allocation-free.
+  public func heardPosition() -> (delay: Int, nanoseconds: Int64)? {
+    guard let pcm else { return nil }
+    if negotiated.pacing == .clock {
+      guard clock.started else { return nil }
+      let now = monotonicNanoseconds()
+      return (Int(max(clock.framesAhead(now: now), 0)), now)
+    }
+    guard !hasNoClock, snd_pcm_status(pcm, status) == 0, snd_pcm_status_get_state(status) == SND_PCM_STATE_RUNNING
+    else { return nil }
+    let now = monotonicNanoseconds()
+    var stamp = snd_htimestamp_t()
+    snd_pcm_status_get_htstamp(status, &stamp)
+    var time = Int64(stamp.tv_sec) * 1_000_000_000 + Int64(stamp.tv_nsec)
+    // No timestamp, or one on another clock (a plugin chain that did not pass the type on).
+    if time == 0 || abs(time - now) > 100_000_000 { time = now }
+    return (max(Int(snd_pcm_status_get_delay(status)), 0), time)
+  }
+
+  /// Whether the player may stop writing while nothing plays (`stopForIdle`): a device that
+  /// plays in real time, or a clock-paced `null` that keeps nothing; not a chain that writes a
+  /// file, nor a device without a clock (or not yet known to have one).
+  public var stopsWhenIdle: Bool {
+    negotiated.pacing == .clock ? swallowsSilently : clockProbed && !hasNoClock
+  }
+
+  /// Set by `stopForIdle`: the next writes start the device once it holds two blocks instead of
+  /// its start threshold (a buffer less a period), so what wakes it from idle is heard within
+  /// the time it takes to render two blocks, and the start does not wait for a buffer to be
+  /// rendered; the writes that follow fill the buffer faster than it plays.
+  private var startEarly = false
+  /// With `startEarly`: not before these monotonic nanoseconds (0: at once).
+  private var startAt: Int64 = 0
+
+  /// After `stopForIdle`, with device pacing: the device is to start at `nanoseconds`
+  /// (monotonic) exactly, once it holds two blocks; the writes wait for it. False when it cannot
+  /// (clock pacing, or the device is not stopped for idle).
+  public func start(at nanoseconds: Int64) -> Bool {
+    guard startEarly, negotiated.pacing == .device else { return false }
+    startAt = nanoseconds
+    return true
+  }
+
+  private func startIfEnough() {
+    guard let pcm else { return }
+    guard snd_pcm_state(pcm) == SND_PCM_STATE_PREPARED else {
+      startEarly = false
+      return
+    }
+    if (deviceDelay() ?? 0) >= min(2 * blockFrames, negotiated.bufferFrames) {
+      startEarly = false
+      if startAt > 0 { sleepUntil(nanoseconds: startAt) }
+      startAt = 0
+      snd_pcm_start(pcm)
+    }
+  }
+
+  /// Stops the device, which has played what it holds but its last silence (nothing plays): it
+  /// neither runs dry (no underrun) nor wakes anyone until the next writes start it again, once
+  /// it holds two blocks. With clock pacing, the clock starts
+  /// again at the next write. Allocation-free.
+  public func stopForIdle() {
+    guard let pcm else { return }
+    if negotiated.pacing == .clock {
+      clock.reset()
+      return
+    }
+    snd_pcm_drop(pcm)
+    snd_pcm_prepare(pcm)
+    startEarly = true
   }
 
   /// Plays out what has been written (`snd_pcm_drain`; with clock pacing, also sleeps until the
@@ -475,6 +571,12 @@ private struct XorShift64 {
 
 private func alsaError(_ code: Int32) -> String {
   String(cString: snd_strerror(code))
+}
+
+/// Sleeps until CLOCK_MONOTONIC reads `deadline` nanoseconds.
+func sleepUntil(nanoseconds deadline: Int64) {
+  var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+  while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &time, nil) == EINTR {}
 }
 
 func monotonicNanoseconds() -> Int64 {

@@ -72,12 +72,5 @@ struct ClockPacer {
     return ns / 1_000_000_000 * rate + ns % 1_000_000_000 * rate / 1_000_000_000
   }
 
-  private func sleep(untilNanoseconds deadline: Int64) {
-    while true {
-      let remaining = deadline - monotonicNanoseconds()
-      if remaining <= 0 { return }
-      var request = timespec(tv_sec: Int(remaining / 1_000_000_000), tv_nsec: Int(remaining % 1_000_000_000))
-      nanosleep(&request, nil)
-    }
-  }
+  private func sleep(untilNanoseconds deadline: Int64) { sleepUntil(nanoseconds: deadline) }
 }

@@ -396,6 +396,23 @@ public final class Player: @unchecked Sendable {
   private var idleClock: ClockPacer
   /// Underruns counted by devices since lost, so the total survives a reconnection.
   private var underrunsOfLostDevices = 0
+  /// Which sample is heard when (render thread), and its copy for other threads.
+  private var heardClock: HeardClock
+  private let heard = HeardClock.Shared()
+  /// The render thread sleeps, idle, and listens for commands (`perform` then rings it).
+  private let idling = Atomic<Bool>(false)
+  /// The device is stopped while nothing plays.
+  private let stoppedIdle = Atomic<Bool>(false)
+  /// Nanoseconds from waking up idle to the first sample heard, as last measured (render thread;
+  /// one period until measured), and its copy for status (−1: not yet measured).
+  private var resumeNanoseconds: Int64 = 0
+  private let measuredResume = Atomic<Int64>(-1)
+  /// When the render thread last woke up idle, and the sample it resumed at, until the device
+  /// says when that sample is heard.
+  private var resumed: (nanoseconds: Int64, sample: Int64)?
+  /// The device's underruns at the last observation: one more means the device stopped and
+  /// started again (render thread only).
+  private var underrunsObserved = 0
 
   /// The render thread's kernel id once it runs (tests read its `schedstat`).
   var renderThreadID: Int32 { renderThread.load(ordering: .acquiring) }
@@ -447,6 +464,8 @@ public final class Player: @unchecked Sendable {
     reopenAfterFrames = configuration.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
     self.declick = declick
     idleClock = ClockPacer(rate: device.negotiated.rate)
+    heardClock = HeardClock(rate: device.negotiated.rate)
+    resumeNanoseconds = Int64(device.negotiated.periodFrames) * 1_000_000_000 / Int64(device.negotiated.rate)
     declickFrames = max(Int((declick * rate).rounded()), 1)
     refillFrames = declickFrames + 4 * device.negotiated.periodFrames
     let engine = try AnimationEngine(
@@ -498,7 +517,7 @@ public final class Player: @unchecked Sendable {
   ) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
     // Only a render thread waiting for the clock listens for it.
-    if wake && output.pacing == .clock { commandBell.ring() }
+    if wake && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent)) { commandBell.ring() }
     return accepted
   }
 
@@ -701,10 +720,12 @@ public final class Player: @unchecked Sendable {
     firstDecoderBehind(frames: frames, playingOnly: false) != nil
   }
 
-  /// Writes one rendered block to the device, as the render loop does.
+  /// Writes one rendered block to the device, as the render loop does (and reads where the
+  /// device is, as it does after a write).
   func writeToDevice(_ mix: UnsafePointer<Float>, frames: Int) throws(AudioError) {
     guard let device else { throw AudioError(.device, "no device") }
     try device.write(mix, frames: frames, clamped: true)
+    observeHeard(device)
   }
 
   private func renderLoop() {
@@ -723,6 +744,7 @@ public final class Player: @unchecked Sendable {
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {
+      if blockCount.load(ordering: .relaxed) > 0 { idleIfNothingToRender(buffers) }
       // With clock pacing, the wait comes before the block is rendered: a command taken during
       // it lands on the block's first sample, heard at most one buffer later.
       var due: Int64 = 0
@@ -839,6 +861,7 @@ public final class Player: @unchecked Sendable {
       // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
       try device.write(buffers.mix, frames: buffers.frames, clamped: true)
       framesSinceOpen += buffers.frames
+      observeHeard(device)
       // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
       // at the first write and writes it once its own buffer fills. (A device reopened on
       // schedule was never lost.)
@@ -866,10 +889,161 @@ public final class Player: @unchecked Sendable {
     }
   }
 
+  /// Feeds the sample-to-time mapping what the device says right after a write: the block's
+  /// last sample is heard `delay` frames later than the device's timestamp.
+  private func observeHeard(_ device: AlsaPCMOutput) {
+    if device.underruns != underrunsObserved {
+      underrunsObserved = device.underruns
+      heardClock.restart()
+    }
+    guard let position = device.heardPosition() else { return }
+    heardClock.observe(sample: state.engine.now - Int64(position.delay), at: position.nanoseconds)
+    heard.store(heardClock, delay: Int64(position.delay))
+    if let resumed {
+      self.resumed = nil
+      resumeNanoseconds = max(heardClock.nanoseconds(of: resumed.sample) - resumed.nanoseconds, 0)
+      measuredResume.store(resumeNanoseconds, ordering: .relaxed)
+    }
+  }
+
+  // MARK: Idle
+
+  /// True while the device is stopped because nothing plays and nothing moves: the render thread
+  /// sleeps until a command comes (or a scheduled one is due) and makes no wake-up meanwhile.
+  public var isIdle: Bool { stoppedIdle.load(ordering: .relaxed) }
+
+  /// Seconds from a command that ends the idle to its first sample heard, as last measured
+  /// (nil before the first time).
+  public var resumeLatency: Double? {
+    let nanoseconds = measuredResume.load(ordering: .relaxed)
+    return nanoseconds < 0 ? nil : Double(nanoseconds) / 1e9
+  }
+
+  /// Nothing to render but silence until a command comes: no command waits, no stream plays
+  /// (every one paused and still, none seeking), no animation runs or waits to begin.
+  private var nothingToRender: Bool {
+    guard commands.isEmpty, !state.engine.isAnimating, !state.engine.hasPendingCompletions else { return false }
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      if !stream.paused || stream.stopping || stream.pendingSeek != nil { return false }
+    }
+    return true
+  }
+
+  /// When nothing is to be rendered (`nothingToRender`) on a device that may stop
+  /// (`AlsaPCMOutput.stopsWhenIdle`): lets the device play what it holds, stops it before it
+  /// runs dry (what it still holds is the last block, silence), then sleeps until a command
+  /// comes or a scheduled one must be rendered, without a timer. A command during the play-out
+  /// ends it with the device still running. On waking, the sample clock catches up with the
+  /// time spent idle as the device will play it (the mapping of samples to time extrapolated,
+  /// plus the resume latency last measured), so an `at` time keeps its meaning; the device
+  /// starts again once it holds two blocks (`AlsaPCMOutput.stopForIdle`), its first sample
+  /// being silence or the command's ramp: no click. Allocation-free.
+  private func idleIfNothingToRender(_ buffers: RenderBuffers) {
+    guard let device, device.stopsWhenIdle, healthy.load(ordering: .relaxed), nothingToRender else { return }
+    let nanosecondsPerFrame = 1e9 / Double(output.rate)
+    // How long before a scheduled command the device must run again.
+    let lead = Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
+    if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
+      return
+    }
+    // The block last written is silence (the one before may end a stream): the device stops
+    // before it, and cuts nothing but silence.
+    var index = 0
+    while index < buffers.frames * buffers.channels {
+      if buffers.mix[index] != 0 { return }
+      index += 1
+    }
+    // Pairs with `perform`: either it sees `idling` and rings, or the command is seen here.
+    idling.store(true, ordering: .sequentiallyConsistent)
+    defer { idling.store(false, ordering: .sequentiallyConsistent) }
+    guard commands.isEmpty else { return }
+    let now = monotonicNanoseconds()
+    // When the last sample written is heard; the device stops a period before.
+    let lastHeard =
+      heardClock.known
+      ? heardClock.nanoseconds(of: state.engine.now) : now + Int64(Double(device.delayFrames) * nanosecondsPerFrame)
+    let period = Int64(Double(output.periodFrames) * nanosecondsPerFrame)
+    guard sleepIdle(until: lastHeard - period) else { return }
+    device.stopForIdle()
+    heardClock.restart()
+    stoppedIdle.store(true, ordering: .relaxed)
+    // A scheduled command wakes it in time to be rendered and heard at its sample.
+    let deadline = scheduled.firstSample.map { first in
+      heardClock.known
+        ? heardClock.nanoseconds(of: first) - lead
+        : HeardClock.clamped(Double(lastHeard) + Double(first - state.engine.now) * nanosecondsPerFrame) - lead
+    }
+    // True only once the deadline has passed; false when a command came (or shutdown).
+    let scheduledWake = sleepIdle(until: deadline)
+    stoppedIdle.store(false, ordering: .relaxed)
+    let wake = monotonicNanoseconds()
+    var heardFrom = wake + resumeNanoseconds
+    // Woken for a scheduled command, with time to spare: the device starts at a set moment
+    // (after the two blocks it starts with are rendered), so its sample clock is where the
+    // mapping says, whatever this wake-up's latency.
+    let startMargin: Int64 = 5_000_000
+    let timed = scheduledWake && device.start(at: wake + startMargin)
+    if timed { heardFrom = wake + startMargin }
+    let behind =
+      heardClock.known
+      ? heardClock.sample(at: heardFrom) - Double(state.engine.now)
+      : Double(heardFrom - lastHeard) / nanosecondsPerFrame
+    if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
+    // A timed start says nothing of the latency of a command's wake-up.
+    resumed = timed ? nil : (wake, state.engine.now)
+    batchStart = nil
+  }
+
+  /// Sleeps on the command bell until `deadline` (monotonic nanoseconds; nil: none). False when
+  /// a command came first (or the player stops), true once the deadline has passed.
+  private func sleepIdle(until deadline: Int64?) -> Bool {
+    while running.load(ordering: .relaxed) {
+      if !commands.isEmpty { return false }
+      var milliseconds: Int32 = -1
+      if let deadline {
+        let left = deadline - monotonicNanoseconds()
+        if left <= 0 { return true }
+        milliseconds = pollMilliseconds(Double(left) / 1e9)
+      }
+      _ = commandBell.wait(milliseconds: milliseconds)
+    }
+    return false
+  }
+
+  /// The output sample heard at `wallClock` (seconds since the epoch, CLOCK_REALTIME): by the
+  /// device's own delay and timestamps and its clock rate as measured (`status.output`'s
+  /// `delay` and `drift`), kept current at every block. Before the device has said anything (or
+  /// without one), the sample clock counted from the next block at the nominal rate. A time
+  /// too far off to count in samples gives a sample that never comes.
+  public func sample(heardAt wallClock: Double) -> Int64 {
+    let monotonic = monotonicNanoseconds()
+    let seconds = wallClock - realtimeSeconds()
+    let frames: Double
+    if let mapping = heard.load() {
+      frames = mapping.sample + (Double(monotonic - mapping.nanoseconds) + seconds * 1e9) * mapping.rate
+    } else {
+      frames = Double(currentSample) + seconds * Double(output.rate)
+    }
+    return Int64(min(frames.rounded(), 1e18))
+  }
+
+  /// The output's delay (seconds from a sample written to its being heard, measured right after
+  /// the last write) and its clock's drift against the system's (parts per million, 0 until
+  /// measured); nil before the device has said.
+  public var measuredOutput: (delay: Double, driftPPM: Double)? {
+    guard let mapping = heard.load(), mapping.delay >= 0 else { return nil }
+    return (Double(mapping.delay) / Double(output.rate), (mapping.rate * 1e9 / Double(output.rate) - 1) * 1e6)
+  }
+
   /// Gives the device to the recovery thread: `deadDevices` (lost) or `retiredDevices` (healthy,
   /// reopened on schedule), to be closed and opened again. Time follows the clock meanwhile.
   private func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<AlsaPCMOutput>) {
     underrunsOfLostDevices += device.underruns
+    underrunsObserved = 0
+    heardClock.restart()
     self.device = nil
     idleClock.reset()
     batchStart = nil
@@ -1225,6 +1399,12 @@ private final class UnstartedDecoder: @unchecked Sendable {
   init(_ decoder: StreamDecoder) { self.decoder = decoder }
 
   deinit { if !joined { decoder.cancel() } }
+}
+
+func realtimeSeconds() -> Double {
+  var time = timespec()
+  clock_gettime(CLOCK_REALTIME, &time)
+  return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
 }
 
 func monotonicSeconds() -> Double {

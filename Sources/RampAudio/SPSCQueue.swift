@@ -37,6 +37,9 @@ public final class SPSCQueue<Element>: @unchecked Sendable {
     return true
   }
 
+  /// Consumer: whether nothing waits (a producer may push meanwhile).
+  public var isEmpty: Bool { tail.load(ordering: .relaxed) >= head.load(ordering: .sequentiallyConsistent) }
+
   /// Consumer: the oldest value, or nil when empty.
   public func pop() -> Element? {
     let position = tail.load(ordering: .relaxed)

@@ -204,6 +204,12 @@ public final class Controller: @unchecked Sendable {
       "underruns": .integer(player.deviceUnderruns),
       "realtimePriority": .integer(player.realtimePriority),
     ]
+    if let measured = player.measuredOutput {
+      object["delay"] = .number(measured.delay)
+      object["drift"] = .number(measured.driftPPM)
+    }
+    object["idle"] = .bool(player.isIdle)
+    if let latency = player.resumeLatency { object["resumeLatency"] = .number(latency) }
     for (key, value) in outputNotes { object[key] = value }
     return object
   }
@@ -518,11 +524,10 @@ public final class Controller: @unchecked Sendable {
   /// The one conversion of a wall-clock time to the output's sample clock, made when a schedule
   /// is handed to the render thread (for a saved one, `WallClockSchedules.lead` before it is due).
   private func targetSample(for schedule: Schedule) -> Int64 {
-    let rate = Double(player.output.rate)
-    let seconds = schedule.secondsUntilDue(from: Date().timeIntervalSince1970)
-    // A saved schedule may be due later than the clock can count (a state file from before delays
-    // were bounded): it then never comes, instead of trapping.
-    return player.currentSample + Int64(min((seconds * rate).rounded(), 1e18))
+    let now = Date().timeIntervalSince1970
+    // The sample the device will play at the due time. A saved schedule may be due later than
+    // the clock can count (a state file from before delays were bounded): it then never comes.
+    return player.sample(heardAt: now + schedule.secondsUntilDue(from: now))
   }
 
   // MARK: Wait

@@ -182,7 +182,8 @@ public final class Daemon: @unchecked Sendable {
   }
 
   /// Feeds systemd's watchdog from the event loop, and only while the render loop has rendered
-  /// since the last time: a stalled render thread or event loop gets the service restarted.
+  /// since the last time (or sleeps idle, nothing to render): a stalled render thread or event
+  /// loop gets the service restarted.
   private func startWatchdog() {
     guard notifier.isActive else { return }
     let every = min((notifier.watchdogInterval ?? 10) / 2, 5)
@@ -191,7 +192,8 @@ public final class Daemon: @unchecked Sendable {
       initialDelay: .zero, delay: .milliseconds(Int64(every * 1000))
     ) { [weak self] _ in
       guard let self else { return }
-      feeder.tick(blocks: player.blocksRendered, status: statusLine, notifier: notifier, logger: logger)
+      feeder.tick(
+        blocks: player.blocksRendered, idle: player.isIdle, status: statusLine, notifier: notifier, logger: logger)
     }
   }
 
@@ -279,8 +281,8 @@ final class WatchdogFeeder: @unchecked Sendable {
   private var lastStatus = ""
   private var stalled = false
 
-  func tick(blocks: Int, status: String, notifier: ServiceNotifier, logger: Logger) {
-    if blocks != lastBlocks {
+  func tick(blocks: Int, idle: Bool, status: String, notifier: ServiceNotifier, logger: Logger) {
+    if blocks != lastBlocks || idle {
       if notifier.watchdogInterval != nil { notifier.watchdog() }
       if stalled { logger.notice("render loop running again") }
       stalled = false

@@ -487,6 +487,22 @@ public final class AnimationEngine {
   /// True when completion reports are waiting.
   public var hasPendingCompletions: Bool { !reports.isEmpty }
 
+  /// True while an animation has not ended (running, or waiting for its begin time): every
+  /// property's value is otherwise constant from `now` on. Allocation-free.
+  public var isAnimating: Bool {
+    var propertyIndex = 0
+    while propertyIndex < ordered.count {
+      let instances = ordered[propertyIndex].instances
+      propertyIndex += 1
+      var index = 0
+      while index < instances.count {
+        if instances[index].endSample > now { return true }
+        index += 1
+      }
+    }
+    return false
+  }
+
   // MARK: Internals
 
   private func removeInstances(of property: Property, key: String) {

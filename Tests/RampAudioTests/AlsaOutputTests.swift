@@ -43,6 +43,15 @@ enum AlsaTestConfig {
   }()
 
   static func path(_ name: String) -> String { "\(directory)/\(name)" }
+
+  /// Puts the ALSA configuration file `path` on `ALSA_CONFIG_PATH`, after this suite's (once).
+  static func append(configuration path: String) {
+    _ = directory
+    let current = getenv("ALSA_CONFIG_PATH").map { String(cString: $0) } ?? "/usr/share/alsa/alsa.conf"
+    if !current.split(separator: ":").contains(Substring(path)) {
+      setenv("ALSA_CONFIG_PATH", "\(current):\(path)", 1)
+    }
+  }
 }
 
 private func openOutput(

@@ -29,10 +29,7 @@ private enum RecoveryTestConfig {
         }.joined()
       let path = "\(dir)/asound-recovery-test.conf"
       try config.write(toFile: path, atomically: true, encoding: .utf8)
-      let current = getenv("ALSA_CONFIG_PATH").map { String(cString: $0) } ?? "/usr/share/alsa/alsa.conf"
-      if !current.split(separator: ":").contains(Substring(path)) {
-        setenv("ALSA_CONFIG_PATH", "\(current):\(path)", 1)
-      }
+      AlsaTestConfig.append(configuration: path)
     } catch {
       return .failure(error as? TestSetupError ?? TestSetupError(message: "\(error)"))
     }

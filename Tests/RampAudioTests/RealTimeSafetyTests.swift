@@ -133,6 +133,35 @@ import Testing
   }
 }
 
+extension RealTimeSafetyTests {
+  /// On a device that plays in real time, writing a block and reading where the device is (its
+  /// status: delay and timestamp, fed to the sample-to-time mapping) allocate nothing either.
+  @Test func mappingTheDeviceClockAllocatesNothing() throws {
+    let player = try ClockedDevice.player("rampd_clocked_status", period: 0.005, buffer: 0.02)
+    let path = try temporaryDirectory().appendingPathComponent("tone.wav").path
+    try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    try player.play(path, id: "tone")
+    player.applyPendingCommands()
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    for _ in 0..<20 { try renderAndWrite(player, buffers) }
+    let before = rampd_allocations_on_this_thread()
+    let freesBefore = rampd_frees_on_this_thread()
+    for _ in 0..<200 {
+      while player.streamsBehind(frames: frames) { usleep(100) }
+      try renderAndWrite(player, buffers)
+    }
+    let after = rampd_allocations_on_this_thread()
+    let freesAfter = rampd_frees_on_this_thread()
+    #expect(after - before == 0, "\(after - before) allocations in 200 blocks")
+    #expect(freesAfter - freesBefore == 0, "\(freesAfter - freesBefore) frees in 200 blocks")
+    // The device's delay and clock were read: the mapping is known, its delay within the buffer.
+    let measured = try #require(player.measuredOutput)
+    #expect(measured.delay > 0 && measured.delay <= 0.021, "delay \(measured.delay) s")
+  }
+}
+
 /// One block rendered and written to the device, as the render loop does.
 private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers) throws {
   player.renderBlock(buffers)

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""When a change is heard, and what an idle daemon costs (driven by script/bench-heard).
+
+Measures, in one run:
+  (a) rampd: time from sending a `set` to the first changed sample *heard*, on the clocked test
+      device (Tests/Fixtures/pcm_clocked.c: an ALSA ioplug PCM that consumes its ring in real
+      time and records when it consumed each frame), with a 50 ms and a 200 ms buffer (10 ms
+      period), against the buffer (the bound without rewind);
+  (b) rampd: a `set` with `at` (1 s ahead, wall clock): how far from that time it is heard;
+  (c) idle, nothing playing: CPU (% of a core) and wake-ups per second, summed over all threads
+      (schedstat), of rampd on the clocked device (pacing "device"), rampd on ALSA `null` (pacing
+      "clock") and MPD 0.23, over the same seconds.
+
+Reuses daemon-bench.py's daemons and clients. Prints a report and writes the raw figures as JSON
+(--results). Standard library only.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import random
+import struct
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("daemon_bench", os.path.join(here, "daemon-bench.py"))
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+
+RATE = 48000
+
+
+def percentile(values, p):
+    ordered = sorted(values)
+    return ordered[min(int(round(p / 100 * (len(ordered) - 1))), len(ordered) - 1)]
+
+
+def read_recording(raw, times):
+    with open(raw, "rb") as f:
+        data = f.read()
+    left = memoryview(data)[: len(data) // 8 * 8].cast("f")[0::2]
+    with open(times, "rb") as f:
+        log = f.read()
+    runs = [struct.unpack_from("<qqq", log, i) for i in range(0, len(log) // 24 * 24, 24)]
+    return left, runs
+
+
+def heard_at(runs, frame, ppm=0.0):
+    """CLOCK_MONOTONIC seconds at which `frame` was consumed."""
+    lo, hi = 0, len(runs) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        first, ns, count = runs[mid]
+        if frame < first:
+            hi = mid - 1
+        elif frame >= first + count:
+            lo = mid + 1
+        else:
+            return (ns + (frame - first) / (RATE * (1 + ppm * 1e-6)) * 1e9) / 1e9
+    raise RuntimeError(f"frame {frame} not in the recording's times")
+
+
+def clocked_daemon(args, work, name, buffer, ppm=0):
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    raw, times = os.path.join(d, "played.raw"), os.path.join(d, "played.times")
+    asound = os.path.join(d, "asound.conf")
+    with open(asound, "w") as f:
+        f.write(f'pcm_type.rampd_clocked {{ lib "{args.plugin}" }}\n'
+                f'pcm.rampd_heard {{ type rampd_clocked; file "{raw}"; times "{times}"; ppm {ppm} }}\n')
+    output = f'device = "rampd_heard"\nformat = "float"\npacing = "device"\nperiod = 0.01\nbuffer = {buffer}'
+    daemon = bench.start_rampd(args.rampd, work, name, output,
+                               env={"ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{asound}"})
+    return daemon, raw, times
+
+
+def set_to_heard(args, work, buffer, constant, say):
+    """(a) and (b) on one daemon with a `buffer`-second buffer."""
+    name = f"rampd-heard-{int(buffer * 1000)}ms"
+    daemon, raw, times = clocked_daemon(args, work, name, buffer)
+    try:
+        c = bench.Rampd(daemon.socket_path)
+        output = c.request("status")["output"]
+        c.request("set", key="master.gain", value=1, duration=0)
+        c.request("play", path=constant, stream="constant")
+        time.sleep(1.5)
+        rng = random.Random(7)
+        sets, value = [], 1.0
+        for _ in range(args.tries):
+            time.sleep(rng.uniform(0.02, 0.06))  # a random phase against the period
+            value = 0.6 if value == 1.0 else 1.0
+            t0 = time.monotonic()
+            c.request("set", key="master.gain", value=value, duration=0)
+            sets.append((t0, value))
+            time.sleep(buffer + 0.05)
+        scheduled = []
+        for _ in range(args.scheduled):
+            value = 0.6 if value == 1.0 else 1.0
+            # Due one second after the daemon receives it: after the send, within the transit.
+            t0 = time.monotonic()
+            c.request("set", key="master.gain", value=value, duration=0, at=1.0, ack="scheduled")
+            scheduled.append((t0 + 1.0, value))
+            time.sleep(1.0 + buffer + 0.1)
+        status = c.request("status")["output"]
+        c.request("stop", fade=0.01)
+        time.sleep(buffer + 0.1)
+        c.close()
+    finally:
+        daemon.stop()
+    left, runs = read_recording(raw, times)
+    position = [0]
+
+    def heard(after, value):
+        """When the first frame at `value` (× the file's 0.5) heard from `after` on was heard."""
+        start = position[0]
+        while start < len(left) and heard_at(runs, start) < after:
+            start += 1
+        i = start
+        while i < len(left) and abs(left[i] - 0.5 * value) > 1e-6:
+            i += 1
+        if i >= len(left):
+            raise RuntimeError(f"the change to {value} is not in the recording")
+        position[0] = i
+        return heard_at(runs, i)
+
+    latencies = [heard(t0, value) - t0 for t0, value in sets]
+    errors = [heard(due - 0.5, value) - due for due, value in scheduled]
+    result = {"buffer_s": buffer, "buffer_frames": output["bufferFrames"], "period_frames": output["periodFrames"],
+              "median_ms": 1e3 * percentile(latencies, 50), "p99_ms": 1e3 * percentile(latencies, 99),
+              "max_ms": 1e3 * max(latencies), "min_ms": 1e3 * min(latencies), "tries": len(latencies),
+              "at_error_ms": [round(1e3 * e, 3) for e in errors],
+              "status_delay_s": status.get("delay"), "status_drift_ppm": status.get("drift"),
+              "rewinds": status.get("rewinds", False)}
+    say(f"{name}: {result}")
+    return result
+
+
+def schedstat_totals(pid):
+    runs = {}
+    cpu = bench.thread_cpu(pid, runs)
+    return sum(c for _, c in cpu.values()), sum(runs.values())
+
+
+def idle(args, work, say):
+    """(c): the three daemons idle at once, over the same seconds."""
+    music = os.path.join(work, "music")
+    os.makedirs(music, exist_ok=True)
+    daemons = {}
+    try:
+        daemons["rampd, clocked device (pacing device)"] = clocked_daemon(args, work, "rampd-idle-device", 0.05)[0]
+        daemons["rampd, null (pacing clock)"] = bench.start_rampd(
+            args.rampd, work, "rampd-idle-null", 'device = "null"\npacing = "clock"')
+        daemons["MPD 0.23"] = bench.start_mpd(args.mpd, work, music)
+        time.sleep(2)
+        before = {name: schedstat_totals(d.pid) for name, d in daemons.items()}
+        t0 = time.monotonic()
+        time.sleep(args.idle_seconds)
+        seconds = time.monotonic() - t0
+        after = {name: schedstat_totals(d.pid) for name, d in daemons.items()}
+        result = {name: {"cpu_percent": 100 * (after[name][0] - before[name][0]) / seconds,
+                         "wakeups_per_s": (after[name][1] - before[name][1]) / seconds}
+                  for name in daemons}
+        c = bench.Rampd(daemons["rampd, clocked device (pacing device)"].socket_path)
+        result["rampd_idle_status"] = {k: v for k, v in c.request("status")["output"].items()
+                                       if k in ("idle", "resumeLatency", "delay", "drift")}
+        c.close()
+    finally:
+        for d in daemons.values():
+            d.stop()
+    say(f"idle: {result}")
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rampd", required=True)
+    parser.add_argument("--mpd", default="mpd")
+    parser.add_argument("--plugin", required=True, help="libasound_module_pcm_rampd_clocked.so")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--tries", type=int, default=50)
+    parser.add_argument("--scheduled", type=int, default=5)
+    parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--results")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    say = print if args.verbose else (lambda *_: None)
+    constant = os.path.join(args.work, "constant.wav")
+    bench.write_constant_wav(constant, int(args.tries * 0.35 + args.scheduled * 1.4 + 20))
+    results = {"heard": [set_to_heard(args, args.work, b, constant, say) for b in (0.05, 0.2)],
+               "idle": idle(args, args.work, say)}
+    if args.results:
+        with open(args.results, "w") as f:
+            json.dump(results, f, indent=1)
+    print("| `set` → first changed sample heard (clocked test device, period 10 ms) | median | p99 | max |"
+          " buffer (bound without rewind) | max / buffer | `at` 1 s ahead: heard off by |")
+    print("|---|---|---|---|---|---|---|")
+    for h in results["heard"]:
+        print(f"| rampd, buffer {h['buffer_s'] * 1000:g} ms, no rewind | {h['median_ms']:.1f} ms | {h['p99_ms']:.1f} ms |"
+              f" {h['max_ms']:.1f} ms | {h['buffer_frames'] / RATE * 1000:g} ms |"
+              f" {h['max_ms'] / (h['buffer_frames'] / RATE * 1000):.2f} |"
+              f" {', '.join(f'{e:+.2f}' for e in h['at_error_ms'])} ms |")
+    print()
+    print(f"| idle, nothing playing, {args.idle_seconds:g} s | CPU, % of a core | wake-ups per second (all threads) |")
+    print("|---|---|---|")
+    for name, x in results["idle"].items():
+        if name == "rampd_idle_status":
+            continue
+        print(f"| {name} | {x['cpu_percent']:.3f} | {x['wakeups_per_s']:.1f} |")
+    print(f"\nrampd's status while idle on the clocked device: {results['idle']['rampd_idle_status']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+import Foundation
+import RampEngine
+import Testing
+
+@testable import RampAudio
+
+/// A command scheduled for a wall-clock time is heard at that time: on the clocked test device
+/// (`Tests/Fixtures/pcm_clocked.c`), the frame that carries the change is consumed within 1 ms of
+/// the time asked for, whatever the device's clock error.
+@Suite struct HeardOnTimeTests {
+  /// Plays a constant 1 through device `name` (200 ms buffer), lets the mapping learn the device
+  /// for `settle` seconds, then schedules master.gain 0.5 for `ahead` seconds from now; returns
+  /// how far from that time (in seconds) the first frame at 0.5 was heard, and the player's
+  /// measured output.
+  func heardError(
+    _ name: String, settle: Double = 1.5, ahead: Double = 2, name test: String = #function
+  ) throws -> (error: Double, measured: (delay: Double, driftPPM: Double)?) {
+    let player = try ClockedDevice.player(name)
+    let file = try temporaryDirectory(test).appendingPathComponent("one.wav").path
+    try writeSignal(file, frames: 48_000 * Int(settle + ahead + 2), channels: 2)
+    player.start()
+    try player.play(file, id: "one")
+    usleep(UInt32(settle * 1e6))
+    let (wall, monotonic) = (realtimeSeconds(), monotonicNanoseconds())
+    let sample = player.sample(heardAt: wall + ahead)
+    player.perform(at: sample) { state in _ = try? state.engine.set("master.gain", to: 0.5, transaction: .instant) }
+    usleep(UInt32((ahead + 0.5) * 1e6))
+    let measured = player.measuredOutput
+    player.shutdown()
+    let recording = try ClockedDevice.recording(name)
+    let playing = try #require((0..<recording.frames).first { recording.sample($0) == 1 })
+    let changed = try #require((playing..<recording.frames).first { recording.sample($0) == 0.5 })
+    #expect(recording.sample(changed - 1) == 1)
+    let heard = try #require(recording.nanoseconds(ofFrame: changed))
+    return (Double(heard - (monotonic + Int64(ahead * 1e9))) / 1e9, measured)
+  }
+
+  @Test func aScheduledChangeIsHeardAtItsTime() throws {
+    let (error, measured) = try heardError("rampd_clocked_on_time")
+    #expect(abs(error) < 0.001, "heard \(error * 1000) ms from its time")
+    let delay = try #require(measured?.delay)
+    // Right after a write the device holds about its buffer (200 ms), less what it played since.
+    #expect(delay > 0.15 && delay <= 0.21, "delay \(delay) s")
+  }
+
+  @Test func onTimeWithTheDeviceClock100PPMFast() throws {
+    let (error, measured) = try heardError("rampd_clocked_fast")
+    #expect(abs(error) < 0.001, "heard \(error * 1000) ms from its time")
+    let drift = try #require(measured?.driftPPM)
+    #expect(abs(drift - 100) < 20, "drift \(drift) ppm")
+  }
+
+  @Test func onTimeWithTheDeviceClock100PPMSlow() throws {
+    let (error, measured) = try heardError("rampd_clocked_slow")
+    #expect(abs(error) < 0.001, "heard \(error * 1000) ms from its time")
+    let drift = try #require(measured?.driftPPM)
+    #expect(abs(drift + 100) < 20, "drift \(drift) ppm")
+  }
+
+  /// An hour away with a clock 100 ppm off is 0.36 s of drift: the same as three seconds with a
+  /// clock 12 % off, which the device simulates. Counted at the nominal rate, the change would be
+  /// heard 0.36 s early or late.
+  @Test func onTimeAnHourAwayFast() throws {
+    let (error, _) = try heardError("rampd_clocked_hour_fast", ahead: 3)
+    #expect(abs(error) < 0.001, "heard \(error * 1000) ms from its time")
+  }
+
+  @Test func onTimeAnHourAwaySlow() throws {
+    let (error, _) = try heardError("rampd_clocked_hour_slow", ahead: 3)
+    #expect(abs(error) < 0.001, "heard \(error * 1000) ms from its time")
+  }
+
+  /// The mapping itself, fed an hour of a card 100 ppm fast whose position comes with a few
+  /// frames of noise: its rate converges on the card's, and a sample an hour ahead is placed
+  /// within 1 ms.
+  @Test func theMappingFollowsAnHourOfDrift() {
+    var clock = HeardClock(rate: 48_000)
+    let rate = 48_000 * (1 + 100e-6)
+    var time: Int64 = 1_000_000_000
+    var noise: UInt64 = 0x2545_F491_4F6C_DD1D
+    // One observation per 10 ms block for an hour, each off by up to ±3 frames.
+    for _ in 0..<360_000 {
+      time += 10_000_000
+      noise = noise &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+      let played = Double(time - 1_000_000_000) / 1e9 * rate + Double(Int(noise >> 61) - 3)
+      clock.observe(sample: Int64(played), at: time)
+    }
+    #expect(abs(clock.driftPPM - 100) < 0.1, "drift \(clock.driftPPM) ppm")
+    let hourLater = time + 3_600_000_000_000
+    let truth = Double(hourLater - 1_000_000_000) / 1e9 * rate
+    let predicted = clock.sample(at: hourLater)
+    #expect(abs(predicted - truth) < 48, "off by \(predicted - truth) frames an hour ahead")
+    // Counted at the nominal rate instead, it would be 0.36 s off.
+    #expect(abs(truth - Double(hourLater - 1_000_000_000) / 1e9 * 48_000) > 17_000)
+  }
+}
