@@ -157,6 +157,10 @@ public enum ReplyText {
       return "underrun" + (stream.map { " \($0)" } ?? " (output device)")
     case .eventsLost(let count):
       return "events-lost \(count) (the daemon's event queue was full)"
+    case .duckStarted(let rule, let sample):
+      return "duck-started \(rule) @\(sample)"
+    case .duckEnded(let rule, let sample):
+      return "duck-ended \(rule) @\(sample)"
     case .value(let key, let value, let sample):
       return "value \(key) \(level(value, key: key)) @\(sample)"
     }

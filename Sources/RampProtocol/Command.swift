@@ -51,6 +51,12 @@ public enum Command: Sendable, Equatable {
   /// Applied at one sample, all or nothing. Inner requests carry neither an id nor an `at`.
   case batch([Request])
   case wait(Wait)
+  /// `duck-add`: a duck rule (one of the same name is replaced).
+  case duckAdd(DuckRule)
+  case duckRemove(name: String)
+  case duckList
+  /// `duck` (`on` true) and `unduck`: trigger a duck rule by hand, or stop doing so.
+  case duck(name: String, on: Bool)
 
   /// The name on the wire (`fade-out`, `unobserve`).
   public var name: String {
@@ -76,6 +82,10 @@ public enum Command: Sendable, Equatable {
     case .unobserve: return "unobserve"
     case .batch: return "batch"
     case .wait: return "wait"
+    case .duckAdd: return "duck-add"
+    case .duckRemove: return "duck-remove"
+    case .duckList: return "duck-list"
+    case .duck(_, let on): return on ? "duck" : "unduck"
     }
   }
 
@@ -285,4 +295,6 @@ public enum EventKind: String, Sendable, CaseIterable {
   case configReloaded = "config-reloaded"
   case underrun
   case eventsLost = "events-lost"
+  case duckStarted = "duck-started"
+  case duckEnded = "duck-ended"
 }

@@ -70,6 +70,10 @@ public enum Event: Sendable, Equatable {
   case underrun(stream: String?)
   /// The daemon's event queue was full: `count` events were dropped since the last `events-lost`.
   case eventsLost(count: Int)
+  /// A duck rule began its attack (`sample`: its first sample).
+  case duckStarted(rule: String, sample: Int64)
+  /// A duck rule's release ended (`sample`: the first sample back at the model values).
+  case duckEnded(rule: String, sample: Int64)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
   case value(key: String, value: Double, sample: Int64)
 
@@ -85,6 +89,8 @@ public enum Event: Sendable, Equatable {
     case .configReloaded: return .configReloaded
     case .underrun: return .underrun
     case .eventsLost: return .eventsLost
+    case .duckStarted: return .duckStarted
+    case .duckEnded: return .duckEnded
     case .value: return nil
     }
   }
@@ -124,6 +130,9 @@ public enum Event: Sendable, Equatable {
       object["stream"] = stream.map(JSONValue.string)
     case .eventsLost(let count):
       object["count"] = .integer(Int64(count))
+    case .duckStarted(let rule, let sample), .duckEnded(let rule, let sample):
+      object["rule"] = .string(rule)
+      object["sample"] = .integer(sample)
     case .value(let key, let value, let sample):
       object["key"] = .string(key)
       object["value"] = .number(value)
@@ -162,6 +171,8 @@ public enum Event: Sendable, Equatable {
         applied: try fields.optionalStrings("applied"), restartRequired: try fields.optionalStrings("restartRequired"))
     case "underrun": return .underrun(stream: fields.optionalString("stream"))
     case "events-lost": return .eventsLost(count: Int(try fields.integer("count")))
+    case "duck-started": return .duckStarted(rule: try fields.string("rule"), sample: try fields.integer("sample"))
+    case "duck-ended": return .duckEnded(rule: try fields.string("rule"), sample: try fields.integer("sample"))
     case "value":
       return .value(
         key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))
