@@ -57,6 +57,7 @@ struct RampCtl: ParsableCommand {
       FadeCommand.self, FadeInCommand.self, FadeOutCommand.self, SetCommand.self, GetCommand.self,
       AnimateCommand.self, CancelCommand.self, RemoveCommand.self, ListCommand.self,
       WatchCommand.self, ObserveCommand.self, WaitCommand.self, BatchCommand.self,
+      DuckAddCommand.self, DuckListCommand.self, DuckRemoveCommand.self, DuckCommand.self, UnduckCommand.self,
       CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
     ]
   )
