@@ -140,6 +140,8 @@ import Testing
       case "animate": line = #"{"cmd":"animate","key":"k","animation":{"type":"basic"}}"#
       case "batch": line = #"{"cmd":"batch","commands":[{"cmd":"ping"}]}"#
       case "wait": line = #"{"cmd":"wait","key":"k"}"#
+      case "duck-add": line = #"{"cmd":"duck-add","name":"d","targets":["master.gain"]}"#
+      case "duck-remove", "duck", "unduck": line = #"{"cmd":"\#(name)","name":"d"}"#
       default: line = #"{"cmd":"\#(name)"}"#
       }
       #expect(try request(line).command.name == name)

@@ -52,6 +52,15 @@ import Testing
       Request(.animate(Animate(key: "master.gain", name: "g", animation: group, continuity: .slope))),
       Request(id: 3, .batch([Request(.ping), Request(.fade(Fade(kind: .fade, to: 0.5)))])),
       Request(.wait(Wait(animations: [1, 2], timeout: 10))), Request(.wait(Wait(key: "master.gain"))),
+      Request(.duckAdd(DuckRule(name: "talk", targets: ["streams.bed.gain"]))),
+      Request(
+        .duckAdd(
+          DuckRule(
+            name: "mic", targets: ["master.gain", "streams.a.gain"], trigger: "voice*",
+            sidechain: DuckRule.Sidechain(threshold: -35, detector: .peak, window: 0.1, hysteresis: 3), depth: 20,
+            attack: 0.05, attackCurve: .fade(.qsin), hold: 0, release: 3, releaseCurve: .easeOut))),
+      Request(.duckRemove(name: "talk")), Request(.duckList), Request(at: .delay(2), .duck(name: "talk", on: true)),
+      Request(.duck(name: "talk", on: false)),
     ]
     #expect(Set(requests.map(\.command.name)) == Set(Command.names))
     for original in requests {
