@@ -191,21 +191,13 @@ struct DuckCommand: DaemonCommand {
       """)
 
   @OptionGroup var connection: ConnectionOptions
+  @OptionGroup var rule: ManualDuckOptions
 
-  @Argument(help: ArgumentHelp("The rule's name.", valueName: "name"))
-  var name: String
+  var atText: String? { rule.at }
 
-  @Option(help: ArgumentHelp("When: 23:00, 2026-11-21T07:30:00Z or +20m.", valueName: "time"))
-  var at: String?
+  func request() throws -> Request { try rule.request(on: true) }
 
-  var atText: String? { at }
-
-  func request() throws -> Request {
-    try Parse.checked(
-      Request(at: try at.map { try Parse.when($0, "--at") }, .duck(name: name, on: true)), options: ["name": "<name>"])
-  }
-
-  func summary(of result: JSONValue) -> String { "ducking with \(name)" }
+  func summary(of result: JSONValue) -> String { "ducking with \(rule.name)" }
 }
 
 struct UnduckCommand: DaemonCommand {
@@ -221,20 +213,25 @@ struct UnduckCommand: DaemonCommand {
       """)
 
   @OptionGroup var connection: ConnectionOptions
+  @OptionGroup var rule: ManualDuckOptions
 
+  var atText: String? { rule.at }
+
+  func request() throws -> Request { try rule.request(on: false) }
+
+  func summary(of result: JSONValue) -> String { "\(rule.name) released by hand" }
+}
+
+/// What `duck` and `unduck` take: the rule, and when.
+struct ManualDuckOptions: ParsableArguments {
   @Argument(help: ArgumentHelp("The rule's name.", valueName: "name"))
   var name: String
 
   @Option(help: ArgumentHelp("When: 23:00, 2026-11-21T07:30:00Z or +20m.", valueName: "time"))
   var at: String?
 
-  var atText: String? { at }
-
-  func request() throws -> Request {
+  func request(on: Bool) throws -> Request {
     try Parse.checked(
-      Request(at: try at.map { try Parse.when($0, "--at") }, .duck(name: name, on: false)),
-      options: ["name": "<name>"])
+      Request(at: try at.map { try Parse.when($0, "--at") }, .duck(name: name, on: on)), options: ["name": "<name>"])
   }
-
-  func summary(of result: JSONValue) -> String { "\(name) released by hand" }
 }

@@ -107,29 +107,21 @@ import Testing
     // Counted: the blocks and the application of the marker's command; not counted: the seek's
     // command (made and applied on this thread, as a control thread would make it), and the
     // waits for the decoders.
-    var allocated = 0
-    var freed = 0
-    func counted(_ body: () throws -> Void) rethrows {
-      let allocations = rampd_allocations_on_this_thread()
-      let frees = rampd_frees_on_this_thread()
-      try body()
-      allocated += rampd_allocations_on_this_thread() - allocations
-      freed += rampd_frees_on_this_thread() - frees
-    }
-    counted { player.applyPendingCommands() }
+    var count = AllocationCount()
+    count.counting { player.applyPendingCommands() }
     for index in 0..<200 {
       if index == 20 {
         player.seek("long", to: 0.5)
         player.applyPendingCommands()
       }
       while player.streamsBehind(frames: frames) { usleep(100) }
-      try counted { try block() }
+      try count.counting { try block() }
     }
     while let event = player.nextEvent() { events.append(event) }
     #expect(events.contains(.streamEnded(id: "ending", reason: .finished)), "\(events)")
     #expect(events.contains { if case .animationFinished = $0 { true } else { false } }, "\(events)")
-    #expect(allocated == 0, "\(allocated) allocations")
-    #expect(freed == 0, "\(freed) frees")
+    #expect(count.allocated == 0, "\(count.allocated) allocations")
+    #expect(count.freed == 0, "\(count.freed) frees")
   }
 
   /// Ducking runs on the render thread without allocating or freeing: a sidechain following two
@@ -173,30 +165,22 @@ import Testing
       player.finishStreams()
     }
     for _ in 0..<10 { try block() }
-    var allocated = 0
-    var freed = 0
-    func counted(_ body: () throws -> Void) rethrows {
-      let allocations = rampd_allocations_on_this_thread()
-      let frees = rampd_frees_on_this_thread()
-      try body()
-      allocated += rampd_allocations_on_this_thread() - allocations
-      freed += rampd_frees_on_this_thread() - frees
-    }
+    var count = AllocationCount()
     var events: [PlayerEvent] = []
     for index in 0..<400 {
       if index == 40 {
         player.perform { state in _ = state.ducks.setManual("hand", false) }
-        counted { player.applyPendingCommands() }
+        count.counting { player.applyPendingCommands() }
       }
       if index == 120 {
         player.perform { state in _ = state.ducks.remove("rms") }
-        counted { player.applyPendingCommands() }
+        count.counting { player.applyPendingCommands() }
       }
       while player.streamsBehind(frames: frames) { usleep(100) }
-      try counted { try block() }
+      try count.counting { try block() }
       while let event = player.nextEvent() { events.append(event) }
     }
-    func count(_ rule: String, started: Bool) -> Int {
+    func tally(_ rule: String, started: Bool) -> Int {
       events.count { event in
         switch event {
         case .duckStarted(let name, _): started && name == rule
@@ -205,12 +189,26 @@ import Testing
         }
       }
     }
-    #expect(count("rms", started: true) >= 2 && count("rms", started: false) >= 2, "\(events)")
-    #expect(count("peak", started: true) >= 2 && count("peak", started: false) >= 2, "\(events)")
-    #expect(count("hand", started: true) == 1 && count("hand", started: false) == 1, "\(events)")
-    #expect(count("playing", started: true) == 1, "\(events)")
-    #expect(allocated == 0, "\(allocated) allocations")
-    #expect(freed == 0, "\(freed) frees")
+    #expect(tally("rms", started: true) >= 2 && tally("rms", started: false) >= 2, "\(events)")
+    #expect(tally("peak", started: true) >= 2 && tally("peak", started: false) >= 2, "\(events)")
+    #expect(tally("hand", started: true) == 1 && tally("hand", started: false) == 1, "\(events)")
+    #expect(tally("playing", started: true) == 1, "\(events)")
+    #expect(count.allocated == 0, "\(count.allocated) allocations")
+    #expect(count.freed == 0, "\(count.freed) frees")
+  }
+}
+
+/// Allocations and frees on this thread while the bodies given to `counting` ran.
+private struct AllocationCount {
+  var allocated = 0
+  var freed = 0
+
+  mutating func counting(_ body: () throws -> Void) rethrows {
+    let allocations = rampd_allocations_on_this_thread()
+    let frees = rampd_frees_on_this_thread()
+    try body()
+    allocated += rampd_allocations_on_this_thread() - allocations
+    freed += rampd_frees_on_this_thread() - frees
   }
 }
 
