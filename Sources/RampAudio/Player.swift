@@ -20,6 +20,10 @@ public enum PlayerEvent: Sendable, Equatable {
   /// dropped since the last announcement. Posted once there is room again, before the next event.
   /// Whoever waited for a lost event (an animation's end) must look again.
   case eventsLost(Int)
+  /// Duck rule `rule` began its attack at `sample` (`DuckLayer`).
+  case duckStarted(rule: String, sample: Int64)
+  /// Duck rule `rule`'s release ended at `sample`: its targets are back at their model values.
+  case duckEnded(rule: String, sample: Int64)
 }
 
 /// What a command hands back from the render thread. Subclass it to carry results; the render
@@ -174,6 +178,8 @@ public final class RenderState: @unchecked Sendable {
   /// Events dropped on a full queue since the last `eventsLost` went out.
   fileprivate var lostEvents = 0
   fileprivate var published: ContiguousArray<PublishedValue> = []
+  /// The duck rules, multiplied into their targets in the mix.
+  public let ducks: DuckLayer
 
   /// The highest gain a `*.gain` property may take (linear; 1 is 0 dB).
   public let maxGain: Double
@@ -186,6 +192,7 @@ public final class RenderState: @unchecked Sendable {
     self.events = events
     master = try engine.define("master.gain", value: 1, range: 0...maxGain)
     self.maxGain = maxGain
+    ducks = DuckLayer(sampleRate: Double(sampleRate), channels: channels, maxFrames: engine.maxBlockSize)
     streams.reserveCapacity(64)
     published.reserveCapacity(256)
   }
@@ -612,6 +619,11 @@ public final class Player: @unchecked Sendable {
         return .failure(EngineError(.invalidValue, "\(error)"))
       }
     }
+  }
+
+  /// A duck rule made ready for the render thread (`DuckLayer.add`); its storage is allocated here.
+  public func prepareDuck(_ rule: DuckRule) -> DuckState {
+    DuckState(rule, sampleRate: Double(output.rate), channels: output.channels, maxFrames: state.ducks.maxFrames)
   }
 
   /// Pauses stream `id` (every stream when nil) after a ramp to silence over `fade` seconds (at
@@ -1218,6 +1230,8 @@ public final class Player: @unchecked Sendable {
     let ramp = buffers.ramp
     let engine = state.engine
     let now = engine.now
+    let ducks = state.ducks
+    ducks.begin(state, now: now)
     mix.update(repeating: 0, count: frames * channels)
     // Index loop, not for-in: an unspecialised iterator allocates in a debug build.
     var index = 0
@@ -1273,13 +1287,15 @@ public final class Player: @unchecked Sendable {
       let got: Int
       let centred = channels != 2 || engine.restingValue(stream.pan) == 0
       if centred, !starving, !seeking, stream.supply == 1, let level = engine.restingValue(stream.gain),
-        let transport = engine.restingValue(stream.transport)
+        let transport = engine.restingValue(stream.transport),
+        let duck = ducks.restingFactor(stream: stream.id, from: now)
       {
         // At rest, the usual case between fades: one gain for the block, mixed straight from the
         // ring (a missing sample would add 0 × gain, nothing).
         let constant = Float(level) * Float(transport)
         got = stream.decoder.consume(count: wanted) { samples, offset, count in
-          GainKernel.accumulate(samples, gain: constant, count: count, into: mix + offset)
+          ducks.listen(stream.id, samples, offset: offset, count: count, gain: constant)
+          GainKernel.accumulate(samples, gain: constant * duck, count: count, into: mix + offset)
         }
       } else {
         var taken = wanted
@@ -1301,6 +1317,8 @@ public final class Player: @unchecked Sendable {
         engine.render(stream.gain, start: now, count: frames, into: gain)
         engine.render(stream.transport, start: now, count: frames, into: ramp)
         GainKernel.multiply(gain, by: ramp, count: frames)
+        ducks.listen(stream.id, audio, gain: gain, frames: frames)
+        ducks.apply(stream: stream.id, start: now, count: frames, to: gain)
         if centred {
           GainKernel.accumulate(audio, gain: gain, frames: frames, channels: channels, into: mix)
         } else {
@@ -1317,8 +1335,10 @@ public final class Player: @unchecked Sendable {
       }
     }
     engine.render(state.master, start: now, count: frames, into: gain)
+    ducks.applyToMaster(start: now, count: frames, to: gain)
     GainKernel.apply(mix, gain: gain, frames: frames, channels: channels, into: mix)
     GainKernel.clamp(mix, count: frames * channels)
+    ducks.end(frames: frames) { retire(.object($0)) }
     engine.advance(by: frames)
     engine.drainCompletions(retiring: { retire(.object($0)) }) { report in state.post(.animationFinished(report)) }
   }

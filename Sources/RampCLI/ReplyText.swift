@@ -169,6 +169,10 @@ public enum ReplyText {
     case .scheduleApplied(let schedule, let cmd, let tag, let next):
       return "schedule-applied #\(schedule) \(cmd)" + (tag.map { " [\($0)]" } ?? "")
         + (next.map { "; next at " + HumanUnits.format(localTime: $0) } ?? "")
+    case .duckStarted(let rule, let sample):
+      return "duck-started \(rule) @\(sample)"
+    case .duckEnded(let rule, let sample):
+      return "duck-ended \(rule) @\(sample)"
     case .value(let key, let value, let sample):
       return "value \(key) \(level(value, key: key)) @\(sample)"
     }

@@ -34,6 +34,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
   public var declick: Double = 0.010
   /// `[[mixer]]`: ALSA simple mixer elements driven by `mixers.<name>.volume`.
   public var mixers: [MixerBindingConfiguration] = []
+  /// `[[duck]]`: duck rules in force from the start.
+  public var ducks: [DuckRule] = []
   /// `[limits]`: what one daemon accepts from its clients.
   public var limits = Limits()
   /// `[media]`: which files `play` may open.
@@ -60,7 +62,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
       && lhs.transaction.disableActions == rhs.transaction.disableActions
       && lhs.transaction.valueSpace == rhs.transaction.valueSpace
       && lhs.transaction.continuity == rhs.transaction.continuity && lhs.maxGainDecibels == rhs.maxGainDecibels
-      && lhs.declick == rhs.declick && lhs.mixers == rhs.mixers && lhs.limits == rhs.limits && lhs.media == rhs.media
+      && lhs.declick == rhs.declick && lhs.mixers == rhs.mixers && lhs.ducks == rhs.ducks && lhs.limits == rhs.limits
+      && lhs.media == rhs.media
       && lhs.access == rhs.access && lhs.log == rhs.log && lhs.state == rhs.state
   }
 }

@@ -173,6 +173,7 @@ struct ConfigLayers {
   private enum FileEntry {
     case set(ConfigKey, ConfigValue)
     case mixer(Int, TOMLTable)
+    case duck(Int, TOMLTable)
     case problem(key: String?, message: String)
   }
 
@@ -204,7 +205,8 @@ struct ConfigLayers {
         }
         for (position, element) in array.enumerated() {
           if element.type == .table, let table = element.table {
-            entries.append((index.headerLines["\(name)#\(position)"] ?? index.keyLines[name], .mixer(position, table)))
+            let line = index.headerLines["\(name)#\(position)"] ?? index.keyLines[name]
+            entries.append((line, name == "duck" ? .duck(position, table) : .mixer(position, table)))
           } else {
             entries.append(
               (
@@ -263,6 +265,7 @@ struct ConfigLayers {
     }
 
     var mixers: [(MixerBindingConfiguration, ConfigOrigin)] = []
+    var ducks: [DuckRule] = []
     for (line, entry) in entries.sorted(by: { ($0.line ?? .max) < ($1.line ?? .max) }) {
       let origin = ConfigOrigin(source: source, line: line, rank: 1)
       switch entry {
@@ -285,9 +288,24 @@ struct ConfigLayers {
           continue
         }
         mixers.append((mixer, origin))
+      case .duck(let position, let table):
+        do {
+          let rule = try ConfigSchema.duck(position, table, index: index, origin: origin)
+          guard !ducks.contains(where: { $0.name == rule.name }) else {
+            problems.append(
+              ConfigurationError(
+                source: source, line: index.keyLines["duck#\(position).name"] ?? line, key: "duck.\(rule.name).name",
+                message: "a duck rule named '\(rule.name)' is already configured"))
+            continue
+          }
+          ducks.append(rule)
+        } catch {
+          problems.append(error)
+        }
       }
     }
     builder.configuration.mixers = mixers.map(\.0)
+    builder.configuration.ducks = ducks
   }
 
   /// One `[[mixer]]` table: every key known, `name` and `element` present, `validate()` passed.

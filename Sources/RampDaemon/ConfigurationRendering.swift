@@ -12,6 +12,12 @@ extension DaemonConfiguration {
         }
         continue
       }
+      if section == "duck" {
+        for rule in ducks {
+          for (name, value) in ConfigSchema.renderDuck(rule) { pairs.append(("duck.\(rule.name).\(name)", value)) }
+        }
+        continue
+      }
       for key in ConfigSchema.keys(in: section) { pairs.append((key.path, key.render(self))) }
     }
     return pairs
@@ -26,6 +32,13 @@ extension DaemonConfiguration {
         for mixer in mixers {
           lines += ["", "[[mixer]]"]
           lines += ConfigSchema.renderMixer(mixer).map { "\($0.0) = \($0.1)" }
+        }
+        continue
+      }
+      if section == "duck" {
+        for rule in ducks {
+          lines += ["", "[[duck]]"]
+          lines += ConfigSchema.renderDuck(rule).map { "\($0.0) = \($0.1)" }
         }
         continue
       }

@@ -53,11 +53,12 @@ struct ConfigKey: Sendable {
 /// Every section and key, in the order of `config/rampd.toml`.
 enum ConfigSchema {
   static let sections = [
-    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "limits", "media", "access", "log",
+    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "duck", "limits", "media", "access",
+    "log",
     "state", "shutdown",
   ]
   /// Sections that are arrays of tables (`[[mixer]]`).
-  static let arraySections: Set<String> = ["mixer"]
+  static let arraySections: Set<String> = ["mixer", "duck"]
 
   static let keys: [ConfigKey] =
     socket + output + embeddedOutput + fade + implicit + gain + limits + media + access + log + state + shutdown

@@ -685,6 +685,12 @@ public final class Controller: @unchecked Sendable {
     case .deviceRecovered(let device):
       logger.notice("output device recovered", metadata: ["device": "\(device)"])
       broadcast(.deviceRecovered(device: device))
+    case .duckStarted(let rule, let sample):
+      logger.info("duck started", metadata: ["rule": "\(rule)"])
+      broadcast(.duckStarted(rule: rule, sample: sample))
+    case .duckEnded(let rule, let sample):
+      logger.info("duck ended", metadata: ["rule": "\(rule)"])
+      broadcast(.duckEnded(rule: rule, sample: sample))
     case .eventsLost(let count):
       logger.warning("events lost: the event queue was full", metadata: ["count": "\(count)"])
       broadcast(.eventsLost(count: count))

@@ -125,6 +125,10 @@ public final class Daemon: @unchecked Sendable {
     // An animation given no duration takes the implicit transaction's, as in Core Animation.
     let transaction = configuration.transaction
     player.perform { state in state.engine.defaultTransaction = transaction }
+    for rule in configuration.ducks {
+      let prepared = player.prepareDuck(rule)
+      player.perform { state in _ = state.ducks.add(prepared, now: state.engine.now) }
+    }
     player.start()
     startMixers()
     restoreState()
@@ -219,6 +223,7 @@ public final class Daemon: @unchecked Sendable {
       if key.render(merged) == key.render(new) { applied.append(key.path) } else { restartRequired.append(key.path) }
     }
     if old.mixers != new.mixers { restartRequired.append("mixer") }
+    if old.ducks != new.ducks { restartRequired.append("duck") }
     controller.live.replace(with: merged)
     let transaction = merged.transaction
     player.perform { state in state.engine.defaultTransaction = transaction }

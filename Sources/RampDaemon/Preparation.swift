@@ -85,6 +85,8 @@ struct Preparation: Sendable {
           "streams": .array(state.streamSnapshots.map { Self.describe($0, in: state) }),
         ]
       }
+    case .duckAdd, .duckRemove, .duckList, .duck:
+      return prepareDuck(command)
     case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait, .schedules, .unschedule:
       throw ProtocolError(.internalError, field: "cmd", "'\(command.name)' is handled by the session")
     }

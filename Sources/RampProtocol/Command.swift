@@ -71,6 +71,12 @@ public enum Command: Sendable, Equatable {
   case schedules
   /// Removes saved schedules: the one with id `schedule`, or every one tagged `tag`.
   case unschedule(schedule: UInt64?, tag: String?)
+  /// `duck-add`: a duck rule (one of the same name is replaced).
+  case duckAdd(DuckRule)
+  case duckRemove(name: String)
+  case duckList
+  /// `duck` (`on` true) and `unduck`: trigger a duck rule by hand, or stop doing so.
+  case duck(name: String, on: Bool)
 
   /// The name on the wire (`fade-out`, `unobserve`).
   public var name: String {
@@ -98,6 +104,10 @@ public enum Command: Sendable, Equatable {
     case .wait: return "wait"
     case .schedules: return "schedules"
     case .unschedule: return "unschedule"
+    case .duckAdd: return "duck-add"
+    case .duckRemove: return "duck-remove"
+    case .duckList: return "duck-list"
+    case .duck(_, let on): return on ? "duck" : "unduck"
     }
   }
 
@@ -313,4 +323,6 @@ public enum EventKind: String, Sendable, CaseIterable {
   case underrun
   case eventsLost = "events-lost"
   case scheduleApplied = "schedule-applied"
+  case duckStarted = "duck-started"
+  case duckEnded = "duck-ended"
 }

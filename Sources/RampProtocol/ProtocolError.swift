@@ -33,6 +33,8 @@ public enum ErrorCode: String, Sendable, CaseIterable {
   /// Events were lost on a full event queue, among them the end of an animation a `wait` waited
   /// for: it has ended, but how (finished or removed) is unknown.
   case eventsLost = "events-lost"
+  /// A `duck`, `unduck` or `duck-remove` names no duck rule.
+  case unknownDuck = "unknown-duck"
 }
 
 /// An error as it travels in a reply: a stable code, the field at fault (spelled as on the wire,

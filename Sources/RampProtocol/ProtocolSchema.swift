@@ -83,6 +83,16 @@ public enum ProtocolSchema {
   ]
   private static let continuity = Field("continuity", .choice(Continuity.allCases.map(\.rawValue)))
   private static let events = [Field("events", .array(of: .eventKind, limit: EventKind.allCases.count))]
+  private static let duckName = [Field("name", .identifier, required: true)]
+  /// `duck-add`'s fields, which a `[[duck]]` table of the configuration takes too.
+  public static let duckRule = [
+    Field("name", .identifier, required: true),
+    Field("targets", .array(of: .keyPath, limit: DuckRule.maximumTargets), required: true),
+    Field("trigger", .text(bytes: ProtocolLimits.identifierBytes + 1)), Field("threshold", .number),
+    Field("detector", .choice(DuckRule.Sidechain.Detector.allCases.map(\.rawValue))), Field("window", .seconds),
+    Field("hysteresis", .number), Field("depth", .number), Field("attack", .seconds), Field("attackCurve", .curve),
+    Field("hold", .seconds), Field("release", .seconds), Field("releaseCurve", .curve),
+  ]
 
   /// Every command and its own fields (besides `requestFields`), in PROTOCOL.md's order.
   public static let commands: [(name: String, fields: [Field])] = [
@@ -137,6 +147,11 @@ public enum ProtocolSchema {
     ),
     ("schedules", []),
     ("unschedule", [Field("schedule", .scheduleID), Field("tag", .identifier)]),
+    ("duck-add", duckRule),
+    ("duck-remove", duckName),
+    ("duck-list", []),
+    ("duck", duckName),
+    ("unduck", duckName),
   ]
 
   /// The fields of command `name` (besides `requestFields`).

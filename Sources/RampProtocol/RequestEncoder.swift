@@ -89,8 +89,30 @@ extension Command {
     case .unschedule(let schedule, let tag):
       object["schedule"] = schedule.map { .integer($0) }
       object["tag"] = tag.map(JSONValue.string)
+    case .duckAdd(let rule):
+      for (key, value) in Self.duckRule(rule) { object[key] = value }
+    case .duckRemove(let name), .duck(let name, _):
+      object["name"] = .string(name)
+    case .duckList: break
     }
   }
 
   private static func curve(_ curve: TimingFunction) -> JSONValue { .string(AnimationWire.curveName(curve)) }
+
+  /// A duck rule's fields, every one of them (`duck-add`, `duck-list`).
+  public static func duckRule(_ rule: DuckRule) -> JSONObject {
+    var object: JSONObject = [
+      "name": .string(rule.name), "targets": .array(rule.targets.map(JSONValue.string)),
+      "depth": .number(rule.depth), "attack": .number(rule.attack), "attackCurve": curve(rule.attackCurve),
+      "hold": .number(rule.hold), "release": .number(rule.release), "releaseCurve": curve(rule.releaseCurve),
+    ]
+    object["trigger"] = rule.trigger.map(JSONValue.string)
+    if let sidechain = rule.sidechain {
+      object["threshold"] = .number(sidechain.threshold)
+      object["detector"] = .string(sidechain.detector.rawValue)
+      object["window"] = .number(sidechain.window)
+      object["hysteresis"] = .number(sidechain.hysteresis)
+    }
+    return object
+  }
 }

@@ -212,6 +212,14 @@ struct RequestParser {
         throw r.invalid("schedule", "give exactly one of schedule (an id) and tag")
       }
       return .unschedule(schedule: schedule, tag: tag)
+    case "duck-add": return .duckAdd(try duckRule(object))
+    case "duck-list":
+      _ = try reader(object, name)
+      return .duckList
+    case "duck-remove", "duck", "unduck":
+      let r = try reader(object, name)
+      let rule = try r.required(try r.identifier("name"), "name")
+      return name == "duck-remove" ? .duckRemove(name: rule) : .duck(name: rule, on: name == "duck")
     default:
       // `commandName` admits only the names above.
       throw ProtocolError(.internalError, field: prefix + "cmd", "\(prefix)cmd: \(name) has no parser")
@@ -319,6 +327,43 @@ struct RequestParser {
     return requests
   }
 
+  /// `duck-add`, and a `[[duck]]` table of the configuration read as one.
+  func duckRule(_ object: JSONObject) throws(ProtocolError) -> DuckRule {
+    let r = try reader(object, "duck-add")
+    let name = try r.required(try r.identifier("name"), "name")
+    let elements = try r.required(try r.array("targets", limit: DuckRule.maximumTargets), "targets")
+    var targets: [String] = []
+    for (index, element) in elements.enumerated() {
+      let field = r.path("targets[\(index)]")
+      guard case .string(let text) = element else {
+        throw .at(field, .invalidField, "expected a key path such as streams.bed.gain, got \(describe(element))")
+      }
+      do { try KeyPath.validate(text) } catch { throw engineError(error, field: field) }
+      targets.append(text)
+    }
+    var sidechain: DuckRule.Sidechain?
+    if let threshold = try r.number("threshold") {
+      sidechain = DuckRule.Sidechain(
+        threshold: threshold, detector: try r.choice("detector", DuckRule.Sidechain.Detector.self) ?? .rms,
+        window: try r.seconds("window") ?? DuckRule.Sidechain.defaultWindow,
+        hysteresis: try r.number("hysteresis") ?? DuckRule.Sidechain.defaultHysteresis)
+    } else {
+      for key in ["detector", "window", "hysteresis"] where r.has(key) {
+        throw r.invalid(key, "belongs to a sidechain: give threshold (dBFS) too")
+      }
+    }
+    let rule = DuckRule(
+      name: name, targets: targets, trigger: try r.string("trigger", limit: ProtocolLimits.identifierBytes + 1),
+      sidechain: sidechain, depth: try r.number("depth") ?? DuckRule.defaultDepth,
+      attack: try r.seconds("attack") ?? DuckRule.defaultAttack,
+      attackCurve: try r.curve("attackCurve") ?? DuckRule.defaultCurve,
+      hold: try r.seconds("hold") ?? DuckRule.defaultHold,
+      release: try r.seconds("release") ?? DuckRule.defaultRelease,
+      releaseCurve: try r.curve("releaseCurve") ?? DuckRule.defaultCurve)
+    do { try rule.validate() } catch { throw engineError(error, field: r.path(error.field ?? "name")) }
+    return rule
+  }
+
   private func wait(_ object: JSONObject) throws(ProtocolError) -> Wait {
     let r = try reader(object, "wait")
     var ids: [UInt64]?
@@ -341,5 +386,12 @@ struct RequestParser {
       throw r.invalid("animations", "give exactly one of animations (ids) and key")
     }
     return Wait(animations: ids, key: key, timeout: try r.seconds("timeout"))
+  }
+}
+
+extension DuckRule {
+  /// A duck rule from `duck-add`'s fields (a `[[duck]]` table of the configuration, say).
+  public static func parse(_ object: JSONObject) throws(ProtocolError) -> DuckRule {
+    try RequestParser(prefix: "", options: ParseOptions()).duckRule(object)
   }
 }

@@ -72,6 +72,10 @@ public enum Event: Sendable, Equatable {
   case eventsLost(count: Int)
   /// A saved schedule took effect; `next`: when it comes again (Unix seconds), nil when it does not.
   case scheduleApplied(schedule: UInt64, cmd: String, tag: String?, next: Double?)
+  /// A duck rule began its attack (`sample`: its first sample).
+  case duckStarted(rule: String, sample: Int64)
+  /// A duck rule's release ended (`sample`: the first sample back at the model values).
+  case duckEnded(rule: String, sample: Int64)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
   case value(key: String, value: Double, sample: Int64)
 
@@ -88,6 +92,8 @@ public enum Event: Sendable, Equatable {
     case .underrun: return .underrun
     case .eventsLost: return .eventsLost
     case .scheduleApplied: return .scheduleApplied
+    case .duckStarted: return .duckStarted
+    case .duckEnded: return .duckEnded
     case .value: return nil
     }
   }
@@ -132,6 +138,9 @@ public enum Event: Sendable, Equatable {
       object["command"] = .string(cmd)
       object["tag"] = tag.map(JSONValue.string)
       object["next"] = next.map { .string(RFC3339.format($0)) } ?? .null
+    case .duckStarted(let rule, let sample), .duckEnded(let rule, let sample):
+      object["rule"] = .string(rule)
+      object["sample"] = .integer(sample)
     case .value(let key, let value, let sample):
       object["key"] = .string(key)
       object["value"] = .number(value)
@@ -174,6 +183,8 @@ public enum Event: Sendable, Equatable {
       return .scheduleApplied(
         schedule: try fields.unsigned("schedule"), cmd: try fields.string("command"), tag: fields.optionalString("tag"),
         next: fields.optionalString("next").flatMap(RFC3339.parse))
+    case "duck-started": return .duckStarted(rule: try fields.string("rule"), sample: try fields.integer("sample"))
+    case "duck-ended": return .duckEnded(rule: try fields.string("rule"), sample: try fields.integer("sample"))
     case "value":
       return .value(
         key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))

@@ -60,6 +60,7 @@ struct RampCtl: ParsableCommand {
       AnimateCommand.self, CancelCommand.self, RemoveCommand.self, ListCommand.self,
       WatchCommand.self, ObserveCommand.self, WaitCommand.self, BatchCommand.self,
       SchedulesCommand.self, UnscheduleCommand.self, AlarmCommand.self, SleepCommand.self,
+      DuckAddCommand.self, DuckListCommand.self, DuckRemoveCommand.self, DuckCommand.self, UnduckCommand.self,
       CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
     ]
   )

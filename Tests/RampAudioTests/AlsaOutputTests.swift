@@ -34,7 +34,7 @@ enum AlsaTestConfig {
       + plug("rampd_test_auto_plug", "rampd_test_auto_plug_file", "S16_LE")
       + file("rampd_test_auto_plug_file", "autoplug.wav", "wav")
       + "pcm.rampd_test_int_only { type linear; slave { pcm null; format S16_LE } }\n"
-      + (1...20).map { file("rampd_test_player\($0)", "player\($0).raw", "raw") }.joined()
+      + (1...21).map { file("rampd_test_player\($0)", "player\($0).raw", "raw") }.joined()
     let path = "\(dir)/asound-test.conf"
     try! config.write(toFile: path, atomically: true, encoding: .utf8)
     setenv("ALSA_CONFIG_PATH", "/usr/share/alsa/alsa.conf:\(path)", 1)

@@ -107,29 +107,108 @@ import Testing
     // Counted: the blocks and the application of the marker's command; not counted: the seek's
     // command (made and applied on this thread, as a control thread would make it), and the
     // waits for the decoders.
-    var allocated = 0
-    var freed = 0
-    func counted(_ body: () throws -> Void) rethrows {
-      let allocations = rampd_allocations_on_this_thread()
-      let frees = rampd_frees_on_this_thread()
-      try body()
-      allocated += rampd_allocations_on_this_thread() - allocations
-      freed += rampd_frees_on_this_thread() - frees
-    }
-    counted { player.applyPendingCommands() }
+    var count = AllocationCount()
+    count.counting { player.applyPendingCommands() }
     for index in 0..<200 {
       if index == 20 {
         player.seek("long", to: 0.5)
         player.applyPendingCommands()
       }
       while player.streamsBehind(frames: frames) { usleep(100) }
-      try counted { try block() }
+      try count.counting { try block() }
     }
     while let event = player.nextEvent() { events.append(event) }
     #expect(events.contains(.streamEnded(id: "ending", reason: .finished)), "\(events)")
     #expect(events.contains { if case .animationFinished = $0 { true } else { false } }, "\(events)")
-    #expect(allocated == 0, "\(allocated) allocations")
-    #expect(freed == 0, "\(freed) frees")
+    #expect(count.allocated == 0, "\(count.allocated) allocations")
+    #expect(count.freed == 0, "\(count.freed) frees")
+  }
+
+  /// Ducking runs on the render thread without allocating or freeing: a sidechain following two
+  /// trigger streams (peak and RMS detectors), a rule on a stream playing, one on the master
+  /// triggered by hand, their attacks, holds and releases, their events, and a rule removed and
+  /// let go (handed off the thread), all within the counted blocks.
+  @Test func duckingAllocatesAndFreesNothingOnTheRenderThread() throws {
+    let player = try devicePacedPlayer("rampd_test_player21")
+    let directory = try temporaryDirectory()
+    let bed = directory.appendingPathComponent("bed.wav").path
+    try writeSignal(bed, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    // A burst every 0.1 s: the sidechains go on and off within the counted blocks.
+    let voice = directory.appendingPathComponent("voice.wav").path
+    try writeSignal(voice, frames: 96_000) { f, _ in f % 4_800 < 2_400 ? Float(sin(Double(f) / 10)) * 0.5 : 0 }
+    try player.play(bed, id: "bed", loop: true)
+    try player.play(voice, id: "voice1", loop: true)
+    try player.play(voice, id: "voice2", loop: true)
+    let rules = [
+      DuckRule(
+        name: "rms", targets: ["streams.bed.gain"], trigger: "voice*",
+        sidechain: DuckRule.Sidechain(threshold: -20, detector: .rms, window: 0.01), attack: 0.02, hold: 0.01,
+        release: 0.02),
+      DuckRule(
+        name: "peak", targets: ["streams.bed.gain", "master.gain"], trigger: "voice2",
+        sidechain: DuckRule.Sidechain(threshold: -10, detector: .peak, window: 0.02), attack: 0.01, hold: 0,
+        release: 0.03, releaseCurve: .fade(.qsin)),
+      DuckRule(name: "hand", targets: ["master.gain"], depth: 6, attack: 0.05, hold: 0.02, release: 0.05),
+      DuckRule(name: "playing", targets: ["streams.voice2.gain"], trigger: "voice1", attack: 0.05),
+    ].map(player.prepareDuck)
+    player.perform { state in
+      for rule in rules { _ = state.ducks.add(rule, now: state.engine.now) }
+      _ = state.ducks.setManual("hand", true)
+    }
+    player.applyPendingCommands()
+
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    func block() throws {
+      try renderAndWrite(player, buffers)
+      player.finishStreams()
+    }
+    for _ in 0..<10 { try block() }
+    var count = AllocationCount()
+    var events: [PlayerEvent] = []
+    for index in 0..<400 {
+      if index == 40 {
+        player.perform { state in _ = state.ducks.setManual("hand", false) }
+        count.counting { player.applyPendingCommands() }
+      }
+      if index == 120 {
+        player.perform { state in _ = state.ducks.remove("rms") }
+        count.counting { player.applyPendingCommands() }
+      }
+      while player.streamsBehind(frames: frames) { usleep(100) }
+      try count.counting { try block() }
+      while let event = player.nextEvent() { events.append(event) }
+    }
+    func tally(_ rule: String, started: Bool) -> Int {
+      events.count { event in
+        switch event {
+        case .duckStarted(let name, _): started && name == rule
+        case .duckEnded(let name, _): !started && name == rule
+        default: false
+        }
+      }
+    }
+    #expect(tally("rms", started: true) >= 2 && tally("rms", started: false) >= 2, "\(events)")
+    #expect(tally("peak", started: true) >= 2 && tally("peak", started: false) >= 2, "\(events)")
+    #expect(tally("hand", started: true) == 1 && tally("hand", started: false) == 1, "\(events)")
+    #expect(tally("playing", started: true) == 1, "\(events)")
+    #expect(count.allocated == 0, "\(count.allocated) allocations")
+    #expect(count.freed == 0, "\(count.freed) frees")
+  }
+}
+
+/// Allocations and frees on this thread while the bodies given to `counting` ran.
+private struct AllocationCount {
+  var allocated = 0
+  var freed = 0
+
+  mutating func counting(_ body: () throws -> Void) rethrows {
+    let allocations = rampd_allocations_on_this_thread()
+    let frees = rampd_frees_on_this_thread()
+    try body()
+    allocated += rampd_allocations_on_this_thread() - allocations
+    freed += rampd_frees_on_this_thread() - frees
   }
 }
 

@@ -141,6 +141,8 @@ import Testing
       case "batch": line = #"{"cmd":"batch","commands":[{"cmd":"ping"}]}"#
       case "wait": line = #"{"cmd":"wait","key":"k"}"#
       case "unschedule": line = #"{"cmd":"unschedule","schedule":3}"#
+      case "duck-add": line = #"{"cmd":"duck-add","name":"d","targets":["master.gain"]}"#
+      case "duck-remove", "duck", "unduck": line = #"{"cmd":"\#(name)","name":"d"}"#
       default: line = #"{"cmd":"\#(name)"}"#
       }
       #expect(try request(line).command.name == name)

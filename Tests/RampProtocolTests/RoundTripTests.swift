@@ -59,6 +59,15 @@ import Testing
         .play(Play(path: "/a.wav", fadeIn: 2, space: .decibels))),
       Request(
         ack: .scheduled, repeats: .daily(seconds: 25_200, days: Recurrence.weekdays), tag: "alarm", .stop(Transport())),
+      Request(.duckAdd(DuckRule(name: "talk", targets: ["streams.bed.gain"]))),
+      Request(
+        .duckAdd(
+          DuckRule(
+            name: "mic", targets: ["master.gain", "streams.a.gain"], trigger: "voice*",
+            sidechain: DuckRule.Sidechain(threshold: -35, detector: .peak, window: 0.1, hysteresis: 3), depth: 20,
+            attack: 0.05, attackCurve: .fade(.qsin), hold: 0, release: 3, releaseCurve: .easeOut))),
+      Request(.duckRemove(name: "talk")), Request(.duckList), Request(at: .delay(2), .duck(name: "talk", on: true)),
+      Request(.duck(name: "talk", on: false)),
     ]
     #expect(Set(requests.map(\.command.name)) == Set(Command.names))
     for original in requests {

@@ -29,7 +29,7 @@ import Testing
         "bad-json", "bad-request", "line-too-long", "unknown-command", "missing-field", "invalid-field",
         "unknown-field", "out-of-range", "unknown-key-path", "unknown-stream", "unknown-animation", "stream-exists",
         "file-error", "forbidden-path", "permission-denied", "limit-exceeded", "timeout", "shutting-down",
-        "internal-error", "events-lost",
+        "internal-error", "events-lost", "unknown-duck",
       ])
     #expect(
       ProtocolError(.timeout, field: "timeout", "timeout: 5 s passed").description == "timeout: timeout: 5 s passed")
@@ -87,6 +87,8 @@ import Testing
     ),
     (.underrun(stream: "s1"), #"{"event":"underrun","stream":"s1"}"#),
     (.underrun(stream: nil), #"{"event":"underrun"}"#),
+    (.duckStarted(rule: "talk", sample: 480), #"{"event":"duck-started","rule":"talk","sample":480}"#),
+    (.duckEnded(rule: "talk", sample: 96_480), #"{"event":"duck-ended","rule":"talk","sample":96480}"#),
     (
       .scheduleApplied(schedule: 4, cmd: "play", tag: "alarm", next: 1_795_500_000),
       #"{"event":"schedule-applied","schedule":4,"command":"play","tag":"alarm","next":"2026-11-24T06:00:00Z"}"#
@@ -116,6 +118,7 @@ import Testing
       Event.configReloaded(applied: [], restartRequired: []).kind,
       Event.underrun(stream: nil).kind, Event.eventsLost(count: 3).kind,
       Event.scheduleApplied(schedule: 1, cmd: "play", tag: nil, next: nil).kind,
+      Event.duckStarted(rule: "r", sample: 0).kind, Event.duckEnded(rule: "r", sample: 9).kind,
     ]
     #expect(kinds.compactMap { $0 } == EventKind.allCases)
     #expect(Event.value(key: "k", value: 0, sample: 0).kind == nil)

@@ -141,6 +141,24 @@ struct Recipe {
     case "unschedule":
       return chance(0.5)
         ? .unschedule(schedule: UInt64(next() * 1000), tag: nil) : .unschedule(schedule: nil, tag: identifier())
+    case "duck-add":
+      let trigger = maybe { $0.identifier() + $0.pick(["", "*"]) }
+      let sidechain =
+        trigger == nil
+        ? nil
+        : maybe {
+          DuckRule.Sidechain(
+            threshold: -$0.next() * 120, detector: $0.pick(DuckRule.Sidechain.Detector.allCases),
+            window: 0.001 + $0.next() * 4, hysteresis: $0.next() * 24)
+        }
+      return .duckAdd(
+        DuckRule(
+          name: identifier(), targets: pick([["master.gain"], ["streams.bed.gain", "master.gain"]]), trigger: trigger,
+          sidechain: sidechain, depth: 0.5 + next() * 100, attack: seconds(), attackCurve: curve(), hold: seconds(),
+          release: seconds(), releaseCurve: curve()))
+    case "duck-remove": return .duckRemove(name: identifier())
+    case "duck-list": return .duckList
+    case "duck", "unduck": return .duck(name: identifier(), on: chance(0.5))
     default:
       let byIDs = chance(0.5)
       return .wait(
