@@ -118,9 +118,12 @@ struct RequestParser {
   /// A reader of command `name`'s object, which takes the keys `ProtocolSchema` gives it.
   private func reader(_ object: JSONObject, _ name: String) throws(ProtocolError) -> FieldReader {
     try FieldReader(
-      object, prefix: prefix, allowed: Self.commonKeys + ProtocolSchema.fields(of: name).map(\.name), context: name,
-      options: options)
+      object, prefix: prefix, allowed: Self.allowedKeys[name] ?? Self.commonKeys, context: name, options: options)
   }
+
+  /// Each command's keys (`commonKeys` and its own), worked out once rather than for every request.
+  private static let allowedKeys = [String: [String]](
+    uniqueKeysWithValues: ProtocolSchema.commands.map { ($0.name, commonKeys + $0.fields.map(\.name)) })
 
   private func command(_ name: String, _ object: JSONObject) throws(ProtocolError) -> Command {
     switch name {
