@@ -301,6 +301,9 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private let output: OutputFlusher
   /// Output written and not yet sent (event-loop thread only): `output` sends it.
   private var unsent = false
+  /// Where a reply is serialised before it is copied to the socket's buffer, kept from one to the
+  /// next (event-loop thread only).
+  private var scratch: [UInt8] = []
   /// Requests arrive as lines (event-loop thread only).
   private var framer: LineFramer
   /// Set once the connection closed, or is being closed for a line over the limit: no further
@@ -568,15 +571,22 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   var awaitsNoOtherReply: Bool { unanswered.load(ordering: .relaxed) == 1 }
 
   func event(_ line: String) {
+    // Written from the loop only (a reload's event comes from another thread).
+    guard channel.eventLoop.inEventLoop else {
+      channel.eventLoop.execute { self.event(line) }
+      return
+    }
     // A subscriber that does not read loses events instead of holding the daemon's memory.
     guard channel.isWritable else { return }
     write(text: line)
   }
 
   private func write(_ line: JSONValue) {
-    let bytes = line.serializedLineBytes()
-    var buffer = channel.allocator.buffer(capacity: bytes.count)
-    buffer.writeBytes(bytes)
+    scratch.removeAll(keepingCapacity: true)
+    line.write(into: &scratch)
+    scratch.append(UInt8(ascii: "\n"))
+    var buffer = channel.allocator.buffer(capacity: scratch.count)
+    buffer.writeBytes(scratch)
     send(buffer)
   }
 

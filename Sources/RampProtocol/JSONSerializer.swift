@@ -12,22 +12,17 @@ extension JSONValue {
     return String(decoding: output, as: UTF8.self)
   }
 
-  /// `serialized()` with the newline that ends a protocol line.
+  /// `serialized()` with the newline that ends a protocol line, built in one go.
   public func serializedLine() -> String {
-    String(decoding: serializedLineBytes(), as: UTF8.self)
-  }
-
-  /// The UTF-8 bytes of `serializedLine()`, for a socket: a reply is built byte by byte, without
-  /// a string in between.
-  public func serializedLineBytes() -> [UInt8] {
     var output: [UInt8] = []
     output.reserveCapacity(128)
     write(into: &output)
     output.append(UInt8(ascii: "\n"))
-    return output
+    return String(decoding: output, as: UTF8.self)
   }
 
-  /// Appends the compact JSON text of the value.
+  /// Appends the compact JSON text of the value to `output` (a reply goes to the socket as
+  /// bytes, without a string in between).
   public func write(into output: inout [UInt8]) {
     switch self {
     case .null: output.append(contentsOf: "null".utf8)

@@ -56,6 +56,7 @@ struct RequestParser {
   let options: ParseOptions
 
   static let commonKeys = ProtocolSchema.requestFields.map(\.name)
+  private static let commandNames = Set(Command.names)
 
   static func id(_ object: JSONObject) throws(ProtocolError) -> JSONValue? {
     guard let id = object["id"], id != .null else { return nil }
@@ -107,7 +108,7 @@ struct RequestParser {
     guard case .string(let name) = value else {
       throw ProtocolError(.badRequest, field: field, "\(field): expected a command name, got \(describe(value))")
     }
-    guard Command.names.contains(name) else {
+    guard Self.commandNames.contains(name) else {
       var message = "\(field): unknown command \(describe(value))"
       if let match = Suggestion.closest(to: name, among: Command.names) { message += "; did you mean \(match)?" }
       throw ProtocolError(.unknownCommand, field: field, message)
