@@ -694,9 +694,9 @@ def main():
     parser.add_argument("--short-seconds", type=float, required=True, help="its length")
     parser.add_argument("--results", required=True)
     parser.add_argument("--tries", type=int, default=50)
-    parser.add_argument("--only", choices=["realtime", "latency"],
+    parser.add_argument("--only", choices=["realtime", "latency", "rtt"],
                         help="realtime: only (b) in real time (both daemons), with CPU and wake-ups per thread; "
-                        "latency: only (d)")
+                        "latency: only (d); rtt: only (a), with the floor")
     args = parser.parse_args()
     mp.set_start_method("fork")
     work, music = args.work, os.path.dirname(args.track)
@@ -713,7 +713,7 @@ def main():
     mpd = start_mpd(args.mpd, work, music)
     rampd = start_rampd(args.rampd, work, "rampd", 'device = "null"\npacing = "clock"')
     floor = None
-    if args.floor and not args.only:
+    if args.floor and args.only in (None, "rtt"):
         path = os.path.join(work, "floor.sock")
         floor = Daemon("floor", [args.floor, path], path, work)
     if args.only == "realtime":
@@ -766,6 +766,11 @@ def main():
                     f" clients {r['client_cores']:.2f})")
         if floor:
             floor.stop()
+        if args.only == "rtt":
+            mpd.stop()
+            with open(args.results, "w") as f:
+                json.dump(results, f, indent=1)
+            return
         realtime(args, results, rampd, mpd, say)
     finally:
         rampd.stop()

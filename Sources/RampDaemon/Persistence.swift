@@ -7,8 +7,9 @@ import Synchronization
 /// `"ack": "scheduled"` until they have taken effect (a ramp: until it ends).
 ///
 /// A changed model value is also written to the levels journal (`StateStore.journal`) before the
-/// change is acknowledged, so no acknowledged level is lost when rampd is killed; the state file
-/// follows within the saver's interval.
+/// change is acknowledged (`writeJournal`, which the server calls before it sends replies), so no
+/// acknowledged level is lost when rampd is killed; the state file follows within the saver's
+/// interval.
 public final class Persistence: Sendable {
   let saver: StateSaver
   private let state: Mutex<Recorded>
@@ -19,6 +20,8 @@ public final class Persistence: Sendable {
     /// Changes acknowledged before the render thread applied them, by key path: until they have
     /// been, a model value read after an earlier command is older than the acknowledged one.
     var early: [String: Int] = [:]
+    /// The values changed since the journal was last written.
+    var journalDue = false
   }
 
   init(saver: StateSaver, restored: PersistentState) {
@@ -53,13 +56,24 @@ public final class Persistence: Sendable {
     }
   }
 
-  /// In the lock, so the journal's writes come in the order of the changes.
   private func change(_ recorded: inout Recorded, to values: [String: Double]) {
     guard values != recorded.state.values else { return }
     recorded.state.values = values
     recorded.state.sequence += 1
-    saver.store.journal(values: values, sequence: recorded.state.sequence)
+    recorded.journalDue = true
     saver.update(recorded.state)
+  }
+
+  /// Writes the latest values to the levels journal when they changed since it was last written.
+  /// Called before replies are sent, so every change they acknowledge is there, and the changes
+  /// acknowledged together cost one write. In the lock, so the journal's writes come in the order
+  /// of the changes.
+  func writeJournal() {
+    state.withLock { recorded in
+      guard recorded.journalDue else { return }
+      recorded.journalDue = false
+      saver.store.journal(values: recorded.state.values, sequence: recorded.state.sequence)
+    }
   }
 
   /// Adds a schedule and writes it to disk before returning: nil when it could not be saved (and

@@ -15,6 +15,8 @@ public final class Server: @unchecked Sendable {
   private let group: MultiThreadedEventLoopGroup
   private var channel: Channel?
   private var bell: Channel?
+  /// Sends what the connections wrote, once per turn of the event loop.
+  private let output: OutputFlusher
   let clientCount = Atomic<Int>(0)
   /// The access rules of the running configuration, resolved once per change (a name lookup may be
   /// slow, and the event loop serves everyone).
@@ -25,6 +27,7 @@ public final class Server: @unchecked Sendable {
     self.controller = controller
     self.logger = logger
     group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    output = OutputFlusher(controller: controller)
   }
 
   /// The loop that serves every connection (and hands replies out).
@@ -74,6 +77,7 @@ public final class Server: @unchecked Sendable {
     let controller = controller
     let logger = logger
     let clients = self
+    let output = output
     return ServerBootstrap(group: group)
       .serverChannelOption(.backlog, value: 64)
       .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
@@ -103,7 +107,7 @@ public final class Server: @unchecked Sendable {
           }
           let session = Session(
             channel: channel, controller: controller, peer: peer, confined: !policy.isOwner(peer),
-            lineLength: configuration.limits.lineLength, logger: logger)
+            lineLength: configuration.limits.lineLength, output: output, logger: logger)
           try channel.pipeline.syncOperations.addHandler(session)
         }
       }
@@ -294,6 +298,12 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   private let controller: Controller
   private var configuration: DaemonConfiguration { controller.configuration }
   private let logger: Logger
+  private let output: OutputFlusher
+  /// Output written and not yet sent (event-loop thread only): `output` sends it.
+  private var unsent = false
+  /// Where a reply is serialised before it is copied to the socket's buffer, kept from one to the
+  /// next (event-loop thread only).
+  private var scratch: [UInt8] = []
   /// Requests arrive as lines (event-loop thread only).
   private var framer: LineFramer
   /// Set once the connection closed, or is being closed for a line over the limit: no further
@@ -349,8 +359,12 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     }
   }
 
-  init(channel: Channel, controller: Controller, peer: Peer, confined: Bool, lineLength: Int, logger: Logger) {
+  init(
+    channel: Channel, controller: Controller, peer: Peer, confined: Bool, lineLength: Int, output: OutputFlusher,
+    logger: Logger
+  ) {
     self.channel = channel
+    self.output = output
     framer = LineFramer(maximumLength: lineLength)
     self.controller = controller
     self.peer = peer
@@ -503,6 +517,8 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   /// Closes the connection once `bytes`, and everything written before them, are sent.
   private func close(after bytes: ByteBuffer) {
     let channel = channel
+    // What the replies written before acknowledge is in the journal before they leave.
+    controller.persistence?.writeJournal()
     channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
   }
 
@@ -555,17 +571,46 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   var awaitsNoOtherReply: Bool { unanswered.load(ordering: .relaxed) == 1 }
 
   func event(_ line: String) {
+    // Written from the loop only (a reload's event comes from another thread).
+    guard channel.eventLoop.inEventLoop else {
+      channel.eventLoop.execute { self.event(line) }
+      return
+    }
     // A subscriber that does not read loses events instead of holding the daemon's memory.
     guard channel.isWritable else { return }
     write(text: line)
   }
 
-  private func write(_ line: JSONValue) { write(text: line.serializedLine()) }
+  private func write(_ line: JSONValue) {
+    scratch.removeAll(keepingCapacity: true)
+    line.write(into: &scratch)
+    scratch.append(UInt8(ascii: "\n"))
+    var buffer = channel.allocator.buffer(capacity: scratch.count)
+    buffer.writeBytes(scratch)
+    send(buffer)
+  }
 
   private func write(text: String) {
     var buffer = channel.allocator.buffer(capacity: text.utf8.count)
     buffer.writeString(text)
-    channel.writeAndFlush(buffer, promise: nil)
+    send(buffer)
+  }
+
+  /// Writes `buffer` now and has it sent at the end of this turn of the event loop, with whatever
+  /// else this and the other connections write meanwhile.
+  private func send(_ buffer: ByteBuffer) {
+    channel.write(buffer, promise: nil)
+    guard !unsent else { return }
+    unsent = true
+    output.sendLater(self)
+  }
+
+  var eventLoop: EventLoop { channel.eventLoop }
+
+  /// Sends what was written (the flusher calls it, on the event loop).
+  func sendWritten() {
+    unsent = false
+    channel.flush()
   }
 
   // MARK: Observe

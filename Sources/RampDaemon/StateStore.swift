@@ -194,7 +194,7 @@ public final class StateStore: Sendable {
   /// were at most one save interval earlier. False when the write failed (logged once per error).
   @discardableResult
   public func journal(values: [String: Double], sequence: UInt64) -> Bool {
-    let bytes = Array(StateFile.encodeJournal(values: values, sequence: sequence).utf8)
+    let bytes = StateFile.encodeJournal(values: values, sequence: sequence)
     let (written, message) = journalFile.withLock { file -> (Bool, (Logger.Level, String)?) in
       var problem: String?
       if file.descriptor < 0 {
@@ -497,18 +497,21 @@ enum StateFile {
   static let maxJournalBytes = 1 << 20
 
   /// One line: `{"sequence":12,"values":{"master.gain":0.5}}` and a newline.
-  static func encodeJournal(values: [String: Double], sequence: UInt64) -> String {
-    // Written before every acknowledged `set`: built in one string.
-    var text = "{\"sequence\":\(sequence),\"values\":{"
-    text.reserveCapacity(64 + values.count * 48)
+  static func encodeJournal(values: [String: Double], sequence: UInt64) -> [UInt8] {
+    // Written for every turn of the event loop that acknowledges a change: built as bytes.
+    var bytes: [UInt8] = []
+    bytes.reserveCapacity(64 + values.count * 48)
+    bytes.append(contentsOf: #"{"sequence":"#.utf8)
+    JSONValue.integer(sequence).write(into: &bytes)
+    bytes.append(contentsOf: #","values":{"#.utf8)
     for (index, key) in values.keys.sorted().enumerated() {
-      if index > 0 { text += "," }
-      text += JSONValue.string(key).serialized()
-      text += ":"
-      text += JSONValue.format(values[key]!)
+      if index > 0 { bytes.append(UInt8(ascii: ",")) }
+      JSONValue.string(key).write(into: &bytes)
+      bytes.append(UInt8(ascii: ":"))
+      JSONValue.number(values[key]!).write(into: &bytes)
     }
-    text += "}}\n"
-    return text
+    bytes.append(contentsOf: "}}\n".utf8)
+    return bytes
   }
 
   /// The entry, or nil when it is not one (a torn or foreign file).

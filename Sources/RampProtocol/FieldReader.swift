@@ -36,7 +36,7 @@ struct FieldReader {
     self.object = object
     self.prefix = prefix
     self.options = options
-    for key in object.keys where !allowed.contains(key) {
+    for (key, _) in object where !allowed.contains(key) {
       var message = "\(context) takes no field \"\(key)\""
       if let match = Suggestion.closest(to: key, among: allowed) { message += "; did you mean \(match)?" }
       throw .at(prefix + key, .unknownField, message)

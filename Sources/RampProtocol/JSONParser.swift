@@ -12,32 +12,48 @@ public enum JSON {
   public static func parse(_ text: some StringProtocol, maxDepth: Int = defaultMaxDepth) throws(ProtocolError)
     -> JSONValue
   {
-    var parser = JSONParser(bytes: Array(text.utf8), maxDepth: maxDepth)
-    return try parser.parseDocument()
+    let bytes = Array(text.utf8)
+    return try bytes.withUnsafeBufferPointer { bytes throws(ProtocolError) in
+      var parser = JSONParser(bytes: bytes, maxDepth: maxDepth)
+      return try parser.parseDocument()
+    }
   }
 
   /// Parses raw bytes, refusing any that are not valid UTF-8 (a `String` would have replaced them).
   public static func parse(utf8 bytes: some Collection<UInt8>, maxDepth: Int = defaultMaxDepth) throws(ProtocolError)
     -> JSONValue
   {
-    // One copy of the line: requests arrive at tens of thousands a second, and are nearly
-    // always ASCII, which needs no further check.
-    let copy = Array(bytes)
-    if !copy.allSatisfy({ $0 < 0x80 }), String(validating: copy, as: UTF8.self) == nil {
+    // Requests arrive at tens of thousands a second: read where they lie (a connection's buffer)
+    // when the bytes are contiguous, copied once otherwise.
+    let parsed = bytes.withContiguousStorageIfAvailable { buffer in
+      Result { () throws(ProtocolError) in try parse(contiguous: buffer, maxDepth: maxDepth) }
+    }
+    if let parsed { return try parsed.get() }
+    return try Array(bytes).withUnsafeBufferPointer { buffer throws(ProtocolError) in
+      try parse(contiguous: buffer, maxDepth: maxDepth)
+    }
+  }
+
+  private static func parse(contiguous bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) throws(ProtocolError)
+    -> JSONValue
+  {
+    // Nearly always ASCII, which needs no further check.
+    if !bytes.allSatisfy({ $0 < 0x80 }), String(validating: bytes, as: UTF8.self) == nil {
       throw ProtocolError(.badJSON, "the line is not valid UTF-8")
     }
-    var parser = JSONParser(bytes: copy, maxDepth: maxDepth)
+    var parser = JSONParser(bytes: bytes, maxDepth: maxDepth)
     return try parser.parseDocument()
   }
 }
 
+/// Reads bytes that outlive it (the caller's buffer, for the length of one parse).
 private struct JSONParser {
-  let bytes: [UInt8]
+  let bytes: UnsafeBufferPointer<UInt8>
   let maxDepth: Int
   var index = 0
   var depth = 0
 
-  init(bytes: [UInt8], maxDepth: Int) {
+  init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
     self.bytes = bytes
     self.maxDepth = maxDepth
   }
@@ -196,7 +212,7 @@ private struct JSONParser {
     }
     if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
       defer { index = end + 1 }
-      return String(decoding: bytes[index..<end], as: UTF8.self)
+      return String(decoding: UnsafeBufferPointer(rebasing: bytes[index..<end]), as: UTF8.self)
     }
     var utf8 = Array(bytes[index..<end])
     index = end
@@ -311,7 +327,7 @@ private struct JSONParser {
       skipDigits()
     }
     if let number = exactDecimal(start..<index) { return .number(number) }
-    let text = String(decoding: bytes[start..<index], as: UTF8.self)
+    let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
     guard let number = Double(text), number.isFinite else {
       index = start
       throw failure("the number \(text) is too large for a double")

@@ -6,78 +6,108 @@ extension JSONValue {
   /// the shortest form that reads back to the same double. NaN and infinity have no JSON form
   /// and print as `null` (the parser never produces them).
   public func serialized() -> String {
-    var output = ""
+    var output: [UInt8] = []
     output.reserveCapacity(128)
     write(into: &output)
-    return output
+    return String(decoding: output, as: UTF8.self)
   }
 
-  /// `serialized()` with the newline that ends a protocol line, built in one string.
+  /// `serialized()` with the newline that ends a protocol line, built in one go.
   public func serializedLine() -> String {
-    var output = serialized()
-    output += "\n"
-    return output
+    var output: [UInt8] = []
+    output.reserveCapacity(128)
+    write(into: &output)
+    output.append(UInt8(ascii: "\n"))
+    return String(decoding: output, as: UTF8.self)
   }
 
-  private func write(into output: inout String) {
+  /// Appends the compact JSON text of the value to `output` (a reply goes to the socket as
+  /// bytes, without a string in between).
+  public func write(into output: inout [UInt8]) {
     switch self {
-    case .null: output += "null"
-    case .bool(let value): output += value ? "true" : "false"
-    case .number(let value): output += Self.format(value)
+    case .null: output.append(contentsOf: "null".utf8)
+    case .bool(let value): output.append(contentsOf: value ? "true".utf8 : "false".utf8)
+    case .number(let value): Self.writeNumber(value, into: &output)
     case .string(let value): Self.writeString(value, into: &output)
     case .array(let elements):
-      output += "["
+      output.append(UInt8(ascii: "["))
       for (index, element) in elements.enumerated() {
-        if index > 0 { output += "," }
+        if index > 0 { output.append(UInt8(ascii: ",")) }
         element.write(into: &output)
       }
-      output += "]"
+      output.append(UInt8(ascii: "]"))
     case .object(let object):
-      output += "{"
+      output.append(UInt8(ascii: "{"))
       for (index, member) in object.enumerated() {
-        if index > 0 { output += "," }
+        if index > 0 { output.append(UInt8(ascii: ",")) }
         Self.writeString(member.key, into: &output)
-        output += ":"
+        output.append(UInt8(ascii: ":"))
         member.value.write(into: &output)
       }
-      output += "}"
+      output.append(UInt8(ascii: "}"))
     }
   }
 
   public static func format(_ number: Double) -> String {
-    guard number.isFinite else { return "null" }
-    if number == number.rounded(), abs(number) < 9_007_199_254_740_992 { return String(Int64(number)) }
-    // Swift prints the shortest digits that read back exactly, in a form JSON accepts
-    // ("0.1", "1e-05", "1.5e+300").
-    return number.description
+    var output: [UInt8] = []
+    writeNumber(number, into: &output)
+    return String(decoding: output, as: UTF8.self)
   }
 
-  private static func writeString(_ text: String, into output: inout String) {
-    output += "\""
+  private static func writeNumber(_ number: Double, into output: inout [UInt8]) {
+    guard number.isFinite else {
+      output.append(contentsOf: "null".utf8)
+      return
+    }
+    if number == number.rounded(), abs(number) < 9_007_199_254_740_992 {
+      writeInteger(Int64(number), into: &output)
+      return
+    }
+    // Swift prints the shortest digits that read back exactly, in a form JSON accepts
+    // ("0.1", "1e-05", "1.5e+300").
+    output.append(contentsOf: number.description.utf8)
+  }
+
+  /// Decimal digits, written from the last: no string in between.
+  private static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
+    if value < 0 { output.append(UInt8(ascii: "-")) }
+    var magnitude = value.magnitude
+    let start = output.count
+    repeat {
+      output.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+      magnitude /= 10
+    } while magnitude > 0
+    output[start...].reverse()
+  }
+
+  private static func writeString(_ text: String, into output: inout [UInt8]) {
+    output.append(UInt8(ascii: "\""))
     // Nearly every string (keys, ids, codes) needs no escape: appended whole.
     if !text.utf8.contains(where: needsEscapeCheck) {
-      output += text
-      output += "\""
+      output.append(contentsOf: text.utf8)
+      output.append(UInt8(ascii: "\""))
       return
     }
     for scalar in text.unicodeScalars {
       switch scalar {
-      case "\"": output += "\\\""
-      case "\\": output += "\\\\"
-      case "\n": output += "\\n"
-      case "\r": output += "\\r"
-      case "\t": output += "\\t"
-      case "\u{08}": output += "\\b"
-      case "\u{0C}": output += "\\f"
+      case "\"": output.append(contentsOf: "\\\"".utf8)
+      case "\\": output.append(contentsOf: "\\\\".utf8)
+      case "\n": output.append(contentsOf: "\\n".utf8)
+      case "\r": output.append(contentsOf: "\\r".utf8)
+      case "\t": output.append(contentsOf: "\\t".utf8)
+      case "\u{08}": output.append(contentsOf: "\\b".utf8)
+      case "\u{0C}": output.append(contentsOf: "\\f".utf8)
       // Control characters must be escaped; U+2028 and U+2029 are too, because some
       // line-splitting clients (JavaScript's among them) treat them as line ends.
       case "\u{00}"..."\u{1F}", "\u{7F}", "\u{2028}", "\u{2029}":
         let digits = String(scalar.value, radix: 16)
-        output += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
-      default: output.unicodeScalars.append(scalar)
+        output.append(contentsOf: "\\u".utf8)
+        output.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: 4 - digits.utf8.count))
+        output.append(contentsOf: digits.utf8)
+      default: output.append(contentsOf: UTF8.encode(scalar)!)
       }
     }
-    output += "\""
+    output.append(UInt8(ascii: "\""))
   }
 
   /// A byte that is, or may begin, a character written escaped: controls, quote, backslash, DEL,

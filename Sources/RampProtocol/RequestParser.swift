@@ -56,6 +56,7 @@ struct RequestParser {
   let options: ParseOptions
 
   static let commonKeys = ProtocolSchema.requestFields.map(\.name)
+  private static let commandNames = Set(Command.names)
 
   static func id(_ object: JSONObject) throws(ProtocolError) -> JSONValue? {
     guard let id = object["id"], id != .null else { return nil }
@@ -131,7 +132,7 @@ struct RequestParser {
     guard case .string(let name) = value else {
       throw ProtocolError(.badRequest, field: field, "\(field): expected a command name, got \(describe(value))")
     }
-    guard Command.names.contains(name) else {
+    guard Self.commandNames.contains(name) else {
       var message = "\(field): unknown command \(describe(value))"
       if let match = Suggestion.closest(to: name, among: Command.names) { message += "; did you mean \(match)?" }
       throw ProtocolError(.unknownCommand, field: field, message)
@@ -142,9 +143,12 @@ struct RequestParser {
   /// A reader of command `name`'s object, which takes the keys `ProtocolSchema` gives it.
   private func reader(_ object: JSONObject, _ name: String) throws(ProtocolError) -> FieldReader {
     try FieldReader(
-      object, prefix: prefix, allowed: Self.commonKeys + ProtocolSchema.fields(of: name).map(\.name), context: name,
-      options: options)
+      object, prefix: prefix, allowed: Self.allowedKeys[name] ?? Self.commonKeys, context: name, options: options)
   }
+
+  /// Each command's keys (`commonKeys` and its own), worked out once rather than for every request.
+  private static let allowedKeys = [String: [String]](
+    uniqueKeysWithValues: ProtocolSchema.commands.map { ($0.name, commonKeys + $0.fields.map(\.name)) })
 
   private func command(_ name: String, _ object: JSONObject) throws(ProtocolError) -> Command {
     switch name {

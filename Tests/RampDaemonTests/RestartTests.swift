@@ -25,6 +25,42 @@ import Testing
     #expect(gain.result["model"]?.numberValue == 0.25 && gain.result["presentation"]?.numberValue == 0.25)
   }
 
+  /// The levels journal has a change before its reply leaves: read the moment the reply arrives,
+  /// it holds that value or a later one. Replies answered at once (one request at a time) and
+  /// after the render thread (pipelined), from two connections whose replies go out together.
+  @Test func theJournalHasEachLevelBeforeItsReplyArrives() throws {
+    let daemon = try DaemonProcess()
+    let journal = "\(daemon.directory)/state.json.levels"
+    func journaled() throws -> Double {
+      let text = try String(contentsOfFile: journal, encoding: .utf8)
+      let entry = try JSON.parse(String(text.prefix { $0 != "\n" }))
+      return try #require(entry["values"]?["master.gain"]?.numberValue, "\(text)")
+    }
+    let clients = [try daemon.client(), try daemon.client()]
+    // Values only grow, so "that one or a later one" is "at least that one".
+    var value = 0.0
+    for step in 0..<200 {
+      value += 0.001
+      let client = clients[step % 2]
+      #expect(try client.request(["cmd": "set", "key": "master.gain", "value": .number(value), "duration": 0]).isOK)
+      #expect(try journaled() >= value, "step \(step)")
+    }
+    for round in 0..<10 {
+      var lines: [(client: LineClient, value: Double)] = []
+      for index in 0..<20 {
+        value += 0.001
+        let client = clients[index % 2]
+        try client.send(
+          raw: #"{"id":\#(index),"cmd":"set","key":"master.gain","value":\#(value),"duration":0}"#)
+        lines.append((client, value))
+      }
+      for (index, line) in lines.enumerated() {
+        #expect(try line.client.reply(to: index).isOK)
+        #expect(try journaled() >= line.value, "round \(round), request \(index)")
+      }
+    }
+  }
+
   @Test func aScheduledRampKilledHalfwayResumesWhereItWouldBe() throws {
     let first = try DaemonProcess()
     let client = try first.client()

@@ -1,9 +1,10 @@
 import Foundation
 import Logging
-import RampDaemon
 import RampProtocol
 import Synchronization
 import Testing
+
+@testable import RampDaemon
 
 #if canImport(Glibc)
   import Glibc
@@ -799,6 +800,34 @@ extension StateStoreTests {
         #expect(store.load().values == ["master.gain": 0.5], "\(torn)")
       }
       #expect(log.warnings.count == 3 && log.warnings.allSatisfy { $0.contains("journal") }, "\(log.warnings)")
+    }
+  }
+
+  /// Changes are journaled when replies are about to be sent (`Persistence.writeJournal`), not one
+  /// by one: the changes acknowledged in one turn of the event loop cost one write, of the latest.
+  @Test func changesAcknowledgedTogetherAreJournaledInOneWrite() throws {
+    try withScratch { directory in
+      let log = LogRecorder()
+      let store = StateStore(path: directory + "/state.json", logger: log.logger)
+      let saver = StateSaver(store: store, interval: 3600, logger: log.logger)
+      defer { saver.close() }
+      let persistence = Persistence(saver: saver, restored: PersistentState(values: ["master.gain": 1], sequence: 1))
+      persistence.acknowledgeEarly("master.gain", value: 0.25)
+      persistence.acknowledgeEarly("master.gain", value: 0.5)
+      #expect(!exists(store.journalPath), "nothing is written before the replies go")
+      persistence.writeJournal()
+      #expect(
+        String(decoding: contents(store.journalPath) ?? [], as: UTF8.self)
+          == #"{"sequence":3,"values":{"master.gain":0.5}}"# + "\n")
+      // Nothing changed since: no write.
+      unlink(store.journalPath)
+      persistence.writeJournal()
+      #expect(!exists(store.journalPath))
+      persistence.acknowledgeEarly("master.gain", value: 0.75)
+      persistence.writeJournal()
+      #expect(
+        String(decoding: contents(store.journalPath) ?? [], as: UTF8.self)
+          == #"{"sequence":4,"values":{"master.gain":0.75}}"# + "\n")
     }
   }
 

@@ -133,6 +133,26 @@ func jsonError(_ text: String) -> ProtocolError? {
     #expect(error == ProtocolError(.badJSON, "the line is not valid UTF-8"))
   }
 
+  /// Bytes are read where they lie when they are contiguous (an array, a slice of one, a
+  /// connection's buffer), and copied when they are not: the same value and the same errors, with
+  /// columns counted from the line's first byte either way.
+  @Test func contiguousOrNotTheBytesParseAlike() throws {
+    let line = Array(#"{"id":7,"cmd":"set","key":"master.gain","value":0.6,"duration":0}"#.utf8)
+    let expected = try JSON.parse(utf8: line)
+    let slice = (Array("xx".utf8) + line)[2...]
+    #expect(try JSON.parse(utf8: slice) == expected)
+    #expect(try JSON.parse(utf8: line.lazy.map { $0 }) == expected, "not contiguous: copied")
+    let bad = Array(#"{"a":1,}"#.utf8)
+    let error = try #require(throws: ProtocolError.self) { try JSON.parse(utf8: bad) }
+    #expect(error.message == "bad JSON at column 8: trailing comma in object")
+    #expect(throws: error) { try JSON.parse(utf8: (Array("  ".utf8) + bad)[2...]) }
+    #expect(throws: error) { try JSON.parse(utf8: bad.lazy.map { $0 }) }
+    let invalid: [UInt8] = [0x22, 0xC3, 0x28, 0x22]
+    #expect(throws: ProtocolError(.badJSON, "the line is not valid UTF-8")) {
+      try JSON.parse(utf8: invalid.lazy.map { $0 })
+    }
+  }
+
   @Test func objectsKeepTheirOrder() throws {
     let parsed = try JSON.parse(#"{"z":1,"a":2,"m":3}"#)
     #expect(parsed.objectValue?.keys == ["z", "a", "m"])
@@ -187,6 +207,18 @@ func jsonError(_ text: String) -> ProtocolError? {
   ])
   func writesCompactJSON(value: JSONValue, expected: String) {
     #expect(value.serialized() == expected)
+  }
+
+  /// Bytes are appended after what the buffer already holds, numbers' digits included; the line
+  /// form ends in one newline.
+  @Test func writesAfterWhatTheBufferHolds() {
+    let value: JSONValue = ["id": -1_234_567, "ok": true, "result": ["value": 0.6, "list": [10, -20, 300]]]
+    let text = #"{"id":-1234567,"ok":true,"result":{"value":0.6,"list":[10,-20,300]}}"#
+    var bytes = Array("ab".utf8)
+    value.write(into: &bytes)
+    #expect(String(decoding: bytes, as: UTF8.self) == "ab" + text)
+    #expect(value.serializedLine() == text + "\n")
+    #expect(JSONValue.format(-9_007_199_254_740_991) == "-9007199254740991")
   }
 
   /// Random documents, written and read back, are the same value, and stay on one line.
