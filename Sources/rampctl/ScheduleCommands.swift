@@ -148,8 +148,9 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
     abstract: "Fade everything out over the last part of a time, then stop.",
     discussion: """
       Three scheduled commands, tagged sleep (see `rampctl schedules`): at TIME minus --fade, \
-      master.gain fades to silence over --fade (in dB by default); at TIME every stream stops; a \
-      second later master.gain is set back to the level it had, for the next play. Each yields \
+      master.gain fades to silence over --fade (in dB by default), ending at TIME; a quarter \
+      second later (so the stop cannot cut the fade's tail) every stream stops; a second after \
+      that master.gain is set back to the level it had, for the next play. Each yields \
       to master.gain: any newer command that changes master.gain (set, fade, fade-in, fade-out, \
       animate, cancel, remove) cancels the sleep timer, and a fade already under way is held \
       where it is, from where the newer command takes over. `rampctl sleep --cancel` cancels it \
@@ -185,6 +186,9 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
   var cancel = false
 
   static let tag = "sleep"
+  /// How long after the fade's end the streams stop: more than a sample-clock conversion may be
+  /// off by, so the stop never cuts the end of the fade.
+  static let stopAfterFade = 0.25
 
   mutating func validate() throws {
     if cancel {
@@ -207,8 +211,8 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
       space: try Parse.space(space))
     return try [
       sleeping(.fade(out), at: total - fadeSeconds),
-      sleeping(.stop(Transport(stream: nil)), at: total),
-      sleeping(.set(SetValue(key: Fade.defaultKey, value: level, duration: 0)), at: total + 1),
+      sleeping(.stop(Transport(stream: nil)), at: total + Self.stopAfterFade),
+      sleeping(.set(SetValue(key: Fade.defaultKey, value: level, duration: 0)), at: total + Self.stopAfterFade + 1),
     ].map { try Parse.checked($0, options: ["duration": "--fade", "space": "--space", "curve": "--curve"]) }
   }
 

@@ -294,7 +294,7 @@ import Testing
   @Test func sleepIsAFadeAStopAndTheLevelBack() throws {
     let sleep = try #require(RampCtl.parseAsRoot(["sleep", "30m"]) as? SleepCommand)
     let requests = try sleep.requests(level: 0.8)
-    #expect(requests.map(\.at) == [.delay(1500), .delay(1800), .delay(1801)])
+    #expect(requests.map(\.at) == [.delay(1500), .delay(1800.25), .delay(1801.25)])
     #expect(requests.allSatisfy { $0.tag == "sleep" && $0.yield == "master.gain" && $0.ack == .scheduled })
     #expect(
       requests[0].command
@@ -302,6 +302,6 @@ import Testing
     #expect(requests[2].command == .set(SetValue(key: "master.gain", value: 0.8, duration: 0)))
     // A fade longer than the time takes all of it.
     let short = try #require(RampCtl.parseAsRoot(["sleep", "1m"]) as? SleepCommand)
-    #expect(try short.requests(level: 1).map(\.at) == [.delay(0), .delay(60), .delay(61)])
+    #expect(try short.requests(level: 1).map(\.at) == [.delay(0), .delay(60.25), .delay(61.25)])
   }
 }

@@ -11,6 +11,12 @@ import Testing
 @Suite(.serialized) struct ScheduleTests {
   static let rate = 48_000.0
 
+  /// A daemon whose output has room (200 ms) to ride out a loaded machine, so that the samples
+  /// checked are the ones a late period would not have skipped.
+  static func roomyDaemon(environment: [String: String] = [:], name: String = #function) throws -> DaemonProcess {
+    try DaemonProcess(name: name, periodMs: 10, bufferMs: 200, environment: environment)
+  }
+
   func rampctl(_ arguments: [String], _ daemon: DaemonProcess, environment extra: [String: String] = [:]) throws
     -> ProcessOutcome
   {
@@ -36,7 +42,7 @@ import Testing
   }
 
   @Test func aRepeatingScheduleFiresAgainAfterARestart() throws {
-    let first = try DaemonProcess()
+    let first = try Self.roomyDaemon()
     let file = try first.constantFile("beep", seconds: 0.2, left: 0.25, right: 0.25)
     let client = try first.client()
     #expect(try client.request(["cmd": "subscribe", "events": ["schedule-applied"]]).isOK)
@@ -48,7 +54,7 @@ import Testing
     #expect(applied["tag"] == "beeps" && applied["command"] == "play" && applied["next"]?.stringValue != nil)
     first.kill()
     try FileManager.default.moveItem(atPath: first.recording, toPath: first.recording + ".before")
-    let second = try DaemonProcess(reusing: first.directory)
+    let second = try DaemonProcess(periodMs: 10, bufferMs: 200, reusing: first.directory)
     let again = try second.client()
     #expect(try again.request(["cmd": "subscribe", "events": ["schedule-applied"]]).isOK)
     let listed = try #require(again.request(["cmd": "schedules"]).result["schedules"]?.arrayValue)
@@ -107,7 +113,7 @@ import Testing
   /// `rampctl alarm`: at its time the file starts from silence and ramps, straight in dB, to the
   /// capped level, then stays there, on every sample.
   @Test func anAlarmFadesInToItsCappedLevel() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try Self.roomyDaemon()
     let file = try daemon.constantFile("wake", seconds: 4)
     let (text, _) = Self.clock(in: .current, secondsFromNow: 3)
     let set = try rampctl(["alarm", text, file, "--fade-in", "1s", "--to", "-6dB", "--no-loop"], daemon)
@@ -118,7 +124,7 @@ import Testing
     let client = try daemon.client()
     #expect(try client.request(["cmd": "subscribe", "events": ["stream-started"]]).isOK)
     _ = try client.waitForEvent(timeout: 8) { $0["event"] == "stream-started" && $0["stream"] == "alarm" }
-    usleep(1_500_000)
+    usleep(2_500_000)  // the ramp and half a second at the cap, before rampd's own fade-out at SIGTERM
     #expect(daemon.stop() == 0)
     let played = try daemon.played(channel: 0)
     let onset = try #require(Self.firstSound(played))
@@ -138,7 +144,7 @@ import Testing
   /// `rampctl sleep`: master.gain fades out (straight in dB) over the last part, every stream
   /// stops, and master.gain is back at its level for the next play.
   @Test func aSleepTimerFadesOutAndStops() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try Self.roomyDaemon()
     let file = try daemon.constantFile("music", seconds: 1)
     let client = try daemon.client()
     #expect(try client.request(["cmd": "subscribe", "events": ["stream-ended"]]).isOK)
@@ -168,7 +174,7 @@ import Testing
   /// A newer command on master.gain cancels the sleep timer: before its fade, the schedules go;
   /// during it, the fade is held where it is and the newer command takes over from there.
   @Test func aNewerMasterGainCommandCancelsTheSleepTimer() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try Self.roomyDaemon()
     let file = try daemon.constantFile("music", seconds: 1)
     let client = try daemon.client()
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "music", "loop": true]).isOK)
