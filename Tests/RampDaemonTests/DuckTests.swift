@@ -362,6 +362,15 @@ import Testing
     #expect(rule["phase"] == "idle")
     daemon.stop()
 
+    // The effective configuration prints the table, and what it prints reads back the same.
+    let printed = try runProcess(
+      Executables.rampd, ["--config", "\(daemon.directory)/rampd.toml", "--check-config", "--print"])
+    #expect(printed.status == 0 && printed.stdout.contains("[[duck]]"), "\(printed)")
+    #expect(printed.stdout.contains(#"attack-curve = "ease-out""#) && printed.stdout.contains("window = 0.08"))
+    try printed.stdout.write(toFile: "\(daemon.directory)/printed.toml", atomically: true, encoding: .utf8)
+    let reprinted = try runProcess(
+      Executables.rampd, ["--config", "\(daemon.directory)/printed.toml", "--check-config", "--print"])
+    #expect(reprinted.stdout == printed.stdout, "\(reprinted)")
     try """
     [[duck]]
     name = "talk"
