@@ -130,7 +130,7 @@ def set_to_heard(args, work, buffer, constant, say):
               "max_ms": 1e3 * max(latencies), "min_ms": 1e3 * min(latencies), "tries": len(latencies),
               "at_error_ms": [round(1e3 * e, 3) for e in errors],
               "status_delay_s": status.get("delay"), "status_drift_ppm": status.get("drift"),
-              "rewinds": status.get("rewinds", False)}
+              "device_underruns": status.get("underruns")}
     say(f"{name}: {result}")
     return result
 
@@ -192,13 +192,13 @@ def main():
         with open(args.results, "w") as f:
             json.dump(results, f, indent=1)
     print("| `set` → first changed sample heard (clocked test device, period 10 ms) | median | p99 | max |"
-          " buffer (bound without rewind) | max / buffer | `at` 1 s ahead: heard off by |")
-    print("|---|---|---|---|---|---|---|")
+          " buffer (bound without rewind) | max / buffer | `at` 1 s ahead: heard off by | device underruns |")
+    print("|---|---|---|---|---|---|---|---|")
     for h in results["heard"]:
         print(f"| rampd, buffer {h['buffer_s'] * 1000:g} ms, no rewind | {h['median_ms']:.1f} ms | {h['p99_ms']:.1f} ms |"
               f" {h['max_ms']:.1f} ms | {h['buffer_frames'] / RATE * 1000:g} ms |"
               f" {h['max_ms'] / (h['buffer_frames'] / RATE * 1000):.2f} |"
-              f" {', '.join(f'{e:+.2f}' for e in h['at_error_ms'])} ms |")
+              f" {', '.join(f'{e:+.2f}' for e in h['at_error_ms'])} ms | {h['device_underruns']} |")
     print()
     print(f"| idle, nothing playing, {args.idle_seconds:g} s | CPU, % of a core | wake-ups per second (all threads) |")
     print("|---|---|---|")

@@ -224,14 +224,20 @@ static snd_pcm_sframes_t clocked_pointer(snd_pcm_ioplug_t *io)
 	return result;
 }
 
-static int clocked_delay(snd_pcm_ioplug_t *io, snd_pcm_sframes_t *delayp)
+/* Frames written and not yet consumed, consuming what is due first. */
+static snd_pcm_uframes_t queued(clocked_t *c)
 {
-	clocked_t *c = io->private_data;
 	pthread_mutex_lock(&c->lock);
 	consume(c);
-	snd_pcm_uframes_t hw = c->running ? c->base + c->consumed : io->hw_ptr;
-	*delayp = (snd_pcm_sframes_t)(appl(c) - hw);
+	snd_pcm_uframes_t hw = c->running ? c->base + c->consumed : c->io.hw_ptr;
+	snd_pcm_uframes_t frames = appl(c) - hw;
 	pthread_mutex_unlock(&c->lock);
+	return frames;
+}
+
+static int clocked_delay(snd_pcm_ioplug_t *io, snd_pcm_sframes_t *delayp)
+{
+	*delayp = (snd_pcm_sframes_t)queued(io->private_data);
 	return 0;
 }
 
@@ -255,10 +261,8 @@ static int clocked_poll_revents(snd_pcm_ioplug_t *io, struct pollfd *pfd, unsign
 	(void)nfds;
 	ssize_t n = read(c->event_fd, &count, sizeof(count));
 	(void)n;
+	snd_pcm_uframes_t avail = io->buffer_size - queued(c);
 	pthread_mutex_lock(&c->lock);
-	consume(c);
-	snd_pcm_uframes_t hw = c->running ? c->base + c->consumed : io->hw_ptr;
-	snd_pcm_uframes_t avail = io->buffer_size - (appl(c) - hw);
 	*revents = (avail >= c->avail_min || c->xrun || !c->running) ? POLLOUT : 0;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
