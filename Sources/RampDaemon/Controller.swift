@@ -357,7 +357,7 @@ public final class Controller: @unchecked Sendable {
     // recorded its change already: the ticket only settles it).
     let ticket = DaemonTicket(
       all, player: player, fieldPrefix: fieldPrefix, rampKey: rampKey,
-      persistedKeys: changesModels && early == nil ? persistedKeys : []
+      persistedKeys: changesModels && early == nil ? persistedKeys : [], keepsResults: foregone == nil
     ) { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }

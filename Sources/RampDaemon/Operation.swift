@@ -243,6 +243,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// The persisted key paths whose model values are read after the command (empty: none).
   private let persistedKeys: [String]
   private var modelValues: ContiguousArray<Double>
+  /// False when the request was answered before it applied: `settle` builds no reply.
+  private let keepsResults: Bool
 
   init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {
     self.deliver = deliver
@@ -253,12 +255,14 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     rampKey = nil
     persistedKeys = []
     modelValues = []
+    keepsResults = true
   }
 
   init(
     _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
-    deliver: @escaping @Sendable (DaemonTicket) -> Void
+    keepsResults: Bool = true, deliver: @escaping @Sendable (DaemonTicket) -> Void
   ) {
+    self.keepsResults = keepsResults
     self.deliver = deliver
     self.operations = operations
     self.player = player
@@ -312,7 +316,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
       if let event = operations[index].event(outcomes[index]) { events.append(event) }
     }
     guard applied == operations.count, player != nil else { return }
-    result = .success(.array(zip(operations, outcomes).map { $0.reply($1) }))
+    result = .success(keepsResults ? .array(zip(operations, outcomes).map { $0.reply($1) }) : .null)
   }
 
   /// Model values of the persisted key paths after the command, when it may have changed them.

@@ -141,15 +141,10 @@ public final class AnimationEngine {
   }
 
   private func removeProperty(_ property: Property) {
-    var index = 0
-    while index < property.instances.count {
-      endEarly(property.instances[index])
-      index += 1
-    }
-    property.instances.removeAll(keepingCapacity: true)
+    endAll(property)
     properties.removeValue(forKey: property.keyPath)
     // Index loops, not `removeAll(where:)`: unspecialised in a debug build, it allocates.
-    index = 0
+    var index = 0
     while index < ordered.count {
       if ordered[index] === property {
         ordered.remove(at: index)
