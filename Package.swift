@@ -130,6 +130,7 @@ let package = Package(
       name: "RampDaemonTests",
       dependencies: [
         "RampDaemon", "RampProtocol", "RampEngine", "RampAudio", .product(name: "Logging", package: "swift-log"),
+        "CAllocationCounter",
       ]
     ),
     // Counts heap allocations per thread, so tests can prove the render path makes none.

@@ -193,11 +193,14 @@ public final class RenderState: @unchecked Sendable {
     master = try engine.define("master.gain", value: 1, range: 0...maxGain)
     self.maxGain = maxGain
     ducks = DuckLayer(sampleRate: Double(sampleRate), channels: channels, maxFrames: engine.maxBlockSize)
-    streams.reserveCapacity(64)
+    streams.reserveCapacity(Player.streamCapacity)
     published.reserveCapacity(256)
   }
 
   public var streamIDs: [String] { streams.map(\.id) }
+
+  /// How many streams are in the mix. Allocation-free, unlike `streamIDs`.
+  public var streamCount: Int { streams.count }
 
   /// The streams in the mix, for status replies (off the hot path: allocates).
   public var streamSnapshots: [StreamSnapshot] {
@@ -208,12 +211,22 @@ public final class RenderState: @unchecked Sendable {
     }
   }
 
-  public func contains(stream id: String) -> Bool { streams.contains { $0.id == id } }
+  public func contains(stream id: String) -> Bool { stream(id) != nil }
 
   /// Seconds of audio in stream `id`'s file (nil: no such stream).
   public func length(ofStream id: String) -> Double? {
-    guard let stream = streams.first(where: { $0.id == id }) else { return nil }
+    guard let stream = stream(id) else { return nil }
     return Double(stream.decoder.outputLength) / Double(sampleRate)
+  }
+
+  /// Stream `id`, if it is in the mix. Allocation-free (an index loop).
+  func stream(_ id: String) -> PlayingStream? {
+    var index = 0
+    while index < streams.count {
+      if streams[index].id == id { return streams[index] }
+      index += 1
+    }
+    return nil
   }
 
   /// Hands a command's ticket back to the control side, after the events the command caused.
@@ -300,11 +313,25 @@ enum Retired {
   case command(PlayerCommand)
 }
 
-/// A command for the render thread: run `body` between blocks, at `sample` (exactly: the block is
-/// split there) or, when nil, before the next block.
+/// A command prepared off the render thread and committed on it, between blocks: plain data
+/// (files opened, animations compiled, key paths built, room reserved for what it did). `commit`
+/// neither allocates, frees, locks nor waits; the control side reads what it recorded afterwards
+/// (a ticket the commit posts, say). The object is let go of on the recovery thread.
+public protocol RenderCommand: AnyObject, Sendable {
+  func commit(_ state: RenderState)
+}
+
+/// A command for the render thread, run between blocks at `sample` (exactly: the block is split
+/// there) or, when nil, before the next block: a prepared command, or a closure (which may
+/// allocate: queries and tests).
 struct PlayerCommand {
   let sample: Int64?
-  let body: @Sendable (RenderState) -> Void
+  let work: Work
+
+  enum Work {
+    case command(any RenderCommand)
+    case closure(@Sendable (RenderState) -> Void)
+  }
 }
 
 /// Plays files through ALSA with per-sample gain from the animation engine. A real OS thread
@@ -321,7 +348,9 @@ struct PlayerCommand {
 ///
 /// Commands run on the render thread between blocks (the engine belongs to that thread); a
 /// command scheduled for a sample splits the block there, so it lands on that exact sample. The
-/// block rendering itself does not allocate, lock or log.
+/// block rendering itself does not allocate, lock or log, nor does committing a command prepared
+/// off the render thread (`RenderCommand`: `prepare`, `prepareTransport`, a daemon's ticket);
+/// a closure given to `perform` runs as it is.
 ///
 /// A stream whose decoder falls behind ramps out over the audio it has left (at the declick
 /// ramp's pace) rather than cut to silence, holds its place silent until its ring has refilled,
@@ -372,6 +401,8 @@ public final class Player: @unchecked Sendable {
   /// Commands waiting for their sample, soonest first (render thread only).
   private var scheduled: CommandSchedule
   public static let maximumScheduled = 4096
+  /// Streams the render thread has room for without growing its tables.
+  public static let streamCapacity = 64
   /// Commands taken from the queue per block (per wake-up while waiting for the clock): a flood
   /// of them delays a block by no more than this many; the rest are taken at the next.
   static let commandsPerBlock = 256
@@ -522,7 +553,18 @@ public final class Player: @unchecked Sendable {
   public func perform(
     at sample: Int64? = nil, wake: Bool = true, _ body: @escaping @Sendable (RenderState) -> Void
   ) -> Bool {
-    let accepted = submitLock.withLock { _ in commands.push(PlayerCommand(sample: sample, body: body)) }
+    push(PlayerCommand(sample: sample, work: .closure(body)), wake: wake)
+  }
+
+  /// Commits `command` on the render thread, as `perform` runs a closure. False when the queue is
+  /// full.
+  @discardableResult
+  public func submit(_ command: any RenderCommand, at sample: Int64? = nil, wake: Bool = true) -> Bool {
+    push(PlayerCommand(sample: sample, work: .command(command)), wake: wake)
+  }
+
+  private func push(_ command: PlayerCommand, wake: Bool) -> Bool {
+    let accepted = submitLock.withLock { _ in commands.push(command) }
     // Only a render thread waiting for the clock listens for it.
     if wake && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent)) { commandBell.ring() }
     return accepted
@@ -568,19 +610,19 @@ public final class Player: @unchecked Sendable {
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
     loop: Bool = false, paused: Bool = false
   ) throws {
-    let start = try prepare(path, id: id, gain: gain, fadeIn: fadeIn, curve: curve, loop: loop, paused: paused)
-    perform { state in _ = start(state) }
+    submit(try prepare(path, id: id, gain: gain, fadeIn: fadeIn, curve: curve, loop: loop, paused: paused))
   }
 
-  /// The part of `play` that may block (opening, prefilling), done on the calling thread; the
-  /// returned closure joins the stream to the mix on the render thread, or fails if `id` is taken.
+  /// The part of `play` that may block or allocate (opening, prefilling, building the stream's
+  /// properties and ramps), done on the calling thread; the stream returned joins the mix on the
+  /// render thread (committed, or called with the render state), or fails if `id` is taken.
   /// `admit` sees the file actually opened (symbolic links resolved) before anything is decoded;
   /// what it throws refuses the file.
   public func prepare(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
     space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false,
     admit: (_ openedPath: String) throws -> Void = { _ in }
-  ) throws -> @Sendable (RenderState) -> Result<Void, EngineError> {
+  ) throws -> PreparedStream {
     let decoder = try StreamDecoder(
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop,
       start: false)
@@ -588,37 +630,31 @@ public final class Player: @unchecked Sendable {
     decoder.consumerBell = commandBell
     decoder.start()
     decoder.waitUntilPrefilled()
-    let declick = declick
     let unstarted = UnstartedDecoder(decoder)
-    return { state in
-      do {
-        if state.contains(stream: id) {
-          throw EngineError(.invalidValue, field: "stream", "a stream '\(id)' is already playing")
-        }
-        let engine = state.engine
-        let gainHandle = try engine.define("streams.\(id).gain", value: gain, range: 0...state.maxGain)
-        let transport = try engine.define("streams.\(id).transport", value: paused ? 0 : 1, range: 0...1)
-        let pan = try engine.define("streams.\(id).pan", value: 0, range: -1...1)
-        if fadeIn > 0 {
-          var animation = Animation.basic(from: 0, to: gain, duration: fadeIn, timingFunction: curve)
-          animation.valueSpace = space
-          try engine.add(animation, forKey: "fade-in", to: "streams.\(id).gain")
-        } else if !paused {
-          try engine.add(.basic(from: 0, to: 1, duration: declick), forKey: "declick", to: "streams.\(id).transport")
-        }
-        state.streams.append(
-          PlayingStream(id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused))
-        unstarted.joined = true
-        state.post(.streamStarted(id: id, path: path))
-        return .success(())
-      } catch let error as EngineError {
-        decoder.cancel()
-        return .failure(error)
-      } catch {
-        decoder.cancel()
-        return .failure(EngineError(.invalidValue, "\(error)"))
-      }
+    let engine = state.engine
+    let rate = engine.sampleRate
+    let gainHandle = try engine.prepareProperty("streams.\(id).gain", value: gain, range: 0...state.maxGain)
+    let transport = try engine.prepareProperty("streams.\(id).transport", value: paused ? 0 : 1, range: 0...1)
+    let pan = try engine.prepareProperty("streams.\(id).pan", value: 0, range: -1...1)
+    var ramp: (animation: PreparedAnimation, on: PropertyHandle)?
+    if fadeIn > 0 {
+      var fade = Animation.basic(from: 0, to: gain, duration: fadeIn, timingFunction: curve)
+      fade.valueSpace = space
+      ramp = (
+        try PreparedAnimation(
+          fade, forKey: "fade-in", to: gainHandle.keyPath, sampleRate: rate, defaultDuration: 0), gainHandle
+      )
+    } else if !paused {
+      ramp = (
+        try PreparedAnimation(
+          .basic(from: 0, to: 1, duration: declick), forKey: "declick", to: transport.keyPath, sampleRate: rate,
+          defaultDuration: 0), transport
+      )
     }
+    return PreparedStream(
+      id: id, path: path, unstarted: unstarted,
+      stream: PlayingStream(id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused),
+      ramp: ramp, fadesIn: fadeIn > 0)
   }
 
   /// A duck rule made ready for the render thread (`DuckLayer.add`); its storage is allocated here.
@@ -629,17 +665,17 @@ public final class Player: @unchecked Sendable {
   /// Pauses stream `id` (every stream when nil) after a ramp to silence over `fade` seconds (at
   /// least the declick ramp); `resume` ramps back.
   public func pause(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, at sample: Int64? = nil) {
-    perform(at: sample) { [self] state in pause(id, fade: fade, curve: curve, in: state) }
+    submit(prepareTransport(.pause, id, fade: fade, curve: curve), at: sample)
   }
 
   public func resume(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, at sample: Int64? = nil) {
-    perform(at: sample) { [self] state in resume(id, fade: fade, curve: curve, in: state) }
+    submit(prepareTransport(.resume, id, fade: fade, curve: curve), at: sample)
   }
 
   /// Stops stream `id` (every stream when nil) after a fade to silence over `fade` seconds (at
   /// least the declick ramp).
   public func stop(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, at sample: Int64? = nil) {
-    perform(at: sample) { [self] state in stop(id, fade: fade, curve: curve, in: state) }
+    submit(prepareTransport(.stop, id, fade: fade, curve: curve), at: sample)
   }
 
   /// Moves stream `id` to `seconds` into its file: a ramp to silence, the jump, a ramp back.
@@ -647,63 +683,30 @@ public final class Player: @unchecked Sendable {
     perform(at: sample) { [self] state in _ = seek(id, to: seconds, in: state) }
   }
 
-  // The same, for commands already on the render thread (a daemon's batch). Each returns the
-  // streams it acted on, with the id of each one's transport ramp.
-
-  @discardableResult
-  public func pause(
-    _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
-    in state: RenderState
-  ) -> [TransportChange] {
-    transport(
-      id, to: 0, fade: fade, curve: curve, space: space, in: state, only: { !$0.stopping && !$0.paused },
-      change: { $0.paused = true })
+  /// A pause, resume or stop of stream `id` (every stream when nil), made ready off the render
+  /// thread: a ramp over `fade` seconds (at least the declick ramp) prepared for each stream it
+  /// may act on (`capacity` of them when `id` is nil).
+  public func prepareTransport(
+    _ kind: PreparedTransport.Kind, _ id: String?, fade: Double = 0, curve: TimingFunction = .linear,
+    space: ValueSpace = .amplitude, capacity: Int = Player.streamCapacity
+  ) -> PreparedTransport {
+    PreparedTransport(
+      kind, id, transaction: Transaction(duration: max(fade, declick), timingFunction: curve, valueSpace: space),
+      sampleRate: Double(output.rate), capacity: id == nil ? max(capacity, 1) : 1)
   }
 
-  @discardableResult
-  public func resume(
-    _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
-    in state: RenderState
-  ) -> [TransportChange] {
-    transport(
-      id, to: 1, fade: fade, curve: curve, space: space, in: state, only: { $0.paused && !$0.stopping },
-      change: { $0.paused = false })
-  }
-
-  @discardableResult
-  public func stop(
-    _ id: String?, fade: Double = 0, curve: TimingFunction = .linear, space: ValueSpace = .amplitude,
-    in state: RenderState
-  ) -> [TransportChange] {
-    transport(id, to: 0, fade: fade, curve: curve, space: space, in: state) { $0.stopping = true }
-  }
-
+  /// Starts moving stream `id` to `seconds` into its file (the render thread ramps it out and back
+  /// in around the jump, in `renderSpan`). False when no such stream plays. Allocation-free.
   @discardableResult
   public func seek(_ id: String, to seconds: Double, in state: RenderState) -> Bool {
-    guard let stream = state.streams.first(where: { $0.id == id }) else { return false }
+    guard let stream = state.stream(id) else { return false }
     // Past the end is the end: capping at the file's length keeps a position such as 1e308 s from
     // overflowing the frame count.
     let wanted = seconds * Double(output.rate)
     let frame = wanted > 0 ? Int(min(wanted, Double(stream.decoder.outputLength))) : 0
-    // The render thread ramps the stream out and back in around the jump (`renderSpan`).
     stream.pendingSeek = frame
     stream.seekRequested = false
     return true
-  }
-
-  private func transport(
-    _ id: String?, to level: Double, fade: Double, curve: TimingFunction, space: ValueSpace = .amplitude,
-    in state: RenderState, only include: (PlayingStream) -> Bool = { !$0.stopping },
-    change: (PlayingStream) -> Void
-  ) -> [TransportChange] {
-    let transaction = Transaction(duration: max(fade, declick), timingFunction: curve, valueSpace: space)
-    var acted: [TransportChange] = []
-    for stream in state.streams where (id == nil || stream.id == id) && include(stream) {
-      let animation = try? state.engine.set("streams.\(stream.id).transport", to: level, transaction: transaction)
-      change(stream)
-      acted.append(TransportChange(stream: stream.id, animation: animation ?? nil))
-    }
-    return acted
   }
 
   /// Runs the queued commands now, on the calling thread: for tests that drive `renderBlock`
@@ -715,7 +718,10 @@ public final class Player: @unchecked Sendable {
   /// Runs a command's body. It may define or undefine key paths, so the published values'
   /// handles are looked up again before the next block.
   private func run(_ command: PlayerCommand) {
-    command.body(state)
+    switch command.work {
+    case .command(let prepared): prepared.commit(state)
+    case .closure(let body): body(state)
+    }
     publishedHandlesStale = true
     retire(.command(command))
   }
@@ -725,6 +731,12 @@ public final class Player: @unchecked Sendable {
   private func retire(_ object: Retired) {
     _ = retired.push(object)
     retiredInBlock = true
+  }
+
+  /// Frees what the render thread let go of (the recovery thread does, and tests that drive
+  /// `renderBlock` themselves).
+  func reapRetired() {
+    while retired.pop() != nil {}
   }
 
   /// True while a stream's ring holds less than a block (tests pace themselves with it).
@@ -1163,7 +1175,7 @@ public final class Player: @unchecked Sendable {
     var nextAttempt = 0.0
     while running.load(ordering: .acquiring) {
       // What the render thread let go of is freed here.
-      while retired.pop() != nil {}
+      reapRetired()
       // A lost device is given a moment before the first attempt; a retired one none.
       for (queue, retired) in [(deadDevices, false), (retiredDevices, true)] {
         guard let device = queue.pop() else { continue }
@@ -1409,9 +1421,9 @@ public final class Player: @unchecked Sendable {
 
 /// A decoder `prepare` started, until its stream joins the mix. Its thread holds it until
 /// cancelled, so a stream that never joins (its command refused, a batch refused, a request
-/// dropped before it ran) must stop it: that happens when the last reference to the closure
-/// `prepare` returned goes, possibly on the render thread (cancelling rings a pipe, no more).
-private final class UnstartedDecoder: @unchecked Sendable {
+/// dropped before it ran) must stop it: that happens when the last reference to the prepared
+/// stream goes (off the render thread: a committed command is let go of on the recovery thread).
+final class UnstartedDecoder: @unchecked Sendable {
   let decoder: StreamDecoder
   /// Set on the render thread when the stream joins the mix.
   var joined = false
@@ -1425,6 +1437,142 @@ func realtimeSeconds() -> Double {
   var time = timespec()
   clock_gettime(CLOCK_REALTIME, &time)
   return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+}
+
+/// A stream made ready off the render thread (`Player.prepare`): its file open, its decoder
+/// prefilled, its properties, its first ramp and its place in the mix built. Joining the mix
+/// allocates nothing.
+public final class PreparedStream: RenderCommand, @unchecked Sendable {
+  public let id: String
+  public let path: String
+  private let unstarted: UnstartedDecoder
+  private let stream: PlayingStream
+  /// The fade-in (on the gain) or the declick ramp (on the transport level), if any.
+  private let ramp: (animation: PreparedAnimation, on: PropertyHandle)?
+  private let fadesIn: Bool
+  /// Set when it joined: the fade-in's id and begin sample (nil: none).
+  public private(set) var fadeIn: (id: UInt64, sample: Int64)?
+
+  init(
+    id: String, path: String, unstarted: UnstartedDecoder, stream: PlayingStream,
+    ramp: (animation: PreparedAnimation, on: PropertyHandle)?, fadesIn: Bool
+  ) {
+    self.id = id
+    self.path = path
+    self.unstarted = unstarted
+    self.stream = stream
+    self.ramp = ramp
+    self.fadesIn = fadesIn
+  }
+
+  public func commit(_ state: RenderState) { _ = join(state) }
+
+  /// Joins the mix (render thread), or fails if a stream `id` plays already.
+  public func callAsFunction(_ state: RenderState) -> Result<Void, EngineError> { join(state) }
+
+  private func join(_ state: RenderState) -> Result<Void, EngineError> {
+    if state.contains(stream: id) {
+      unstarted.decoder.cancel()
+      return .failure(EngineError(.invalidValue, field: "stream", "a stream '\(id)' is already playing"))
+    }
+    let engine = state.engine
+    engine.define(stream.gain)
+    engine.define(stream.transport)
+    engine.define(stream.pan)
+    if let ramp {
+      do throws(EngineError) {
+        let id = try engine.commit(ramp.animation, to: ramp.on)
+        if fadesIn { fadeIn = (id, engine.now) }
+      } catch {
+        engine.undefine(stream.gain)
+        engine.undefine(stream.transport)
+        engine.undefine(stream.pan)
+        unstarted.decoder.cancel()
+        return .failure(error)
+      }
+    }
+    state.streams.append(stream)
+    unstarted.joined = true
+    state.post(.streamStarted(id: id, path: path))
+    return .success(())
+  }
+}
+
+/// A pause, resume or stop made ready off the render thread (`Player.prepareTransport`): a ramp
+/// prepared for each stream it may act on, and room for what it did.
+public final class PreparedTransport: RenderCommand, @unchecked Sendable {
+  public enum Kind: Sendable {
+    case pause, resume, stop
+  }
+
+  public let kind: Kind
+  /// The stream (nil: every stream).
+  public let stream: String?
+  private let transaction: Transaction
+  private let sampleRate: Double
+  /// One ramp per stream it may act on (none if the transaction was refused: the streams then
+  /// change state without one).
+  private let ramps: ContiguousArray<PreparedAnimation>
+  private let refused: Bool
+  /// The streams it acted on, with their ramps' ids (written by the commit).
+  public private(set) var changes: ContiguousArray<TransportChange> = []
+
+  init(_ kind: Kind, _ stream: String?, transaction: Transaction, sampleRate: Double, capacity: Int) {
+    self.kind = kind
+    self.stream = stream
+    self.transaction = transaction
+    self.sampleRate = sampleRate
+    var ramps = ContiguousArray<PreparedAnimation>()
+    var refused = false
+    do throws(EngineError) {
+      for _ in 0..<capacity {
+        guard
+          let ramp = try PreparedAnimation.implicitAction(
+            to: kind == .resume ? 1 : 0, on: "", transaction: transaction, sampleRate: sampleRate)
+        else { break }
+        ramps.append(ramp)
+      }
+    } catch {
+      refused = true
+    }
+    self.ramps = ramps
+    self.refused = refused
+    changes.reserveCapacity(capacity)
+  }
+
+  /// Changes the streams it names (render thread). Allocation-free for as many streams as ramps
+  /// were prepared.
+  public func commit(_ state: RenderState) {
+    let level: Double = kind == .resume ? 1 : 0
+    var used = 0
+    var index = 0
+    while index < state.streams.count {
+      let playing = state.streams[index]
+      index += 1
+      guard stream == nil || playing.id == stream else { continue }
+      switch kind {
+      case .pause: guard !playing.stopping && !playing.paused else { continue }
+      case .resume: guard playing.paused && !playing.stopping else { continue }
+      case .stop: guard !playing.stopping else { continue }
+      }
+      var animation: UInt64?
+      if !refused {
+        if used < ramps.count {
+          animation = (try? state.engine.set(playing.transport, to: level, action: ramps[used])) ?? nil
+          used += 1
+        } else {
+          // More streams than ramps prepared: one more, made here.
+          animation = (try? state.engine.set(playing.transport.keyPath, to: level, transaction: transaction)) ?? nil
+        }
+      }
+      switch kind {
+      case .pause: playing.paused = true
+      case .resume: playing.paused = false
+      case .stop: playing.stopping = true
+      }
+      changes.append(TransportChange(stream: playing.id, animation: animation))
+    }
+  }
 }
 
 func monotonicSeconds() -> Double {

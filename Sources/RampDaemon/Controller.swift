@@ -459,7 +459,12 @@ public final class Controller: @unchecked Sendable {
       return (key, value)
     }
     let logger = logger
-    let ticket = DaemonTicket { [self] ticket in
+    // Model values are read after the command only when it may have changed them (an early answer
+    // recorded its change already: the ticket only settles it).
+    let ticket = DaemonTicket(
+      all, player: player, fieldPrefix: fieldPrefix, rampKey: rampKey,
+      persistedKeys: changesModels && early == nil ? persistedKeys : [], keepsResults: foregone == nil
+    ) { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
       if let record {
@@ -480,36 +485,7 @@ public final class Controller: @unchecked Sendable {
     if let early { persistence?.acknowledgeEarly(early.key, value: early.value) }
     // An acknowledged change lands on the next block's first sample whether or not the render
     // thread is woken for it now.
-    let accepted = player.perform(at: sample, wake: foregone == nil) { state in
-      defer { state.complete(ticket) }
-      for (index, operation) in all.enumerated() {
-        if let error = operation.check(state) {
-          ticket.result = .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
-          return
-        }
-      }
-      if let rampKey { ticket.rampFrom = try? state.engine.presentation(rampKey) }
-      var results: [JSONValue] = []
-      defer {
-        // An early answer recorded its change already; the ticket only settles it.
-        if changesModels && early == nil {
-          for key in persistedKeys { ticket.models[key] = try? state.engine.model(key) }
-        }
-      }
-      // Answered already: the results are not kept (no array to build on the render thread).
-      let keepResults = foregone == nil
-      if keepResults { results.reserveCapacity(all.count) }
-      for (index, operation) in all.enumerated() {
-        do throws(ProtocolError) {
-          let result = try operation.apply(state, ticket)
-          if keepResults { results.append(result) }
-        } catch {
-          ticket.result = .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
-          return
-        }
-      }
-      ticket.result = .success(.array(results))
-    }
+    let accepted = player.submit(ticket, at: sample, wake: foregone == nil)
     if !accepted {
       // Refused after all: the key path's value is recorded again from the next command.
       if let early { persistence?.record(values: [:], settling: early.key) }
@@ -657,6 +633,7 @@ public final class Controller: @unchecked Sendable {
     switch event {
     case .commandCompleted(let ticket):
       guard let ticket = ticket as? DaemonTicket else { return }
+      ticket.settle()
       ticket.deliver(ticket)
       for event in ticket.events { broadcast(event) }
     case .animationFinished(let report):

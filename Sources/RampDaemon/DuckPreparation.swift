@@ -7,35 +7,43 @@ import RampProtocol
 extension Preparation {
   func prepareDuck(_ command: Command) -> Operation {
     switch command {
+    // Duck commands change the duck layer and say so in a reply built on the render thread (as
+    // a query's is); the rule's storage was allocated here.
     case .duckAdd(let rule):
       let prepared = player.prepareDuck(rule)
       let name = rule.name
-      return Operation(
+      return .query(
         check: { state in
           state.ducks.contains(name) || state.ducks.count < DuckLayer.capacity
             ? nil
             : ProtocolError(
               .limitExceeded, field: "name", "\(DuckLayer.capacity) duck rules exist, the most allowed")
         },
-        apply: { state, _ in
+        read: { state in
           let replaced = state.ducks.contains(name)
           _ = state.ducks.add(prepared, now: state.engine.now)
           return ["rule": .string(name), "replaced": .bool(replaced)]
         })
     case .duckRemove(let name):
-      return Operation(check: { Self.checkDuck(name, in: $0) }) { state, _ in
-        _ = state.ducks.remove(name)
-        return ["rule": .string(name)]
-      }
+      return .query(
+        check: { Self.checkDuck(name, in: $0) },
+        read: { state in
+          _ = state.ducks.remove(name)
+          return ["rule": .string(name)]
+        })
     case .duck(let name, let on):
-      return Operation(check: { Self.checkDuck(name, in: $0) }) { state, _ in
-        _ = state.ducks.setManual(name, on)
-        return ["rule": .string(name), "sample": .integer(state.engine.now)]
-      }
+      return .query(
+        check: { Self.checkDuck(name, in: $0) },
+        read: { state in
+          _ = state.ducks.setManual(name, on)
+          return ["rule": .string(name), "sample": .integer(state.engine.now)]
+        })
     default:
-      return Operation { state, _ in
-        ["ducks": .array(state.ducks.snapshots(at: state.engine.now).map(Self.describe))]
-      }
+      return .query(
+        check: nil,
+        read: { state in
+          ["ducks": .array(state.ducks.snapshots(at: state.engine.now).map(Self.describe))]
+        })
     }
   }
 

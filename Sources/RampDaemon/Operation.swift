@@ -2,42 +2,328 @@ import RampAudio
 import RampEngine
 import RampProtocol
 
-/// A command made ready on a control thread (validated, files opened), to be applied on the
-/// render thread. `check` looks at the render thread's state without changing it, so a batch can
-/// refuse everything before applying anything; `apply` makes the change and says what happened.
-struct Operation: Sendable {
-  let check: @Sendable (RenderState) -> ProtocolError?
-  let apply: @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
+/// A command made ready on a control thread: validated, its files opened, its animations
+/// compiled, its key paths built. On the render thread `check` looks at the state without
+/// changing it (so a batch can refuse everything before applying anything) and `apply` commits
+/// it, recording what happened in an `Outcome`; the reply and the events are built from that
+/// outcome afterwards, off the render thread (`reply`, `event`).
+enum Operation: Sendable {
+  /// Known without the render thread (ping, version).
+  case answer(JSONValue)
+  /// Reads the render thread's state (get, list, status): the reply is built there.
+  case query(check: (@Sendable (RenderState) -> ProtocolError?)?, read: @Sendable (RenderState) -> JSONValue)
+  case play(PreparedStream, limit: Int)
+  /// `field`: what named the stream (a fade-out's `key`).
+  case transport(PreparedTransport, field: String)
+  case seek(Seek)
+  case fade(FadePlan)
+  case set(SetPlan)
+  case animate(AnimatePlan)
+  case cancel(key: String)
+  case remove(key: String, name: String?, declick: PreparedAnimation?)
+
+  /// A fade made ready: the animation compiled, its start (when it gives none) taken from the
+  /// value audible at the commit.
+  struct FadePlan: Sendable {
+    let key: String
+    let to: Double
+    let from: Double?
+    let duration: Double
+    let name: String
+    let animation: PreparedAnimation
+  }
+
+  struct SetPlan: Sendable {
+    let key: String
+    let value: Double
+    let field: String
+    /// The implicit animation (nil: the change is instant).
+    let action: PreparedAnimation?
+  }
+
+  struct AnimatePlan: Sendable {
+    let key: String
+    let name: String
+    let animation: PreparedAnimation
+  }
+
+  /// What applying it did, as plain values: written on the render thread into storage the
+  /// ticket reserved, read on the control side.
+  struct Outcome {
+    /// The animation it started, and the sample it begins at.
+    var animation: UInt64?
+    var sample: Int64 = 0
+    /// A key path's model value afterwards (cancel, remove).
+    var value = 0.0
+    /// A query's reply.
+    var read: JSONValue?
+  }
+
   /// The result, when it is known before the render thread applies the change because nothing
   /// there can make it fail (an instant `set` of master.gain): the reply need not wait for it.
-  let foregoneResult: JSONValue?
+  var foregoneResult: JSONValue? {
+    guard case .set(let plan) = self, plan.key == "master.gain", plan.action == nil else { return nil }
+    return plan.instantResult
+  }
 
-  init(
-    check: @escaping @Sendable (RenderState) -> ProtocolError? = { _ in nil },
-    foregoneResult: JSONValue? = nil,
-    apply: @escaping @Sendable (RenderState, DaemonTicket) throws(ProtocolError) -> JSONValue
-  ) {
-    self.check = check
-    self.apply = apply
-    self.foregoneResult = foregoneResult
+  /// Render thread: why it cannot be applied now, if it cannot.
+  func check(_ state: RenderState) -> ProtocolError? {
+    switch self {
+    case .answer: return nil
+    case .query(let check, _): return check?(state)
+    case .play(let stream, let limit):
+      if state.contains(stream: stream.id) {
+        return ProtocolError(.streamExists, field: "stream", "a stream '\(stream.id)' is already playing")
+      }
+      if state.streamCount >= limit {
+        return ProtocolError(
+          .limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")
+      }
+      return nil
+    case .transport(let transport, let field):
+      return transport.stream.flatMap { Preparation.checkStream($0, field: field, in: state) }
+    case .seek(let seek):
+      return Preparation.checkStream(seek.stream, in: state)
+        ?? Preparation.checkPosition(seek.position, of: seek.stream, in: state)
+    case .fade(let plan):
+      return Preparation.checkKey(plan.key, value: plan.to, field: "to", in: state)
+        ?? plan.from.flatMap { Preparation.checkKey(plan.key, value: $0, field: "from", in: state) }
+    case .set(let plan):
+      return Preparation.checkKey(plan.key, value: plan.value, field: plan.field, in: state)
+    case .animate(let plan):
+      return Preparation.checkKey(plan.key, in: state)
+    case .cancel(let key), .remove(let key, _, _):
+      return Preparation.checkKey(key, in: state)
+    }
+  }
+
+  /// Render thread: commits it. Allocation-free, but for a query and a refusal.
+  func apply(_ state: RenderState, _ outcome: inout Outcome, player: Player) throws(ProtocolError) {
+    let engine = state.engine
+    switch self {
+    case .answer:
+      return
+    case .query(_, let read):
+      outcome.read = read(state)
+    case .play(let stream, _):
+      if case .failure(let error) = stream(state) { throw ProtocolError(error) }
+      if let fadeIn = stream.fadeIn {
+        outcome.animation = fadeIn.id
+        outcome.sample = fadeIn.sample
+      }
+    case .transport(let transport, _):
+      transport.commit(state)
+    case .seek(let seek):
+      player.seek(seek.stream, to: seek.position, in: state)
+    case .fade(let plan):
+      do throws(EngineError) {
+        // The model becomes the target, so the value stays there when the fade is over; the
+        // fade starts from the value audible now, so nothing jumps.
+        let from = plan.from == nil ? try engine.presentation(plan.key) : nil
+        try engine.set(plan.key, to: plan.to, action: nil)
+        outcome.animation = try engine.commit(plan.animation, from: from)
+        outcome.sample = engine.now
+      } catch {
+        throw ProtocolError(error)
+      }
+    case .set(let plan):
+      do throws(EngineError) {
+        outcome.animation = try engine.set(plan.key, to: plan.value, action: plan.action)
+        outcome.sample = engine.now
+      } catch {
+        throw ProtocolError(error)
+      }
+    case .animate(let plan):
+      do throws(EngineError) {
+        outcome.animation = try engine.commit(plan.animation)
+        outcome.sample = plan.animation.beginOnOwnProperty ?? engine.now
+      } catch {
+        throw ProtocolError(error, field: error.field.map { "animation.\($0)" })
+      }
+    case .cancel(let key):
+      do throws(EngineError) {
+        try engine.cancel(key)
+        outcome.value = try engine.model(key)
+      } catch {
+        throw ProtocolError(error)
+      }
+    case .remove(let key, let name, let declick):
+      do throws(EngineError) {
+        if let name {
+          try engine.removeAnimation(forKey: name, from: key, declick: declick)
+        } else {
+          try engine.removeAllAnimations(from: key, declick: declick)
+        }
+        outcome.value = try engine.model(key)
+      } catch {
+        throw ProtocolError(error, field: error.code == .unknownAnimation ? "name" : nil)
+      }
+    }
+  }
+
+  /// Control side, after it applied: its reply.
+  func reply(_ outcome: Outcome) -> JSONValue {
+    switch self {
+    case .answer(let result): return result
+    case .query: return outcome.read ?? .null
+    case .play(let stream, _):
+      return [
+        "stream": .string(stream.id), "path": .string(stream.path),
+        "animation": outcome.animation.map { .integer($0) } ?? .null,
+      ]
+    case .transport(let transport, _):
+      return [
+        "streams": .array(transport.changes.map { .string($0.stream) }),
+        "animations": .array(transport.changes.compactMap { $0.animation.map { .integer($0) } }),
+      ]
+    case .seek(let seek):
+      return ["stream": .string(seek.stream), "position": .number(seek.position)]
+    case .fade(let plan):
+      return [
+        "key": .string(plan.key), "animation": outcome.animation.map { .integer($0) } ?? .null,
+        "to": .number(plan.to), "duration": .number(plan.duration),
+      ]
+    case .set(let plan):
+      guard let id = outcome.animation else { return plan.instantResult }
+      return ["key": .string(plan.key), "animation": .integer(id), "value": .number(plan.value)]
+    case .animate(let plan):
+      return ["key": .string(plan.key), "animation": outcome.animation.map { .integer($0) } ?? .null]
+    case .cancel(let key), .remove(let key, _, _):
+      return ["key": .string(key), "value": .number(outcome.value)]
+    }
+  }
+
+  /// Control side, after it applied: the animation it started, as an event.
+  func event(_ outcome: Outcome) -> Event? {
+    guard let id = outcome.animation else { return nil }
+    switch self {
+    case .play(let stream, _):
+      return .animationStarted(id: id, key: "streams.\(stream.id).gain", name: "fade-in", sample: outcome.sample)
+    case .fade(let plan):
+      return .animationStarted(id: id, key: plan.key, name: plan.name, sample: outcome.sample)
+    case .set(let plan):
+      return .animationStarted(
+        id: id, key: plan.key, name: AnimationEngine.implicitActionKey, sample: outcome.sample)
+    case .animate(let plan):
+      return .animationStarted(id: id, key: plan.key, name: plan.name, sample: outcome.sample)
+    default:
+      return nil
+    }
   }
 }
 
-/// What one command (or batch) hands back from the render thread: its reply, the events it caused,
-/// and what the event thread must do next (register a waiter).
-final class DaemonTicket: CommandTicket, @unchecked Sendable {
+extension Operation.SetPlan {
+  var instantResult: JSONValue { ["key": .string(key), "animation": .null, "value": .number(value)] }
+}
+
+/// A request's commands on their way to the render thread and back: the operations prepared,
+/// room for what each did, and the reply and events built from that once it is back.
+///
+/// A ticket for a closure run on the render thread (`wait`) has no operations: the closure sets
+/// `result` and `awaited` itself.
+final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   var result: Result<JSONValue, ProtocolError> = .failure(ProtocolError(.internalError, "the command did not run"))
-  var events: [Event] = []
+  /// The events the command caused (built by `settle`).
+  private(set) var events: [Event] = []
   /// The animations a `wait` must see end (set on the render thread, read on the event thread).
   var awaited: [UInt64]?
-  /// Model values of the persisted key paths after the command, when it may have changed them.
-  var models: [String: Double] = [:]
   /// A ramp's key path value just before the command applied (for a saved schedule).
-  var rampFrom: Double?
+  private(set) var rampFrom: Double?
   let deliver: @Sendable (DaemonTicket) -> Void
+
+  private let operations: [Operation]
+  private let player: Player?
+  private var outcomes: ContiguousArray<Operation.Outcome>
+  /// How many operations applied (set on the render thread; the events of those that did go out
+  /// even when a later one was refused).
+  private var applied = 0
+  /// A refusal's field goes under `fieldPrefix[index]` (a batch's `commands`).
+  private let fieldPrefix: String?
+  private let rampKey: String?
+  /// The persisted key paths whose model values are read after the command (empty: none).
+  private let persistedKeys: [String]
+  private var modelValues: ContiguousArray<Double>
+  /// False when the request was answered before it applied: `settle` builds no reply.
+  private let keepsResults: Bool
 
   init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {
     self.deliver = deliver
+    operations = []
+    player = nil
+    outcomes = []
+    fieldPrefix = nil
+    rampKey = nil
+    persistedKeys = []
+    modelValues = []
+    keepsResults = true
+  }
+
+  init(
+    _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
+    keepsResults: Bool = true, deliver: @escaping @Sendable (DaemonTicket) -> Void
+  ) {
+    self.keepsResults = keepsResults
+    self.deliver = deliver
+    self.operations = operations
+    self.player = player
+    outcomes = ContiguousArray(repeating: Operation.Outcome(), count: operations.count)
+    self.fieldPrefix = fieldPrefix
+    self.rampKey = rampKey
+    self.persistedKeys = persistedKeys
+    modelValues = ContiguousArray(repeating: .nan, count: persistedKeys.count)
+  }
+
+  /// Render thread: checks every operation, then applies them all, or none; the ticket then goes
+  /// back with the events. Allocation-free, but for queries and refusals.
+  func commit(_ state: RenderState) {
+    defer { state.complete(self) }
+    guard let player else { return }
+    var index = 0
+    while index < operations.count {
+      if let error = operations[index].check(state) {
+        result = .failure(prefixed(error, index))
+        return
+      }
+      index += 1
+    }
+    if let rampKey { rampFrom = try? state.engine.presentation(rampKey) }
+    // Read even after a refusal part-way: what applied before it stays applied.
+    defer {
+      var key = 0
+      while key < persistedKeys.count {
+        modelValues[key] = (try? state.engine.model(persistedKeys[key])) ?? .nan
+        key += 1
+      }
+    }
+    while applied < operations.count {
+      do throws(ProtocolError) {
+        try operations[applied].apply(state, &outcomes[applied], player: player)
+      } catch {
+        result = .failure(prefixed(error, applied))
+        return
+      }
+      applied += 1
+    }
+  }
+
+  private func prefixed(_ error: ProtocolError, _ index: Int) -> ProtocolError {
+    fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error
+  }
+
+  /// Control side, once back: builds the reply (one result per operation) and the events.
+  func settle() {
+    for index in 0..<applied {
+      if let event = operations[index].event(outcomes[index]) { events.append(event) }
+    }
+    guard applied == operations.count, player != nil else { return }
+    result = .success(keepsResults ? .array(zip(operations, outcomes).map { $0.reply($1) }) : .null)
+  }
+
+  /// Model values of the persisted key paths after the command, when it may have changed them.
+  var models: [String: Double] {
+    var models: [String: Double] = [:]
+    for (key, value) in zip(persistedKeys, modelValues) where !value.isNaN { models[key] = value }
+    return models
   }
 }
 

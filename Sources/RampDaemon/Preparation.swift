@@ -16,75 +16,52 @@ struct Preparation: Sendable {
   func prepare(_ command: Command, elapsed: Double = 0, confined: Bool = false) throws(ProtocolError) -> Operation {
     switch command {
     case .ping:
-      return Operation { _, _ in ["pong": true] }
+      return .answer(["pong": true])
     case .version:
-      return Operation { _, _ in Self.versionResult }
+      return .answer(Self.versionResult)
     case .play(let play):
       return try prepare(play, confined: confined)
     case .stop(let transport):
-      return prepareTransport(transport, stop: true)
+      return prepareTransport(.stop, transport)
     case .pause(let transport):
-      return prepareTransport(transport, stop: false)
+      return prepareTransport(.pause, transport)
     case .resume(let transport):
-      return prepareResume(transport)
+      return prepareTransport(.resume, transport)
     case .seek(let seek):
-      let player = player
-      return Operation(
-        check: { state in
-          Self.checkStream(seek.stream, in: state) ?? Self.checkPosition(seek.position, of: seek.stream, in: state)
-        },
-        apply: { state, _ in
-          player.seek(seek.stream, to: seek.position, in: state)
-          return ["stream": .string(seek.stream), "position": .number(seek.position)]
-        })
+      return .seek(seek)
     case .fade(let fade):
       return try prepare(fade, elapsed: elapsed)
     case .set(let set):
       return try prepare(set)
     case .get(let key):
       try Self.checkAddressable(key)
-      return Operation(check: { Self.checkKey(key, in: $0) }, apply: { state, _ in Self.describe(key, in: state) })
+      return .query(check: { Self.checkKey(key, in: $0) }, read: { Self.describe(key, in: $0) })
     case .animate(let animate):
       return try prepare(animate)
     case .cancel(let key):
       try Self.checkAddressable(key)
-      return Operation(
-        check: { Self.checkKey(key, in: $0) },
-        apply: { state, _ throws(ProtocolError) in
-          do throws(EngineError) {
-            try state.engine.cancel(key)
-            return ["key": .string(key), "value": .number(try state.engine.model(key))]
-          } catch {
-            throw ProtocolError(error)
-          }
-        })
+      return .cancel(key: key)
     case .remove(let key, let name):
       try Self.checkAddressable(key)
-      let declick = configuration.declick
-      return Operation(
-        check: { Self.checkKey(key, in: $0) },
-        apply: { state, _ throws(ProtocolError) in
-          do throws(EngineError) {
-            if let name {
-              try state.engine.removeAnimation(forKey: name, from: key, declick: declick)
-            } else {
-              try state.engine.removeAllAnimations(from: key, declick: declick)
-            }
-            return ["key": .string(key), "value": .number(try state.engine.model(key))]
-          } catch {
-            throw ProtocolError(error, field: error.code == .unknownAnimation ? "name" : nil)
-          }
-        })
-    case .list(let prefix):
-      return Operation { state, _ in Self.list(prefix: prefix, in: state) }
-    case .status:
-      return Operation { state, _ in
-        [
-          "sample": .integer(state.engine.now),
-          "master": Self.level("master.gain", in: state),
-          "streams": .array(state.streamSnapshots.map { Self.describe($0, in: state) }),
-        ]
+      do throws(EngineError) {
+        let declick = try PreparedAnimation.declickRamp(
+          seconds: configuration.declick, sampleRate: Double(player.output.rate))
+        return .remove(key: key, name: name, declick: declick)
+      } catch {
+        throw ProtocolError(error)
       }
+    case .list(let prefix):
+      return .query(check: nil, read: { Self.list(prefix: prefix, in: $0) })
+    case .status:
+      return .query(
+        check: nil,
+        read: { state in
+          [
+            "sample": .integer(state.engine.now),
+            "master": Self.level("master.gain", in: state),
+            "streams": .array(state.streamSnapshots.map { Self.describe($0, in: state) }),
+          ]
+        })
     case .duckAdd, .duckRemove, .duckList, .duck:
       return prepareDuck(command)
     case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait, .schedules, .unschedule:
@@ -96,6 +73,11 @@ struct Preparation: Sendable {
     "server": .string(Greeting.server), "version": .string(RampdVersion.current),
     "protocol": .integer(ProtocolVersion.current),
   ]
+
+  /// What a duration of 0 stands for when an animation gives none: the implicit transaction's.
+  private var defaultDuration: Double { live.read { $0.transaction.duration } }
+
+  private var sampleRate: Double { Double(player.output.rate) }
 
   // MARK: Streams
 
@@ -122,73 +104,29 @@ struct Preparation: Sendable {
     let gain = play.gain ?? 1
     try checkGain(gain, field: "gain")
     let id = play.stream ?? streamNames.next()
-    let start: @Sendable (RenderState) -> Result<Void, EngineError>
+    let stream: PreparedStream
     do {
-      start = try player.prepare(
+      stream = try player.prepare(
         path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
         space: play.space ?? .amplitude, loop: play.loop, paused: play.paused, admit: admit)
     } catch let error as ProtocolError {
       throw error
     } catch let error as AudioError {
       throw ProtocolError(.fileError, field: "path", error.message)
+    } catch let error as EngineError {
+      throw ProtocolError(error)
     } catch {
       throw ProtocolError(.fileError, field: "path", "\(error)")
     }
-    let limit = configuration.limits.streams
-    return Operation(
-      check: { state in
-        if state.contains(stream: id) {
-          return ProtocolError(.streamExists, field: "stream", "a stream '\(id)' is already playing")
-        }
-        if state.streamIDs.count >= limit {
-          return ProtocolError(
-            .limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")
-        }
-        return nil
-      },
-      apply: { state, ticket throws(ProtocolError) in
-        if case .failure(let error) = start(state) { throw ProtocolError(error) }
-        let fadeIn = try? state.engine.animations(on: "streams.\(id).gain").first { $0.key == "fade-in" }
-        if let fadeIn {
-          ticket.events.append(
-            .animationStarted(id: fadeIn.id, key: fadeIn.keyPath, name: fadeIn.key, sample: fadeIn.beginSample))
-        }
-        return ["stream": .string(id), "path": .string(path), "animation": fadeIn.map { .integer($0.id) } ?? .null]
-      })
+    return .play(stream, limit: configuration.limits.streams)
   }
 
-  private func prepareTransport(_ transport: Transport, stop: Bool) -> Operation {
-    transportOperation(
-      stream: transport.stream, fade: transport.fade ?? 0, curve: transport.curve ?? .linear, space: .amplitude,
-      stop: stop)
-  }
-
-  /// `field`: what named the stream (a fade-out's `key`).
-  private func transportOperation(
-    stream: String?, fade: Double, curve: TimingFunction, space: ValueSpace, stop: Bool, field: String = "stream"
-  ) -> Operation {
-    let player = player
-    return Operation(
-      check: { state in stream.flatMap { Self.checkStream($0, field: field, in: state) } },
-      apply: { state, ticket in
-        let changes =
-          stop
-          ? player.stop(stream, fade: fade, curve: curve, space: space, in: state)
-          : player.pause(stream, fade: fade, curve: curve, space: space, in: state)
-        return Self.describe(changes)
-      })
-  }
-
-  private func prepareResume(_ transport: Transport) -> Operation {
-    let player = player
-    let stream = transport.stream
-    let fade = transport.fade ?? 0
-    let curve = transport.curve ?? .linear
-    return Operation(
-      check: { state in stream.flatMap { Self.checkStream($0, in: state) } },
-      apply: { state, _ in
-        Self.describe(player.resume(stream, fade: fade, curve: curve, in: state))
-      })
+  private func prepareTransport(_ kind: PreparedTransport.Kind, _ transport: Transport) -> Operation {
+    .transport(
+      player.prepareTransport(
+        kind, transport.stream, fade: transport.fade ?? 0, curve: transport.curve ?? .linear,
+        capacity: configuration.limits.streams),
+      field: "stream")
   }
 
   // MARK: Ramps
@@ -217,47 +155,32 @@ struct Preparation: Sendable {
           .invalidField, field: "then",
           "'then' needs key master.gain (every stream) or streams.<id>.gain, not \(fade.key)")
       }
-      return transportOperation(
-        stream: stream, fade: duration, curve: curve, space: space, stop: then == .stop, field: "key")
+      return .transport(
+        player.prepareTransport(
+          then == .stop ? .stop : .pause, stream, fade: duration, curve: curve, space: space,
+          capacity: configuration.limits.streams),
+        field: "key")
     }
     try Self.checkAddressable(fade.key)
     if InternalKeyPath.isGain(fade.key) {
       try checkGain(fade.to, field: "to")
       if let from = fade.from { try checkGain(from, field: "from") }
     }
-    let key = fade.key
     let name = fade.name ?? Fade.defaultName
     var animation = Animation.basic(from: fade.from, to: fade.to, duration: duration, timingFunction: curve)
     animation.valueSpace = space
-    let continuity = fade.continuity
-    let animationToAdd = animation
-    return Operation(
-      check: { state in
-        Self.checkKey(key, value: fade.to, field: "to", in: state)
-          ?? fade.from.flatMap { Self.checkKey(key, value: $0, field: "from", in: state) }
-      },
-      apply: {
-        state, ticket throws(ProtocolError) in
-        let engine = state.engine
-        do throws(EngineError) {
-          // The model becomes the target, so the value stays there when the fade is over; the
-          // fade starts from the value audible now, so nothing jumps.
-          var ramp = animationToAdd
-          if case .basic(let basic) = ramp.content, basic.from == nil {
-            ramp.content = .basic(BasicAnimation(from: try engine.presentation(key), to: basic.to))
-          }
-          // Begun `elapsed` seconds ago, it is as far along as it would be had it started on time.
-          if elapsed > 0 { ramp.timing.beginTime = Double(engine.now) / engine.sampleRate - elapsed }
-          try engine.set(key, to: fade.to, transaction: .instant)
-          let id = try engine.add(ramp, forKey: name, to: key, continuity: continuity)
-          ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: engine.now))
-          return [
-            "key": .string(key), "animation": .integer(id), "to": .number(fade.to), "duration": .number(duration),
-          ]
-        } catch {
-          throw ProtocolError(error)
-        }
-      })
+    do throws(EngineError) {
+      // Begun `elapsed` seconds ago, it is as far along as it would be had it started on time.
+      let prepared = try PreparedAnimation(
+        animation, forKey: name, to: fade.key, continuity: fade.continuity,
+        begin: elapsed > 0 ? .afterCommit(-elapsed) : .now, sampleRate: sampleRate,
+        defaultDuration: defaultDuration)
+      return .fade(
+        Operation.FadePlan(
+          key: fade.key, to: fade.to, from: fade.from, duration: duration, name: name, animation: prepared))
+    } catch {
+      throw ProtocolError(error)
+    }
   }
 
   private func prepare(_ set: SetValue) throws(ProtocolError) -> Operation {
@@ -271,54 +194,30 @@ struct Preparation: Sendable {
     if let curve = set.curve { transaction.timingFunction = curve }
     if let space = set.space { transaction.valueSpace = space }
     if let continuity = set.continuity { transaction.continuity = continuity }
-    let chosen = transaction
-    let key = set.key
-    // master.gain always exists and its range is checked above; an instant change starts no
-    // animation, so the engine has nothing left to refuse.
-    let instant = chosen.disableActions || chosen.duration == 0
-    // Built here rather than on the render thread, where an instant change starts no animation.
-    let instantResult: JSONValue = ["key": .string(key), "animation": .null, "value": .number(set.value)]
-    return Operation(
-      check: { state in Self.checkKey(key, value: set.value, field: set.valueField, in: state) },
-      foregoneResult: key == "master.gain" && instant ? instantResult : nil,
-      apply: {
-        state, ticket throws(ProtocolError) in
-        do throws(EngineError) {
-          guard let id = try state.engine.set(key, to: set.value, transaction: chosen) else { return instantResult }
-          ticket.events.append(
-            .animationStarted(id: id, key: key, name: AnimationEngine.implicitActionKey, sample: state.engine.now))
-          return ["key": .string(key), "animation": .integer(id), "value": .number(set.value)]
-        } catch {
-          throw ProtocolError(error)
-        }
-      })
+    do throws(EngineError) {
+      // master.gain always exists and its range is checked above; an instant change starts no
+      // animation, so the engine has nothing left to refuse.
+      let action = try PreparedAnimation.implicitAction(
+        to: set.value, on: set.key, transaction: transaction, sampleRate: sampleRate)
+      return .set(Operation.SetPlan(key: set.key, value: set.value, field: set.valueField, action: action))
+    } catch {
+      throw ProtocolError(error)
+    }
   }
 
   private func prepare(_ animate: Animate) throws(ProtocolError) -> Operation {
     try Self.checkAddressable(animate.key)
     try Self.checkChildrenAddressable(animate.animation, field: "animation")
-    let key = animate.key
-    let name = animate.name
-    let animation = animate.animation
-    let continuity = animate.continuity
-    return Operation(
-      check: { state in Self.checkKey(key, in: state) },
-      apply: { state, ticket throws(ProtocolError) in
-        let engine = state.engine
-        var placed = animation
-        // On the wire a begin time counts from when the command takes effect.
-        if let begin = placed.timing.beginTime {
-          placed.timing.beginTime = Double(engine.now) / engine.sampleRate + begin
-        }
-        do throws(EngineError) {
-          let id = try engine.add(placed, forKey: name, to: key, continuity: continuity)
-          let begin = (try? engine.animations(on: key).first { $0.id == id }?.beginSample) ?? engine.now
-          ticket.events.append(.animationStarted(id: id, key: key, name: name, sample: begin))
-          return ["key": .string(key), "animation": .integer(id)]
-        } catch {
-          throw ProtocolError(error, field: error.field.map { "animation.\($0)" })
-        }
-      })
+    do throws(EngineError) {
+      // On the wire a begin time counts from when the command takes effect.
+      let prepared = try PreparedAnimation(
+        animate.animation, forKey: animate.name, to: animate.key, continuity: animate.continuity,
+        begin: animate.animation.timing.beginTime.map { .afterCommit($0) } ?? .now, sampleRate: sampleRate,
+        defaultDuration: defaultDuration)
+      return .animate(Operation.AnimatePlan(key: animate.key, name: animate.name, animation: prepared))
+    } catch {
+      throw ProtocolError(error, field: error.field.map { "animation.\($0)" })
+    }
   }
 
   // MARK: Checks
@@ -446,12 +345,6 @@ struct Preparation: Sendable {
     ]
   }
 
-  static func describe(_ changes: [TransportChange]) -> JSONValue {
-    [
-      "streams": .array(changes.map { .string($0.stream) }),
-      "animations": .array(changes.compactMap { $0.animation.map { .integer($0) } }),
-    ]
-  }
 }
 
 /// Names for streams a `play` did not name: s1, s2, …

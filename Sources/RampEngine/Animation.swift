@@ -96,6 +96,11 @@ public struct BasicAnimation: Sendable, Hashable {
 
   func resolve(presentation: Double, model: Double) throws(EngineError) -> (from: Double, to: Double) {
     try Self.checkGiven(from, to, by)
+    return ends(presentation: presentation, model: model)
+  }
+
+  /// `resolve` for ends already checked (when an animation is committed): allocation-free.
+  func ends(presentation: Double, model: Double) -> (from: Double, to: Double) {
     switch (from, to, by) {
     case (let f?, let t?, nil): return (f, t)
     case (let f?, nil, let b?): return (f, f + b)

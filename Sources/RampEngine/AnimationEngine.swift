@@ -25,9 +25,11 @@ public struct PropertyHandle: @unchecked Sendable {
 /// paths, each with a model value and a presentation value computed per sample from the
 /// animations added to it, on a clock that counts samples.
 ///
-/// The engine belongs to one thread. Mutations (`set`, `add`, `remove…`) may allocate; the
-/// evaluation path (`render`, `advance`) does not, so a render thread can own the engine and
-/// apply mutations between blocks. Completion reports and retired animations wait in
+/// The engine belongs to one thread. Mutations given plain values (`set`, `add`, `remove…`) may
+/// allocate; their prepared forms do not (`commit` of a `PreparedAnimation` compiled on another
+/// thread, `define` of a prepared property, `set` and `remove…` with prepared ramps), nor does
+/// the evaluation path (`render`, `advance`), so a render thread can own the engine and apply
+/// mutations between blocks. Completion reports and retired animations wait in
 /// preallocated buffers until `drainCompletions` runs them on the caller's side.
 public final class AnimationEngine {
   public let sampleRate: Double
@@ -49,7 +51,11 @@ public final class AnimationEngine {
   private var retired: [CompletionToken] = []
   private var graveyard: ContiguousArray<AnimationInstance> = []
 
-  public init(sampleRate: Double, maxBlockSize: Int = 4096, maxAnimationsPerKeyPath: Int = 64) throws(EngineError) {
+  /// `propertyCapacity`: properties reserved for, so that defining one on the render thread does
+  /// not grow the tables.
+  public init(
+    sampleRate: Double, maxBlockSize: Int = 4096, maxAnimationsPerKeyPath: Int = 64, propertyCapacity: Int = 256
+  ) throws(EngineError) {
     try Check.positive(sampleRate, "sampleRate")
     guard maxBlockSize > 0 else {
       throw EngineError(.invalidValue, field: "maxBlockSize", "must be at least 1, got \(maxBlockSize)")
@@ -66,6 +72,8 @@ public final class AnimationEngine {
     reports.reserveCapacity(1024)
     retired.reserveCapacity(1024)
     graveyard.reserveCapacity(1024)
+    properties.reserveCapacity(propertyCapacity)
+    ordered.reserveCapacity(propertyCapacity)
   }
 
   deinit {
@@ -80,6 +88,14 @@ public final class AnimationEngine {
   public func define(_ keyPath: String, value: Double, range: ClosedRange<Double> = 0...1) throws(EngineError)
     -> PropertyHandle
   {
+    define(try prepareProperty(keyPath, value: value, range: range))
+  }
+
+  /// A property made ready to be defined (`define(_:)`), checked and its storage reserved. Reads
+  /// only the engine's constants: any thread may call it.
+  public func prepareProperty(_ keyPath: String, value: Double, range: ClosedRange<Double> = 0...1)
+    throws(EngineError) -> PropertyHandle
+  {
     try KeyPath.validate(keyPath)
     try Check.finite(value, "value")
     guard !range.lowerBound.isNaN, !range.upperBound.isNaN else {
@@ -88,13 +104,21 @@ public final class AnimationEngine {
     guard range.contains(value) else {
       throw EngineError(.outOfRange, field: "value", "\(value) is outside \(keyPath)'s range \(range)")
     }
-    if let existing = properties[keyPath] {
+    return PropertyHandle(
+      property: Property(keyPath: keyPath, model: value, range: range, capacity: maxAnimationsPerKeyPath))
+  }
+
+  /// Defines a prepared property (replacing any at its key path). Allocation-free while fewer
+  /// properties than `propertyCapacity` are defined.
+  @discardableResult
+  public func define(_ prepared: PropertyHandle) -> PropertyHandle {
+    let property = prepared.property
+    if let existing = properties[property.keyPath] {
       removeProperty(existing)
     }
-    let property = Property(keyPath: keyPath, model: value, range: range, capacity: maxAnimationsPerKeyPath)
-    properties[keyPath] = property
+    properties[property.keyPath] = property
     ordered.append(property)
-    return PropertyHandle(property: property)
+    return prepared
   }
 
   /// Removes the property at `keyPath` and every property below it (`streams.s1` removes
@@ -117,15 +141,10 @@ public final class AnimationEngine {
   }
 
   private func removeProperty(_ property: Property) {
-    var index = 0
-    while index < property.instances.count {
-      endEarly(property.instances[index])
-      index += 1
-    }
-    property.instances.removeAll(keepingCapacity: true)
+    endAll(property)
     properties.removeValue(forKey: property.keyPath)
     // Index loops, not `removeAll(where:)`: unspecialised in a debug build, it allocates.
-    index = 0
+    var index = 0
     while index < ordered.count {
       if ordered[index] === property {
         ordered.remove(at: index)
@@ -186,30 +205,42 @@ public final class AnimationEngine {
     -> UInt64?
   {
     let property = try property(keyPath)
-    try Check.finite(value, "value")
-    guard property.range.contains(value) else {
-      throw EngineError(
-        .outOfRange, field: "value", "\(value) is outside \(keyPath)'s range \(property.range)")
-    }
-    let transaction = transaction ?? defaultTransaction
-    try Check.nonNegative(transaction.duration, "duration")
-    try Check.withinHorizon(transaction.duration, "duration")
-    try transaction.timingFunction.validate()
-    if transaction.disableActions || transaction.duration == 0 {
+    try checkModel(value, of: property)
+    let action = try PreparedAnimation.implicitAction(
+      to: value, on: keyPath, transaction: transaction ?? defaultTransaction, sampleRate: sampleRate)
+    return try set(PropertyHandle(property: property), to: value, action: action)
+  }
+
+  /// `set` with the implicit animation prepared off the render thread
+  /// (`PreparedAnimation.implicitAction`; nil: instant). Allocation-free when it succeeds.
+  @discardableResult
+  public func set(_ keyPath: String, to value: Double, action: PreparedAnimation?) throws(EngineError) -> UInt64? {
+    try set(PropertyHandle(property: try property(keyPath)), to: value, action: action)
+  }
+
+  /// The same, by handle.
+  @discardableResult
+  public func set(_ handle: PropertyHandle, to value: Double, action: PreparedAnimation?) throws(EngineError)
+    -> UInt64?
+  {
+    let property = handle.property
+    try checkModel(value, of: property)
+    guard let action else {
       removeInstances(of: property, key: Self.implicitActionKey)
       property.model = value
       return nil
     }
-    var action = Animation(
-      .basic(BasicAnimation()), timing: MediaTiming(duration: transaction.duration),
-      timingFunction: transaction.timingFunction, valueSpace: transaction.valueSpace)
-    action.timing.fillMode = .removed
     let from = self.value(of: property, at: now)
-    action.content = .basic(BasicAnimation(from: from, to: value))
     property.model = value
-    return try add(
-      action, forKey: Self.implicitActionKey, to: keyPath, continuity: transaction.continuity,
-      completion: transaction.completion)
+    return try commit(action, to: handle, from: from)
+  }
+
+  private func checkModel(_ value: Double, of property: Property) throws(EngineError) {
+    try Check.finite(value, "value")
+    guard property.range.contains(value) else {
+      throw EngineError(
+        .outOfRange, field: "value", "\(value) is outside \(property.keyPath)'s range \(property.range)")
+    }
   }
 
   // MARK: Animations
@@ -224,49 +255,131 @@ public final class AnimationEngine {
     guard !key.isEmpty else {
       throw EngineError(.invalidAnimation, field: "name", "an animation key must not be empty")
     }
-    let target = try property(keyPath)
-    try animation.validate()
-    let beginSample: Int64
-    if let begin = animation.timing.beginTime {
-      // Absolute: within the horizon of the engine's clock, now (a millisecond's leeway for the
-      // rounding of a caller's relative time plus the clock).
-      try Check.withinHorizon(begin - Double(now) / sampleRate, "beginTime", shown: begin, slack: 1e-3)
-      beginSample = Sample.position(begin, rate: sampleRate)
-    } else {
-      beginSample = now
+    _ = try property(keyPath)
+    let prepared = try PreparedAnimation(
+      animation, forKey: key, to: keyPath, continuity: continuity, sampleRate: sampleRate,
+      defaultDuration: defaultTransaction.duration, completion: completion)
+    return try commit(prepared)
+  }
+
+  /// Adds an animation prepared off the render thread: finds its properties (`handle`: the
+  /// animation's own, without a lookup), resolves its from/to/by against the presentation value
+  /// now (`from`: the start of a single basic animation without one, given instead), checks the
+  /// limits and adds its instances, replacing those under the same key (which end with
+  /// `finished` false). Returns its id. Allocation-free when it succeeds; a refused commit leaves
+  /// the engine as it was.
+  @discardableResult
+  public func commit(_ prepared: PreparedAnimation, to handle: PropertyHandle? = nil, from: Double? = nil)
+    throws(EngineError) -> UInt64
+  {
+    guard !prepared.isCommitted else {
+      throw EngineError(.invalidAnimation, "an animation prepared once is added once")
     }
-    let id = nextID
-    let token = CompletionToken(id: id, key: key, keyPath: keyPath, handler: completion)
-    var compiled: [(Property, AnimationInstance)] = []
-    try compile(animation, on: target, outer: [], beginSample: beginSample, token: token, into: &compiled)
+    let target: Property
+    if let handle {
+      target = handle.property
+    } else {
+      target = try property(prepared.keyPath)
+    }
+    let beginSample: Int64
+    switch prepared.begin {
+    case .now:
+      beginSample = now
+    case .absolute(let begin):
+      beginSample = try place(begin)
+    case .afterCommit(let offset):
+      beginSample = try place(Double(now) / sampleRate + offset)
+    }
+    let parts = prepared.parts
+    var index = 0
+    while index < parts.count {
+      let part = parts[index]
+      if let path = part.keyPath {
+        do { prepared.targets[index] = try property(path) } catch {
+          throw EngineError(error.code, field: part.field, error.message)
+        }
+      } else {
+        prepared.targets[index] = target
+      }
+      index += 1
+    }
+    // Resolved before anything changes, against what is audible now.
+    index = 0
+    while index < parts.count {
+      try resolve(parts[index], on: prepared.targets[index]!, from: parts.count == 1 ? from : nil)
+      parts[index].instance.place(at: beginSample, sampleRate: sampleRate)
+      index += 1
+    }
+    let key = prepared.namedByID ? Self.declickName(nextID) : prepared.key
 
     // Check limits before changing anything, so a refused add leaves the engine as it was.
-    var counts: [ObjectIdentifier: Int] = [:]
-    for (property, _) in compiled {
-      let id = ObjectIdentifier(property)
-      if counts[id] == nil { counts[id] = property.instances.count { $0.key != key } }
-      counts[id]! += 1
-      if counts[id]! > maxAnimationsPerKeyPath {
+    index = 0
+    while index < parts.count {
+      let property = prepared.targets[index]!
+      var count = 0
+      var other = 0
+      while other <= index {
+        if prepared.targets[other]! === property { count += 1 }
+        other += 1
+      }
+      other = 0
+      while other < property.instances.count {
+        if property.instances[other].key != key { count += 1 }
+        other += 1
+      }
+      if count > maxAnimationsPerKeyPath {
         throw EngineError(
           .limitExceeded, field: "key",
           "\(property.keyPath) already has \(maxAnimationsPerKeyPath) animations, the most allowed")
       }
+      index += 1
     }
+    let id = nextID
     nextID += 1
+    let token = prepared.token
+    token.id = id
+    token.keyPath = target.keyPath
+    if prepared.namedByID {
+      token.key = key
+      index = 0
+      while index < parts.count {
+        parts[index].instance.key = key
+        index += 1
+      }
+    }
 
     // The slope audible just before this change, for slope continuity.
-    let oldSlope =
-      continuity == .slope ? value(of: target, at: now) - value(of: target, at: Sample.add(now, -1)) : 0
-    var touched: [Property] = []
-    for (property, _) in compiled where !touched.contains(where: { $0 === property }) {
-      removeInstances(of: property, key: key)
-      touched.append(property)
+    let slope = prepared.continuity == .slope
+    let oldSlope = slope ? value(of: target, at: now) - value(of: target, at: Sample.add(now, -1)) : 0
+    index = 0
+    while index < parts.count {
+      let property = prepared.targets[index]!
+      var seen = false
+      var other = 0
+      while other < index {
+        if prepared.targets[other]! === property { seen = true }
+        other += 1
+      }
+      if !seen { removeInstances(of: property, key: key) }
+      index += 1
     }
-    for (property, instance) in compiled { property.instances.append(instance) }
+    index = 0
+    while index < parts.count {
+      prepared.targets[index]!.instances.append(parts[index].instance)
+      index += 1
+    }
+    prepared.isCommitted = true
+    index = 0
+    while index < parts.count {
+      if prepared.targets[index]! === target {
+        prepared.beginOnOwnProperty = beginSample
+        break
+      }
+      index += 1
+    }
 
-    if continuity == .slope, compiled.count == 1, let instance = compiled.first?.1, !instance.isAdditive,
-      instance.levels.count == 1, beginSample == now
-    {
+    let instance = parts[0].instance
+    if slope, parts.count == 1, !instance.isAdditive, instance.levels.count == 1, beginSample == now {
       let newSlope = value(of: target, at: Sample.add(now, 1)) - value(of: target, at: now)
       let samples = instance.innerDuration * sampleRate / max(instance.levels[0].speed, 1e-12)
       if samples >= 2 { instance.slopeCorrection = (oldSlope - newSlope) * samples }
@@ -274,49 +387,147 @@ public final class AnimationEngine {
     return id
   }
 
+  /// The sample an animation beginning at `begin` (seconds on the engine's clock) begins at:
+  /// within the horizon of the engine's clock, now (a millisecond's leeway for the rounding of a
+  /// caller's relative time plus the clock).
+  private func place(_ begin: Double) throws(EngineError) -> Int64 {
+    try Check.withinHorizon(begin - Double(now) / sampleRate, "beginTime", shown: begin, slack: 1e-3)
+    return Sample.position(begin, rate: sampleRate)
+  }
+
+  /// Resolves a part's ends against `property` now: the presentation and model values (0 for an
+  /// additive animation, a delta on the value beneath).
+  private func resolve(_ part: PreparedAnimation.Part, on property: Property, from given: Double?)
+    throws(EngineError)
+  {
+    let instance = part.instance
+    let presentation = instance.isAdditive ? 0 : value(of: property, at: now)
+    let model = instance.isAdditive ? 0 : property.model
+    switch part.ends {
+    case .fixed:
+      return
+    case .basic(var basic, let space, let curve, let cumulative):
+      if basic.from == nil, let given { basic.from = given }
+      let (from, to) = basic.ends(presentation: presentation, model: model)
+      try Self.checkSpace(space, from, to)
+      instance.kernel = .basic(from: space.encode(from), to: space.encode(to), space: space)
+      instance.curve = curve.forRamp(falling: to < from)
+      instance.cumulativeStep = cumulative ? to - from : 0
+    case .spring(let motion, let basic, let duration, let space, let cumulative):
+      let (from, to) = basic.ends(presentation: presentation, model: model)
+      try Self.checkSpace(space, from, to)
+      instance.kernel = .spring(
+        motion, from: space.encode(from), to: space.encode(to), duration: duration, space: space)
+      instance.cumulativeStep = cumulative ? to - from : 0
+    }
+  }
+
+  private static func checkSpace(_ space: ValueSpace, _ from: Double, _ to: Double) throws(EngineError) {
+    if space.needsNonNegativeValues {
+      guard from >= 0, to >= 0 else {
+        throw EngineError(
+          .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
+      }
+    }
+  }
+
+  /// `declick-<id>`, without allocating while it fits a small string (ids below 10 million).
+  static func declickName(_ id: UInt64) -> String {
+    var digits = 1
+    var rest = id / 10
+    while rest > 0 {
+      digits += 1
+      rest /= 10
+    }
+    let prefix: StaticString = "declick-"
+    let length = prefix.utf8CodeUnitCount + digits
+    return String(unsafeUninitializedCapacity: length) { buffer in
+      var index = 0
+      while index < prefix.utf8CodeUnitCount {
+        buffer[index] = prefix.utf8Start[index]
+        index += 1
+      }
+      var value = id
+      var position = length - 1
+      while position >= prefix.utf8CodeUnitCount {
+        buffer[position] = UInt8(ascii: "0") + UInt8(value % 10)
+        value /= 10
+        position -= 1
+      }
+      return length
+    }
+  }
+
   /// Removes the animation under `key` from `keyPath`. With `declick` seconds, the jump this
   /// would make is smoothed by an additive ramp from the difference to 0, so nothing clicks.
   public func removeAnimation(forKey key: String, from keyPath: String, declick: Double = 0) throws(EngineError) {
     let property = try property(keyPath)
-    try Check.nonNegative(declick, "declick")
-    try Check.withinHorizon(declick, "declick")
-    guard property.instances.contains(where: { $0.key == key }) else {
+    try removeAnimation(
+      forKey: key, from: keyPath, declick: try PreparedAnimation.declickRamp(seconds: declick, sampleRate: sampleRate),
+      property: property)
+  }
+
+  /// The same, with the smoothing ramp prepared off the render thread
+  /// (`PreparedAnimation.declickRamp`; nil: none). Allocation-free when it succeeds.
+  public func removeAnimation(forKey key: String, from keyPath: String, declick: PreparedAnimation?)
+    throws(EngineError)
+  {
+    try removeAnimation(forKey: key, from: keyPath, declick: declick, property: try property(keyPath))
+  }
+
+  private func removeAnimation(
+    forKey key: String, from keyPath: String, declick: PreparedAnimation?, property: Property
+  ) throws(EngineError) {
+    var index = 0
+    while index < property.instances.count && property.instances[index].key != key { index += 1 }
+    guard index < property.instances.count else {
       throw EngineError(.unknownAnimation, field: "name", "no animation '\(key)' on \(keyPath)")
     }
     let before = value(of: property, at: now)
     removeInstances(of: property, key: key)
-    smoothJump(on: property, from: before, over: declick)
+    smoothJump(on: property, from: before, ramp: declick)
   }
 
   /// Removes every animation on `keyPath`, smoothing the jump over `declick` seconds.
   public func removeAllAnimations(from keyPath: String, declick: Double = 0) throws(EngineError) {
+    _ = try property(keyPath)
+    try removeAllAnimations(
+      from: keyPath, declick: try PreparedAnimation.declickRamp(seconds: declick, sampleRate: sampleRate))
+  }
+
+  /// The same, with the smoothing ramp prepared off the render thread (nil: none).
+  /// Allocation-free.
+  public func removeAllAnimations(from keyPath: String, declick: PreparedAnimation?) throws(EngineError) {
     let property = try property(keyPath)
-    try Check.nonNegative(declick, "declick")
-    try Check.withinHorizon(declick, "declick")
     let before = value(of: property, at: now)
-    for instance in property.instances { endEarly(instance) }
-    property.instances.removeAll(keepingCapacity: true)
-    smoothJump(on: property, from: before, over: declick)
+    endAll(property)
+    smoothJump(on: property, from: before, ramp: declick)
   }
 
   /// Holds the audible value: it becomes the model value and every animation is dropped.
   public func cancel(_ keyPath: String) throws(EngineError) {
     let property = try property(keyPath)
     let held = value(of: property, at: now)
-    for instance in property.instances { endEarly(instance) }
-    property.instances.removeAll(keepingCapacity: true)
+    endAll(property)
     property.model = min(max(held, property.range.lowerBound), property.range.upperBound)
   }
 
-  private func smoothJump(on property: Property, from before: Double, over seconds: Double) {
-    guard seconds > 0 else { return }
+  private func smoothJump(on property: Property, from before: Double, ramp: PreparedAnimation?) {
+    guard let ramp else { return }
     let after = value(of: property, at: now)
     let jump = before - after
     guard jump != 0, jump.isFinite else { return }
-    var ramp = Animation.basic(from: jump, to: 0, duration: seconds)
-    ramp.isAdditive = true
-    let key = "declick-\(nextID)"
-    _ = try? add(ramp, forKey: key, to: property.keyPath)
+    _ = try? commit(ramp, to: PropertyHandle(property: property), from: jump)
+  }
+
+  /// Ends every animation on `property` early. Allocation-free.
+  private func endAll(_ property: Property) {
+    var index = 0
+    while index < property.instances.count {
+      endEarly(property.instances[index])
+      index += 1
+    }
+    property.instances.removeAll(keepingCapacity: true)
   }
 
   /// The animations in flight on `keyPath`, in the order they apply.
@@ -505,9 +716,21 @@ public final class AnimationEngine {
 
   // MARK: Internals
 
+  /// Allocation-free: index loops, compacted in place.
   private func removeInstances(of property: Property, key: String) {
-    for instance in property.instances where instance.key == key { endEarly(instance) }
-    property.instances.removeAll { $0.key == key }
+    var kept = 0
+    var index = 0
+    while index < property.instances.count {
+      let instance = property.instances[index]
+      if instance.key == key {
+        endEarly(instance)
+      } else {
+        if kept != index { property.instances[kept] = instance }
+        kept += 1
+      }
+      index += 1
+    }
+    while property.instances.count > kept { property.instances.removeLast() }
   }
 
   private func endEarly(_ instance: AnimationInstance) {
@@ -521,104 +744,5 @@ public final class AnimationEngine {
     reports.append(
       CompletionReport(id: token.id, key: token.key, keyPath: token.keyPath, finished: finished, sample: sample))
     retired.append(token)
-  }
-
-  /// The duration `MediaTiming.duration == 0` stands for.
-  private func resolvedDuration(_ animation: Animation) -> Double {
-    if animation.timing.duration > 0 { return animation.timing.duration }
-    switch animation.content {
-    case .spring(let spring):
-      let settling = spring.parameters.settlingDuration
-      return settling.isFinite && settling > 0 ? settling : defaultDurationOrOneSample
-    case .group(let children):
-      // A group without a duration lasts as long as its longest child.
-      let end =
-        children.map { child -> Double in
-          let level = TimingLevel(child.timing, duration: resolvedDuration(child), begin: child.timing.beginTime ?? 0)
-          return level.activeEndInParent
-        }.max() ?? 0
-      return end.isFinite && end > 0 ? end : defaultDurationOrOneSample
-    default:
-      return defaultDurationOrOneSample
-    }
-  }
-
-  private var defaultDurationOrOneSample: Double {
-    defaultTransaction.duration > 0 ? defaultTransaction.duration : 1 / sampleRate
-  }
-
-  private func compile(
-    _ animation: Animation, on property: Property, outer: [TimingLevel], beginSample: Int64, token: CompletionToken,
-    outermostRemovedOnCompletion: Bool? = nil, into compiled: inout [(Property, AnimationInstance)]
-  ) throws(EngineError) {
-    let duration = resolvedDuration(animation)
-    let begin = outer.isEmpty ? 0 : (animation.timing.beginTime ?? 0)
-    // Only the outermost animation decides whether it is removed when its active time ends.
-    let removedOnCompletion = outermostRemovedOnCompletion ?? animation.timing.removedOnCompletion
-    let space = animation.valueSpace
-
-    if case .group(let children) = animation.content {
-      let level = TimingLevel(animation.timing, duration: duration, begin: begin, groupCurve: animation.timingFunction)
-      for (index, child) in children.enumerated() {
-        var target = property
-        if let path = child.keyPath {
-          do { target = try self.property(path) } catch {
-            throw EngineError(error.code, field: "animations[\(index)].keyPath", error.message)
-          }
-        }
-        try compile(
-          child, on: target, outer: outer + [level], beginSample: beginSample, token: token,
-          outermostRemovedOnCompletion: removedOnCompletion, into: &compiled)
-      }
-      return
-    }
-
-    let level = TimingLevel(animation.timing, duration: duration, begin: begin)
-    let levels = outer + [level]
-    // Additive animations are deltas on the value beneath, so "presentation" and "model" are 0.
-    let presentation = animation.isAdditive ? 0 : value(of: property, at: now)
-    let model = animation.isAdditive ? 0 : property.model
-    let kernel: Kernel
-    var curve = animation.timingFunction
-    var step = 0.0
-    switch animation.content {
-    case .basic(let basic):
-      let (from, to) = try basic.resolve(presentation: presentation, model: model)
-      if space.needsNonNegativeValues {
-        guard from >= 0, to >= 0 else {
-          throw EngineError(
-            .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
-        }
-      }
-      kernel = .basic(from: space.encode(from), to: space.encode(to), space: space)
-      curve = curve.forRamp(falling: to < from)
-      step = to - from
-    case .keyframes(let keyframes):
-      let compiledCurve = try KeyframeCurve(keyframes, space: space)
-      kernel = .keyframes(compiledCurve, space: space)
-      step = space.decode(compiledCurve.last) - space.decode(compiledCurve.first)
-    case .spring(let spring):
-      try spring.parameters.validate()
-      let (from, to) = try BasicAnimation(from: spring.from, to: spring.to, by: spring.by)
-        .resolve(presentation: presentation, model: model)
-      if space.needsNonNegativeValues {
-        guard from >= 0, to >= 0 else {
-          throw EngineError(
-            .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
-        }
-      }
-      kernel = .spring(
-        SpringMotion(spring.parameters), from: space.encode(from), to: space.encode(to), duration: duration,
-        space: space)
-      step = to - from
-    case .group:
-      return
-    }
-    if !animation.isCumulative || animation.timing.autoreverses { step = 0 }
-    let instance = AnimationInstance(
-      key: token.key, token: token, levels: levels, beginSample: beginSample, sampleRate: sampleRate,
-      removedOnCompletion: removedOnCompletion, isAdditive: animation.isAdditive, curve: curve, kernel: kernel,
-      cumulativeStep: step)
-    compiled.append((property, instance))
   }
 }

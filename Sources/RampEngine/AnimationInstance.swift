@@ -9,10 +9,12 @@ enum Kernel: Sendable {
 
 /// Shared by the instances one `add` creates (several for a group), so the completion is
 /// reported once, with `finished` true when the active duration ends and false otherwise.
+/// Prepared off the render thread with its id, and with its key path when the property is found
+/// by handle, set when the engine commits it.
 final class CompletionToken: @unchecked Sendable {
-  let id: UInt64
-  let key: String
-  let keyPath: String
+  var id: UInt64
+  var key: String
+  var keyPath: String
   let handler: (@Sendable (Bool) -> Void)?
   var reported = false
 
@@ -26,18 +28,21 @@ final class CompletionToken: @unchecked Sendable {
 
 /// An animation compiled onto one property: its chain of timing levels (a group's first, the
 /// animation's own last), the sample it begins at, and its kernel.
+///
+/// Compiled off the render thread; what depends on the moment it is committed (its begin, and
+/// for from/to/by the values resolved against the presentation value then) is set by the commit.
 final class AnimationInstance: @unchecked Sendable {
-  let key: String
+  var key: String
   let token: CompletionToken
   let levels: [TimingLevel]
-  let beginSample: Int64
+  private(set) var beginSample: Int64
   /// The first sample at which the outermost active duration is over (Int64.max: never).
-  let endSample: Int64
+  private(set) var endSample: Int64
   let removedOnCompletion: Bool
   let isAdditive: Bool
-  let curve: TimingFunction
-  let kernel: Kernel
-  let cumulativeStep: Double
+  var curve: TimingFunction
+  var kernel: Kernel
+  var cumulativeStep: Double
   /// A group curve bends time, so runs of linear time are one sample long.
   let sampleBySample: Bool
   /// Amplitude added as c·u(1−u)² over the first cycle (u its linear progress): it matches the
@@ -52,15 +57,25 @@ final class AnimationInstance: @unchecked Sendable {
     self.token = token
     self.levels = levels
     self.beginSample = beginSample
-    let end = levels[0].activeEndInParent * sampleRate
-    // Saturates: an end past Int64's range is an end that never comes.
-    endSample = end.isFinite && end < 9e18 ? Sample.add(beginSample, Int64(Sample.count(end))) : .max
+    endSample = Self.end(of: levels, from: beginSample, sampleRate: sampleRate)
     self.removedOnCompletion = removedOnCompletion
     self.isAdditive = isAdditive
     self.curve = curve
     self.kernel = kernel
     self.cumulativeStep = cumulativeStep
     sampleBySample = levels.contains { $0.groupCurve != nil }
+  }
+
+  /// Begins at `sample` (set when it is committed).
+  func place(at sample: Int64, sampleRate: Double) {
+    beginSample = sample
+    endSample = Self.end(of: levels, from: sample, sampleRate: sampleRate)
+  }
+
+  private static func end(of levels: [TimingLevel], from beginSample: Int64, sampleRate: Double) -> Int64 {
+    let end = levels[0].activeEndInParent * sampleRate
+    // Saturates: an end past Int64's range is an end that never comes.
+    return end.isFinite && end < 9e18 ? Sample.add(beginSample, Int64(Sample.count(end))) : .max
   }
 
   /// Seconds of the innermost simple duration.

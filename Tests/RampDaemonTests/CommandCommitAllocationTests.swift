@@ -1,0 +1,144 @@
+import CAllocationCounter
+import Foundation
+import Logging
+import RampEngine
+import RampProtocol
+import Synchronization
+import Testing
+
+@testable import RampAudio
+@testable import RampDaemon
+
+/// The render thread applies commands without allocating or freeing: counted, not assumed (see
+/// Tests/CAllocationCounter). Requests go through the controller as a connection's would (parsed,
+/// prepared and submitted on this thread, uncounted); the render thread's part (committing the
+/// commands, rendering the blocks, writing them to the device, streams leaving the mix) runs on
+/// this thread too, and is counted; replies and events are then handed out (uncounted).
+@Suite struct CommandCommitAllocationTests {
+  /// A connection that keeps its replies.
+  final class Collector: Client, @unchecked Sendable {
+    let replies = Mutex<[JSONValue]>([])
+    func reply(_ line: JSONValue, sequence: Int) { replies.withLock { $0.append(line) } }
+    func event(_ line: String) {}
+    var awaitsNoOtherReply: Bool { false }
+    var confinedToMediaRoots: Bool { false }
+  }
+
+  /// Every kind of command, a thousand times each (after a few rounds that fill the runtime's
+  /// caches): play, set (animated and instant), fade, animate (basic, keyframe, spring, group,
+  /// additive), cancel, remove (by name and all), batch, stop and seek; with blocks written to
+  /// an ALSA device, streams ending and seeks landing in between. 0 allocations and 0 frees.
+  @Test func applyingCommandsAllocatesAndFreesNothingOnTheRenderThread() throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-commit-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    func tone(_ name: String, seconds: Double) throws -> String {
+      let path = "\(directory)/\(name).wav"
+      let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
+      let frames = Int(seconds * 48_000)
+      let buffer = (0..<frames * 2).map { Float(sin(Double($0 / 2) / 25) * 0.3) }
+      try buffer.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: frames) }
+      try writer.close()
+      return path
+    }
+    let bed = try tone("bed", seconds: 2)
+    let jingle = try tone("jingle", seconds: 2)
+
+    let configuration = DaemonConfiguration()
+    let player = try Player(
+      output: OutputConfiguration(
+        device: "null", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device),
+      declick: configuration.declick, maxGain: configuration.maxGain)
+    let logger = Logger(label: "commit-test", factory: { _ in SwiftLogNoOpLogHandler() })
+    let controller = Controller(player: player, configuration: configuration, logger: logger)
+    // Persisted model values are read after each command that may change them.
+    let store = StateStore(path: "\(directory)/state.json", logger: logger)
+    let saver = StateSaver(store: store, logger: logger)
+    controller.persistence = Persistence(saver: saver, restored: PersistentState())
+    defer { saver.close() }
+    let client = Collector()
+    var sequence = 0
+    func send(_ line: String) {
+      let (_, parsed) = Request.parse(line: line)
+      guard case .success(let request) = parsed else {
+        Issue.record("\(line) does not parse: \(parsed)")
+        return
+      }
+      sequence += 1
+      controller.handle(request, from: client, sequence: sequence)
+    }
+
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    var allocated = 0
+    var freed = 0
+    var counting = false
+    func renderThreadWork(_ body: () throws -> Void) rethrows {
+      let allocations = rampd_allocations_on_this_thread()
+      let frees = rampd_frees_on_this_thread()
+      try body()
+      if counting {
+        allocated += rampd_allocations_on_this_thread() - allocations
+        freed += rampd_frees_on_this_thread() - frees
+      }
+    }
+
+    send(#"{"cmd":"play","path":"\#(bed)","stream":"bed","loop":true}"#)
+    let warmUp = 5
+    let rounds = 1000
+    for round in 0..<(warmUp + rounds) {
+      counting = round >= warmUp
+      let even = round % 2 == 0
+      send(#"{"cmd":"play","path":"\#(jingle)","stream":"p\#(round)"\#(even ? #","fadeIn":0.02"# : "")}"#)
+      send(#"{"cmd":"set","key":"streams.bed.gain","value":\#(even ? 0.7 : 0.8),"duration":0.05}"#)
+      send(#"{"cmd":"set","key":"master.gain","value":\#(even ? 0.9 : 1),"duration":0}"#)
+      send(#"{"cmd":"fade","key":"streams.p\#(round).gain","to":0.5,"duration":0.1}"#)
+      send(
+        #"{"cmd":"animate","key":"streams.bed.pan","name":"sweep","animation":{"type":"basic","to":0.3,"duration":0.2}}"#
+      )
+      send(
+        #"{"cmd":"animate","key":"streams.bed.gain","name":"kf","animation":{"type":"keyframe","values":[0.5,0.8,0.6],"duration":0.3}}"#
+      )
+      send(
+        #"{"cmd":"animate","key":"master.gain","name":"spring","animation":{"type":"spring","to":0.9,"duration":0.3,"bounce":0.2}}"#
+      )
+      send(
+        #"{"cmd":"animate","key":"master.gain","name":"group","animation":{"type":"group","duration":0.2,"animations":[{"type":"basic","keyPath":"streams.bed.pan","to":-0.2},{"type":"basic","to":0.8}]}}"#
+      )
+      send(
+        #"{"cmd":"animate","key":"master.gain","name":"lfo","animation":{"type":"keyframe","values":[0,-0.2,0],"duration":0.05,"additive":true,"repeatCount":"inf"}}"#
+      )
+      send(#"{"cmd":"cancel","key":"streams.bed.pan"}"#)
+      send(#"{"cmd":"remove","key":"master.gain","name":"lfo"}"#)
+      send(#"{"cmd":"remove","key":"streams.bed.gain"}"#)
+      send(
+        #"{"cmd":"batch","commands":[{"cmd":"set","key":"streams.p\#(round).gain","value":0.6},{"cmd":"fade","key":"master.gain","to":1,"duration":0.05}\#(even ? #",{"cmd":"seek","stream":"bed","position":0.25}"# : "")]}"#
+      )
+      if round > 0 { send(#"{"cmd":"stop","stream":"p\#(round - 1)"}"#) }
+      if !even { send(#"{"cmd":"seek","stream":"bed","position":\#(Double(round % 3) * 0.5)}"#) }
+
+      try renderThreadWork { player.applyPendingCommands() }
+      // Enough blocks for the last round's stream to ramp out and leave the mix.
+      for _ in 0..<4 {
+        while player.streamsBehind(frames: frames) { usleep(100) }
+        try renderThreadWork {
+          player.renderBlock(buffers)
+          try player.writeToDevice(buffers.mix, frames: frames)
+          player.finishStreams()
+        }
+      }
+      controller.deliverEvents()
+      player.reapRetired()
+    }
+
+    let replies = client.replies.withLock { $0 }
+    let refused = replies.filter { $0["ok"] != .bool(true) }
+    #expect(replies.count == sequence, "\(replies.count) replies to \(sequence) requests")
+    #expect(refused.isEmpty, "\(refused.prefix(3))")
+    // Every stream but the last one and the bed ramped out and left the mix.
+    #expect(controller.playingStreams == ["bed", "p\(warmUp + rounds - 1)"], "\(controller.playingStreams)")
+    #expect(allocated == 0, "\(allocated) allocations on the render thread")
+    #expect(freed == 0, "\(freed) frees on the render thread")
+  }
+}
