@@ -49,6 +49,9 @@ public final class Controller: @unchecked Sendable {
   private let stopping = Atomic<Bool>(false)
   /// How many clients are connected (the server sets it).
   public var connectedClients: @Sendable () -> Int = { 0 }
+  /// Unix seconds now: what a request's `at` delay counts from (an offline show's clock stands
+  /// at 0, so a delay is exactly its sample).
+  public var clock: @Sendable () -> Double = { Date().timeIntervalSince1970 }
 
   struct Subscription {
     weak var client: (any Client)?
@@ -417,7 +420,7 @@ public final class Controller: @unchecked Sendable {
 
   private func targetSample(for schedule: Schedule) -> Int64 {
     let rate = Double(player.output.rate)
-    let seconds = schedule.secondsUntilDue(from: Date().timeIntervalSince1970)
+    let seconds = schedule.secondsUntilDue(from: clock())
     // A saved schedule may be due later than the clock can count (a state file from before delays
     // were bounded): it then never comes, instead of trapping.
     return player.currentSample + Int64(min((seconds * rate).rounded(), 1e18))

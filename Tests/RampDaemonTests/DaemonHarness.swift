@@ -99,7 +99,7 @@ final class DaemonProcess {
   init(
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
     bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false,
-    reusing earlier: String? = nil, realtimeLimit: Int? = nil
+    reusing earlier: String? = nil, realtimeLimit: Int? = nil, pacing: String = "clock", recordingIsPipe: Bool = false
   ) throws {
     ownsDirectory = earlier == nil
     directory =
@@ -119,7 +119,7 @@ final class DaemonProcess {
       format = "float"
       period = "\(periodMs)ms"
       buffer = "\(bufferMs)ms"
-      pacing = "clock"
+      pacing = "\(pacing)"
       [embedded-output]
       enabled = false
       [fade]
@@ -151,6 +151,11 @@ final class DaemonProcess {
     process.standardError = stderr
     logSink.collect(from: stderr)
     process.standardOutput = FileHandle.nullDevice
+    if recordingIsPipe {
+      // The render thread then waits at its first write until someone reads the recording.
+      unlink(recording)
+      guard mkfifo(recording, 0o600) == 0 else { throw HarnessError("mkfifo \(recording) failed") }
+    }
     // An earlier daemon killed on this directory left its socket file: wait for the new one.
     unlink(socket)
     try process.run()
