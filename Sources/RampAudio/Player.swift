@@ -1194,8 +1194,9 @@ public final class Player: @unchecked Sendable {
           if !stream.seekRequested {
             stream.decoder.requestSeek(toOutputFrame: frame)
             stream.seekRequested = true
-          }
-          if let mark = stream.decoder.takeSeekMark() {
+          } else if offset == 0, let mark = stream.decoder.takeSeekMark() {
+            // Taken at a block's start only (where a render thread without a clock has waited
+            // for it), so where the stream comes back does not depend on the decoder's speed.
             stream.decoder.ring.discard(upTo: mark)
             stream.pendingSeek = nil
             stream.seekRequested = false
@@ -1217,8 +1218,11 @@ public final class Player: @unchecked Sendable {
       let available = decoder.ring.available
       let finished = decoder.isFinished
       if stream.starved {
-        // Holding, silent and in place, until the ring has refilled.
-        guard finished || available >= min(refillFrames * channels, decoder.ring.capacity) else { continue }
+        // Holding, silent and in place, until the ring has refilled (judged at a block's start,
+        // for the same reason as a seek's mark).
+        guard offset == 0, finished || available >= min(refillFrames * channels, decoder.ring.capacity) else {
+          continue
+        }
         stream.starved = false
       }
       // The ring cannot cover this span and a ramp out after it: ramp out now, at the declick

@@ -155,7 +155,9 @@ public enum OfflineShow {
     // What the command line adds, as requests of its own.
     var requests: [(label: String, request: Request)] = []
     if let input = options.input {
-      requests.append(("input", Request(.play(Play(path: input, stream: "main")))))
+      // A play request names a file by its absolute path.
+      let absolute = input.hasPrefix("/") ? input : FileManager.default.currentDirectoryPath + "/" + input
+      requests.append(("input", Request(.play(Play(path: absolute, stream: "main")))))
     }
     if let fadeIn = options.fadeIn, fadeIn > 0 {
       let fade = Fade(
