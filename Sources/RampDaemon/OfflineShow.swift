@@ -101,7 +101,8 @@ public enum OfflineShow {
   public static func render(_ options: ShowOptions) throws -> RenderSummary {
     try check(options.timeline)
     let plays = options.timeline.flatMap { entry in
-      ([entry.request.command] + (entry.request.command.batched ?? [])).compactMap { command -> (Timeline.Entry, String)? in
+      ([entry.request.command] + (entry.request.command.batched ?? [])).compactMap {
+        command -> (Timeline.Entry, String)? in
         if case .play(let play) = command { return (entry, play.path) }
         return nil
       }

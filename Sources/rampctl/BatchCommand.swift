@@ -50,7 +50,9 @@ struct BatchCommand: ParsableCommand {
   func entries() throws -> [Timeline.Entry] {
     let entries = try Timeline.load(file)
     if atomic, let scheduled = entries.first(where: { $0.at != nil }) {
-      throw Timeline.Failure(messages: [scheduled.error("--atomic applies every line at once; remove \"at\"").description])
+      throw Timeline.Failure(messages: [
+        scheduled.error("--atomic applies every line at once; remove \"at\"").description
+      ])
     }
     return entries
   }

@@ -2,8 +2,8 @@ import ArgumentParser
 import Foundation
 import RampAudio
 import RampCLI
-import RampEngine
 import RampDaemon
+import RampEngine
 import RampProtocol
 
 /// `rampctl render`: rampd's own player and command handling, run from a timeline to a file.
@@ -156,7 +156,9 @@ struct RenderCommand: ParsableCommand {
         "rendered \(summary.frames) frames (\(HumanUnits.format(duration: seconds))) at \(summary.sampleRate) Hz, \(summary.channels) channel(s), \(summary.encoding.rawValue) → \(output)\n"
           .data(using: .utf8)!)
     } catch let failure as Timeline.Failure {
-      for message in failure.messages { FileHandle.standardError.write("rampctl render: \(message)\n".data(using: .utf8)!) }
+      for message in failure.messages {
+        FileHandle.standardError.write("rampctl render: \(message)\n".data(using: .utf8)!)
+      }
       throw ExitCode(ClientFailure.ExitStatus.refused)
     } catch let error as AudioError {
       throw fail(error.message)

@@ -146,7 +146,10 @@ import Testing
       try OfflineShow.check(render.entries)
       Issue.record("a clock time was accepted")
     } catch {
-      #expect(error.messages == [#"r:2: at: a clock time means nothing in a render, which counts seconds from its start (12, "12s", "+1m30s")"#])
+      #expect(
+        error.messages == [
+          #"r:2: at: a clock time means nothing in a render, which counts seconds from its start (12, "12s", "+1m30s")"#
+        ])
     }
   }
 

@@ -93,6 +93,8 @@ final class DaemonProcess {
   /// next log line.
   private let logSink = LogSink()
   var log: String { logSink.text }
+  /// The read end of the recording when it is a named pipe (`recordingIsPipe`), else -1.
+  private(set) var pipeReadEnd: CInt = -1
   /// A daemon started on an earlier one's directory leaves it for that one to remove.
   private let ownsDirectory: Bool
 
@@ -152,9 +154,11 @@ final class DaemonProcess {
     logSink.collect(from: stderr)
     process.standardOutput = FileHandle.nullDevice
     if recordingIsPipe {
-      // The render thread then waits at its first write until someone reads the recording.
+      // Opened for reading now (rampd opens it for writing as it starts) and read only when the
+      // test says: until then the render thread stops at the write that finds the pipe full.
       unlink(recording)
       guard mkfifo(recording, 0o600) == 0 else { throw HarnessError("mkfifo \(recording) failed") }
+      pipeReadEnd = open(recording, O_RDONLY | O_NONBLOCK)
     }
     // An earlier daemon killed on this directory left its socket file: wait for the new one.
     unlink(socket)

@@ -27,7 +27,9 @@ final class ShowBench {
   ) throws -> String {
     let writer = try SoundFileWriter(path: path(name), sampleRate: rate, channels: channels, encoding: encoding)
     var buffer = [Float](repeating: 0, count: frames * channels)
-    for frame in 0..<frames { for channel in 0..<channels { buffer[frame * channels + channel] = signal(frame, channel) } }
+    for frame in 0..<frames {
+      for channel in 0..<channels { buffer[frame * channels + channel] = signal(frame, channel) }
+    }
     try buffer.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: frames) }
     try writer.close()
     return path(name)
@@ -41,7 +43,8 @@ final class ShowBench {
 
   /// Renders into `out.wav` (float) and reads it back, interleaved.
   func render(
-    input: String?, _ timeline: String = "", output: String = "out.wav", _ configure: (inout ShowOptions) -> Void = { _ in }
+    input: String?, _ timeline: String = "", output: String = "out.wav",
+    _ configure: (inout ShowOptions) -> Void = { _ in }
   ) throws -> (samples: [Float], channels: Int, summary: RenderSummary) {
     var options = ShowOptions(input: input, output: path(output))
     options.encoding = .float
@@ -50,7 +53,9 @@ final class ShowBench {
     let summary = try OfflineShow.render(options)
     let reader = try SoundFileReader(path: path(output))
     var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
-    let read = try samples.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: Int(reader.frames)) }
+    let read = try samples.withUnsafeMutableBufferPointer {
+      try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
+    }
     #expect(Int64(read) == summary.frames)
     return (samples, reader.channels, summary)
   }
@@ -120,7 +125,9 @@ final class ShowBench {
   @Test func setWithoutDurationTakesTheImplicitTransaction() throws {
     let bench = try ShowBench()
     let input = try bench.file("ones.wav", frames: 48_000)
-    let (samples, _, _) = try bench.render(input: input, #"{"at": 0.25, "cmd": "set", "key": "master.gain", "to": 0.5}"#) {
+    let (samples, _, _) = try bench.render(
+      input: input, #"{"at": 0.25, "cmd": "set", "key": "master.gain", "to": 0.5}"#
+    ) {
       $0.configuration.transaction.duration = 0.1
       $0.configuration.transaction.timingFunction = .linear
     }
@@ -279,7 +286,8 @@ final class ShowBench {
     let bench = try ShowBench()
     let input = try bench.file("count.wav", frames: 144_000) { f, _ in Float(f) / 1_000_000 }
     let (samples, _, _) = try bench.render(
-      input: input, #"{"at": 0.5, "cmd": "seek", "stream": "main", "position": 2}"#) { $0.blockFrames = 1024 }
+      input: input, #"{"at": 0.5, "cmd": "seek", "stream": "main", "position": 2}"#
+    ) { $0.blockFrames = 1024 }
     #expect(samples[23_999] == Float(23_999) / 1_000_000)
     // Some blocks later it plays from 2 s on, one frame per sample.
     let later = 24_000 + 8 * 1024
@@ -393,7 +401,7 @@ final class ShowBench {
       """
       {"cmd": "status"}
       {"at": 1, "cmd": "set", "key": "master.gain", "value": 0.5}
-      {"cmd": "wait"}
+      {"cmd": "wait", "key": "master.gain"}
       {"cmd": "subscribe"}
       {"at": "23:00", "cmd": "stop"}
       {"cmd": "batch", "commands": [{"cmd": "get", "key": "master.gain"}]}
