@@ -76,6 +76,7 @@ let package = Package(
         "RampEngine",
         "RampAudio",
         "RampCLI",
+        "RampDaemon",
         "RampProtocol",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]

@@ -180,6 +180,10 @@ public final class RenderState: @unchecked Sendable {
   fileprivate var published: ContiguousArray<PublishedValue> = []
   /// The duck rules, multiplied into their targets in the mix.
   public let ducks: DuckLayer
+  /// The sample after the last one of audio a stream played before its file ended (0: none yet).
+  public internal(set) var audioEnd: Int64 = 0
+  /// The sample at which the last animation to end so far ended (0: none yet).
+  public private(set) var settled: Int64 = 0
 
   /// The highest gain a `*.gain` property may take (linear; 1 is 0 dB).
   public let maxGain: Double
@@ -237,6 +241,7 @@ public final class RenderState: @unchecked Sendable {
   /// Posts an event for the control side. Never blocks: a full queue drops it, and the count of
   /// events dropped goes out as `eventsLost` before the next event that fits.
   public func post(_ event: PlayerEvent) {
+    if case .animationFinished(let report) = event { settled = max(settled, report.sample) }
     announceLostEvents()
     if events.push(event) {
       posted = true
@@ -370,6 +375,10 @@ public final class Player: @unchecked Sendable {
   /// Frames a starved stream's ring must hold again before it ramps back in.
   let refillFrames: Int
   private var device: AlsaPCMOutput?
+  /// An offline player's output, instead of a device (see ``init(sink:rate:channels:blockFrames:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
+  private let sink: (any BlockSink)?
+  /// An offline player's block: it has no render thread to own one.
+  private var offlineBuffers: RenderBuffers?
   private let state: RenderState
   private let commands = SPSCQueue<PlayerCommand>(minimumCapacity: 4096)
   /// Several control threads may submit; the render thread is the only consumer and never locks.
@@ -487,25 +496,60 @@ public final class Player: @unchecked Sendable {
   /// `scheduledCapacity`: how many commands may wait for their sample at once (reserved here, so
   /// the render thread never grows the schedule). `animationsPerKeyPath`: reserved per property
   /// for the same reason.
-  public init(
+  public convenience init(
     output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1,
     scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64,
     eventCapacity: Int = Player.defaultEventCapacity
   ) throws {
+    let device = try AlsaPCMOutput(configuration)
+    try self.init(
+      device: device, sink: nil, negotiated: device.negotiated, configuration: configuration, declick: declick,
+      maxGain: maxGain, scheduledCapacity: scheduledCapacity, animationsPerKeyPath: animationsPerKeyPath,
+      eventCapacity: eventCapacity)
+  }
+
+  /// A player whose blocks go to `sink`, `blockFrames` at a time, on a virtual clock: no render
+  /// thread, no pacing, no device to recover. Whoever owns it is its render thread and calls
+  /// ``renderOffline()`` for each block; commands, streams and the mix are the live player's own.
+  public convenience init(
+    sink: any BlockSink, rate: Int, channels: Int, blockFrames: Int, declick: Double = 0.010, maxGain: Double = 1,
+    scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64,
+    eventCapacity: Int = Player.defaultEventCapacity
+  ) throws {
+    let negotiated = AlsaPCMOutput.Negotiated(
+      device: "offline", format: .float32, rate: rate, channels: channels, periodFrames: blockFrames,
+      bufferFrames: blockFrames, pacing: .device)
+    try self.init(
+      device: nil, sink: sink, negotiated: negotiated,
+      configuration: OutputConfiguration(
+        device: "offline", sampleRate: rate, channels: channels, format: .float32,
+        periodTime: Double(blockFrames) / Double(rate), bufferTime: Double(blockFrames) / Double(rate),
+        pacing: .device),
+      declick: declick, maxGain: maxGain, scheduledCapacity: scheduledCapacity,
+      animationsPerKeyPath: animationsPerKeyPath, eventCapacity: eventCapacity)
+    offlineBuffers = RenderBuffers(frames: blockFrames, channels: channels)
+    running.store(true, ordering: .releasing)
+  }
+
+  private init(
+    device: AlsaPCMOutput?, sink: (any BlockSink)?, negotiated: AlsaPCMOutput.Negotiated,
+    configuration: OutputConfiguration, declick: Double, maxGain: Double, scheduledCapacity: Int,
+    animationsPerKeyPath: Int, eventCapacity: Int
+  ) throws {
     events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))
     eventReserve = events.capacity / 2
-    let device = try AlsaPCMOutput(configuration)
     self.device = device
+    self.sink = sink
     self.configuration = configuration
-    output = device.negotiated
-    let rate = Double(device.negotiated.rate)
+    output = negotiated
+    let rate = Double(negotiated.rate)
     reopenAfterFrames = configuration.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
     self.declick = declick
-    idleClock = ClockPacer(rate: device.negotiated.rate)
-    heardClock = HeardClock(rate: device.negotiated.rate)
-    resumeNanoseconds = Int64(device.negotiated.periodFrames) * 1_000_000_000 / Int64(device.negotiated.rate)
+    idleClock = ClockPacer(rate: negotiated.rate)
+    heardClock = HeardClock(rate: negotiated.rate)
+    resumeNanoseconds = Int64(negotiated.periodFrames) * 1_000_000_000 / Int64(negotiated.rate)
     declickFrames = max(Int((declick * rate).rounded()), 1)
-    refillFrames = declickFrames + 4 * device.negotiated.periodFrames
+    refillFrames = declickFrames + 4 * negotiated.periodFrames
     let engine = try AnimationEngine(
       sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64),
       maxAnimationsPerKeyPath: animationsPerKeyPath)
@@ -516,6 +560,8 @@ public final class Player: @unchecked Sendable {
     commandBell = try Bell("command")
     recoveryBell = try Bell("recovery")
   }
+
+  deinit { offlineBuffers?.deallocate() }
 
   /// Starts the render thread (and the thread that reopens a lost device).
   public func start() {
@@ -799,6 +845,45 @@ public final class Player: @unchecked Sendable {
     }
   }
 
+  /// Renders one block of an offline player into its sink, on the calling thread (which is its
+  /// render thread): the live loop's steps without the clock. Before the block it waits for every
+  /// stream to have its audio (``waitForEveryStream(frames:)``), so the render does not depend
+  /// on how fast the decoders run. The caller takes the events between blocks.
+  public func renderOffline() throws(AudioError) {
+    guard let sink, let buffers = offlineBuffers else {
+      throw AudioError(.invalidParameter, "renderOffline needs a player made with a sink")
+    }
+    // Every command submitted so far, not a block's share: none may land late.
+    repeat { takeCommands() } while commands.freeSlots < commands.capacity && events.freeSlots > eventReserve
+    flushEvents()
+    waitForEveryStream(frames: buffers.frames)
+    publishValues(due: 0)
+    renderScheduled(buffers)
+    published.store(state.engine.now, ordering: .releasing)
+    try sink.write(buffers.mix, frames: buffers.frames)
+    blockCount.add(1, ordering: .relaxed)
+    finishStreams()
+    flushEvents()
+    // No recovery thread offline: what was retired is freed here, between blocks.
+    while retired.pop() != nil {}
+  }
+
+  /// Runs `body` with the render state between blocks of an offline player (whose caller is its
+  /// render thread): what plays, what is in flight.
+  public func inspectOffline<T>(_ body: (RenderState) throws -> T) rethrows -> T {
+    precondition(sink != nil, "only an offline player's state can be inspected")
+    return try body(state)
+  }
+
+  /// Ends an offline player: its streams' decoders stop, what waits to run is dropped.
+  public func finishOffline() {
+    for stream in state.streams { stream.decoder.cancel() }
+    running.store(false, ordering: .releasing)
+    scheduled.removeAll()
+    while commands.pop() != nil {}
+    while retired.pop() != nil {}
+  }
+
   /// Rings the doorbell once if anything was posted since the last time.
   private func flushEvents() {
     if retiredInBlock {
@@ -1042,6 +1127,9 @@ public final class Player: @unchecked Sendable {
   /// `delay` and `drift`), kept current at every block. Before the device has said anything (or
   /// without one), the sample clock counted from the next block at the nominal rate. A time
   /// too far off to count in samples gives a sample that never comes.
+  /// Renders to a sink on a virtual clock (``init(sink:rate:channels:blockFrames:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
+  public var isOffline: Bool { sink != nil }
+
   public func sample(heardAt wallClock: Double) -> Int64 {
     let monotonic = monotonicNanoseconds()
     let seconds = wallClock - realtimeSeconds()
@@ -1101,6 +1189,10 @@ public final class Player: @unchecked Sendable {
   /// without limit on a device that has no clock: it takes audio as fast as it comes, so nothing
   /// is late for it, and what it records is the whole file. Commands are taken meanwhile.
   private func waitForStreams(on device: AlsaPCMOutput, frames: Int) {
+    if device.hasNoClock {
+      waitForEveryStream(frames: frames)
+      return
+    }
     // Monotonic nanoseconds the wait may last until (nil: no limit), reckoned at the first wait.
     var deadline: Int64?
     var reckoned = device.hasNoClock
@@ -1118,6 +1210,48 @@ public final class Player: @unchecked Sendable {
       let left = deadline.map { $0 - monotonicNanoseconds() } ?? 100_000_000
       guard left > 0 else { return }
       if commandBell.wait(milliseconds: pollMilliseconds(Double(left) / 1e9)) {
+        takeCommands()
+        flushEvents()
+      }
+    }
+  }
+
+  /// Without a clock (a sink, or a device that takes audio as fast as it comes) nothing is ever
+  /// late, so before a block the render thread waits until every stream can play it as if its
+  /// decoder were infinitely fast: the ring holds the block and the ramp after it (a starved
+  /// stream: the refill it waits for), and a seek asked for has landed. What is rendered then does
+  /// not depend on the decoders' timing: an offline render, or the recording of rampd on such a
+  /// device, is the same every time. Commands are taken meanwhile.
+  private func waitForEveryStream(frames: Int) {
+    while running.load(ordering: .relaxed) {
+      var index = 0
+      var behind: StreamDecoder?
+      var needed = 0
+      while index < state.streams.count && behind == nil {
+        let stream = state.streams[index]
+        index += 1
+        let decoder = stream.decoder
+        if decoder.hasFailed { continue }
+        if stream.pendingSeek != nil {
+          if stream.seekRequested && decoder.seekIsPending {
+            behind = decoder
+            needed = 0
+          }
+          continue
+        }
+        if decoder.isFinished { continue }
+        let ahead = stream.starved ? max(refillFrames, frames + declickFrames) : frames + declickFrames
+        needed = min(ahead * output.channels, decoder.ring.capacity)
+        if decoder.ring.available < needed { behind = decoder }
+      }
+      guard let decoder = behind else { return }
+      if needed == 0 {
+        // A seek lands within a read of the file: polled, there is no bell for it.
+        usleep(100)
+        continue
+      }
+      guard decoder.awaitSamples(max(decoder.lowWater, needed)) else { continue }
+      if commandBell.wait(milliseconds: 100) {
         takeCommands()
         flushEvents()
       }
@@ -1264,8 +1398,9 @@ public final class Player: @unchecked Sendable {
           if !stream.seekRequested {
             stream.decoder.requestSeek(toOutputFrame: frame)
             stream.seekRequested = true
-          }
-          if let mark = stream.decoder.takeSeekMark() {
+          } else if offset == 0, let mark = stream.decoder.takeSeekMark() {
+            // Taken at a block's start only (where a render thread without a clock has waited
+            // for it), so where the stream comes back does not depend on the decoder's speed.
             stream.decoder.ring.discard(upTo: mark)
             stream.pendingSeek = nil
             stream.seekRequested = false
@@ -1287,8 +1422,11 @@ public final class Player: @unchecked Sendable {
       let available = decoder.ring.available
       let finished = decoder.isFinished
       if stream.starved {
-        // Holding, silent and in place, until the ring has refilled.
-        guard finished || available >= min(refillFrames * channels, decoder.ring.capacity) else { continue }
+        // Holding, silent and in place, until the ring has refilled (judged at a block's start,
+        // for the same reason as a seek's mark).
+        guard offset == 0, finished || available >= min(refillFrames * channels, decoder.ring.capacity) else {
+          continue
+        }
         stream.starved = false
       }
       // The ring cannot cover this span and a ramp out after it: ramp out now, at the declick
@@ -1339,6 +1477,10 @@ public final class Player: @unchecked Sendable {
         }
       }
       stream.position += got / channels
+      if got > 0 && finished && decoder.ring.available == 0 {
+        // Where the stream's last audio ends: how long a render of the whole show lasts.
+        state.audioEnd = max(state.audioEnd, now + Int64(got / channels))
+      }
       if starving && stream.supply == 0 {
         // One event per shortfall, not one per block: a starved stream must not flood the queue
         // that carries replies.

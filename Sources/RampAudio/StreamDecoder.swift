@@ -221,6 +221,12 @@ public final class StreamDecoder: @unchecked Sendable {
     return mark & Self.positionMask
   }
 
+  /// Consumer: a seek was asked for and its mark has not come yet (`takeSeekMark` would give nil).
+  public var seekIsPending: Bool {
+    let mark = seekMark.load(ordering: .acquiring)
+    return mark < 0 || mark >> Self.positionBits != requestedGeneration
+  }
+
   /// Stops the thread soon; safe from any thread.
   public func cancel() {
     // Not a loop over an array literal: the render thread cancels a stream that ends.

@@ -73,9 +73,5 @@ public enum ClientFailure: Error, Equatable, Sendable, CustomStringConvertible {
   }
 
   /// `<code>: <message>`, with the field when the message does not already start with it.
-  public static func describe(_ error: ProtocolError) -> String {
-    var text = "\(error.code.rawValue): \(error.message)"
-    if let field = error.field, !error.message.hasPrefix(field + ":") { text += " (field: \(field))" }
-    return text
-  }
+  public static func describe(_ error: ProtocolError) -> String { error.summary }
 }

@@ -51,6 +51,9 @@ public final class Controller: @unchecked Sendable {
   private let stopping = Atomic<Bool>(false)
   /// How many clients are connected (the server sets it).
   public var connectedClients: @Sendable () -> Int = { 0 }
+  /// Unix seconds now: what a request's `at` delay counts from (an offline show's clock stands
+  /// at 0, so a delay is exactly its sample).
+  public var clock: @Sendable () -> Double = { Date().timeIntervalSince1970 }
 
   struct Subscription {
     weak var client: (any Client)?
@@ -500,10 +503,15 @@ public final class Controller: @unchecked Sendable {
   /// The one conversion of a wall-clock time to the output's sample clock, made when a schedule
   /// is handed to the render thread (for a saved one, `WallClockSchedules.lead` before it is due).
   private func targetSample(for schedule: Schedule) -> Int64 {
-    let now = Date().timeIntervalSince1970
-    // The sample the device will play at the due time. A saved schedule may be due later than
-    // the clock can count (a state file from before delays were bounded): it then never comes.
-    return player.sample(heardAt: now + schedule.secondsUntilDue(from: now))
+    let now = clock()
+    let seconds = schedule.secondsUntilDue(from: now)
+    // Offline, the clock is the show's own and the sample is exact; live, it is the sample the
+    // device will play at the due time. A saved schedule may be due later than the clock can
+    // count (a state file from before delays were bounded): it then never comes.
+    guard !player.isOffline else {
+      return player.currentSample + Int64(min((seconds * Double(player.output.rate)).rounded(), 1e18))
+    }
+    return player.sample(heardAt: now + seconds)
   }
 
   // MARK: Wait

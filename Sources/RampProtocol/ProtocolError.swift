@@ -55,6 +55,14 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
 
   public var description: String { "\(code.rawValue): \(message)" }
 
+  /// `<code>: <message>`, with the field when the message does not already start with it: what
+  /// a client prints for a refusal.
+  public var summary: String {
+    var text = description
+    if let field, !message.hasPrefix(field + ":") { text += " (field: \(field))" }
+    return text
+  }
+
   /// An error about `field`, with the field path in front of the message.
   static func at(_ field: String, _ code: ErrorCode, _ message: String) -> ProtocolError {
     ProtocolError(code, field: field, "\(field): \(message)")

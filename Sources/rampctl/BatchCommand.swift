@@ -47,22 +47,14 @@ struct BatchCommand: ParsableCommand {
   /// for their exact moment keeps them on time regardless.
   static let lead = 1.0
 
-  func entries() throws -> [ScriptRequests.Entry] {
-    let text: String
-    let label = file == "-" ? "<stdin>" : file
-    if file == "-" {
-      text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
-    } else {
-      do { text = try String(contentsOfFile: file, encoding: .utf8) } catch {
-        throw ValidationError("cannot read \(file): \(error.localizedDescription)")
-      }
+  func entries() throws -> [Timeline.Entry] {
+    let entries = try Timeline.load(file)
+    if atomic, let scheduled = entries.first(where: { $0.at != nil }) {
+      throw Timeline.Failure(messages: [
+        scheduled.error("--atomic applies every line at once; remove \"at\"").description
+      ])
     }
-    let script = ScriptRequests.parse(text, file: label)
-    guard script.errors.isEmpty else { throw ScriptFailure(messages: script.errors.map(\.description)) }
-    if atomic, let scheduled = script.entries.first(where: { $0.at != nil }) {
-      throw ScriptFailure(messages: ["\(scheduled.label): --atomic applies every line at once; remove \"at\""])
-    }
-    return script.entries
+    return entries
   }
 
   func run() throws {
@@ -73,7 +65,7 @@ struct BatchCommand: ParsableCommand {
       Interruption.catchSignals()
       let refused = atomic ? try runAtomically(entries, on: daemon) : try runTimeline(entries, on: daemon)
       if refused > 0 { throw ExitCode(ClientFailure.ExitStatus.refused) }
-    } catch let failure as ScriptFailure {
+    } catch let failure as Timeline.Failure {
       for message in failure.messages { Output.error(message) }
       throw ExitCode(ClientFailure.ExitStatus.refused)
     } catch let failure as ClientFailure {
@@ -84,7 +76,7 @@ struct BatchCommand: ParsableCommand {
 
   /// Sends each line `lead` seconds before it is due, for its exact time, and collects replies.
   /// Returns how many lines rampd refused.
-  private func runTimeline(_ entries: [ScriptRequests.Entry], on daemon: DaemonConnection) throws(ClientFailure)
+  private func runTimeline(_ entries: [Timeline.Entry], on daemon: DaemonConnection) throws(ClientFailure)
     -> Int
   {
     let start = Date()
@@ -92,7 +84,7 @@ struct BatchCommand: ParsableCommand {
       .map(\.element)
     var next = 0
     // By the id's JSON text: ids are numbers rampctl chose.
-    var waiting: [String: ScriptRequests.Entry] = [:]
+    var waiting: [String: Timeline.Entry] = [:]
     var refused = 0
     while next < queue.count || !waiting.isEmpty {
       let now = Date().timeIntervalSince(start)
@@ -120,7 +112,7 @@ struct BatchCommand: ParsableCommand {
   }
 
   /// One protocol `batch` of every line; a refusal names the line through `commands[i]`.
-  private func runAtomically(_ entries: [ScriptRequests.Entry], on daemon: DaemonConnection) throws(ClientFailure)
+  private func runAtomically(_ entries: [Timeline.Entry], on daemon: DaemonConnection) throws(ClientFailure)
     -> Int
   {
     let id = try daemon.send(Request(.batch(entries.map(\.request))))
@@ -147,7 +139,7 @@ struct BatchCommand: ParsableCommand {
   }
 
   /// Prints one line's reply; 1 when it was refused.
-  private func report(_ entry: ScriptRequests.Entry, _ result: Result<JSONValue, ProtocolError>, text: String) -> Int {
+  private func report(_ entry: Timeline.Entry, _ result: Result<JSONValue, ProtocolError>, text: String) -> Int {
     switch result {
     case .success(let value):
       Output.print(connection.json ? text : "\(entry.label): \(entry.request.command.name): \(value.serialized())")
@@ -158,9 +150,4 @@ struct BatchCommand: ParsableCommand {
       return 1
     }
   }
-}
-
-/// Script lines that are not valid requests, reported all at once.
-struct ScriptFailure: Error {
-  let messages: [String]
 }

@@ -22,7 +22,9 @@ enum Completions {
 
   /// One request to rampd, its result turned into words; nothing when anything goes wrong.
   private static func ask(_ words: [String], _ request: Request, _ pick: (JSONValue) -> [String]) -> [String] {
-    let option = words.firstIndex(of: "--socket").flatMap { words.indices.contains($0 + 1) ? words[$0 + 1] : nil }
+    let option: String? = words.firstIndex(of: "--socket").flatMap {
+      words.indices.contains($0 + 1) ? words[$0 + 1] : nil
+    }
     let path = SocketLocation.clientPath(
       option: option, environment: ProcessInfo.processInfo.environment, isRoot: geteuid() == 0)
     guard let daemon = try? DaemonConnection(path: path, greetingTimeout: 1),

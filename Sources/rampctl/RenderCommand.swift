@@ -2,47 +2,69 @@ import ArgumentParser
 import Foundation
 import RampAudio
 import RampCLI
+import RampDaemon
 import RampEngine
 import RampProtocol
 
-/// `rampctl render`: the engine and kernels of live playback, run from a file to a file.
+/// `rampctl render`: rampd's own player and command handling, run from a timeline to a file.
 struct RenderCommand: ParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "render",
-    abstract: "Render a file with fades or a timeline script into another file, offline.",
+    abstract: "Render a file with fades, or a whole timeline, into another file, offline.",
     discussion: """
-      The input plays as stream 'main' (key path streams.main.gain) under master.gain, through \
-      the same animation engine and gain kernels rampd plays with, as fast as the disk allows. \
-      The output format follows the output's extension (wav, flac, ogg, opus, aiff, caf, w64, \
-      au, ...); the same input, options and script always give the same bytes. With no \
-      --encoding the output keeps the input's encoding when its format can store it; a 32-bit \
-      input written to FLAC (24 bits at most) becomes pcm24, said on stderr.
+      rampd's own player renders it: the timeline's requests go through the daemon's command \
+      handling into the same render loop and mix (transport ramps, resampling, channel mapping, \
+      clamping) rampd plays with, against an output that writes a file as fast as the disk \
+      allows, on a virtual clock. The same input, options and timeline always give the same \
+      bytes, and the same audio rampd plays live.
+
+      The input plays as stream 'main' (key paths streams.main.gain, .transport, .pan) from its \
+      first sample, at full level. The output's rate and channels are the input's (else those of \
+      the first file the timeline plays); its format follows its extension (wav, flac, ogg, opus, \
+      aiff, caf, w64, au, ...). With no --encoding it keeps the input's encoding when its format \
+      can store it; a 32-bit input written to FLAC (24 bits at most) becomes pcm24, said on \
+      stderr. With no --duration the render lasts until the last stream ends and the last \
+      animation settles (an endless repeat does not count); a line whose at lies after that \
+      is an error.
 
       The output is written to a hidden temporary file beside it and renamed into place only \
       when the render has succeeded: an existing output is replaced atomically on success and \
       left untouched on failure or Ctrl-C (a symbolic link's target is replaced, the link \
-      stays). An output that is the input itself (by any name: ./x, a symbolic link, a hard \
-      link) is refused.
+      stays). An output that is the input, or a file the timeline plays (by any name: ./x, a \
+      symbolic link, a hard link), is refused.
 
       --fade-in ramps streams.main.gain from 0 at the start; --fade-out ramps master.gain to 0 \
-      at the end, with --curve in --space (a falling fade shape mirrors in time, like \
-      ffmpeg's afade=t=out). --script applies a timeline file: one JSON request per line, \
-      {"at": 5, "cmd": "fade", "key": "master.gain", "to": "-12dB", "duration": "2s", \
-      "curve": "ease-in"}, with cmd one of set, fade, fade-in, fade-out; a line whose at lies \
-      after the end of the input is an error.
+      at the end (of the input, or of --duration), with --curve in --space (a falling fade \
+      shape mirrors in time, like ffmpeg's afade=t=out).
+
+      --script applies a timeline: the file rampctl batch runs against rampd, one protocol \
+      request per line (PROTOCOL.md), each with an optional "at" in seconds from the start \
+      (2.5, "1m30s", "+10s"), applied on that exact sample. Gains may be written "-6dB" or "50%" \
+      and durations "2s". A render runs play (more files as streams, with every play option), \
+      stop, pause, resume, seek, fade, fade-in, fade-out, set, animate (every kind), cancel, \
+      remove and batch; a command that needs a live daemon (status, wait, subscribe, observe, \
+      get, list, ...) or a clock-time "at" is refused, naming its line.
+
+      Example timeline (show.jsonl):
+        {"cmd": "play", "path": "bed.flac", "stream": "bed"}
+        {"at": 5, "cmd": "play", "path": "jingle.wav", "stream": "jingle", "gain": "-3dB"}
+        {"at": 5, "cmd": "fade", "key": "streams.bed.gain", "to": "-12dB", "duration": "1s"}
+        {"at": 9, "cmd": "animate", "key": "streams.bed.pan", "animation": {"type": "spring", "to": 0.5}}
 
       Examples:
         rampctl render in.wav out.wav --fade-in 2s --fade-out 3s
         rampctl render song.flac out.flac --fade-out 10s --curve qsin --space db
         rampctl render show.wav mixed.wav --script ducks.jsonl --encoding float
+        rampctl render mixed.wav --script show.jsonl
       """
   )
 
-  @Argument(help: "The file to read (anything libsndfile reads).")
-  var input: String
-
-  @Argument(help: "The file to write; its extension picks the format. An existing one is replaced on success.")
-  var output: String
+  @Argument(
+    help: ArgumentHelp(
+      "The input (anything libsndfile reads), then the output, whose extension picks the format. With "
+        + "one file, it is the output, and the timeline plays what it holds.",
+      valueName: "file"))
+  var files: [String] = []
 
   @Option(parsing: .unconditional, help: ArgumentHelp("Fade-in length: 2s, 500ms, 1m30s, 1.5.", valueName: "duration"))
   var fadeIn: String?
@@ -56,19 +78,42 @@ struct RenderCommand: ParsableCommand {
   @Option(help: ArgumentHelp("Value space of the fades: amplitude, db, db(<floor>), power.", valueName: "space"))
   var space: String = "amplitude"
 
-  @Option(help: ArgumentHelp("A timeline script (one JSON request per line).", valueName: "file"))
+  @Option(help: ArgumentHelp("A timeline (one protocol request per line, as rampctl batch reads).", valueName: "file"))
   var script: String?
+
+  @Option(
+    parsing: .unconditional,
+    help: ArgumentHelp("Length of the output (default: until the show ends).", valueName: "duration"))
+  var duration: String?
 
   @Option(
     help: ArgumentHelp(
       "Sample encoding: float, pcm16, pcm24 or pcm32 (default: the input's, else pcm24).", valueName: "encoding"))
   var encoding: String?
 
+  @Option(
+    help: ArgumentHelp(
+      "A rampd configuration file whose defaults the timeline runs with (fade curve, implicit transaction, "
+        + "gain.max, declick), as rampd would; default: rampd's built-in defaults.", valueName: "file"))
+  var config: String?
+
+  func validate() throws {
+    guard (1...2).contains(files.count) else {
+      throw ValidationError("expected an input and an output file, or only an output file with --script")
+    }
+    if files.count == 1 && script == nil {
+      throw ValidationError("with no input file, --script must give a timeline that plays one")
+    }
+  }
+
   func run() throws {
-    var options = RenderOptions()
+    let input = files.count == 2 ? files[0] : nil
+    let output = files[files.count - 1]
+    var options = ShowOptions(input: input, output: output)
     do {
       if let fadeIn { options.fadeIn = try HumanUnits.duration(fadeIn, option: "--fade-in") }
       if let fadeOut { options.fadeOut = try HumanUnits.duration(fadeOut, option: "--fade-out") }
+      if let duration { options.duration = try HumanUnits.duration(duration, option: "--duration") }
     } catch { throw ValidationError(error.description) }
     do { options.curve = try TimingFunction(parsing: curve) } catch { throw ValidationError("--curve: \(error)") }
     do { options.valueSpace = try ValueSpace(parsing: space) } catch {
@@ -81,16 +126,28 @@ struct RenderCommand: ParsableCommand {
       }
       options.encoding = parsed
     }
-    if let script {
-      do { options.changes = try TimelineScript.load(script) } catch { throw ValidationError("--script: \(error)") }
+    if let config {
+      do {
+        options.configuration = try DaemonConfiguration.load(file: config, environment: [:], overrides: [:])
+      } catch { throw ValidationError("--config: \(error)") }
     }
-    do { try OfflineRenderer.checkDistinct(input: input, output: output) } catch {
-      throw ValidationError(error.message)
+    if let input {
+      do { try SoundFileSink.checkDistinct(input: input, output: output) } catch {
+        throw ValidationError(error.message)
+      }
     }
     Interruption.catchSignals()
     options.isCancelled = { Interruption.happened }
+    func fail(_ message: String, _ status: Int32 = ClientFailure.ExitStatus.refused) -> ExitCode {
+      FileHandle.standardError.write("rampctl render: \(message)\n".data(using: .utf8)!)
+      return ExitCode(status)
+    }
     do {
-      let summary = try OfflineRenderer.render(input: input, output: output, options: options)
+      if let script {
+        options.timeline = try Timeline.load(script)
+        try OfflineShow.check(options.timeline)
+      }
+      let summary = try OfflineShow.render(options)
       if let note = summary.encodingNote {
         FileHandle.standardError.write("rampctl render: \(note)\n".data(using: .utf8)!)
       }
@@ -98,12 +155,17 @@ struct RenderCommand: ParsableCommand {
       FileHandle.standardError.write(
         "rendered \(summary.frames) frames (\(HumanUnits.format(duration: seconds))) at \(summary.sampleRate) Hz, \(summary.channels) channel(s), \(summary.encoding.rawValue) → \(output)\n"
           .data(using: .utf8)!)
-    } catch let error as AudioError {
-      FileHandle.standardError.write("rampctl render: \(error.message)\n".data(using: .utf8)!)
+    } catch let failure as Timeline.Failure {
+      for message in failure.messages {
+        FileHandle.standardError.write("rampctl render: \(message)\n".data(using: .utf8)!)
+      }
       throw ExitCode(ClientFailure.ExitStatus.refused)
-    } catch let error as OfflineRenderer.Interrupted {
-      FileHandle.standardError.write("rampctl render: \(error)\n".data(using: .utf8)!)
-      throw ExitCode(ClientFailure.ExitStatus.interrupted)
+    } catch let error as AudioError {
+      throw fail(error.message)
+    } catch let error as OfflineShow.Failure {
+      throw fail(error.description)
+    } catch let error as OfflineShow.Interrupted {
+      throw fail(error.description, ClientFailure.ExitStatus.interrupted)
     }
   }
 }

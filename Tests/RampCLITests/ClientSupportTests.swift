@@ -66,7 +66,7 @@ import Testing
       {"at": "1m", "cmd": "set", "key": "master.gain", "value": "50%", "duration": 0}
       {"at": "2026-11-21T07:30:00Z", "id": 9, "cmd": "stop"}
       """
-    let script = ScriptRequests.parse(text, file: "t.jsonl")
+    let script = Timeline.parse(text, file: "t.jsonl")
     #expect(script.errors.isEmpty, "\(script.errors)")
     #expect(script.entries.map(\.line) == [2, 4, 5, 6])
     #expect(script.entries.map(\.label) == ["t.jsonl:2", "t.jsonl:4", "t.jsonl:5", "t.jsonl:6"])
@@ -91,7 +91,7 @@ import Testing
       [1, 2]
       {"cmd": "fade", "to": 0.5, "durtion": 2}
       """
-    let script = ScriptRequests.parse(text, file: "bad.jsonl")
+    let script = Timeline.parse(text, file: "bad.jsonl")
     #expect(script.entries.count == 1)
     let messages = script.errors.map(\.description)
     #expect(messages.count == 5, "\(messages)")

@@ -1,5 +1,6 @@
 import Foundation
 import RampCLI
+import RampDaemon
 import RampProtocol
 import Testing
 
@@ -122,7 +123,7 @@ import Testing
   }
 
   @Test func timelinesReadAtAsTheCommandLineDoes() throws {
-    let script = ScriptRequests.parse(
+    let script = Timeline.parse(
       """
       {"at": "+10s", "cmd": "stop"}
       {"at": "23:00", "cmd": "stop"}
@@ -134,9 +135,21 @@ import Testing
     #expect(script.entries[0].offset == 10 && script.entries[3].offset == 12)
     #expect(script.errors.map(\.description).first?.hasPrefix("t.jsonl:5: at: '25:00'") == true, "\(script.errors)")
     // An offline render counts from its start: a clock time means nothing there.
-    #expect(try TimelineScript.parse(#"{"at": "+1m30s", "cmd": "fade", "to": 0}"#, label: "r:1").at == 90)
-    #expect(throws: ScriptError.self) {
-      try TimelineScript.parse(#"{"at": "23:00", "cmd": "fade", "to": 0}"#, label: "r:2")
+    let render = Timeline.parse(
+      """
+      {"at": "+1m30s", "cmd": "fade", "to": 0}
+      {"at": "23:00", "cmd": "fade", "to": 0}
+      """, file: "r")
+    #expect(render.entries[0].offset == 90)
+    try OfflineShow.check([render.entries[0]])
+    do {
+      try OfflineShow.check(render.entries)
+      Issue.record("a clock time was accepted")
+    } catch {
+      #expect(
+        error.messages == [
+          #"r:2: at: a clock time means nothing in a render, which counts seconds from its start (12, "12s", "+1m30s")"#
+        ])
     }
   }
 

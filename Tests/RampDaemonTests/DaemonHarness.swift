@@ -93,13 +93,15 @@ final class DaemonProcess {
   /// next log line.
   private let logSink = LogSink()
   var log: String { logSink.text }
+  /// The read end of the recording when it is a named pipe (`recordingIsPipe`), else -1.
+  private(set) var pipeReadEnd: CInt = -1
   /// A daemon started on an earlier one's directory leaves it for that one to remove.
   private let ownsDirectory: Bool
 
   init(
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
     bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false,
-    reusing earlier: String? = nil, realtimeLimit: Int? = nil
+    reusing earlier: String? = nil, realtimeLimit: Int? = nil, pacing: String = "clock", recordingIsPipe: Bool = false
   ) throws {
     ownsDirectory = earlier == nil
     directory =
@@ -119,7 +121,7 @@ final class DaemonProcess {
       format = "float"
       period = "\(periodMs)ms"
       buffer = "\(bufferMs)ms"
-      pacing = "clock"
+      pacing = "\(pacing)"
       [embedded-output]
       enabled = false
       [fade]
@@ -151,6 +153,13 @@ final class DaemonProcess {
     process.standardError = stderr
     logSink.collect(from: stderr)
     process.standardOutput = FileHandle.nullDevice
+    if recordingIsPipe {
+      // Opened for reading now (rampd opens it for writing as it starts) and read only when the
+      // test says: until then the render thread stops at the write that finds the pipe full.
+      unlink(recording)
+      guard mkfifo(recording, 0o600) == 0 else { throw HarnessError("mkfifo \(recording) failed") }
+      pipeReadEnd = open(recording, O_RDONLY | O_NONBLOCK)
+    }
     // An earlier daemon killed on this directory left its socket file: wait for the new one.
     unlink(socket)
     try process.run()

@@ -177,8 +177,8 @@ import Testing
     try withDirectory { directory in
       try writeTone("\(directory)/in.wav", seconds: 2)
       try """
-      {"at": 1, "cmd": "set", "key": "master.gain", "to": 0.5}
-      {"at": "2s", "cmd": "set", "key": "master.gain", "to": 0.25}
+      {"at": 1, "cmd": "set", "key": "master.gain", "to": 0.5, "duration": 0}
+      {"at": "2s", "cmd": "set", "key": "master.gain", "to": 0.25, "duration": 0}
       {"at": "2.5s", "cmd": "fade", "key": "master.gain", "to": 0, "duration": "1s"}
       """.write(toFile: "\(directory)/s.jsonl", atomically: true, encoding: .utf8)
       let outcome = try rampctl(["render", "in.wav", "out.wav", "--script", "s.jsonl"], in: directory)
@@ -189,7 +189,7 @@ import Testing
       #expect(!FileManager.default.fileExists(atPath: "\(directory)/out.wav"))
       // At the very end is still inside.
       try """
-      {"at": "2s", "cmd": "set", "key": "master.gain", "to": 0.25}
+      {"at": "2s", "cmd": "set", "key": "master.gain", "to": 0.25, "duration": 0}
       """.write(toFile: "\(directory)/s.jsonl", atomically: true, encoding: .utf8)
       let atTheEnd = try rampctl(["render", "in.wav", "out.wav", "--script", "s.jsonl"], in: directory)
       #expect(atTheEnd.status == 0, "\(atTheEnd)")

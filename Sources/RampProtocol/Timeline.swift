@@ -1,21 +1,22 @@
 import Foundation
-import RampProtocol
 
-/// A timeline script read for a live daemon (`rampctl batch`): one request object per line,
-/// each with an optional `"at"`. Blank lines and lines starting with `#` are skipped.
+/// A timeline: a list of protocol requests, one JSON object per line, each with an optional
+/// `"at"`. Blank lines and lines starting with `#` are skipped. The one reader of timeline files,
+/// for `rampctl batch` (against rampd) and `rampctl render --script` (offline): the same fields,
+/// units and errors (`file:line: field: problem`) everywhere.
 ///
-/// The same files `rampctl render --script` reads work here: besides the protocol's numbers,
-/// gains may be written `"-6dB"` or `"50%"` and durations `"2s"` or `"1m30s"`; they are
-/// converted before the line is checked as a request. `"at"` is seconds from the start of the
-/// script (a number or a duration such as `"+10s"`), a time of day (`"23:00"`) or a date and
-/// time, as `--at` reads them (`HumanUnits.when`).
-public enum ScriptRequests {
-  /// One request of the script, with where it came from.
+/// A line is a request exactly as PROTOCOL.md defines it, with two conveniences that every reader
+/// of timelines accepts: gains may be written `"-6dB"` or `"50%"` and durations `"2s"` or
+/// `"1m30s"` (converted before the line is checked as a request); `"at"` is seconds from the
+/// start of the timeline (a number or a duration such as `"+10s"`), or, against a live daemon
+/// only, a time of day (`"23:00"`) or a date and time, as `--at` reads them (`HumanUnits.when`).
+public enum Timeline {
+  /// One request of the timeline, with where it came from.
   public struct Entry: Sendable, Equatable {
     /// `file:line`, for messages.
     public var label: String
     public var line: Int
-    /// When to apply it: `.delay` counts from the start of the script. Nil: at the start.
+    /// When to apply it: `.delay` counts from the start of the timeline. Nil: at the start.
     public var at: Schedule?
     /// The request without its `at` and id.
     public var request: Request
@@ -26,13 +27,21 @@ public enum ScriptRequests {
       if case .delay(let seconds)? = at { return seconds }
       return 0
     }
+
+    /// An error about this line.
+    public func error(_ message: String) -> LineError { LineError(label: label, message: message) }
   }
 
-  /// A script line that is not a valid request.
+  /// A timeline line that is not a valid request (or cannot run where it was given).
   public struct LineError: Error, Equatable, Sendable, CustomStringConvertible {
     public var label: String
     public var message: String
     public var description: String { "\(label): \(message)" }
+
+    public init(label: String, message: String) {
+      self.label = label
+      self.message = message
+    }
   }
 
   /// Fields that hold a gain, converted from `"-6dB"`, `"50%"`.
@@ -58,6 +67,31 @@ public enum ScriptRequests {
     return (entries, errors)
   }
 
+  /// Reads and parses the file at `path` (`-`: standard input, labelled `<stdin>`). Throws the
+  /// errors of every bad line, or one saying the file cannot be read.
+  public static func load(_ path: String) throws(Failure) -> [Entry] {
+    let text: String
+    let label = path == "-" ? "<stdin>" : path
+    if path == "-" {
+      text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+    } else {
+      do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+        throw Failure(messages: ["cannot read \(path): \(error.localizedDescription)"])
+      }
+    }
+    let timeline = parse(text, file: label)
+    guard timeline.errors.isEmpty else { throw Failure(messages: timeline.errors.map(\.description)) }
+    return timeline.entries
+  }
+
+  /// A timeline that cannot be used: one message per problem, each naming its line.
+  public struct Failure: Error, Sendable, CustomStringConvertible {
+    public var messages: [String]
+    public var description: String { messages.joined(separator: "\n") }
+
+    public init(messages: [String]) { self.messages = messages }
+  }
+
   static func entry(_ text: String, label: String, line: Int) throws(LineError) -> Entry {
     func fail(_ message: String) -> LineError { LineError(label: label, message: message) }
     let value: JSONValue
@@ -81,11 +115,11 @@ public enum ScriptRequests {
     do {
       return Entry(label: label, line: line, at: at, request: try Request.parse(.object(object)))
     } catch {
-      throw fail(ClientFailure.describe(error))
+      throw fail(error.summary)
     }
   }
 
-  /// `"at"`: a number is seconds from the start of the script; a string is any form `--at`
+  /// `"at"`: a number is seconds from the start of the timeline; a string is any form `--at`
   /// takes (`"+10s"`, `"1m30s"`, `"23:00"`, an ISO 8601 date), a delay counting from the start.
   private static func schedule(_ value: JSONValue, _ fail: (String) -> LineError) throws(LineError) -> Schedule {
     switch value {

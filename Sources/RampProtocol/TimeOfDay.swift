@@ -1,5 +1,4 @@
 import Foundation
-import RampProtocol
 
 /// When something should happen, as people type it: the one parser behind `--at` and a
 /// timeline script's `"at"` (`rampctl batch`, `rampctl render --script`).
