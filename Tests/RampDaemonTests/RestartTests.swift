@@ -26,8 +26,9 @@ import Testing
   }
 
   /// The levels journal has a change before its reply leaves: read the moment the reply arrives,
-  /// it holds that value or a later one. Replies answered at once (one request at a time) and
-  /// after the render thread (pipelined), from two connections whose replies go out together.
+  /// it holds that value or a later one. Replies answered at once (one request at a time, from
+  /// two connections in turn) and after the render thread (pipelined on one connection, whose
+  /// requests apply in the order sent).
   @Test func theJournalHasEachLevelBeforeItsReplyArrives() throws {
     let daemon = try DaemonProcess()
     let journal = "\(daemon.directory)/state.json.levels"
@@ -49,7 +50,7 @@ import Testing
       var lines: [(client: LineClient, value: Double)] = []
       for index in 0..<20 {
         value += 0.001
-        let client = clients[index % 2]
+        let client = clients[round % 2]
         try client.send(
           raw: #"{"id":\#(index),"cmd":"set","key":"master.gain","value":\#(value),"duration":0}"#)
         lines.append((client, value))
