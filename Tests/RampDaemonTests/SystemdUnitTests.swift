@@ -345,7 +345,7 @@ final class Installation {
     "usr/local/lib/systemd/user/rampd-web.service",
     "usr/local/lib/sysusers.d/rampd.conf",
     "etc/rampd/rampd.toml",
-    "usr/local/share/man/man1/rampd.1", "usr/local/share/man/man1/rampctl.1",
+    "usr/local/share/man/man1/rampd.1", "usr/local/share/man/man1/rampctl.1", "usr/local/share/man/man1/rampd-web.1",
     "usr/local/share/bash-completion/completions/rampd", "usr/local/share/bash-completion/completions/rampctl",
     "usr/local/share/bash-completion/completions/rampd-web",
     "usr/local/share/zsh/site-functions/_rampd", "usr/local/share/zsh/site-functions/_rampctl",
