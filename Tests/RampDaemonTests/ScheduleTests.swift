@@ -52,6 +52,9 @@ import Testing
     let id = try #require(reply.result["scheduled"]?.int, "\(reply.serialized())")
     let applied = try client.waitForEvent { $0["event"] == "schedule-applied" && $0["schedule"]?.int == id }
     #expect(applied["tag"] == "beeps" && applied["command"] == "play" && applied["next"]?.stringValue != nil)
+    // Applied a buffer (200 ms) before it is heard: killed before its time, rampd would play it
+    // again after the restart, as it should, since nobody heard it. Kill it once it was heard.
+    usleep(300_000)
     first.kill()
     try FileManager.default.moveItem(atPath: first.recording, toPath: first.recording + ".before")
     let second = try DaemonProcess(periodMs: 10, bufferMs: 200, reusing: first.directory)
