@@ -204,6 +204,21 @@ struct StructuredFuzzer {
     case .command: return request(inBatch: true)
     case .animationID: return .number(random.chance(0.3) ? abs(extreme()) : Double(random.below(64)))
     case .eventKind: return .string(pick(EventKind.allCases.map(\.rawValue)))
+    case .scheduleID: return .number(random.chance(0.3) ? abs(extreme()) : Double(random.below(64)))
+    case .recurrence:
+      // A time of day with days, or an interval: each is valid on its own, and now and then both.
+      var object: JSONObject = [:]
+      if random.chance(0.5) {
+        object["time"] = .string(pick(["07:00", "23:59:59", "00:00", "24:00", "7", ""]))
+        if random.chance(0.6) {
+          let days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun", "weekdays", "holiday"]
+          object["days"] = .array((0..<(1 + random.below(3))).map { _ in .string(pick(days)) })
+        }
+      }
+      if object.isEmpty || random.chance(0.1) {
+        object["every"] = .number(random.chance(0.4) ? extreme() : 0.05 + random.unit())
+      }
+      return .object(object)
     }
   }
 
