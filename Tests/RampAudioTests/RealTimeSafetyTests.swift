@@ -96,10 +96,7 @@ import Testing
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
-    func block() throws {
-      try renderAndWrite(player, buffers)
-      player.finishStreams()
-    }
+    func block() throws { try renderAndWrite(player, buffers, finishingStreams: true) }
     for _ in 0..<10 { try block() }
     var events: [PlayerEvent] = []
     while let event = player.nextEvent() { events.append(event) }
@@ -160,10 +157,7 @@ import Testing
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
-    func block() throws {
-      try renderAndWrite(player, buffers)
-      player.finishStreams()
-    }
+    func block() throws { try renderAndWrite(player, buffers, finishingStreams: true) }
     for _ in 0..<10 { try block() }
     var count = AllocationCount()
     var events: [PlayerEvent] = []
@@ -242,7 +236,9 @@ extension RealTimeSafetyTests {
 }
 
 /// One block rendered and written to the device, as the render loop does.
-private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers) throws {
+private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers, finishingStreams: Bool = false) throws {
   player.renderBlock(buffers)
   try player.writeToDevice(buffers.mix, frames: player.output.periodFrames)
+  // As the render loop ends the streams whose files are done, after the block.
+  if finishingStreams { player.finishStreams() }
 }
