@@ -66,6 +66,19 @@ enum Operation: Sendable {
     return plan.instantResult
   }
 
+  /// The objects its payload holds (`DaemonTicket.held`).
+  var heldObjects: [AnyObject] {
+    switch self {
+    case .answer, .query, .seek, .cancel: return []
+    case .play(let stream, _): return [stream]
+    case .transport(let transport, _): return [transport]
+    case .fade(let plan): return [plan.animation]
+    case .set(let plan): return plan.action.map { [$0] } ?? []
+    case .animate(let plan): return [plan.animation]
+    case .remove(_, _, let declick): return declick.map { [$0] } ?? []
+    }
+  }
+
   /// Render thread: why it cannot be applied now, if it cannot.
   func check(_ state: RenderState) -> ProtocolError? {
     switch self {
@@ -232,6 +245,10 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   let deliver: @Sendable (DaemonTicket) -> Void
 
   private let operations: [Operation]
+  /// The objects the operations hold, by plain reference too. Swift keeps an enum's case in the
+  /// spare bits of its payload's pointer (a fade's animation), where LeakSanitizer's scan does not
+  /// recognise the pointer: without these, a command waiting for its sample is reported leaked.
+  private let held: [AnyObject]
   private let player: Player?
   private var outcomes: ContiguousArray<Operation.Outcome>
   /// How many operations applied (set on the render thread; the events of those that did go out
@@ -249,6 +266,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {
     self.deliver = deliver
     operations = []
+    held = []
     player = nil
     outcomes = []
     fieldPrefix = nil
@@ -265,6 +283,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     self.keepsResults = keepsResults
     self.deliver = deliver
     self.operations = operations
+    held = operations.flatMap(\.heldObjects)
     self.player = player
     outcomes = ContiguousArray(repeating: Operation.Outcome(), count: operations.count)
     self.fieldPrefix = fieldPrefix
