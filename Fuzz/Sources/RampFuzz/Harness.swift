@@ -221,13 +221,16 @@ final class Generation {
   init(directory: String, number: Int, lineLength: Int = 1024) {
     let home = "\(directory)/g\(number)"
     socketPath = home + "/rampd.sock"
-    // A non-default dB floor, so a request's floor must survive the round trip through `json`.
+    // A short period, since an input that changes state waits for its reset to be applied (at the
+    // next block); a non-default dB floor, so a request's floor must survive the round trip through `json`.
     let toml = """
       [socket]
       path = "\(socketPath)"
       [output]
       device = "null"
       pacing = "clock"
+      period = "2ms"
+      buffer = "10ms"
       [embedded-output]
       enabled = false
       [fade]
