@@ -669,9 +669,11 @@ public final class Player: @unchecked Sendable {
     space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false,
     admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> PreparedStream {
+    // Offline, the render runs as fast as it can: a longer ring lets the decoder run further
+    // ahead, so the two threads wait for each other a few times a minute of audio, not every second.
     let decoder = try StreamDecoder(
-      path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, loops: loop,
-      start: false)
+      path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: sink == nil ? 1 : 4,
+      loops: loop, start: false)
     try admit(decoder.openedPath)
     decoder.consumerBell = commandBell
     decoder.start()

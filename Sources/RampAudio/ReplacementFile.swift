@@ -9,7 +9,7 @@
 ///
 /// The bytes go to a new hidden file beside the destination, `.<name>.tmp-<pid>` (created with
 /// `O_EXCL`, so it is never someone else's), which ``commit()`` syncs and renames over the
-/// destination, then syncs the directory. Until then the destination is untouched; a writer
+/// destination, then syncs the directory (see ``Durability`` for when it syncs). Until then the destination is untouched; a writer
 /// released without committing (an error, an interruption) removes its temporary file. A
 /// destination that is a symbolic link is followed: its target is replaced and the link stays.
 /// A process killed outright leaves its temporary file, which ``removeStale(beside:)`` removes.
@@ -22,18 +22,31 @@ public final class ReplacementFile {
   public let temporaryPath: String
   /// Write here (the temporary file, open for writing).
   public let descriptor: CInt
+  /// Whether ``commit()`` syncs the file and its directory to the disk.
+  public let syncsOnCommit: Bool
   private var finished = false
+
+  /// When ``commit()`` waits for the disk.
+  public enum Durability: Sendable {
+    /// Always: what was committed must survive a crash (the daemon's state).
+    case always
+    /// Only when the rename replaces an existing file, so that a crash never leaves that file
+    /// replaced by an incomplete one. A new file is left to the kernel's writeback, as other
+    /// programs' outputs are: a crash can lose it, never anything that was there before.
+    case whenReplacing
+  }
 
   /// Creates the temporary file beside `path` with `mode` (less the umask). An existing
   /// destination's permissions are kept instead of `mode`.
   ///
   /// - Throws: ``ReplacementFile/Failure`` naming the step and the reason.
-  public init(replacing path: String, mode: mode_t = 0o666) throws(Failure) {
+  public init(replacing path: String, mode: mode_t = 0o666, durability: Durability = .always) throws(Failure) {
     let destination = Self.resolvingLinks(path)
     self.destination = destination
     let (directory, name) = Self.split(destination)
     var existing = stat()
     let keepsMode = stat(destination, &existing) == 0
+    syncsOnCommit = durability == .always || keepsMode
     var attempt = 0
     var descriptor: CInt = -1
     var temporary = ""
@@ -50,11 +63,12 @@ public final class ReplacementFile {
 
   deinit { discard() }
 
-  /// Syncs the temporary file, renames it over the destination and syncs the directory. On
-  /// failure the temporary file is removed and the destination is as it was.
+  /// Syncs the temporary file, renames it over the destination and syncs the directory (the
+  /// syncs when ``syncsOnCommit``). On failure the temporary file is removed and the destination
+  /// is as it was.
   public func commit() throws(Failure) {
     guard !finished else { throw Failure(path: destination, step: "committing", code: EBADF) }
-    if fsync(descriptor) != 0 {
+    if syncsOnCommit && fsync(descriptor) != 0 {
       let code = errno
       discard()
       throw Failure(path: destination, step: "syncing \(temporaryPath)", code: code)
@@ -71,6 +85,7 @@ public final class ReplacementFile {
       unlink(temporaryPath)
       throw Failure(path: destination, step: "renaming \(temporaryPath) to \(destination)", code: code)
     }
+    guard syncsOnCommit else { return }
     let directory = Self.split(destination).directory
     let code = Self.syncDirectory(directory)
     guard code == 0 else { throw Failure(path: destination, step: "syncing the directory \(directory)", code: code) }

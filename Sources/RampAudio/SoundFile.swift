@@ -398,7 +398,7 @@ public final class SoundFileWriter {
           + "\(channels) channels at \(sampleRate) Hz.")
     }
     let replacement: ReplacementFile
-    do { replacement = try ReplacementFile(replacing: path) } catch {
+    do { replacement = try ReplacementFile(replacing: path, durability: .whenReplacing) } catch {
       throw AudioError(.unwritableFile, "cannot write '\(path)': \(error)")
     }
     let file: OpaquePointer

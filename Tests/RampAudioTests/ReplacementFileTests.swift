@@ -45,6 +45,26 @@ import Testing
     #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["out.txt"])
   }
 
+  /// A file that replaces another is synced before the rename, whatever the durability asked; a
+  /// new one only when asked to be (a render's output is left to the kernel's writeback).
+  @Test func syncsWhenItReplacesAFileOrWhenAskedTo() throws {
+    let directory = try scratch()
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = "\(directory)/out.txt"
+    let new = try ReplacementFile(replacing: path, durability: .whenReplacing)
+    #expect(!new.syncsOnCommit)
+    #expect(try ReplacementFile(replacing: path).syncsOnCommit)
+    write("first", new)
+    try new.commit()
+    #expect(try String(contentsOfFile: path, encoding: .utf8) == "first")
+    let replacing = try ReplacementFile(replacing: path, durability: .whenReplacing)
+    #expect(replacing.syncsOnCommit)
+    write("second", replacing)
+    try replacing.commit()
+    #expect(try String(contentsOfFile: path, encoding: .utf8) == "second")
+    #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == ["out.txt"])
+  }
+
   /// Temporary files of processes that no longer run are removed; others are left.
   @Test func staleTemporariesOfDeadProcessesGo() throws {
     let directory = try scratch()
