@@ -10,6 +10,7 @@ struct Preparation: Sendable {
   var configuration: DaemonConfiguration { live.current }
   let player: Player
   let streamNames: StreamNames
+  let streamCeiling = StreamCeiling()
 
   /// `elapsed`: seconds a fade is already under way (a saved schedule applied late). `confined`:
   /// for a client that may play only files under the media roots.
@@ -118,6 +119,7 @@ struct Preparation: Sendable {
     } catch {
       throw ProtocolError(.fileError, field: "path", "\(error)")
     }
+    streamCeiling.admit(limit: configuration.limits.streams)
     return .play(stream, limit: configuration.limits.streams)
   }
 
@@ -125,7 +127,7 @@ struct Preparation: Sendable {
     .transport(
       player.prepareTransport(
         kind, transport.stream, fade: transport.fade ?? 0, curve: transport.curve ?? .linear,
-        capacity: configuration.limits.streams),
+        capacity: streamCeiling.capacity(limit: configuration.limits.streams)),
       field: "stream")
   }
 
@@ -158,7 +160,7 @@ struct Preparation: Sendable {
       return .transport(
         player.prepareTransport(
           then == .stop ? .stop : .pause, stream, fade: duration, curve: curve, space: space,
-          capacity: configuration.limits.streams),
+          capacity: streamCeiling.capacity(limit: configuration.limits.streams)),
         field: "key")
     }
     try Self.checkAddressable(fade.key)

@@ -141,4 +141,70 @@ import Testing
     #expect(allocated == 0, "\(allocated) allocations on the render thread")
     #expect(freed == 0, "\(freed) frees on the render thread")
   }
+
+  /// A reload that lowers `limits.streams` below what already plays: a pause, resume and stop of
+  /// every stream still find a ramp prepared for each one. 0 allocations and 0 frees.
+  @Test func aTransportOfMoreStreamsThanTheLimitAllocatesNothing() throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-ceiling-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = "\(directory)/tone.wav"
+    let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
+    let buffer = (0..<96_000 * 2).map { Float(sin(Double($0 / 2) / 25) * 0.3) }
+    try buffer.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: 96_000) }
+    try writer.close()
+
+    var configuration = DaemonConfiguration()
+    configuration.limits.streams = 8
+    let player = try Player(
+      output: OutputConfiguration(
+        device: "null", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device),
+      declick: configuration.declick, maxGain: configuration.maxGain)
+    let logger = Logger(label: "ceiling-test", factory: { _ in SwiftLogNoOpLogHandler() })
+    let controller = Controller(player: player, configuration: configuration, logger: logger)
+    let client = Collector()
+    var sequence = 0
+    func send(_ line: String) {
+      let (_, parsed) = Request.parse(line: line)
+      guard case .success(let request) = parsed else {
+        Issue.record("\(line) does not parse: \(parsed)")
+        return
+      }
+      sequence += 1
+      controller.handle(request, from: client, sequence: sequence)
+    }
+    for index in 0..<8 { send(#"{"cmd":"play","path":"\#(path)","stream":"s\#(index)","loop":true}"#) }
+    player.applyPendingCommands()
+    configuration.limits.streams = 2
+    controller.live.replace(with: configuration)
+
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    var allocated = 0
+    var freed = 0
+    for round in 0..<50 {
+      send(#"{"cmd":"pause","fade":0.01}"#)
+      send(#"{"cmd":"resume","fade":0.01}"#)
+      let allocations = rampd_allocations_on_this_thread()
+      let frees = rampd_frees_on_this_thread()
+      player.applyPendingCommands()
+      for _ in 0..<2 {
+        while player.streamsBehind(frames: frames) { usleep(100) }
+        player.renderBlock(buffers)
+      }
+      if round >= 5 {
+        allocated += rampd_allocations_on_this_thread() - allocations
+        freed += rampd_frees_on_this_thread() - frees
+      }
+      controller.deliverEvents()
+      player.reapRetired()
+    }
+    let replies = client.replies.withLock { $0 }
+    #expect(replies.count == sequence && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.suffix(2))")
+    // Each pause and resume acted on all eight.
+    #expect(replies.last?["result"]?["streams"]?.arrayValue?.count == 8, "\(String(describing: replies.last))")
+    #expect(allocated == 0, "\(allocated) allocations on the render thread")
+    #expect(freed == 0, "\(freed) frees on the render thread")
+  }
 }
