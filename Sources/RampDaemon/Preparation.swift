@@ -227,12 +227,14 @@ struct Preparation: Sendable {
   private func checkGain(_ value: Double, field: String) throws(ProtocolError) {
     let maximum = live.read { $0.maxGain }
     guard value >= 0 else {
-      throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(JSONValue.format(value))")
+      throw ProtocolError(
+        outOfRange: .gainMinimum, value: value, field: field,
+        "a gain must be at least 0, got \(JSONValue.format(value))")
     }
     guard value <= maximum * (1 + 1e-12) else {
       let decibels = JSONValue.format(configuration.maxGainDecibels)
       throw ProtocolError(
-        .outOfRange, field: field,
+        outOfRange: .gainMaximum, value: value, field: field,
         "\(JSONValue.format(value)) is above the maximum gain \(JSONValue.format(maximum)) (\(decibels) dB; raise "
           + "gain.max to allow more)")
     }
@@ -264,7 +266,8 @@ struct Preparation: Sendable {
     }
     if let value, let range = try? state.engine.range(key), !range.contains(value) {
       return ProtocolError(
-        .outOfRange, field: field, "\(value) is outside \(key)'s range \(range.lowerBound)...\(range.upperBound)")
+        outOfRange: .propertyRange, value: value, field: field,
+        "\(value) is outside \(key)'s range \(range.lowerBound)...\(range.upperBound)")
     }
     return nil
   }
