@@ -475,6 +475,10 @@ public final class Player: @unchecked Sendable {
   private let underrunCount = Atomic<Int>(0)
   /// False while the device is lost and being reopened.
   public var deviceIsHealthy: Bool { healthy.load(ordering: .relaxed) }
+  /// True once the device is known to have no clock (device pacing over ALSA's `null`, a `file`
+  /// plugin over it): its samples go as fast as it takes them, not at the wall clock's pace.
+  public var deviceHasNoClock: Bool { noClock.load(ordering: .relaxed) }
+  private let noClock = Atomic<Bool>(false)
 
   /// The render thread's SCHED_FIFO priority, or 0 when it runs at normal priority.
   public var realtimePriority: Int { realtime.load(ordering: .relaxed) }
@@ -972,6 +976,7 @@ public final class Player: @unchecked Sendable {
       // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
       try device.write(buffers.mix, frames: buffers.frames, clamped: true)
       framesSinceOpen += buffers.frames
+      noClock.store(device.hasNoClock, ordering: .relaxed)
       observeHeard(device)
       // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
       // at the first write and writes it once its own buffer fills. (A device reopened on

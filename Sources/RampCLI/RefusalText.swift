@@ -6,17 +6,19 @@ public enum RefusalText {
   /// `error` with the value as typed in place of the number rampd quotes, and a hint at the
   /// likely mistake; any other refusal as it is. `typed` maps wire fields to the text typed.
   public static func explained(_ error: ProtocolError, typed: [String: String]) -> ProtocolError {
-    guard error.code == .outOfRange, let field = error.field, let text = typed[field] else { return error }
+    guard error.code == .outOfRange, let field = error.field, let text = typed[field], let number = error.value
+    else { return error }
     var explained = error
+    // The message starts with the number when it quotes it: that is where the typed text goes.
     let quoted = error.message.prefix { $0 != " " }
-    if let number = Double(quoted) {
+    if Double(quoted) == number {
       // `+3dB (1.412538)`; a plain number as typed (`50`, not `50.0`).
       let echo = Double(text) == number ? text : text + " (\(HumanUnits.format(gain: number)))"
       explained.message = echo + error.message.dropFirst(quoted.count)
     }
     // `50` for a gain is most likely 50%: a whole number people type for a volume.
-    if let number = Double(text), number == number.rounded(), (5...100).contains(number),
-      error.message.contains("above the maximum gain")
+    if error.bound == .gainMaximum, let typedNumber = Double(text), typedNumber == typedNumber.rounded(),
+      (5...100).contains(typedNumber)
     {
       explained.message += "; did you mean \(text)%?"
     }

@@ -372,7 +372,9 @@ public final class Controller: @unchecked Sendable {
     _ record: SavedSchedule?, at: Schedule?, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
     submit: @escaping @Sendable (Schedule?) -> Void
   ) {
-    guard let record else {
+    // On a device without a clock a delay counts in samples from the request's arrival: it goes
+    // to the render thread at once (the wall clock says nothing of where the samples are).
+    guard let record, !countsInSamples(at) else {
       submit(at)
       return
     }
@@ -508,10 +510,23 @@ public final class Controller: @unchecked Sendable {
     // Offline, the clock is the show's own and the sample is exact; live, it is the sample the
     // device will play at the due time. A saved schedule may be due later than the clock can
     // count (a state file from before delays were bounded): it then never comes.
+    if countsInSamples(schedule), case .delay(let delay) = schedule {
+      return player.currentSample + Int64(min((delay * Double(player.output.rate)).rounded(), 1e18))
+    }
     guard !player.isOffline else {
       return player.currentSample + Int64(min((seconds * Double(player.output.rate)).rounded(), 1e18))
     }
     return player.sample(heardAt: now + seconds)
+  }
+
+  /// A delay on an output without a clock (device pacing over `null`): the render thread runs as
+  /// fast as the device takes audio, not at the wall clock's pace, so the delay is counted in
+  /// samples from the next block's first one, as an offline render counts it. Converted through
+  /// the wall clock, or held there until it is nearly due, it would land wherever the samples had
+  /// raced to meanwhile.
+  private func countsInSamples(_ schedule: Schedule?) -> Bool {
+    guard case .delay = schedule else { return false }
+    return player.deviceHasNoClock
   }
 
   // MARK: Wait

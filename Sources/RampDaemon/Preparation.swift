@@ -10,6 +10,7 @@ struct Preparation: Sendable {
   var configuration: DaemonConfiguration { live.current }
   let player: Player
   let streamNames: StreamNames
+  let streamCeiling = StreamCeiling()
 
   /// `elapsed`: seconds a fade is already under way (a saved schedule applied late). `confined`:
   /// for a client that may play only files under the media roots.
@@ -118,6 +119,7 @@ struct Preparation: Sendable {
     } catch {
       throw ProtocolError(.fileError, field: "path", "\(error)")
     }
+    streamCeiling.admit(limit: configuration.limits.streams)
     return .play(stream, limit: configuration.limits.streams)
   }
 
@@ -125,7 +127,7 @@ struct Preparation: Sendable {
     .transport(
       player.prepareTransport(
         kind, transport.stream, fade: transport.fade ?? 0, curve: transport.curve ?? .linear,
-        capacity: configuration.limits.streams),
+        capacity: streamCeiling.capacity(limit: configuration.limits.streams)),
       field: "stream")
   }
 
@@ -158,7 +160,7 @@ struct Preparation: Sendable {
       return .transport(
         player.prepareTransport(
           then == .stop ? .stop : .pause, stream, fade: duration, curve: curve, space: space,
-          capacity: configuration.limits.streams),
+          capacity: streamCeiling.capacity(limit: configuration.limits.streams)),
         field: "key")
     }
     try Self.checkAddressable(fade.key)
@@ -225,12 +227,14 @@ struct Preparation: Sendable {
   private func checkGain(_ value: Double, field: String) throws(ProtocolError) {
     let maximum = live.read { $0.maxGain }
     guard value >= 0 else {
-      throw ProtocolError(.outOfRange, field: field, "a gain must be at least 0, got \(JSONValue.format(value))")
+      throw ProtocolError(
+        outOfRange: .gainMinimum, value: value, field: field,
+        "a gain must be at least 0, got \(JSONValue.format(value))")
     }
     guard value <= maximum * (1 + 1e-12) else {
       let decibels = JSONValue.format(configuration.maxGainDecibels)
       throw ProtocolError(
-        .outOfRange, field: field,
+        outOfRange: .gainMaximum, value: value, field: field,
         "\(JSONValue.format(value)) is above the maximum gain \(JSONValue.format(maximum)) (\(decibels) dB; raise "
           + "gain.max to allow more)")
     }
@@ -262,7 +266,8 @@ struct Preparation: Sendable {
     }
     if let value, let range = try? state.engine.range(key), !range.contains(value) {
       return ProtocolError(
-        .outOfRange, field: field, "\(value) is outside \(key)'s range \(range.lowerBound)...\(range.upperBound)")
+        outOfRange: .propertyRange, value: value, field: field,
+        "\(value) is outside \(key)'s range \(range.lowerBound)...\(range.upperBound)")
     }
     return nil
   }

@@ -46,11 +46,32 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   public var code: ErrorCode
   public var field: String?
   public var message: String
+  /// An `out-of-range` refusal's bound, and the number it refused as rampd received it (after
+  /// units: `+3dB` arrives as 1.4125…): what a client routes on, never the message.
+  public var bound: Bound?
+  public var value: Double?
+
+  /// The bounds an `out-of-range` refusal names (`bound` on the wire).
+  public enum Bound: String, Sendable, CaseIterable {
+    /// A gain above `[gain] max`.
+    case gainMaximum = "gain-maximum"
+    /// A gain below 0.
+    case gainMinimum = "gain-minimum"
+    /// A value outside its property's range (a `pan` outside −1 … +1).
+    case propertyRange = "property-range"
+  }
 
   public init(_ code: ErrorCode, field: String? = nil, _ message: String) {
     self.code = code
     self.field = field
     self.message = message
+  }
+
+  /// An `out-of-range` refusal of `value` for crossing `bound`.
+  public init(outOfRange bound: Bound, value: Double, field: String?, _ message: String) {
+    self.init(.outOfRange, field: field, message)
+    self.bound = bound
+    self.value = value
   }
 
   public var description: String { "\(code.rawValue): \(message)" }
@@ -92,7 +113,9 @@ extension ProtocolError {
 
   /// The same error, its field placed under `prefix` (`commands[2].to`).
   public func prefixed(_ prefix: String) -> ProtocolError {
-    ProtocolError(code, field: field.map { "\(prefix).\($0)" } ?? prefix, message)
+    var error = self
+    error.field = field.map { "\(prefix).\($0)" } ?? prefix
+    return error
   }
 }
 

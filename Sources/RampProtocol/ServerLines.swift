@@ -26,6 +26,8 @@ extension ProtocolError {
     var object: JSONObject = ["code": .string(code.rawValue)]
     if let field { object["field"] = .string(field) }
     object["message"] = .string(message)
+    if let bound { object["bound"] = .string(bound.rawValue) }
+    if let value { object["value"] = .number(value) }
     return .object(object)
   }
 
@@ -228,7 +230,9 @@ public enum ServerLine: Sendable, Equatable {
     }
     let details = try ServerFields(.object(error), what: "an error")
     let code = ErrorCode(rawValue: try details.string("code")) ?? .internalError
-    let failure = ProtocolError(code, field: details.optionalString("field"), try details.string("message"))
+    var failure = ProtocolError(code, field: details.optionalString("field"), try details.string("message"))
+    failure.bound = details.optionalString("bound").flatMap(ProtocolError.Bound.init(rawValue:))
+    failure.value = details.object["value"]?.numberValue
     return .reply(id: id, result: .failure(failure))
   }
 }

@@ -157,20 +157,31 @@ import Testing
 
   @Test func gainRefusalsEchoWhatWasTyped() {
     let above = ProtocolError(
-      .outOfRange, field: "value", "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+      outOfRange: .gainMaximum, value: 50, field: "value",
+      "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     #expect(
       RefusalText.explained(above, typed: ["value": "50"]).message
         == "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more); did you mean 50%?")
-    let two = ProtocolError(.outOfRange, field: "value", "2 is above the maximum gain 1 (0 dB)")
+    let two = ProtocolError(outOfRange: .gainMaximum, value: 2, field: "value", "2 is above the maximum gain 1 (0 dB)")
     #expect(RefusalText.explained(two, typed: ["value": "2"]).message == "2 is above the maximum gain 1 (0 dB)")
     let decibels = ProtocolError(
-      .outOfRange, field: "to",
+      outOfRange: .gainMaximum, value: 1.4125375446227544, field: "to",
       "1.4125375446227544 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     let told = RefusalText.explained(decibels, typed: ["to": "+3dB"]).message
     #expect(told.hasPrefix("+3dB (1.412538) is above"), "\(told)")
     #expect(!told.contains("did you mean"))
     let other = ProtocolError(.unknownKeyPath, field: "key", "no property 'x'")
     #expect(RefusalText.explained(other, typed: ["key": "x"]) == other)
+  }
+
+  /// The hint follows the refusal's typed bound, not its words: a pan of 50 is no percentage,
+  /// whatever its message says, and a gain maximum worded otherwise still gets the hint.
+  @Test func gainRefusalsRouteOnTheirBound() {
+    let pan = ProtocolError(
+      outOfRange: .propertyRange, value: 50, field: "value", "50 is above the maximum gain of nothing")
+    #expect(!RefusalText.explained(pan, typed: ["value": "50"]).message.contains("did you mean"))
+    let reworded = ProtocolError(outOfRange: .gainMaximum, value: 50, field: "value", "50 exceeds gain.max")
+    #expect(RefusalText.explained(reworded, typed: ["value": "50"]).message == "50 exceeds gain.max; did you mean 50%?")
   }
 
   @Test func nothingToStopSaysSo() throws {

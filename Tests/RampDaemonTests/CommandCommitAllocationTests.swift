@@ -24,6 +24,44 @@ import Testing
     var confinedToMediaRoots: Bool { false }
   }
 
+  /// A controller over a player writing to ALSA `null`; requests reach it as a connection's
+  /// would (parsed, then handled on the calling thread).
+  final class Session {
+    let player: Player
+    let controller: Controller
+    let logger: Logger
+    let client = Collector()
+    private(set) var sequence = 0
+
+    init(_ configuration: DaemonConfiguration, label: String) throws {
+      player = try Player(
+        output: OutputConfiguration(
+          device: "null", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device),
+        declick: configuration.declick, maxGain: configuration.maxGain)
+      logger = Logger(label: label, factory: { _ in SwiftLogNoOpLogHandler() })
+      controller = Controller(player: player, configuration: configuration, logger: logger)
+    }
+
+    func send(_ line: String) {
+      let (_, parsed) = Request.parse(line: line)
+      guard case .success(let request) = parsed else {
+        Issue.record("\(line) does not parse: \(parsed)")
+        return
+      }
+      sequence += 1
+      controller.handle(request, from: client, sequence: sequence)
+    }
+  }
+
+  /// A stereo float tone of `seconds` at 48 kHz.
+  static func writeTone(_ path: String, seconds: Double) throws {
+    let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
+    let frames = Int(seconds * 48_000)
+    let buffer = (0..<frames * 2).map { Float(sin(Double($0 / 2) / 25) * 0.3) }
+    try buffer.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: frames) }
+    try writer.close()
+  }
+
   /// Every kind of command, a thousand times each (after a few rounds that fill the runtime's
   /// caches): play, set (animated and instant), fade, animate (basic, keyframe, spring, group,
   /// additive), cancel, remove (by name and all), batch, stop and seek; with blocks written to
@@ -34,39 +72,24 @@ import Testing
     defer { try? FileManager.default.removeItem(atPath: directory) }
     func tone(_ name: String, seconds: Double) throws -> String {
       let path = "\(directory)/\(name).wav"
-      let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
-      let frames = Int(seconds * 48_000)
-      let buffer = (0..<frames * 2).map { Float(sin(Double($0 / 2) / 25) * 0.3) }
-      try buffer.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: frames) }
-      try writer.close()
+      try Self.writeTone(path, seconds: seconds)
       return path
     }
     let bed = try tone("bed", seconds: 2)
     let jingle = try tone("jingle", seconds: 2)
 
     let configuration = DaemonConfiguration()
-    let player = try Player(
-      output: OutputConfiguration(
-        device: "null", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device),
-      declick: configuration.declick, maxGain: configuration.maxGain)
-    let logger = Logger(label: "commit-test", factory: { _ in SwiftLogNoOpLogHandler() })
-    let controller = Controller(player: player, configuration: configuration, logger: logger)
+    let session = try Session(configuration, label: "commit-test")
+    let player = session.player
+    let controller = session.controller
     // Persisted model values are read after each command that may change them.
-    let store = StateStore(path: "\(directory)/state.json", logger: logger)
-    let saver = StateSaver(store: store, logger: logger)
+    let store = StateStore(path: "\(directory)/state.json", logger: session.logger)
+    let saver = StateSaver(store: store, logger: session.logger)
     controller.persistence = Persistence(saver: saver, restored: PersistentState())
     defer { saver.close() }
-    let client = Collector()
-    var sequence = 0
-    func send(_ line: String) {
-      let (_, parsed) = Request.parse(line: line)
-      guard case .success(let request) = parsed else {
-        Issue.record("\(line) does not parse: \(parsed)")
-        return
-      }
-      sequence += 1
-      controller.handle(request, from: client, sequence: sequence)
-    }
+    let client = session.client
+    var sequence: Int { session.sequence }
+    func send(_ line: String) { session.send(line) }
 
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
@@ -138,6 +161,57 @@ import Testing
     #expect(refused.isEmpty, "\(refused.prefix(3))")
     // Every stream but the last one and the bed ramped out and left the mix.
     #expect(controller.playingStreams == ["bed", "p\(warmUp + rounds - 1)"], "\(controller.playingStreams)")
+    #expect(allocated == 0, "\(allocated) allocations on the render thread")
+    #expect(freed == 0, "\(freed) frees on the render thread")
+  }
+
+  /// A reload that lowers `limits.streams` below what already plays: a pause, resume and stop of
+  /// every stream still find a ramp prepared for each one. 0 allocations and 0 frees.
+  @Test func aTransportOfMoreStreamsThanTheLimitAllocatesNothing() throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-ceiling-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = "\(directory)/tone.wav"
+    try Self.writeTone(path, seconds: 2)
+
+    var configuration = DaemonConfiguration()
+    configuration.limits.streams = 8
+    let session = try Session(configuration, label: "ceiling-test")
+    let player = session.player
+    let controller = session.controller
+    let client = session.client
+    func send(_ line: String) { session.send(line) }
+    for index in 0..<8 { send(#"{"cmd":"play","path":"\#(path)","stream":"s\#(index)","loop":true}"#) }
+    player.applyPendingCommands()
+    configuration.limits.streams = 2
+    controller.live.replace(with: configuration)
+
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    var allocated = 0
+    var freed = 0
+    for round in 0..<50 {
+      send(#"{"cmd":"pause","fade":0.01}"#)
+      send(#"{"cmd":"resume","fade":0.01}"#)
+      let allocations = rampd_allocations_on_this_thread()
+      let frees = rampd_frees_on_this_thread()
+      player.applyPendingCommands()
+      for _ in 0..<2 {
+        while player.streamsBehind(frames: frames) { usleep(100) }
+        player.renderBlock(buffers)
+      }
+      if round >= 5 {
+        allocated += rampd_allocations_on_this_thread() - allocations
+        freed += rampd_frees_on_this_thread() - frees
+      }
+      controller.deliverEvents()
+      player.reapRetired()
+    }
+    let replies = client.replies.withLock { $0 }
+    #expect(replies.count == session.sequence && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.suffix(2))")
+    // Each pause and resume acted on all eight.
+    #expect(replies.last?["result"]?["streams"]?.arrayValue?.count == 8, "\(String(describing: replies.last))")
     #expect(allocated == 0, "\(allocated) allocations on the render thread")
     #expect(freed == 0, "\(freed) frees on the render thread")
   }

@@ -170,6 +170,23 @@ import Testing
       try ServerLine.parse(Reply.success(id: 2.5, result: "text\nwith newline").serialized())
         == .reply(id: 2.5, result: .success("text\nwith newline")))
   }
+
+  /// An out-of-range refusal names its bound and the number as typed fields, which survive the
+  /// wire, and a prefix (a batch's `commands[1]`) keeps them.
+  @Test func outOfRangeRefusalsCarryTheirBoundAndValue() throws {
+    let error = ProtocolError(
+      outOfRange: .gainMaximum, value: 1.5, field: "value", "1.5 is above the maximum gain 1 (0 dB)")
+    let line = Reply.failure(id: 3, error: error).serialized()
+    #expect(line.contains(#""bound":"gain-maximum""#) && line.contains(#""value":1.5"#), "\(line)")
+    #expect(try ServerLine.parse(line) == .reply(id: 3, result: .failure(error)))
+    let prefixed = error.prefixed("commands[1]")
+    #expect(prefixed.field == "commands[1].value" && prefixed.bound == .gainMaximum && prefixed.value == 1.5)
+    // Without one (an older daemon, another refusal), nothing is guessed from the message.
+    let plain = try ServerLine.parse(
+      #"{"id":4,"ok":false,"error":{"code":"out-of-range","field":"value","message":"2 is above the maximum gain 1"}}"#)
+    guard case .reply(_, .failure(let read)) = plain else { throw ProtocolError(.internalError, "not a refusal") }
+    #expect(read.bound == nil && read.value == nil)
+  }
 }
 
 @Suite struct LineFramerTests {
