@@ -141,13 +141,23 @@ enum ConfigSchema {
       set: { output, value throws(ValueProblem) in
         output.pacing = try ConfigParse.choice(value, OutputConfiguration.Pacing.allCases.map { ($0.rawValue, $0) })
       }),
+    outputKey(
+      "margin", render: { $0.marginTime.map(ConfigText.durationValue) ?? ConfigText.quoted("") }, computedDefault: true,
+      set: { output, value throws(ValueProblem) in
+        // "": the buffer less one period.
+        if case .string(let text) = value, text.isEmpty {
+          output.marginTime = nil
+        } else {
+          output.marginTime = try ConfigParse.duration(value)
+        }
+      }),
   ]
 
   /// An `[output]` key: sets the field, then checks it alone with `OutputConfiguration.validate()`
   /// (so its messages are the audio layer's). The buffer against two periods is checked once every
   /// layer has been read.
   private static func outputKey(
-    _ name: String, render: @escaping @Sendable (OutputConfiguration) -> String,
+    _ name: String, render: @escaping @Sendable (OutputConfiguration) -> String, computedDefault: Bool = false,
     set: @escaping @Sendable (inout OutputConfiguration, ConfigValue) throws(ValueProblem) -> Void
   ) -> ConfigKey {
     ConfigKey(
@@ -167,7 +177,7 @@ enum ConfigSchema {
           }
         }
       },
-      render: { render($0.output) })
+      render: { render($0.output) }, computedDefault: computedDefault)
   }
 
   static let embeddedOutput: [ConfigKey] = [

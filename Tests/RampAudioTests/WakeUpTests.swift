@@ -94,14 +94,15 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     #expect(ended != nil && ended! < 0.05, "the thread ended after \(ended ?? -1) s")
   }
 
-  /// Paced by the clock (period 5 ms, buffer 20 ms), the render thread sleeps until one period is
-  /// left ahead and then writes three periods back to back: about 67 wake-ups a second for 200
-  /// blocks, and the recording is still every sample of the file.
-  @Test func clockPacingWakesOncePerSeveralPeriods() throws {
+  /// Paced by the clock (period 5 ms, buffer 20 ms) with a margin of one period, the render
+  /// thread sleeps until one period is left ahead and then writes three periods back to back:
+  /// about 67 wake-ups a second for 200 blocks, and the recording is still every sample of the file.
+  @Test func clockPacingWithASmallMarginWakesOncePerSeveralPeriods() throws {
     let path = AlsaTestConfig.path("player10.raw")
     let player = try Player(
       output: OutputConfiguration(
-        device: "rampd_test_player10", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock))
+        device: "rampd_test_player10", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock,
+        marginTime: 0.005))
     let file = try longFile(seconds: 1.5)
     player.start()
     let start = try player.prepare(file, id: "r")

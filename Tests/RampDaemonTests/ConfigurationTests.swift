@@ -240,6 +240,11 @@ extension ConfigurationTests {
       #expect(try parse("[output]\nperiod = \"20ms\"\nbuffer = \"40ms\"").output.bufferTime == 0.04)
       // A smaller period makes a small buffer valid, whichever comes first in the file.
       #expect(try parse("[output]\nbuffer = \"15ms\"\nperiod = \"5ms\"").output.bufferTime == 0.015)
+      // The margin: by default (and as "") the buffer less a period; within one period to that.
+      #expect(try parse("[output]\nmargin = \"20ms\"").output.marginTime == 0.02)
+      #expect(try parse("[output]\nmargin = \"\"").output.marginTime == nil)
+      #expect(try parse("[output]\nmargin = 0.04").output.marginTime == 0.04)
+      #expect(try parse("[output]\nmargin = \"10ms\"").output.marginTime == 0.01)
     }
 
     @Test(arguments: [
@@ -284,6 +289,23 @@ extension ConfigurationTests {
       (
         "[output]\nbuffer = \"30ms\"\n\nperiod = \"20ms\"",
         "test:2: output.buffer: 0.03 s is less than two periods (2 × 0.02 s)"
+      ),
+      (
+        "[output]\nmargin = \"45ms\"",
+        "test:2: output.margin: 0.045 s is outside one period (0.01 s) to the buffer less one period (0.05 s − 0.01 s)"
+      ),
+      (
+        "[output]\nmargin = \"5ms\"",
+        "test:2: output.margin: 0.005 s is outside one period (0.01 s) to the buffer less one period (0.05 s − 0.01 s)"
+      ),
+      (
+        // Blamed on the later of the keys it is checked against.
+        "[output]\nmargin = \"30ms\"\nbuffer = \"35ms\"",
+        "test:3: output.margin: 0.03 s is outside one period (0.01 s) to the buffer less one period (0.035 s − 0.01 s)"
+      ),
+      (
+        "[output]\nmargin = \"soon\"",
+        #"test:2: output.margin: expected a duration (a number of seconds, or a string such as "10ms", "2s", "1m30s"), got string "soon""#
       ),
     ])
     func outputInvalid(toml: String, expected: String) {
