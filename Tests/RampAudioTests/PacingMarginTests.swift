@@ -41,8 +41,8 @@ import Testing
     #expect(underruns >= 3, "\(underruns) underruns across three 30 ms stalls with a 10 ms margin")
   }
 
-  /// The default margin wakes the thread once per period (as a device waking its writer would);
-  /// what it renders is unchanged.
+  /// The default margin wakes the thread once per period, as a device waking its writer would
+  /// (a margin of one period wakes it once per three here: `WakeUpTests`).
   @Test func theDefaultMarginWakesOncePerPeriod() throws {
     let player = try Player(
       output: OutputConfiguration(device: "null", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock)
@@ -51,11 +51,7 @@ import Testing
     defer { player.shutdown() }
     player.perform { state in _ = try? state.engine.set("master.gain", to: 0, transaction: Transaction(duration: 60)) }
     #expect(secondsUntil(5) { player.renderThreadID > 0 && player.blocksRendered > 20 } != nil)
-    usleep(200_000)
-    let (runs, blocks) = (try timesRun(player.renderThreadID), player.blocksRendered)
-    usleep(1_000_000)
-    let woke = try timesRun(player.renderThreadID) - runs
-    let rendered = player.blocksRendered - blocks
+    let (woke, rendered) = try wakeUpsAndBlocksInASecond(player)
     #expect((180...220).contains(rendered), "\(rendered) blocks in a second")
     #expect(woke >= rendered * 9 / 10, "\(woke) wake-ups for \(rendered) blocks")
   }

@@ -12,6 +12,15 @@ func timesRun(_ id: Int32) throws -> Int {
   return try #require(Int(text.split(whereSeparator: \.isWhitespace)[2]))
 }
 
+/// The render thread's wake-ups (times run) and the blocks it rendered over one second, after a
+/// fifth of a second to settle.
+func wakeUpsAndBlocksInASecond(_ player: Player) throws -> (woke: Int, rendered: Int) {
+  usleep(200_000)
+  let (runs, blocks) = (try timesRun(player.renderThreadID), player.blocksRendered)
+  usleep(1_000_000)
+  return (try timesRun(player.renderThreadID) - runs, player.blocksRendered - blocks)
+}
+
 /// Polls `condition` every millisecond for up to `seconds`; the seconds it took, nil if never.
 func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
   let start = monotonicSeconds()
@@ -112,11 +121,7 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
       landed.store(state.engine.now, ordering: .relaxed)
     }
     #expect(secondsUntil(5) { player.renderThreadID > 0 && landed.load(ordering: .relaxed) >= 0 } != nil)
-    usleep(200_000)
-    let (runs, blocks) = (try timesRun(player.renderThreadID), player.blocksRendered)
-    usleep(1_000_000)
-    let woke = try timesRun(player.renderThreadID) - runs
-    let rendered = player.blocksRendered - blocks
+    let (woke, rendered) = try wakeUpsAndBlocksInASecond(player)
     #expect((180...220).contains(rendered), "\(rendered) blocks in a second")
     #expect(woke < rendered / 2, "\(woke) wake-ups for \(rendered) blocks")
     #expect(secondsUntil(5) { player.nextEvent() == .streamEnded(id: "r", reason: .finished) } != nil)
