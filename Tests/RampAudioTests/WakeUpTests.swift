@@ -12,13 +12,21 @@ func timesRun(_ id: Int32) throws -> Int {
   return try #require(Int(text.split(whereSeparator: \.isWhitespace)[2]))
 }
 
-/// The render thread's wake-ups (times run) and the blocks it rendered over one second, after a
-/// fifth of a second to settle.
+/// How many times thread `id` of this process went to sleep and was woken: its voluntary
+/// context switches. Unlike `timesRun`, preemptions by a busy machine's other work do not count.
+func timesWoken(_ id: Int32) throws -> Int {
+  let text = try String(contentsOfFile: "/proc/self/task/\(id)/status", encoding: .utf8)
+  let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") })
+  return try #require(Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)))
+}
+
+/// The render thread's wake-ups and the blocks it rendered over one second, after a fifth of a
+/// second to settle.
 func wakeUpsAndBlocksInASecond(_ player: Player) throws -> (woke: Int, rendered: Int) {
   usleep(200_000)
-  let (runs, blocks) = (try timesRun(player.renderThreadID), player.blocksRendered)
+  let (woken, blocks) = (try timesWoken(player.renderThreadID), player.blocksRendered)
   usleep(1_000_000)
-  return (try timesRun(player.renderThreadID) - runs, player.blocksRendered - blocks)
+  return (try timesWoken(player.renderThreadID) - woken, player.blocksRendered - blocks)
 }
 
 /// Polls `condition` every millisecond for up to `seconds`; the seconds it took, nil if never.
