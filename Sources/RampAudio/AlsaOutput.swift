@@ -34,12 +34,17 @@ public struct OutputConfiguration: Sendable, Equatable {
   public var sampleRate = 48_000
   public var channels = 2
   public var format: SampleFormat = .auto
-  /// Period (wake-up interval) in seconds. With clock pacing it is the block size and the margin
-  /// left ahead of the clock when the render thread wakes: it then wakes once per buffer − period.
+  /// Period (wake-up interval) in seconds. With clock pacing it is the block size.
   public var periodTime: Double = 0.010
   /// Buffer (total latency the device holds) in seconds.
   public var bufferTime: Double = 0.050
   public var pacing: Pacing = .auto
+  /// With clock pacing, the seconds of audio left ahead of the clock when the render thread wakes
+  /// to refill the buffer: how late a wake-up may be without an underrun. The thread then writes
+  /// blocks back to back until the buffer is full, so it wakes once per (buffer − margin). Nil:
+  /// the buffer less one period, the most there can be (a wake-up per period, as a device that
+  /// wakes its writer whenever a period is free). From one period to the buffer less one period.
+  public var marginTime: Double?
   /// Seconds of audio after which the player closes the device and opens it again; nil: never.
   /// A `file` plugin's file then starts afresh rather than grow without bound (the daemon's
   /// embedded output); whatever the device holds at that moment is cut short.
@@ -47,7 +52,8 @@ public struct OutputConfiguration: Sendable, Equatable {
 
   public init(
     device: String = "default", sampleRate: Int = 48_000, channels: Int = 2, format: SampleFormat = .auto,
-    periodTime: Double = 0.010, bufferTime: Double = 0.050, pacing: Pacing = .auto, reopenAfter: Double? = nil
+    periodTime: Double = 0.010, bufferTime: Double = 0.050, pacing: Pacing = .auto, reopenAfter: Double? = nil,
+    marginTime: Double? = nil
   ) {
     self.device = device
     self.sampleRate = sampleRate
@@ -57,6 +63,7 @@ public struct OutputConfiguration: Sendable, Equatable {
     self.bufferTime = bufferTime
     self.pacing = pacing
     self.reopenAfter = reopenAfter
+    self.marginTime = marginTime
   }
 
   /// Checks ranges. Every message starts with the configuration key it concerns (`output.rate: …`).
@@ -79,6 +86,14 @@ public struct OutputConfiguration: Sendable, Equatable {
     }
     if bufferTime > 10 {
       throw AudioError(.invalidParameter, "output.buffer: \(bufferTime) s is more than 10 s")
+    }
+    if let marginTime,
+      !(marginTime.isFinite && marginTime >= periodTime && marginTime <= bufferTime - periodTime + 1e-9)
+    {
+      throw AudioError(
+        .invalidParameter,
+        "output.margin: \(marginTime) s is outside one period (\(periodTime) s) to the buffer less one period"
+          + " (\(bufferTime) s − \(periodTime) s)")
     }
     if let reopenAfter, !(reopenAfter >= periodTime && reopenAfter <= 86_400) {
       // Set by the daemon from its own key (embedded-output.max-duration), which it checks first.

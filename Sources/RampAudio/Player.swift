@@ -345,11 +345,12 @@ struct PlayerCommand {
 /// `master.gain`, clamps, and writes to the device; completions and stream ends go back as
 /// events, and a pipe doorbell wakes whoever waits for them.
 ///
-/// Paced by the clock, the render thread wakes once per several periods: it writes blocks back to
-/// back until the buffer is full (one buffer ahead of the clock), then sleeps until only one
-/// period is left ahead. A command arriving meanwhile wakes it and is applied at once, to the next
-/// block, so it is heard within one buffer; the sleep costs one wake-up per (buffer − period) of
-/// audio instead of one or two per period.
+/// Paced by the clock, the render thread writes blocks back to back until the buffer is full (one
+/// buffer ahead of the clock), then sleeps until only the margin is left ahead
+/// (`OutputConfiguration.marginTime`: by default the buffer less a period, so a wake-up may be
+/// that late without an underrun; a smaller margin buys one wake-up per several periods). A
+/// command arriving meanwhile wakes it and is applied at once, to the next block, so it is heard
+/// within one buffer.
 ///
 /// Commands run on the render thread between blocks (the engine belongs to that thread); a
 /// command scheduled for a sample splits the block there, so it lands on that exact sample. The
@@ -1174,8 +1175,8 @@ public final class Player: @unchecked Sendable {
   /// command arriving meanwhile is applied at once (to the next block, whose first sample is the
   /// engine's now) and its reply leaves, instead of waiting for the next block start. Blocks go
   /// out back to back while they fit in the buffer ahead of the clock; once it is full, the
-  /// sleep lasts until only one period is left ahead (`refillLead`), so one wake-up serves
-  /// (buffer − period) of audio. With device pacing the write itself blocks; commands then wait
+  /// sleep lasts until only the margin is left ahead (`refillLead`), so one wake-up serves
+  /// (buffer − margin) of audio. With device pacing the write itself blocks; commands then wait
   /// for the block boundary. Returns true when it waited (a new batch of blocks starts).
   private func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
     var waited = false
@@ -1298,9 +1299,13 @@ public final class Player: @unchecked Sendable {
   }
 
   /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the
-  /// buffer: one period (less if the buffer holds under two), the margin against a late wake-up.
+  /// buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by default the
+  /// buffer less one period (in the buffer as negotiated, never less than a period unless the
+  /// buffer holds under two).
   private var refillLead: Int {
-    min(output.periodFrames, max(output.bufferFrames - output.periodFrames, 0))
+    let most = max(output.bufferFrames - output.periodFrames, 0)
+    guard let margin = configuration.marginTime else { return most }
+    return min(max(Int((margin * Double(output.rate)).rounded()), output.periodFrames), most)
   }
 
   /// Closes dead devices and opens new ones, off the render thread: opening a device allocates

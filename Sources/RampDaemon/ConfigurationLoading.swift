@@ -108,8 +108,13 @@ struct ConfigLayers {
       try result.output.validate()
     } catch {
       let (key, message) = ConfigSchema.splitKeyedMessage(error.message) ?? ("output", error.message)
-      // The buffer is checked against the period: blame the later layer of the two.
-      let involved = key == "output.buffer" ? ["output.buffer", "output.period"] : [key]
+      // The buffer is checked against the period, the margin against both: blame the latest layer.
+      let involved =
+        switch key {
+        case "output.buffer": ["output.buffer", "output.period"]
+        case "output.margin": ["output.margin", "output.buffer", "output.period"]
+        default: [key]
+        }
       let origin =
         involved.compactMap { origins[$0] }.max(by: { $0.rank < $1.rank })
         ?? ConfigOrigin(source: "defaults", line: nil, rank: 0)

@@ -141,13 +141,23 @@ enum ConfigSchema {
       set: { output, value throws(ValueProblem) in
         output.pacing = try ConfigParse.choice(value, OutputConfiguration.Pacing.allCases.map { ($0.rawValue, $0) })
       }),
+    outputKey(
+      "margin", render: { $0.marginTime.map(ConfigText.durationValue) ?? ConfigText.quoted("") }, computedDefault: true,
+      set: { output, value throws(ValueProblem) in
+        // "": the buffer less one period.
+        if case .string(let text) = value, text.isEmpty {
+          output.marginTime = nil
+        } else {
+          output.marginTime = try ConfigParse.duration(value)
+        }
+      }),
   ]
 
   /// An `[output]` key: sets the field, then checks it alone with `OutputConfiguration.validate()`
   /// (so its messages are the audio layer's). The buffer against two periods is checked once every
   /// layer has been read.
   private static func outputKey(
-    _ name: String, render: @escaping @Sendable (OutputConfiguration) -> String,
+    _ name: String, render: @escaping @Sendable (OutputConfiguration) -> String, computedDefault: Bool = false,
     set: @escaping @Sendable (inout OutputConfiguration, ConfigValue) throws(ValueProblem) -> Void
   ) -> ConfigKey {
     ConfigKey(
@@ -167,7 +177,7 @@ enum ConfigSchema {
           }
         }
       },
-      render: { render($0.output) })
+      render: { render($0.output) }, computedDefault: computedDefault)
   }
 
   static let embeddedOutput: [ConfigKey] = [
@@ -277,57 +287,58 @@ enum ConfigSchema {
   ]
 
   static let limits: [ConfigKey] = [
-    limitKey("clients", 1...4096, \.clients),
-    ConfigKey(
-      section: "limits", name: "line-length",
-      apply: { builder, value throws(ValueProblem) in
+    limitKey("clients", \.clients, parse: count(in: 1...4096)),
+    limitKey(
+      "line-length", \.lineLength,
+      parse: { value throws(ValueProblem) in
         let bytes = try ConfigParse.byteCount(value)
         try ConfigParse.check(bytes, in: 1024...16_777_216, unit: " bytes")
-        builder.configuration.limits.lineLength = bytes
-      },
-      render: { "\($0.limits.lineLength)" }),
-    limitKey("streams", 1...256, \.streams),
-    limitKey("observers-per-client", 0...1024, \.observersPerClient),
-    rateLimitKey("max-observe-rate", 1...1000, \.maxObserveRate),
-    rateLimitKey("observe-budget", 1...100_000, \.observeBudget),
-    limitKey("pending-scheduled", 0...1_000_000, \.pendingScheduled),
-    limitKey("animations-per-key-path", 1...1024, \.animationsPerKeyPath),
-    ConfigKey(
-      section: "limits", name: "idle-timeout",
-      apply: { builder, value throws(ValueProblem) in
-        builder.configuration.limits.idleTimeout = try ConfigParse.duration(value, in: 0...604_800)
-      },
-      render: { ConfigText.durationValue($0.limits.idleTimeout) }),
-    limitKey("event-queue", 16...1_048_576, \.eventQueue),
+        return bytes
+      }),
+    limitKey("streams", \.streams, parse: count(in: 1...256)),
+    limitKey("observers-per-client", \.observersPerClient, parse: count(in: 0...1024)),
+    limitKey("max-observe-rate", \.maxObserveRate, parse: hertz(in: 1...1000), render: ConfigText.number),
+    limitKey("observe-budget", \.observeBudget, parse: hertz(in: 1...100_000), render: ConfigText.number),
+    limitKey("pending-scheduled", \.pendingScheduled, parse: count(in: 0...1_000_000)),
+    limitKey("animations-per-key-path", \.animationsPerKeyPath, parse: count(in: 1...1024)),
+    limitKey(
+      "idle-timeout", \.idleTimeout,
+      parse: { value throws(ValueProblem) in try ConfigParse.duration(value, in: 0...604_800) },
+      render: ConfigText.durationValue),
+    limitKey("event-queue", \.eventQueue, parse: count(in: 16...1_048_576)),
   ]
 
-  /// A `[limits]` key in Hz.
-  private static func rateLimitKey(
-    _ name: String, _ range: ClosedRange<Double>, _ field: WritableKeyPath<Limits, Double> & Sendable
+  /// A `[limits]` key: `parse` reads and checks the value for `field`, `render` writes it back
+  /// as TOML (by default as Swift prints it: an integer).
+  private static func limitKey<Value>(
+    _ name: String, _ field: WritableKeyPath<Limits, Value> & Sendable,
+    parse: @escaping @Sendable (ConfigValue) throws(ValueProblem) -> Value,
+    render: @escaping @Sendable (Value) -> String = { "\($0)" }
   ) -> ConfigKey {
     ConfigKey(
       section: "limits", name: name,
       apply: { builder, value throws(ValueProblem) in
-        let rate = try ConfigParse.hertz(value)
-        guard range.contains(rate) else {
-          throw ValueProblem(
-            "\(ConfigText.number(rate)) Hz is outside"
-              + " \(ConfigText.number(range.lowerBound))...\(ConfigText.number(range.upperBound)) Hz")
-        }
-        builder.configuration.limits[keyPath: field] = rate
+        builder.configuration.limits[keyPath: field] = try parse(value)
       },
-      render: { ConfigText.number($0.limits[keyPath: field]) })
+      render: { render($0.limits[keyPath: field]) })
   }
 
-  private static func limitKey(
-    _ name: String, _ range: ClosedRange<Int>, _ field: WritableKeyPath<Limits, Int> & Sendable
-  ) -> ConfigKey {
-    ConfigKey(
-      section: "limits", name: name,
-      apply: { builder, value throws(ValueProblem) in
-        builder.configuration.limits[keyPath: field] = try ConfigParse.integer(value, in: range)
-      },
-      render: { "\($0.limits[keyPath: field])" })
+  /// An integer within `range`.
+  private static func count(in range: ClosedRange<Int>) -> @Sendable (ConfigValue) throws(ValueProblem) -> Int {
+    { value throws(ValueProblem) in try ConfigParse.integer(value, in: range) }
+  }
+
+  /// A rate in Hz within `range`.
+  private static func hertz(in range: ClosedRange<Double>) -> @Sendable (ConfigValue) throws(ValueProblem) -> Double {
+    { value throws(ValueProblem) in
+      let rate = try ConfigParse.hertz(value)
+      guard range.contains(rate) else {
+        throw ValueProblem(
+          "\(ConfigText.number(rate)) Hz is outside"
+            + " \(ConfigText.number(range.lowerBound))...\(ConfigText.number(range.upperBound)) Hz")
+      }
+      return rate
+    }
   }
 
   static let media: [ConfigKey] = [

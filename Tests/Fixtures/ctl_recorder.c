@@ -20,11 +20,7 @@
  *
  * Build: cc -shared -fPIC -o libasound_module_ctl_recorder.so ctl_recorder.c -lasound
  */
-/* A shared object: without PIC, <alsa/global.h> builds the plugin symbol for static linking into
- * alsa-lib (a reference to snd_dlsym_start) and dlopen fails. */
-#ifndef PIC
-#define PIC
-#endif
+#include "ioplug_common.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -208,23 +204,15 @@ SND_CTL_PLUGIN_DEFINE_FUNC(recorder)
 	recorder_t *r;
 	(void)root;
 
+	const struct fixture_string_field strings[] = { { "log", &log }, { "tlv", &tlv } };
 	snd_config_for_each(it, next, conf) {
 		snd_config_t *n = snd_config_iterator_entry(it);
-		const char *id;
-		if (snd_config_get_id(n, &id) < 0)
+		const char *id = fixture_field_id(n);
+		if (id == NULL)
 			continue;
-		if (strcmp(id, "comment") == 0 || strcmp(id, "type") == 0 || strcmp(id, "hint") == 0)
-			continue;
-		if (strcmp(id, "log") == 0 || strcmp(id, "tlv") == 0) {
-			const char *s;
-			if (snd_config_get_string(n, &s) < 0) {
-				SNDERR("recorder: %s must be a string", id);
-				return -EINVAL;
-			}
-			if (id[0] == 'l')
-				log = s;
-			else
-				tlv = s;
+		if ((err = fixture_take_string(n, "recorder", id, strings, 2)) != 0) {
+			if (err < 0)
+				return err;
 			continue;
 		}
 		if (strcmp(id, "min") == 0) { if ((err = get_long(n, id, &min)) < 0) return err; continue; }

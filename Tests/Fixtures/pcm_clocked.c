@@ -33,9 +33,7 @@
  *
  * Build: cc -shared -fPIC -o libasound_module_pcm_rampd_clocked.so pcm_clocked.c -lasound -lpthread
  */
-#ifndef PIC
-#define PIC
-#endif
+#include "ioplug_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -189,23 +187,27 @@ static int clocked_start(snd_pcm_ioplug_t *io)
 	return 0;
 }
 
+/* Stops consuming, in the lock; `reset` also forgets an underrun (prepare). */
+static void halt(clocked_t *c, int reset)
+{
+	pthread_mutex_lock(&c->lock);
+	c->running = 0;
+	if (reset)
+		c->xrun = 0;
+	pthread_mutex_unlock(&c->lock);
+}
+
 static int clocked_stop(snd_pcm_ioplug_t *io)
 {
 	clocked_t *c = io->private_data;
-	pthread_mutex_lock(&c->lock);
-	c->running = 0;
-	pthread_mutex_unlock(&c->lock);
+	halt(c, 0);
 	signal_period(c);
 	return 0;
 }
 
 static int clocked_prepare(snd_pcm_ioplug_t *io)
 {
-	clocked_t *c = io->private_data;
-	pthread_mutex_lock(&c->lock);
-	c->running = 0;
-	c->xrun = 0;
-	pthread_mutex_unlock(&c->lock);
+	halt(io->private_data, 1);
 	return 0;
 }
 
@@ -303,16 +305,7 @@ static int set_constraints(snd_pcm_ioplug_t *io)
 	static const unsigned int formats[] = {
 		SND_PCM_FORMAT_FLOAT_LE, SND_PCM_FORMAT_S32_LE, SND_PCM_FORMAT_S16_LE,
 	};
-	int err;
-	if ((err = snd_pcm_ioplug_set_param_list(io, SND_PCM_IOPLUG_HW_ACCESS, 2, access)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_list(io, SND_PCM_IOPLUG_HW_FORMAT, 3, formats)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_CHANNELS, 1, 8)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_RATE, 8000, 192000)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_PERIOD_BYTES, 64, 16 << 20)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_BUFFER_BYTES, 128, 64 << 20)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_PERIODS, 2, 1024)) < 0)
-		return err;
-	return 0;
+	return fixture_set_playback_constraints(io, access, 2, formats, 3);
 }
 
 SND_PCM_PLUGIN_DEFINE_FUNC(rampd_clocked)
@@ -324,23 +317,15 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_clocked)
 	int err;
 	(void)root;
 
+	const struct fixture_string_field strings[] = { { "file", &file }, { "times", &times } };
 	snd_config_for_each(it, next, conf) {
 		snd_config_t *n = snd_config_iterator_entry(it);
-		const char *id;
-		if (snd_config_get_id(n, &id) < 0)
+		const char *id = fixture_field_id(n);
+		if (id == NULL)
 			continue;
-		if (strcmp(id, "comment") == 0 || strcmp(id, "type") == 0 || strcmp(id, "hint") == 0)
-			continue;
-		if (strcmp(id, "file") == 0 || strcmp(id, "times") == 0) {
-			const char *s;
-			if (snd_config_get_string(n, &s) < 0) {
-				SNDERR("rampd_clocked: %s must be a string", id);
-				return -EINVAL;
-			}
-			if (id[0] == 'f')
-				file = s;
-			else
-				times = s;
+		if ((err = fixture_take_string(n, "rampd_clocked", id, strings, 2)) != 0) {
+			if (err < 0)
+				return err;
 			continue;
 		}
 		if (strcmp(id, "ppm") == 0) {

@@ -27,11 +27,7 @@
  *
  * Build: cc -shared -fPIC -o libasound_module_pcm_rampd_flaky.so pcm_flaky.c -lasound
  */
-/* A shared object: without PIC, <alsa/global.h> builds the plugin symbol for static linking into
- * alsa-lib (a reference to snd_dlsym_start) and dlopen fails. */
-#ifndef PIC
-#define PIC
-#endif
+#include "ioplug_common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,16 +136,7 @@ static int set_constraints(snd_pcm_ioplug_t *io)
 	static const unsigned int formats[] = {
 		SND_PCM_FORMAT_FLOAT_LE, SND_PCM_FORMAT_S32_LE, SND_PCM_FORMAT_S24_LE, SND_PCM_FORMAT_S16_LE,
 	};
-	int err;
-	if ((err = snd_pcm_ioplug_set_param_list(io, SND_PCM_IOPLUG_HW_ACCESS, 1, access)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_list(io, SND_PCM_IOPLUG_HW_FORMAT, 4, formats)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_CHANNELS, 1, 8)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_RATE, 8000, 192000)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_PERIOD_BYTES, 64, 16 << 20)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_BUFFER_BYTES, 128, 64 << 20)) < 0 ||
-	    (err = snd_pcm_ioplug_set_param_minmax(io, SND_PCM_IOPLUG_HW_PERIODS, 2, 1024)) < 0)
-		return err;
-	return 0;
+	return fixture_set_playback_constraints(io, access, 1, formats, 4);
 }
 
 /* One line per open attempt, failed or not, so tests can see how often (and when) it is retried. */
@@ -172,25 +159,15 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 	int err;
 	(void)root;
 
+	const struct fixture_string_field strings[] = { { "file", &file }, { "flag", &flag }, { "opens", &opens } };
 	snd_config_for_each(it, next, conf) {
 		snd_config_t *n = snd_config_iterator_entry(it);
-		const char *id;
-		if (snd_config_get_id(n, &id) < 0)
+		const char *id = fixture_field_id(n);
+		if (id == NULL)
 			continue;
-		if (strcmp(id, "comment") == 0 || strcmp(id, "type") == 0 || strcmp(id, "hint") == 0)
-			continue;
-		if (strcmp(id, "file") == 0 || strcmp(id, "flag") == 0 || strcmp(id, "opens") == 0) {
-			const char *s;
-			if (snd_config_get_string(n, &s) < 0) {
-				SNDERR("rampd_flaky: %s must be a string", id);
-				return -EINVAL;
-			}
-			if (id[0] == 'o')
-				opens = s;
-			else if (id[1] == 'i')
-				file = s;
-			else
-				flag = s;
+		if ((err = fixture_take_string(n, "rampd_flaky", id, strings, 3)) != 0) {
+			if (err < 0)
+				return err;
 			continue;
 		}
 		SNDERR("rampd_flaky: unknown field %s", id);

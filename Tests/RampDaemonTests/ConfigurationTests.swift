@@ -240,6 +240,11 @@ extension ConfigurationTests {
       #expect(try parse("[output]\nperiod = \"20ms\"\nbuffer = \"40ms\"").output.bufferTime == 0.04)
       // A smaller period makes a small buffer valid, whichever comes first in the file.
       #expect(try parse("[output]\nbuffer = \"15ms\"\nperiod = \"5ms\"").output.bufferTime == 0.015)
+      // The margin: by default (and as "") the buffer less a period; within one period to that.
+      #expect(try parse("[output]\nmargin = \"20ms\"").output.marginTime == 0.02)
+      #expect(try parse("[output]\nmargin = \"\"").output.marginTime == nil)
+      #expect(try parse("[output]\nmargin = 0.04").output.marginTime == 0.04)
+      #expect(try parse("[output]\nmargin = \"10ms\"").output.marginTime == 0.01)
     }
 
     @Test(arguments: [
@@ -284,6 +289,23 @@ extension ConfigurationTests {
       (
         "[output]\nbuffer = \"30ms\"\n\nperiod = \"20ms\"",
         "test:2: output.buffer: 0.03 s is less than two periods (2 × 0.02 s)"
+      ),
+      (
+        "[output]\nmargin = \"45ms\"",
+        "test:2: output.margin: 0.045 s is outside one period (0.01 s) to the buffer less one period (0.05 s − 0.01 s)"
+      ),
+      (
+        "[output]\nmargin = \"5ms\"",
+        "test:2: output.margin: 0.005 s is outside one period (0.01 s) to the buffer less one period (0.05 s − 0.01 s)"
+      ),
+      (
+        // Checked against the buffer: the margin's line is named, the later layer of the keys involved.
+        "[output]\nmargin = \"30ms\"\nbuffer = \"35ms\"",
+        "test:2: output.margin: 0.03 s is outside one period (0.01 s) to the buffer less one period (0.035 s − 0.01 s)"
+      ),
+      (
+        "[output]\nmargin = \"soon\"",
+        #"test:2: output.margin: expected a duration (a number of seconds, or a string such as "10ms", "2s", "1m30s"), got string "soon""#
       ),
     ])
     func outputInvalid(toml: String, expected: String) {
@@ -588,7 +610,7 @@ extension ConfigurationTests {
       ("[output]\ndeclick = \"5ms\"", "test:2: output.declick: unknown key in [output] (did you mean gain.declick?)"),
       (
         "[output]\nvolume = 1",
-        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing"
+        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
       ),
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
@@ -602,7 +624,7 @@ extension ConfigurationTests {
       ("output = 3", "test:1: output: expected a table [output], got integer 3"),
       (
         "[output.extra]\na = 1",
-        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing"
+        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
       ),
       ("[fade]\nduraton = 1", "test:2: fade.duraton: unknown key (did you mean fade.duration?)"),
     ])
@@ -641,8 +663,8 @@ extension ConfigurationTests {
           == "test:2: limits.clients: 0 is outside 1...4096\ntest:4: output.rate: 1 Hz is outside 8000...384000")
       #expect(
         failure("[output]\nzz = 1\naa = 2")
-          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing"
-          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing"
+          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
+          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
       )
       // Dotted keys and quoted keys.
       #expect(failure("\n\noutput.rate = 5") == "test:3: output.rate: 5 Hz is outside 8000...384000")

@@ -111,27 +111,13 @@ final class DaemonProcess {
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     socket = "\(directory)/rampd.sock"
     recording = "\(directory)/played.raw"
-    let alsa = "pcm.rampd_e2e { type file; slave.pcm null; file \"\(recording)\"; format raw }\n" + extraALSA
+    let values = [
+      "device": "rampd_e2e", "recording": recording, "socket": socket, "state": "\(directory)/state.json",
+      "period": "\(periodMs)ms", "buffer": "\(bufferMs)ms", "pacing": pacing,
+    ]
+    let alsa = try Fixture.filled("test-daemon.asound.conf", values) + extraALSA
     try alsa.write(toFile: "\(directory)/asound.conf", atomically: true, encoding: .utf8)
-    let toml = """
-      [socket]
-      path = "\(socket)"
-      [output]
-      device = "rampd_e2e"
-      format = "float"
-      period = "\(periodMs)ms"
-      buffer = "\(bufferMs)ms"
-      pacing = "\(pacing)"
-      [embedded-output]
-      enabled = false
-      [fade]
-      curve = "linear"
-      [log]
-      level = "debug"
-      [state]
-      path = "\(directory)/state.json"
-      \(extraConfiguration)
-      """
+    let toml = try Fixture.filled("test-daemon.toml", values) + extraConfiguration + "\n"
     try toml.write(toFile: "\(directory)/rampd.toml", atomically: true, encoding: .utf8)
     process.executableURL = URL(fileURLWithPath: Executables.rampd)
     process.arguments = ["--config", "\(directory)/rampd.toml"]
@@ -252,11 +238,23 @@ final class LogSink: @unchecked Sendable {
   var text: String { lock.withLock { String(decoding: data, as: UTF8.self) } }
 }
 
-/// Builds a test fixture (an ALSA plugin in Tests/Fixtures) into a shared library with cc.
+/// The files in Tests/Fixtures: ALSA plugins built into shared libraries with cc, and the
+/// configuration templates of a daemon under test (shared with the Python client's tests).
 enum Fixture {
-  static func compile(_ name: String, to library: String) throws {
-    let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+  static func path(_ name: String) -> String {
+    URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
       .appendingPathComponent("Fixtures/\(name)").path
+  }
+
+  /// Template `name` with every `{key}` of `values` replaced by its value.
+  static func filled(_ name: String, _ values: [String: String]) throws -> String {
+    var text = try String(contentsOfFile: path(name), encoding: .utf8)
+    for (key, value) in values { text = text.replacingOccurrences(of: "{\(key)}", with: value) }
+    return text
+  }
+
+  static func compile(_ name: String, to library: String) throws {
+    let source = path(name)
     let compiler = Process()
     compiler.executableURL = URL(fileURLWithPath: "/usr/bin/env")
     compiler.arguments = ["cc", "-shared", "-fPIC", "-o", library, source, "-lasound"]

@@ -21,8 +21,8 @@ import Testing
   @Test func twoHundredClientsWhileEightStreamsPlay() throws {
     // The render thread in real time, as the shipped unit lets it be (LimitRTPRIO=): with two
     // hundred busy clients on two cores, a thread at normal priority misses its wake-ups. A 20 ms
-    // period: a debug build applying this many commands and animations needs more than the
-    // default 10 ms of margin per wake-up on a busy machine (a release build does not).
+    // period and a 100 ms buffer: room for a debug build applying this many commands and
+    // animations per block on a busy machine (a release build needs less).
     var limit = rlimit()
     getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &limit)
     let daemon = try DaemonProcess(

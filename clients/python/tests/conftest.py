@@ -32,32 +32,27 @@ def rampd_binary():
     return path
 
 
+def write_configuration(directory, **values):
+    """Writes `rampd.toml` and `asound.conf` into `directory` from the templates the Swift tests
+    use too (Tests/Fixtures/test-daemon.*), their `{key}`s filled in: `socket` and `recording`
+    given, the rest (device, state file, 5 ms period, 20 ms buffer, clock pacing) by default."""
+    values = {
+        "device": "rampd_py", "state": str(pathlib.Path(directory) / "state.json"),
+        "period": "5ms", "buffer": "20ms", "pacing": "clock", **values,
+    }
+    for template, name in (("test-daemon.toml", "rampd.toml"), ("test-daemon.asound.conf", "asound.conf")):
+        text = (CHECKOUT / "Tests" / "Fixtures" / template).read_text()
+        for key, value in values.items():
+            text = text.replace("{" + key + "}", str(value))
+        (pathlib.Path(directory) / name).write_text(text)
+
+
 class Daemon:
     def __init__(self, directory):
         self.directory = pathlib.Path(directory)
         self.socket = str(self.directory / "rampd.sock")
         self.recording = self.directory / "played.raw"
-        (self.directory / "asound.conf").write_text(
-            f'pcm.rampd_py {{ type file; slave.pcm null; file "{self.recording}"; format raw }}\n'
-        )
-        (self.directory / "rampd.toml").write_text(
-            f"""
-[socket]
-path = "{self.socket}"
-[output]
-device = "rampd_py"
-format = "float"
-period = "5ms"
-buffer = "20ms"
-pacing = "clock"
-[embedded-output]
-enabled = false
-[fade]
-curve = "linear"
-[state]
-path = "{self.directory / 'state.json'}"
-"""
-        )
+        write_configuration(self.directory, socket=self.socket, recording=self.recording)
         environment = {key: value for key, value in os.environ.items() if not key.startswith("RAMPD_")}
         environment["ALSA_CONFIG_PATH"] = f"/usr/share/alsa/alsa.conf:{self.directory / 'asound.conf'}"
         self.log = open(self.directory / "rampd.log", "wb")
