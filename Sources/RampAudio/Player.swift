@@ -620,8 +620,10 @@ public final class Player: @unchecked Sendable {
 
   private func push(_ command: PlayerCommand, wake: Bool) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(command) }
-    // Only a render thread waiting for the clock listens for it.
-    if wake && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent)) { commandBell.ring() }
+    // Only a render thread waiting for the clock (or for room in a device that rewinds) listens for it.
+    if wake && (output.pacing == .clock || rewindHistory.enabled || idling.load(ordering: .sequentiallyConsistent)) {
+      commandBell.ring()
+    }
     return accepted
   }
 
