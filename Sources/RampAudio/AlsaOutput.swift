@@ -230,7 +230,8 @@ public final class AlsaPCMOutput {
     // and with it the buffer.
     let chain = Self.setupDump(pcm)
     let rewinds =
-      (configuration.pacing == .device || configuration.pacing == .auto && Self.automaticPacing(setupDump: chain) == .device)
+      (configuration.pacing == .device
+        || configuration.pacing == .auto && Self.automaticPacing(setupDump: chain) == .device)
       && Self.chainRewinds(setupDump: chain, rewind: configuration.rewind)
     let bufferTime = rewinds ? max(configuration.bufferTime, configuration.rewindBufferTime) : configuration.bufferTime
     var bufferMicros = UInt32((bufferTime * 1e6).rounded())

@@ -1,7 +1,8 @@
+import CALSA
+
 #if canImport(Glibc)
   import Glibc
 #endif
-import CALSA
 
 /// Rewinding what the device holds and has not played yet (`snd_pcm_rewindable`,
 /// `snd_pcm_rewind`): the render thread writes it again with a change applied, so the change is

@@ -294,6 +294,9 @@ extension Player {
   /// Whether the output rewinds (its device allows it and plays in real time), and the margin it
   /// keeps, in seconds: what `status.output` reports.
   public var outputRewind: (active: Bool, margin: Double, rewinds: Int) {
-    (rewindHistory.active.load(ordering: .relaxed), AlsaPCMOutput.rewindMargin, rewindHistory.rewinds.load(ordering: .relaxed))
+    (
+      rewindHistory.active.load(ordering: .relaxed), AlsaPCMOutput.rewindMargin,
+      rewindHistory.rewinds.load(ordering: .relaxed)
+    )
   }
 }

@@ -74,7 +74,9 @@ import Testing
     // The gain applied to each frame, from the end of the fade-in on (its own ramp is steeper).
     let settled = start + 1_000
     var gains = [Double](repeating: 1, count: end - start)
-    for frame in start..<end { gains[frame - start] = Double(played.sample(frame)) / Double(Self.signal(frame - start)) }
+    for frame in start..<end {
+      gains[frame - start] = Double(played.sample(frame)) / Double(Self.signal(frame - start))
+    }
     for index in (settled - start + 1)..<gains.count {
       outcome.largestStep = max(outcome.largestStep, abs(gains[index] - gains[index - 1]))
     }
