@@ -60,10 +60,11 @@ extension ConfigurationTests {
         c.socket.resolvedGroup(environment: [:], isRoot: true) == (getgrnam("audio") == nil ? nil : "audio"))
       #expect(c.limits.idleTimeout == 300 && c.limits.animationsPerKeyPath == 64)
       #expect(c.access == AccessSettings(users: [], groups: []))
-      #expect(c.output == OutputConfiguration())
       #expect(c.output.device == "default" && c.output.sampleRate == 48_000 && c.output.channels == 2)
       #expect(c.output.format == .auto && c.output.periodTime == 0.010 && c.output.bufferTime == 0.050)
       #expect(c.output.pacing == .auto)
+      // A device that rewinds gets a 200 ms buffer.
+      #expect(c.output.rewind == .auto && c.output.rewindBufferTime == 0.2)
       #expect(c.embeddedOutput == EmbeddedOutputSettings(enabled: true, path: nil))
       #expect(c.fades.duration == 1.0 && c.fades.curve == .easeInEaseOut && c.fades.space == .amplitude)
       #expect(c.fades.decibelFloor == -60)
