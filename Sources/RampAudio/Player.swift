@@ -603,7 +603,8 @@ public final class Player: @unchecked Sendable {
   /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split
   /// there), or before the next block when nil or already past. False when the queue is full.
   /// `wake` false leaves a render thread that waits for the clock asleep: the command still lands
-  /// on the next block's first sample, but whoever waits for its outcome waits for that block.
+  /// on the next block's first sample, but whoever waits for its outcome waits for that block (on
+  /// a device that rewinds the render thread is woken anyway: the command is then heard now).
   @discardableResult
   public func perform(
     at sample: Int64? = nil, wake: Bool = true, _ body: @escaping @Sendable (RenderState) -> Void
@@ -620,8 +621,9 @@ public final class Player: @unchecked Sendable {
 
   private func push(_ command: PlayerCommand, wake: Bool) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(command) }
-    // Only a render thread waiting for the clock (or for room in a device that rewinds) listens for it.
-    if wake && (output.pacing == .clock || rewindHistory.enabled || idling.load(ordering: .sequentiallyConsistent)) {
+    // Only a render thread waiting for the clock listens for it; one waiting for room in a device
+    // that rewinds always takes a command at once (then heard within the rewind margin).
+    if rewindHistory.enabled || wake && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent)) {
       commandBell.ring()
     }
     return accepted
