@@ -4,8 +4,9 @@
 Measures, in one run:
   (a) rampd: time from sending a `set` to the first changed sample *heard*, on the clocked test
       device (Tests/Fixtures/pcm_clocked.c: an ALSA ioplug PCM that consumes its ring in real
-      time and records when it consumed each frame), with a 50 ms and a 200 ms buffer (10 ms
-      period), against the buffer (the bound without rewind);
+      time and records when it consumed each frame), 10 ms period: without rewind (output.rewind
+      "off") with a 50 ms and a 200 ms buffer, against the buffer (its bound), and with rewind
+      ("on") with a 50 ms, a 200 ms and a 1 s buffer, against the rewind margin;
   (b) rampd: a `set` with `at` (1 s ahead, wall clock): how far from that time it is heard;
   (c) idle, nothing playing: CPU (% of a core) and wake-ups per second, summed over all threads
       (schedstat), of rampd on the clocked device (pacing "device"), rampd on ALSA `null` (pacing
@@ -60,7 +61,7 @@ def heard_at(runs, frame, ppm=0.0):
     raise RuntimeError(f"frame {frame} not in the recording's times")
 
 
-def clocked_daemon(args, work, name, buffer, ppm=0):
+def clocked_daemon(args, work, name, buffer, ppm=0, rewind="off"):
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     raw, times = os.path.join(d, "played.raw"), os.path.join(d, "played.times")
@@ -68,16 +69,19 @@ def clocked_daemon(args, work, name, buffer, ppm=0):
     with open(asound, "w") as f:
         f.write(f'pcm_type.rampd_clocked {{ lib "{args.plugin}" }}\n'
                 f'pcm.rampd_heard {{ type rampd_clocked; file "{raw}"; times "{times}"; ppm {ppm} }}\n')
-    output = f'device = "rampd_heard"\nformat = "float"\npacing = "device"\nperiod = 0.01\nbuffer = {buffer}'
+    # rewind "on": the clocked device plays from its ring as it goes ("auto" rewinds on sound cards
+    # only); rewind-buffer 0: the buffer is the one asked for.
+    output = (f'device = "rampd_heard"\nformat = "float"\npacing = "device"\nperiod = 0.01\nbuffer = {buffer}\n'
+              f'rewind = "{rewind}"\nrewind-buffer = 0')
     daemon = bench.start_rampd(args.rampd, work, name, output,
                                env={"ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{asound}"})
     return daemon, raw, times
 
 
-def set_to_heard(args, work, buffer, constant, say):
-    """(a) and (b) on one daemon with a `buffer`-second buffer."""
-    name = f"rampd-heard-{int(buffer * 1000)}ms"
-    daemon, raw, times = clocked_daemon(args, work, name, buffer)
+def set_to_heard(args, work, buffer, rewind, constant, say):
+    """(a) and (b) on one daemon with a `buffer`-second buffer, rewind "on" or "off"."""
+    name = f"rampd-heard-{int(buffer * 1000)}ms-rewind-{rewind}"
+    daemon, raw, times = clocked_daemon(args, work, name, buffer, rewind=rewind)
     try:
         c = bench.Rampd(daemon.socket_path)
         output = c.request("status")["output"]
@@ -125,7 +129,8 @@ def set_to_heard(args, work, buffer, constant, say):
 
     latencies = [heard(t0, value) - t0 for t0, value in sets]
     errors = [heard(due - 0.5, value) - due for due, value in scheduled]
-    result = {"buffer_s": buffer, "buffer_frames": output["bufferFrames"], "period_frames": output["periodFrames"],
+    result = {"buffer_s": buffer, "rewind": status.get("rewind"), "rewinds": status.get("rewinds"),
+              "rewind_margin_ms": 1e3 * status.get("rewindMargin", 0), "buffer_frames": output["bufferFrames"], "period_frames": output["periodFrames"],
               "median_ms": 1e3 * percentile(latencies, 50), "p99_ms": 1e3 * percentile(latencies, 99),
               "max_ms": 1e3 * max(latencies), "min_ms": 1e3 * min(latencies), "tries": len(latencies),
               "at_error_ms": [round(1e3 * e, 3) for e in errors],
@@ -185,19 +190,21 @@ def main():
     args = parser.parse_args()
     say = print if args.verbose else (lambda *_: None)
     constant = os.path.join(args.work, "constant.wav")
-    bench.write_constant_wav(constant, int(args.tries * 0.35 + args.scheduled * 1.4 + 20))
-    results = {"heard": [set_to_heard(args, args.work, b, constant, say) for b in (0.05, 0.2)],
+    bench.write_constant_wav(constant, int(args.tries * 1.15 + args.scheduled * 2.2 + 20))
+    results = {"heard": [set_to_heard(args, args.work, b, r, constant, say)
+                         for r in ("off", "on") for b in (0.05, 0.2, 1.0) if r == "on" or b < 1],
                "idle": idle(args, args.work, say)}
     if args.results:
         with open(args.results, "w") as f:
             json.dump(results, f, indent=1)
     print("| `set` → first changed sample heard (clocked test device, period 10 ms) | median | p99 | max |"
-          " buffer (bound without rewind) | max / buffer | `at` 1 s ahead: heard off by | device underruns |")
-    print("|---|---|---|---|---|---|---|---|")
+          " buffer (bound without rewind) | median / buffer | rewinds | `at` 1 s ahead: heard off by | device underruns |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for h in results["heard"]:
-        print(f"| rampd, buffer {h['buffer_s'] * 1000:g} ms, no rewind | {h['median_ms']:.1f} ms | {h['p99_ms']:.1f} ms |"
+        how = f"rewind (margin {h['rewind_margin_ms']:g} ms)" if h["rewind"] else "no rewind"
+        print(f"| rampd, buffer {h['buffer_s'] * 1000:g} ms, {how} | {h['median_ms']:.1f} ms | {h['p99_ms']:.1f} ms |"
               f" {h['max_ms']:.1f} ms | {h['buffer_frames'] / RATE * 1000:g} ms |"
-              f" {h['max_ms'] / (h['buffer_frames'] / RATE * 1000):.2f} |"
+              f" {h['median_ms'] / (h['buffer_frames'] / RATE * 1000):.3f} | {h['rewinds']} |"
               f" {', '.join(f'{e:+.2f}' for e in h['at_error_ms'])} ms | {h['device_underruns']} |")
     print()
     print(f"| idle, nothing playing, {args.idle_seconds:g} s | CPU, % of a core | wake-ups per second (all threads) |")

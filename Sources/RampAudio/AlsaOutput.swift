@@ -49,6 +49,22 @@ public struct OutputConfiguration: Sendable, Equatable {
   /// A `file` plugin's file then starts afresh rather than grow without bound (the daemon's
   /// embedded output); whatever the device holds at that moment is cut short.
   public var reopenAfter: Double?
+  /// Whether a change rewrites what the device holds and has not played yet (`snd_pcm_rewind`),
+  /// so it is heard within ``AlsaPCMOutput/rewindMargin`` whatever the buffer, instead of once
+  /// the buffer has played (``AlsaPCMOutput/allowsRewind``).
+  public var rewind: Rewind = .auto
+  /// The buffer (seconds) on a device that rewinds, if more than `bufferTime`: a long buffer
+  /// stands a render thread scheduled late, and costs no responsiveness there. 0: `bufferTime`.
+  public var rewindBufferTime: Double = 0
+
+  public enum Rewind: String, CaseIterable, Sendable {
+    /// On a sound card (a chain that ends in a kernel `hw` PCM, not through `dmix`).
+    case auto
+    /// On any chain that plays in real time and is not one that cannot (`file`, `null`, `dmix`):
+    /// for a device, such as an ALSA plugin, known to play from its ring as it goes.
+    case on
+    case off
+  }
 
   public init(
     device: String = "default", sampleRate: Int = 48_000, channels: Int = 2, format: SampleFormat = .auto,
@@ -95,6 +111,9 @@ public struct OutputConfiguration: Sendable, Equatable {
         "output.margin: \(marginTime) s is outside one period (\(periodTime) s) to the buffer less one period"
           + " (\(bufferTime) s − \(periodTime) s)")
     }
+    if !rewindBufferTime.isFinite || !(0...10).contains(rewindBufferTime) {
+      throw AudioError(.invalidParameter, "output.rewind-buffer: \(rewindBufferTime) s is outside 0...10 s")
+    }
     if let reopenAfter, !(reopenAfter >= periodTime && reopenAfter <= 86_400) {
       // Set by the daemon from its own key (embedded-output.max-duration), which it checks first.
       throw AudioError(.invalidParameter, "reopenAfter: \(reopenAfter) s is outside one period...86400 s")
@@ -129,6 +148,11 @@ public final class AlsaPCMOutput {
   /// over it): it holds no audio right after a write, taking whatever comes at once. Known after
   /// the first write.
   public private(set) var hasNoClock = false
+  /// Whether what the device holds may be rewritten (`snd_pcm_rewind`): asked for
+  /// (`OutputConfiguration.rewind`), device pacing, and a chain that plays what it holds in real
+  /// time and honours a rewind (not `file`, `null` or `dmix`). Rewinds happen once the device is
+  /// also known to play in real time (``rewindsNow``).
+  public let allowsRewind: Bool
   private var clockProbed = false
 
   /// The chain ends in ALSA's `null` and writes no file: nothing it takes is kept or checked, so
@@ -141,7 +165,7 @@ public final class AlsaPCMOutput {
   /// Equal to the period size (at least 64 frames); larger writes are done in blocks of this size.
   public let blockFrames: Int
 
-  private var pcm: OpaquePointer?
+  private(set) var pcm: OpaquePointer?
   /// `snd_pcm_status` goes here (allocated once: `heardPosition` runs on the render thread).
   private let status: OpaquePointer
   private let buffer: UnsafeMutableRawPointer
@@ -217,7 +241,15 @@ public final class AlsaPCMOutput {
     var periodMicros = UInt32((configuration.periodTime * 1e6).rounded())
     err = snd_pcm_hw_params_set_period_time_near(pcm, hw, &periodMicros, nil)
     if err < 0 { throw fail("cannot set a period near \(configuration.periodTime) s", err) }
-    var bufferMicros = UInt32((configuration.bufferTime * 1e6).rounded())
+    // The chain as configured (its plugins are known before the setup): whether it may rewind,
+    // and with it the buffer.
+    let chain = Self.setupDump(pcm)
+    let rewinds =
+      (configuration.pacing == .device
+        || configuration.pacing == .auto && Self.automaticPacing(setupDump: chain) == .device)
+      && Self.chainRewinds(setupDump: chain, rewind: configuration.rewind)
+    let bufferTime = rewinds ? max(configuration.bufferTime, configuration.rewindBufferTime) : configuration.bufferTime
+    var bufferMicros = UInt32((bufferTime * 1e6).rounded())
     err = snd_pcm_hw_params_set_buffer_time_near(pcm, hw, &bufferMicros, nil)
     if err < 0 { throw fail("cannot set a buffer near \(configuration.bufferTime) s", err) }
 
@@ -265,6 +297,7 @@ public final class AlsaPCMOutput {
       pacing = Self.automaticPacing(setupDump: dump)
     }
     swallowsSilently = dump.contains("Null PCM") && !dump.contains("File PCM")
+    allowsRewind = rewinds
 
     negotiated = Negotiated(
       device: device, format: format, rate: Int(rate), channels: configuration.channels,

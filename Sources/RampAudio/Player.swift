@@ -175,6 +175,9 @@ public final class RenderState: @unchecked Sendable {
   fileprivate let events: SPSCQueue<PlayerEvent>
   /// Set when an event was posted in this block, so the loop rings the doorbell once.
   fileprivate var posted = false
+  /// Counts what cannot be undone by rendering again (an event posted, a command run, something
+  /// retired): a rewind goes no further back than its last change (`RewindHistory`).
+  var irreversible = 0
   /// Events dropped on a full queue since the last `eventsLost` went out.
   fileprivate var lostEvents = 0
   fileprivate var published: ContiguousArray<PublishedValue> = []
@@ -243,6 +246,7 @@ public final class RenderState: @unchecked Sendable {
   public func post(_ event: PlayerEvent) {
     if case .animationFinished(let report) = event { settled = max(settled, report.sample) }
     announceLostEvents()
+    irreversible &+= 1
     if events.push(event) {
       posted = true
     } else {
@@ -375,12 +379,12 @@ public final class Player: @unchecked Sendable {
   let declickFrames: Int
   /// Frames a starved stream's ring must hold again before it ramps back in.
   let refillFrames: Int
-  private var device: AlsaPCMOutput?
+  private(set) var device: AlsaPCMOutput?
   /// An offline player's output, instead of a device (see ``init(sink:rate:channels:blockFrames:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
   private let sink: (any BlockSink)?
   /// An offline player's block: it has no render thread to own one.
   private var offlineBuffers: RenderBuffers?
-  private let state: RenderState
+  let state: RenderState
   private let commands = SPSCQueue<PlayerCommand>(minimumCapacity: 4096)
   /// Several control threads may submit; the render thread is the only consumer and never locks.
   private let submitLock = Mutex<Void>(())
@@ -395,11 +399,11 @@ public final class Player: @unchecked Sendable {
   private let doorbell: Bell
   /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
   /// the command at once.
-  private let commandBell: Bell
+  let commandBell: Bell
   /// Rung when the render thread hands over a dead device (and at shutdown): a recovery thread
   /// with a healthy device sleeps on it, without waking.
   private let recoveryBell: Bell
-  private let running = Atomic<Bool>(false)
+  let running = Atomic<Bool>(false)
   private let finished = Atomic<Bool>(false)
   private var thread: Thread?
   /// When and at which sample the render thread last woke to render a batch of blocks (render
@@ -446,6 +450,8 @@ public final class Player: @unchecked Sendable {
   private var underrunsOfLostDevices = 0
   /// Which sample is heard when (render thread), and its copy for other threads.
   private var heardClock: HeardClock
+  /// What a rewind needs to render again what the device holds (`Rewind.swift`).
+  let rewindHistory: RewindHistory
   private let heard = HeardClock.Shared()
   /// The render thread sleeps, idle, and listens for commands (`perform` then rings it).
   private let idling = Atomic<Bool>(false)
@@ -470,7 +476,7 @@ public final class Player: @unchecked Sendable {
   private let blockCount = Atomic<Int>(0)
   /// The sample the next block starts at, published after each block: what `at` times count from.
   public var currentSample: Int64 { published.load(ordering: .acquiring) }
-  private let published = Atomic<Int64>(0)
+  let published = Atomic<Int64>(0)
   /// Device underruns recovered so far.
   public var deviceUnderruns: Int { underrunCount.load(ordering: .relaxed) }
   private let underrunCount = Atomic<Int>(0)
@@ -552,6 +558,9 @@ public final class Player: @unchecked Sendable {
     self.declick = declick
     idleClock = ClockPacer(rate: negotiated.rate)
     heardClock = HeardClock(rate: negotiated.rate)
+    rewindHistory = RewindHistory(
+      enabled: device?.allowsRewind ?? false, blockFrames: negotiated.periodFrames,
+      bufferFrames: negotiated.bufferFrames, channels: negotiated.channels)
     resumeNanoseconds = Int64(negotiated.periodFrames) * 1_000_000_000 / Int64(negotiated.rate)
     declickFrames = max(Int((declick * rate).rounded()), 1)
     refillFrames = declickFrames + 4 * negotiated.periodFrames
@@ -599,7 +608,8 @@ public final class Player: @unchecked Sendable {
   /// Runs `body` on the render thread: at output sample `sample` exactly (the block is split
   /// there), or before the next block when nil or already past. False when the queue is full.
   /// `wake` false leaves a render thread that waits for the clock asleep: the command still lands
-  /// on the next block's first sample, but whoever waits for its outcome waits for that block.
+  /// on the next block's first sample, but whoever waits for its outcome waits for that block (on
+  /// a device that rewinds the render thread is woken anyway: the command is then heard now).
   @discardableResult
   public func perform(
     at sample: Int64? = nil, wake: Bool = true, _ body: @escaping @Sendable (RenderState) -> Void
@@ -616,8 +626,11 @@ public final class Player: @unchecked Sendable {
 
   private func push(_ command: PlayerCommand, wake: Bool) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(command) }
-    // Only a render thread waiting for the clock listens for it.
-    if wake && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent)) { commandBell.ring() }
+    // Only a render thread waiting for the clock listens for it; one waiting for room in a device
+    // that rewinds always takes a command at once (then heard within the rewind margin).
+    if rewindHistory.enabled || wake && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent)) {
+      commandBell.ring()
+    }
     return accepted
   }
 
@@ -677,8 +690,8 @@ public final class Player: @unchecked Sendable {
     // Offline, the render runs as fast as it can: a longer ring lets the decoder run further
     // ahead, so the two threads wait for each other a few times a minute of audio, not every second.
     let decoder = try StreamDecoder(
-      path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: sink == nil ? 1 : 4,
-      loops: loop, start: false)
+      path: path, outputRate: output.rate, outputChannels: output.channels,
+      bufferSeconds: (sink == nil ? 1 : 4) + heldSeconds, loops: loop, start: false)
     try admit(decoder.openedPath)
     decoder.consumerBell = commandBell
     decoder.start()
@@ -784,6 +797,7 @@ public final class Player: @unchecked Sendable {
   private func retire(_ object: Retired) {
     _ = retired.push(object)
     retiredInBlock = true
+    state.irreversible &+= 1
   }
 
   /// Frees what the render thread let go of (the recovery thread does, and tests that drive
@@ -825,6 +839,7 @@ public final class Player: @unchecked Sendable {
       // With clock pacing, the wait comes before the block is rendered: a command taken during
       // it lands on the block's first sample, heard at most one buffer later.
       var due: Int64 = 0
+      if let device, output.pacing == .device { waitForRoomTakingCommands(on: device, frames: buffers.frames) }
       if let device, output.pacing == .clock {
         // The blocks of one wake-up become `latest` one period apart, from the wake-up on.
         let waited = takeCommandsWhileWaiting(for: device, frames: buffers.frames)
@@ -841,11 +856,13 @@ public final class Player: @unchecked Sendable {
       flushEvents()
       if let device, output.pacing == .device { waitForStreams(on: device, frames: buffers.frames) }
       publishValues(due: due)
+      beginRewindableBlock()
       renderScheduled(buffers)
       // Published before the write (with device pacing, the wait for the device), so commands
       // taken meanwhile count from here.
       published.store(state.engine.now, ordering: .releasing)
       writeOrKeepTime(buffers)
+      endRewindableBlock()
       blockCount.add(1, ordering: .relaxed)
       finishStreams()
       flushEvents()
@@ -892,7 +909,7 @@ public final class Player: @unchecked Sendable {
   }
 
   /// Rings the doorbell once if anything was posted since the last time.
-  private func flushEvents() {
+  func flushEvents() {
     if retiredInBlock {
       retiredInBlock = false
       recoveryBell.ring()
@@ -925,12 +942,17 @@ public final class Player: @unchecked Sendable {
 
   /// Moves submitted commands into the schedule (soonest first) or runs them now: at most
   /// `commandsPerBlock`, the rest stay queued for the next block.
-  private func takeCommands() {
+  func takeCommands() {
     let now = state.engine.now
     var taken = 0
+    var rewound = false
     while taken < Self.commandsPerBlock, events.freeSlots > eventReserve, let command = commands.pop() {
       taken += 1
       guard let sample = command.sample, sample > now else {
+        if !rewound {
+          rewound = true
+          rewindBeforeCommand(at: command.sample)
+        }
         run(command)
         continue
       }
@@ -1380,7 +1402,7 @@ public final class Player: @unchecked Sendable {
   }
 
   /// Frames [offset, offset + frames) of the block. Allocation-free.
-  private func renderSpan(_ buffers: RenderBuffers, offset: Int, frames: Int) {
+  func renderSpan(_ buffers: RenderBuffers, offset: Int, frames: Int) {
     let channels = buffers.channels
     let mix = buffers.mix + offset * channels
     let audio = buffers.audio

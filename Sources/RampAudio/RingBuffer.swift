@@ -9,6 +9,12 @@ public final class RingBuffer: @unchecked Sendable {
   private let storage: UnsafeMutablePointer<Float>
   private let written = Atomic<Int>(0)
   private let read = Atomic<Int>(0)
+  /// Where the producer's room ends: equal to `read`, or behind it while the consumer `holds`
+  /// what it read until it lets go of it (`release(upTo:)`), so it can read it again (`rewind(to:)`).
+  private let released = Atomic<Int>(0)
+  /// Consumer: what is read stays in the ring until released (a player that may rewind its
+  /// device keeps the audio it may have to render again).
+  public var holds = false
 
   /// At least `minimumCapacity` samples (rounded up to a power of two).
   public init(minimumCapacity: Int) {
@@ -26,13 +32,13 @@ public final class RingBuffer: @unchecked Sendable {
   public var available: Int { written.load(ordering: .acquiring) - read.load(ordering: .relaxed) }
 
   /// Room for samples (producer side).
-  public var space: Int { capacity - (written.load(ordering: .relaxed) - read.load(ordering: .acquiring)) }
+  public var space: Int { capacity - (written.load(ordering: .relaxed) - released.load(ordering: .acquiring)) }
 
   /// Producer: copies up to `count` samples in; returns how many fitted.
   @discardableResult
   public func write(_ samples: UnsafePointer<Float>, count: Int) -> Int {
     let head = written.load(ordering: .relaxed)
-    let tail = read.load(ordering: .acquiring)
+    let tail = released.load(ordering: .acquiring)
     let n = min(count, capacity - (head - tail))
     guard n > 0 else { return 0 }
     let start = head & mask
@@ -62,8 +68,32 @@ public final class RingBuffer: @unchecked Sendable {
     let first = min(n, capacity - start)
     body(storage + start, 0, first)
     if n > first { body(storage, first, n - first) }
-    read.store(tail + n, ordering: .releasing)
+    read.store(tail + n, ordering: .relaxed)
+    if !holds { released.store(tail + n, ordering: .releasing) }
     return n
+  }
+
+  /// Consumer: how many samples have ever been read.
+  public var readPosition: Int { read.load(ordering: .relaxed) }
+
+  /// Consumer: what was read before `position` may be overwritten now (at most what was read).
+  public func release(upTo position: Int) {
+    let limit = min(position, read.load(ordering: .relaxed))
+    if limit > released.load(ordering: .relaxed) { released.store(limit, ordering: .releasing) }
+  }
+
+  /// Consumer: whether `position` was read and not yet released.
+  public func canRewind(to position: Int) -> Bool {
+    position >= released.load(ordering: .relaxed) && position <= read.load(ordering: .relaxed)
+  }
+
+  /// Consumer: reads again from `position`, which was read and not yet released. False (and
+  /// nothing moves) when it is not.
+  @discardableResult
+  public func rewind(to position: Int) -> Bool {
+    guard canRewind(to: position) else { return false }
+    read.store(position, ordering: .relaxed)
+    return true
   }
 
   /// Producer side: how many samples have ever been written (a mark for `discard(upTo:)`).
@@ -73,6 +103,9 @@ public final class RingBuffer: @unchecked Sendable {
   /// producer's mark), leaving what came after.
   public func discard(upTo position: Int) {
     let tail = read.load(ordering: .relaxed)
-    if position > tail { read.store(position, ordering: .releasing) }
+    if position > tail {
+      read.store(position, ordering: .relaxed)
+      released.store(position, ordering: .releasing)
+    }
   }
 }

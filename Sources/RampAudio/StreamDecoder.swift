@@ -142,7 +142,16 @@ public final class StreamDecoder: @unchecked Sendable {
   }
 
   private func wakeIfLow() {
-    if ring.available <= lowWater { wakeIfWaitingForRoom() }
+    // What the ring holds for the decoder's room: the unread audio and what is kept to be read
+    // again (`RingBuffer.holds`).
+    if ring.capacity - ring.space <= lowWater { wakeIfWaitingForRoom() }
+  }
+
+  /// Consumer: what was read before `position` (a `RingBuffer.readPosition`) may be overwritten;
+  /// wakes the decoder if that made the room it waits for.
+  public func release(upTo position: Int) {
+    ring.release(upTo: position)
+    wakeIfLow()
   }
 
   private func wakeIfWaitingForRoom() {

@@ -20,8 +20,14 @@ import Synchronization
 public struct DaemonConfiguration: Sendable, Equatable {
   /// `[socket]`: where clients connect.
   public var socket = SocketSettings()
-  /// `[output]`: the ALSA PCM (device, rate, channels, format, period, buffer, pacing).
-  public var output = OutputConfiguration()
+  /// `[output]`: the ALSA PCM (device, rate, channels, format, period, buffer, pacing, rewind).
+  /// On a device that rewinds, the buffer is 200 ms unless said otherwise: robust against a
+  /// render thread scheduled late, and a change is still heard within the rewind margin.
+  public var output: OutputConfiguration = {
+    var output = OutputConfiguration()
+    output.rewindBufferTime = 0.2
+    return output
+  }()
   /// `[embedded-output]`: the fallback when the configured device cannot be opened.
   public var embeddedOutput = EmbeddedOutputSettings()
   /// `[fade]`: what `fade`, `fade-in` and `fade-out` use when a request leaves a field out.

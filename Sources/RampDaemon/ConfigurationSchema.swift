@@ -151,6 +151,16 @@ enum ConfigSchema {
           output.marginTime = try ConfigParse.duration(value)
         }
       }),
+    outputKey(
+      "rewind", render: { ConfigText.quoted($0.rewind.rawValue) },
+      set: { output, value throws(ValueProblem) in
+        output.rewind = try ConfigParse.choice(value, OutputConfiguration.Rewind.allCases.map { ($0.rawValue, $0) })
+      }),
+    outputKey(
+      "rewind-buffer", render: { ConfigText.durationValue($0.rewindBufferTime) },
+      set: { output, value throws(ValueProblem) in
+        output.rewindBufferTime = try ConfigParse.duration(value)
+      }),
   ]
 
   /// An `[output]` key: sets the field, then checks it alone with `OutputConfiguration.validate()`

@@ -212,6 +212,10 @@ public final class Controller: @unchecked Sendable {
       object["drift"] = .number(measured.driftPPM)
     }
     object["idle"] = .bool(player.isIdle)
+    let rewind = player.outputRewind
+    object["rewind"] = .bool(rewind.active)
+    object["rewindMargin"] = .number(rewind.margin)
+    object["rewinds"] = .integer(rewind.rewinds)
     if let latency = player.resumeLatency { object["resumeLatency"] = .number(latency) }
     for (key, value) in outputNotes { object[key] = value }
     return object

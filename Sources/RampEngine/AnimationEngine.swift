@@ -636,6 +636,15 @@ public final class AnimationEngine {
     return true
   }
 
+  /// Moves the clock back to `sample` (at most `now`), to render again what was rendered from
+  /// there: every animation is a function of the sample clock, so the same samples come out, as
+  /// long as nothing ended, began or changed in between (the caller's to make sure: no
+  /// completion was queued, no command ran). Allocation-free.
+  public func rewind(to sample: Int64) {
+    precondition(sample <= now, "the clock only rewinds")
+    now = sample
+  }
+
   /// Moves the clock forward by `count` samples and retires what has ended: each completion is
   /// queued (finished: true) and animations removed on completion are set aside. Does not
   /// allocate as long as fewer than 1024 reports wait to be drained.

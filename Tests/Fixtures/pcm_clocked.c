@@ -111,7 +111,9 @@ static void consume(clocked_t *c)
 	if (due <= c->consumed)
 		return;
 	uint64_t n = due - c->consumed;
-	uint64_t queued = appl(c) - (c->base + c->consumed);
+	snd_pcm_uframes_t played = c->base + c->consumed;
+	/* A rewind past what was played (too late): nothing is queued, as on a card. */
+	uint64_t queued = (snd_pcm_sframes_t)(appl(c) - played) > 0 ? appl(c) - played : 0;
 	if (n > queued) {
 		n = queued;
 		if (c->io.state != SND_PCM_STATE_DRAINING)
@@ -232,7 +234,7 @@ static snd_pcm_uframes_t queued(clocked_t *c)
 	pthread_mutex_lock(&c->lock);
 	consume(c);
 	snd_pcm_uframes_t hw = c->running ? c->base + c->consumed : c->io.hw_ptr;
-	snd_pcm_uframes_t frames = appl(c) - hw;
+	snd_pcm_uframes_t frames = (snd_pcm_sframes_t)(appl(c) - hw) > 0 ? appl(c) - hw : 0;
 	pthread_mutex_unlock(&c->lock);
 	return frames;
 }

@@ -49,6 +49,14 @@ enum ClockedDevice {
     // An hour of a 100 ppm error (0.36 s) in three seconds.
     "rampd_clocked_hour_fast": 120_000, "rampd_clocked_hour_slow": -120_000,
     "rampd_clocked_idle": 0, "rampd_clocked_status": 35, "rampd_clocked_device": 0,
+    "rampd_clocked_rewind": 0, "rampd_clocked_rewind_safety": 0, "rampd_clocked_behind_file": 0,
+  ]
+
+  /// Devices that reach a clocked one through another plugin: ALSA's `file` plugin, which cannot
+  /// rewind (what it passed on to its file stays there), in front of `rampd_clocked_behind_file`.
+  static let chains = [
+    "rampd_clocked_no_rewind":
+      "type file; slave.pcm \"rampd_clocked_behind_file\"; file \"/dev/null\"; format raw"
   ]
 
   private static let setup: Result<String, TestSetupError> = {
@@ -63,7 +71,7 @@ enum ClockedDevice {
         + devices.keys.sorted().map {
           "pcm.\($0) { type rampd_clocked; file \"\(dir)/\($0).raw\"; times \"\(dir)/\($0).times\";"
             + " ppm \(devices[$0]!) }\n"
-        }.joined()
+        }.joined() + chains.keys.sorted().map { "pcm.\($0) { \(chains[$0]!) }\n" }.joined()
       let path = "\(dir)/asound-clocked-test.conf"
       try config.write(toFile: path, atomically: true, encoding: .utf8)
       AlsaTestConfig.append(configuration: path)
@@ -80,11 +88,15 @@ enum ClockedDevice {
   }
 
   /// A player on device `name` (float, paced by the device).
-  static func player(_ name: String, period: Double = 0.01, buffer: Double = 0.2) throws -> Player {
+  /// `rewind: .on`: it rewinds (the device honours a rewind; `auto` rewinds on sound cards only).
+  static func player(
+    _ name: String, period: Double = 0.01, buffer: Double = 0.2, rewind: OutputConfiguration.Rewind = .auto
+  ) throws -> Player {
     _ = try files(name)
-    return try Player(
-      output: OutputConfiguration(
-        device: name, format: .float32, periodTime: period, bufferTime: buffer, pacing: .device))
+    var output = OutputConfiguration(
+      device: name, format: .float32, periodTime: period, bufferTime: buffer, pacing: .device)
+    output.rewind = rewind
+    return try Player(output: output)
   }
 
   /// What device `name` played so far.

@@ -242,3 +242,40 @@ private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers, finishin
   // As the render loop ends the streams whose files are done, after the block.
   if finishingStreams { player.finishStreams() }
 }
+
+extension RealTimeSafetyTests {
+  /// Rewinding allocates and frees nothing either: on the clocked device with rewind on, blocks
+  /// recorded for rewind, rendered and written, and every twentieth a rewind of what the device
+  /// holds (rendering again up to the rewind point included), as before a command.
+  @Test func rewindingAllocatesNothing() throws {
+    let player = try ClockedDevice.player("rampd_clocked_rewind_safety", period: 0.005, buffer: 0.05, rewind: .on)
+    let path = try temporaryDirectory().appendingPathComponent("tone.wav").path
+    try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    try player.play(path, id: "tone", loop: true)
+    player.perform { state in
+      _ = try? state.engine.set("master.gain", to: 0.5, transaction: Transaction(duration: 2, timingFunction: .default))
+    }
+    player.applyPendingCommands()
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    func block() throws {
+      player.beginRewindableBlock()
+      player.renderBlock(buffers)
+      try player.writeToDevice(buffers.mix, frames: frames)
+      player.endRewindableBlock()
+    }
+    for _ in 0..<20 { try block() }
+    player.rewindBeforeCommand(at: nil)
+    var count = AllocationCount()
+    let rewindsBefore = player.outputRewind.rewinds
+    for index in 0..<200 {
+      while player.streamsBehind(frames: frames) { usleep(100) }
+      if index % 20 == 19 { count.counting { player.rewindBeforeCommand(at: nil) } }
+      try count.counting { try block() }
+    }
+    #expect(player.outputRewind.rewinds - rewindsBefore == 10, "\(player.outputRewind.rewinds - rewindsBefore) rewinds")
+    #expect(count.allocated == 0, "\(count.allocated) allocations")
+    #expect(count.freed == 0, "\(count.freed) frees")
+  }
+}

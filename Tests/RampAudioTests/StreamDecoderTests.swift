@@ -4,6 +4,28 @@ import Testing
 @testable import RampAudio
 
 @Suite struct RingBufferTests {
+  /// A ring that holds what it read keeps it from the producer until released, and reads it
+  /// again after a rewind; what was released cannot be read again.
+  @Test func heldAudioIsReadAgainAfterARewindAndFreedOnRelease() {
+    let ring = RingBuffer(minimumCapacity: 8)
+    ring.holds = true
+    let samples: [Float] = [1, 2, 3, 4, 5, 6, 7, 8]
+    #expect(ring.write(samples, count: 8) == 8)
+    var out = [Float](repeating: 0, count: 4)
+    #expect(ring.read(into: &out, count: 4) == 4)
+    // Read, not released: no room for the producer.
+    #expect(ring.space == 0 && ring.write(samples, count: 1) == 0)
+    #expect(ring.rewind(to: 2))
+    #expect(ring.read(into: &out, count: 2) == 2 && out[0] == 3 && out[1] == 4)
+    ring.release(upTo: 3)
+    #expect(ring.space == 3)
+    #expect(!ring.rewind(to: 2), "released audio is not read again")
+    #expect(ring.rewind(to: 3) && ring.available == 5)
+    // Not holding: reading releases at once.
+    ring.holds = false
+    #expect(ring.read(into: &out, count: 4) == 4 && ring.space == 7)
+  }
+
   @Test func wrapsAroundAndKeepsOrder() {
     let ring = RingBuffer(minimumCapacity: 5)
     #expect(ring.capacity == 8)

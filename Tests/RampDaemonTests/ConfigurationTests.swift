@@ -60,10 +60,11 @@ extension ConfigurationTests {
         c.socket.resolvedGroup(environment: [:], isRoot: true) == (getgrnam("audio") == nil ? nil : "audio"))
       #expect(c.limits.idleTimeout == 300 && c.limits.animationsPerKeyPath == 64)
       #expect(c.access == AccessSettings(users: [], groups: []))
-      #expect(c.output == OutputConfiguration())
       #expect(c.output.device == "default" && c.output.sampleRate == 48_000 && c.output.channels == 2)
       #expect(c.output.format == .auto && c.output.periodTime == 0.010 && c.output.bufferTime == 0.050)
       #expect(c.output.pacing == .auto)
+      // A device that rewinds gets a 200 ms buffer.
+      #expect(c.output.rewind == .auto && c.output.rewindBufferTime == 0.2)
       #expect(c.embeddedOutput == EmbeddedOutputSettings(enabled: true, path: nil))
       #expect(c.fades.duration == 1.0 && c.fades.curve == .easeInEaseOut && c.fades.space == .amplitude)
       #expect(c.fades.decibelFloor == -60)
@@ -227,11 +228,13 @@ extension ConfigurationTests {
         buffer = 0.02
         pacing = "clock"
         """)
-      #expect(
-        c.output
-          == OutputConfiguration(
-            device: "hw:1,0", sampleRate: 44_100, channels: 6, format: .s24, periodTime: 0.005, bufferTime: 0.02,
-            pacing: .clock))
+      var expected = OutputConfiguration(
+        device: "hw:1,0", sampleRate: 44_100, channels: 6, format: .s24, periodTime: 0.005, bufferTime: 0.02,
+        pacing: .clock)
+      expected.rewindBufferTime = 0.2
+      #expect(c.output == expected)
+      #expect(try parse("[output]\nrewind = \"off\"\nrewind-buffer = \"1s\"").output.rewind == .off)
+      #expect(try parse("[output]\nrewind-buffer = 0").output.rewindBufferTime == 0)
       #expect(try parse("[output]\nrate = \"96k\"").output.sampleRate == 96_000)
       #expect(try parse("[output]\nrate = \"44.1kHz\"").output.sampleRate == 44_100)
       #expect(try parse("[output]\nrate = \"22050\"").output.sampleRate == 22_050)
@@ -610,7 +613,7 @@ extension ConfigurationTests {
       ("[output]\ndeclick = \"5ms\"", "test:2: output.declick: unknown key in [output] (did you mean gain.declick?)"),
       (
         "[output]\nvolume = 1",
-        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
+        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
       ),
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
@@ -624,7 +627,7 @@ extension ConfigurationTests {
       ("output = 3", "test:1: output: expected a table [output], got integer 3"),
       (
         "[output.extra]\na = 1",
-        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
+        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
       ),
       ("[fade]\nduraton = 1", "test:2: fade.duraton: unknown key (did you mean fade.duration?)"),
     ])
@@ -663,8 +666,8 @@ extension ConfigurationTests {
           == "test:2: limits.clients: 0 is outside 1...4096\ntest:4: output.rate: 1 Hz is outside 8000...384000")
       #expect(
         failure("[output]\nzz = 1\naa = 2")
-          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
-          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin"
+          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
+          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
       )
       // Dotted keys and quoted keys.
       #expect(failure("\n\noutput.rate = 5") == "test:3: output.rate: 5 Hz is outside 8000...384000")

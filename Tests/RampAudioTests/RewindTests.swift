@@ -1,0 +1,126 @@
+import Foundation
+import RampEngine
+import Testing
+
+@testable import RampAudio
+
+/// Heard now: on a device that rewinds, a change rewrites what the device holds and has not
+/// played, beyond `AlsaPCMOutput.rewindMargin`, so it is heard within that margin whatever the
+/// buffer; on one that cannot, it is heard once the buffer has played, as before. On the clocked
+/// test device (`Tests/Fixtures/pcm_clocked.c`), which plays in real time and records when it
+/// played each frame: the reference for "heard".
+@Suite struct RewindTests {
+  /// Between 0.25 and 0.75, a 10 Hz sine: never 0, so the gain applied to each frame can be read
+  /// back from the recording (`recorded / signal`), and a frame skipped, repeated or left stale
+  /// shows as a jump in it.
+  static func signal(_ frame: Int) -> Float { Float(0.5 + 0.25 * sin(2 * Double.pi * Double(frame) / 4_800)) }
+
+  /// The ramp each `set` makes: 20 ms, linear, between 1 and 0.5.
+  static let ramp = 0.02
+  static let slope = 0.5 / (ramp * 48_000)
+
+  struct Outcome {
+    /// Seconds from each `set` to its first frame heard.
+    var latencies: [Double] = []
+    /// The largest step of the gain read back between two frames heard.
+    var largestStep = 0.0
+    var rewind: (active: Bool, margin: Double, rewinds: Int)
+    var underruns: Int
+    var finished = 0
+  }
+
+  /// Plays the signal through `name` (200 ms buffer, 10 ms period), then sends `sets` gain
+  /// changes (each a 20 ms ramp, alternately to 0.5 and back to 1) at random phases against the
+  /// period; reads back from `recording` when each was first heard and how the gain moved.
+  func run(_ name: String, recording: String, sets: Int, test: String = #function) throws -> Outcome {
+    let player = try ClockedDevice.player(name, rewind: .on)
+    let file = try temporaryDirectory(test).appendingPathComponent("signal.wav").path
+    let frames = 48_000 * (2 + sets / 2)
+    try writeSignal(file, frames: frames, channels: 2) { frame, _ in Self.signal(frame) }
+    player.start()
+    try player.play(file, id: "signal")
+    usleep(800_000)
+    var sent: [(nanoseconds: Int64, value: Double)] = []
+    var generator = SystemRandomNumberGenerator()
+    var value = 1.0
+    for _ in 0..<sets {
+      usleep(UInt32.random(in: 230_000...290_000, using: &generator))
+      value = value == 1 ? 0.5 : 1
+      let target = value
+      sent.append((monotonicNanoseconds(), target))
+      player.perform { state in
+        _ = try? state.engine.set(
+          "master.gain", to: target, transaction: Transaction(duration: Self.ramp, timingFunction: .linear))
+      }
+    }
+    usleep(400_000)
+    var outcome = Outcome(rewind: player.outputRewind, underruns: player.deviceUnderruns)
+    player.shutdown()
+    while let event = player.nextEvent() {
+      if case .animationFinished = event { outcome.finished += 1 }
+    }
+
+    let played = try ClockedDevice.recording(recording)
+    // The stream's first frame: near the first one heard that is not silence (its fade-in starts
+    // at 0), where the signal fits what was heard once the fade-in is over.
+    let first = try #require((0..<played.frames).first { played.sample($0) != 0 }, "the signal was heard")
+    let start = (max(first - 3, 0)...first + 3).min { a, b in
+      func misfit(_ start: Int) -> Float {
+        (1_000..<1_500).reduce(0) { $0 + abs(played.sample(start + $1) - Self.signal($1)) }
+      }
+      return misfit(a) < misfit(b)
+    }!
+    let end = min(start + frames, played.frames)
+    // The gain applied to each frame, from the end of the fade-in on (its own ramp is steeper).
+    let settled = start + 1_000
+    var gains = [Double](repeating: 1, count: end - start)
+    for frame in start..<end {
+      gains[frame - start] = Double(played.sample(frame)) / Double(Self.signal(frame - start))
+    }
+    for index in (settled - start + 1)..<gains.count {
+      outcome.largestStep = max(outcome.largestStep, abs(gains[index] - gains[index - 1]))
+    }
+    var frame = settled
+    var previous = 1.0
+    for (nanoseconds, value) in sent {
+      while frame < end, let heard = played.nanoseconds(ofFrame: frame), heard < nanoseconds { frame += 1 }
+      while frame < end, abs(gains[frame - start] - previous) < 1e-4 { frame += 1 }
+      let heard = try #require(played.nanoseconds(ofFrame: frame), "the change to \(value) was heard")
+      outcome.latencies.append(Double(heard - nanoseconds) / 1e9)
+      previous = value
+    }
+    return outcome
+  }
+
+  @Test func aChangeIsHeardWithinTheMarginWithA200msBuffer() throws {
+    let outcome = try run("rampd_clocked_rewind", recording: "rampd_clocked_rewind", sets: 12)
+    #expect(outcome.rewind.active, "the clocked device rewinds")
+    #expect(outcome.rewind.margin <= 0.005)
+    #expect(outcome.rewind.rewinds >= 12, "\(outcome.rewind.rewinds) rewinds")
+    #expect(outcome.underruns == 0)
+    let sorted = outcome.latencies.sorted()
+    let median = sorted[sorted.count / 2]
+    // Heard within the margin; the rest is the render thread's wake-up and render (a loaded
+    // machine may delay one of them).
+    #expect(median <= 0.005, "heard after \(outcome.latencies.map { ($0 * 1e4).rounded() / 10 }) ms")
+    #expect(sorted.last! <= 0.05, "heard after \(outcome.latencies.map { ($0 * 1e4).rounded() / 10 }) ms")
+    // No step in what was heard beyond the ramp's own slope: nothing rewound was played, nothing
+    // written again was skipped or played twice.
+    #expect(outcome.largestStep <= Self.slope * 1.01 + 1e-5, "a step of \(outcome.largestStep)")
+    // Every animation's end is posted once, for what was finally heard: each set's and the
+    // stream's fade-in.
+    #expect(outcome.finished == 13)
+  }
+
+  /// ALSA's `file` plugin cannot rewind: a change is heard once what the buffer holds has
+  /// played, as without rewind, and the audio is as continuous.
+  @Test func withoutRewindAChangeWaitsForTheBuffer() throws {
+    let outcome = try run("rampd_clocked_no_rewind", recording: "rampd_clocked_behind_file", sets: 6)
+    #expect(!outcome.rewind.active)
+    #expect(outcome.rewind.rewinds == 0)
+    let sorted = outcome.latencies.sorted()
+    #expect(sorted[sorted.count / 2] >= 0.15, "heard after \(outcome.latencies) s")
+    #expect(outcome.largestStep <= Self.slope * 1.01 + 1e-5, "a step of \(outcome.largestStep)")
+    #expect(outcome.finished == 7)
+  }
+}
