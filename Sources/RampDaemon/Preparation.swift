@@ -10,6 +10,8 @@ struct Preparation: Sendable {
   var configuration: DaemonConfiguration { live.current }
   let player: Player
   let streamNames: StreamNames
+  /// The queues of the streams that play one.
+  let queues = QueueBook()
 
   /// `elapsed`: seconds a fade is already under way (a saved schedule applied late). `confined`:
   /// for a client that may play only files under the media roots.
@@ -64,6 +66,8 @@ struct Preparation: Sendable {
         })
     case .duckAdd, .duckRemove, .duckList, .duck:
       return prepareDuck(command)
+    case .queueAdd, .queueRemove, .queueClear, .queueList, .skip:
+      return try prepareQueueCommand(command, confined: confined)
     case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait, .schedules, .unschedule:
       throw ProtocolError(.internalError, field: "cmd", "'\(command.name)' is handled by the session")
     }
@@ -104,11 +108,13 @@ struct Preparation: Sendable {
     let gain = play.gain ?? 1
     try checkGain(gain, field: "gain")
     let id = play.stream ?? streamNames.next()
+    let queue = try prepareQueue(play, first: path, confined: confined)
     let stream: PreparedStream
     do {
       stream = try player.prepare(
         path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
-        space: play.space ?? .amplitude, loop: play.loop, paused: play.paused, admit: admit)
+        space: play.space ?? .amplitude, loop: play.loop && queue == nil, paused: play.paused, queue: queue,
+        admit: admit)
     } catch let error as ProtocolError {
       throw error
     } catch let error as AudioError {
