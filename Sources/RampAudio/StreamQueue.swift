@@ -57,6 +57,11 @@ public final class StreamQueue: @unchecked Sendable {
   var next: QueueItem?
   /// Another item follows the playing one (installed or still to come).
   var expectsNext: Bool
+  /// The version of the daemon's queue the installed next item was chosen from: an install
+  /// chosen from an older one (overtaken by a change to the queue) is dropped.
+  var generation: UInt64 = 0
+  /// The last item's end was announced.
+  private var lastEnded = false
   /// The playing item's level: 1, or its crossfade's ramp in.
   var incoming = DuckEnvelope(level: 1)
   var voices: ContiguousArray<Voice>
@@ -92,8 +97,8 @@ public final class StreamQueue: @unchecked Sendable {
   func isQuiet(_ stream: PlayingStream, frames: Int, now: Int64) -> Bool {
     guard voiceCount == 0, incoming.isResting(from: now) else { return false }
     let decoder = stream.decoder
+    if decoder.isFinished && decoder.ring.available < frames * decoder.outputChannels && !lastEnded { return false }
     if next != nil || expectsNext {
-      if decoder.isFinished && decoder.ring.available < frames * decoder.outputChannels { return false }
       if automatic.frames > 0 && stream.position + frames >= decoder.outputLength - Int(automatic.frames) {
         return false
       }
@@ -145,6 +150,11 @@ public final class StreamQueue: @unchecked Sendable {
           next, in: stream, shape: CrossfadeShape(frames: 0, curve: .linear), skipped: false, at: now + Int64(done),
           offset: done, state: state, retire: retire)
         continue
+      }
+      if got < wanted && decoder.isFinished && decoder.ring.available == 0 && !expectsNext && !lastEnded {
+        // The last item is over: the stream ends after this block.
+        lastEnded = true
+        state.post(.itemEnded(stream: stream.id, item: item, sample: now + Int64(done + gotFrames), skipped: false))
       }
       if got < wanted { break }
       done += limit
@@ -205,6 +215,7 @@ public final class StreamQueue: @unchecked Sendable {
     stream.position = -offset
     self.item = item.id
     expectsNext = item.followed
+    lastEnded = false
     if next === item {
       next = nil
       retire(item)
@@ -333,6 +344,8 @@ public final class QueueInstall: RenderCommand, @unchecked Sendable {
   public let stream: String
   /// The playing item it was chosen after.
   public let after: UInt64
+  /// The version of the queue it was chosen from (`StreamQueue.generation`).
+  public let generation: UInt64
   private var item: QueueItem?
   private let followed: Bool
   private var replaced: QueueItem?
@@ -340,15 +353,19 @@ public final class QueueInstall: RenderCommand, @unchecked Sendable {
   public private(set) var installed = false
 
   /// `item` nil: nothing follows the playing item (the queue was cleared, say).
-  public init(stream: String, after: UInt64, item: QueueItem?) {
+  public init(stream: String, after: UInt64, generation: UInt64, item: QueueItem?) {
     self.stream = stream
+    self.generation = generation
     self.after = after
     self.item = item
     followed = item != nil
   }
 
   public func commit(_ state: RenderState) {
-    guard let playing = state.stream(stream), let queue = playing.queue, queue.item == after else { return }
+    guard let playing = state.stream(stream), let queue = playing.queue, queue.item == after,
+      generation >= queue.generation
+    else { return }
+    queue.generation = generation
     replaced = queue.next
     queue.next = item
     queue.expectsNext = followed

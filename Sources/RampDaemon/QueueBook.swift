@@ -20,6 +20,9 @@ final class QueueBook: Sendable {
     /// The playing item's id.
     var current: UInt64
     var loop: Bool
+    /// Counts the changes (and the items started): the next item installed is the one chosen
+    /// from the newest version (`QueueInstall.generation`).
+    var generation: UInt64 = 1
 
     var currentIndex: Int? { items.firstIndex { $0.id == current } }
 
@@ -59,6 +62,7 @@ final class QueueBook: Sendable {
     }
     return queues.withLock { table in
       table[stream]?.current = item
+      table[stream]?.generation += 1
       return table[stream]
     }
   }
@@ -74,6 +78,7 @@ final class QueueBook: Sendable {
     let result: Result<T, ProtocolError>? = queues.withLock { table in
       guard var queue = table[stream] else { return nil }
       do throws(ProtocolError) {
+        queue.generation += 1
         let value = try body(&queue)
         table[stream] = queue
         return .success(value)

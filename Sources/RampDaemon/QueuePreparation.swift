@@ -197,7 +197,9 @@ extension Preparation {
       next = try openQueueItem(following, followed: queue.isFollowed(following), field: "stream")
     }
     let reply: JSONValue = ["stream": .string(stream), "queue": QueueBook.describe(queue)]
-    return .queue(.install(QueueInstall(stream: stream, after: queue.current, item: next), reply: reply))
+    return .queue(
+      .install(
+        QueueInstall(stream: stream, after: queue.current, generation: queue.generation, item: next), reply: reply))
   }
 }
 
@@ -234,12 +236,12 @@ extension Controller {
     Self.queueOpening.async {
       while let queue = queues.queue(stream), queue.current == after {
         guard let following = queue.following else {
-          player.submit(QueueInstall(stream: stream, after: after, item: nil))
+          player.submit(QueueInstall(stream: stream, after: after, generation: queue.generation, item: nil))
           return
         }
         do throws(ProtocolError) {
           let item = try preparation.openQueueItem(following, followed: queue.isFollowed(following), field: "path")
-          player.submit(QueueInstall(stream: stream, after: after, item: item))
+          player.submit(QueueInstall(stream: stream, after: after, generation: queue.generation, item: item))
           return
         } catch {
           logger.warning(
