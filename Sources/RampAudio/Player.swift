@@ -1458,7 +1458,8 @@ public final class Player: @unchecked Sendable {
       let seeking = stream.pendingSeek != nil
       let got: Int
       let centred = channels != 2 || engine.restingValue(stream.pan) == 0
-      if centred, !starving, !seeking, stream.supply == 1, stream.queue?.isQuiet(stream, frames: frames, now: now) ?? true,
+      if centred, !starving, !seeking, stream.supply == 1,
+        stream.queue?.isQuiet(stream, frames: frames, now: now) ?? true,
         let level = engine.restingValue(stream.gain),
         let transport = engine.restingValue(stream.transport),
         let duck = ducks.restingFactor(stream: stream.id, from: now)

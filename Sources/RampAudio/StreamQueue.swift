@@ -78,7 +78,9 @@ public final class StreamQueue: @unchecked Sendable {
     var skipped = false
   }
 
-  init(item: UInt64, followed: Bool, next: QueueItem?, automatic: CrossfadeShape, manual: CrossfadeShape, maxSamples: Int) {
+  init(
+    item: UInt64, followed: Bool, next: QueueItem?, automatic: CrossfadeShape, manual: CrossfadeShape, maxSamples: Int
+  ) {
     self.item = item
     self.next = next
     expectsNext = followed
@@ -140,7 +142,8 @@ public final class StreamQueue: @unchecked Sendable {
       if got < wanted { (audio + done * channels + got).update(repeating: 0, count: wanted - got) }
       let gotFrames = got / channels
       if !incoming.isResting(from: now + Int64(done)) {
-        Self.multiply(audio + done * channels, frames: gotFrames, channels: channels, by: incoming, from: now + Int64(done))
+        Self.multiply(
+          audio + done * channels, frames: gotFrames, channels: channels, by: incoming, from: now + Int64(done))
       }
       if gotFrames > 0 { extent = done + gotFrames }
       if got < wanted && decoder.isFinished && decoder.ring.available == 0, let next {
@@ -193,7 +196,9 @@ public final class StreamQueue: @unchecked Sendable {
         voices[index].envelope.ramp(to: 0, frames: shape.frames, curve: shape.curve, at: sample)
         index += 1
       }
-      if voiceCount == Self.voiceCapacity, let cut = endVoice(quietest(at: sample), in: stream, at: sample, state: state) {
+      if voiceCount == Self.voiceCapacity,
+        let cut = endVoice(quietest(at: sample), in: stream, at: sample, state: state)
+      {
         retire(cut)
         voices[voiceCount].decoder = nil
       }
@@ -264,7 +269,8 @@ public final class StreamQueue: @unchecked Sendable {
 
   /// Ends outgoing item `index`: its decoder stops and is handed back (the caller retires it,
   /// so the slot lets go of it without freeing it here); the last voice takes its place.
-  private func endVoice(_ index: Int, in stream: PlayingStream, at sample: Int64, state: RenderState) -> StreamDecoder? {
+  private func endVoice(_ index: Int, in stream: PlayingStream, at sample: Int64, state: RenderState) -> StreamDecoder?
+  {
     let decoder = voices[index].decoder
     decoder?.cancel()
     state.post(
@@ -287,8 +293,9 @@ public final class StreamQueue: @unchecked Sendable {
   /// The decoder the render thread must wait for before a block when it waits for every stream
   /// (a device without a clock), and the samples it waits for; `installing` when the next item
   /// is due within the block but the daemon has not installed it yet.
-  func behind(_ stream: PlayingStream, frames: Int, ahead: Int) -> (decoder: StreamDecoder?, needed: Int, installing: Bool)?
-  {
+  func behind(_ stream: PlayingStream, frames: Int, ahead: Int) -> (
+    decoder: StreamDecoder?, needed: Int, installing: Bool
+  )? {
     let decoder = stream.decoder
     let channels = decoder.outputChannels
     if next == nil && expectsNext {
@@ -296,7 +303,9 @@ public final class StreamQueue: @unchecked Sendable {
       let fading = automatic.frames > 0 && stream.position + frames >= decoder.outputLength - Int(automatic.frames)
       if ending || fading { return (nil, 0, true) }
     }
-    if let next, !next.decoder.isFinished, next.decoder.ring.available < min(ahead * channels, next.decoder.ring.capacity) {
+    if let next, !next.decoder.isFinished,
+      next.decoder.ring.available < min(ahead * channels, next.decoder.ring.capacity)
+    {
       return (next.decoder, min(ahead * channels, next.decoder.ring.capacity), false)
     }
     var index = 0

@@ -89,7 +89,8 @@ extension Preparation {
         "cannot read '\(path)': its sample rate, \(reader.sampleRate) Hz, is outside the "
           + "\(StreamDecoder.fileRates.lowerBound) to \(StreamDecoder.fileRates.upperBound) Hz rampd decodes.")
     }
-    return QueueBook.Item(id: queues.newID(), path: resolved, seconds: Double(reader.frames) / Double(reader.sampleRate))
+    return QueueBook.Item(
+      id: queues.newID(), path: resolved, seconds: Double(reader.frames) / Double(reader.sampleRate))
   }
 
   /// Opens `item` ahead of its turn. A file that fails now (gone since it was added) is
@@ -152,7 +153,8 @@ extension Preparation {
       return try install(stream) { queue throws(ProtocolError) in
         guard index < queue.items.count else {
           throw ProtocolError(
-            .outOfRange, field: "index", "index: the queue holds \(queue.items.count) items (0 to \(queue.items.count - 1))")
+            .outOfRange, field: "index",
+            "index: the queue holds \(queue.items.count) items (0 to \(queue.items.count - 1))")
         }
         guard queue.items[index].id != queue.current else {
           throw ProtocolError(.invalidField, field: "index", "index: item \(index) is playing; skip it with next first")

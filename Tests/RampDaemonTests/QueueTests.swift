@@ -37,7 +37,8 @@ import Testing
     for (index, length) in lengths.enumerated() {
       paths.append(
         try Self.file(
-          daemon, "item\(index)", frames: length, left: { Float($0 + 1) / Float(length) }, right: { _ in marks[index] }))
+          daemon, "item\(index)", frames: length, left: { Float($0 + 1) / Float(length) }, right: { _ in marks[index] })
+      )
     }
     let play = try client.request([
       "cmd": "play", "path": .string(paths[0]), "stream": "music",
@@ -72,7 +73,8 @@ import Testing
       let wrong = (first..<length).first { frame in
         left[start + frame] != Float(frame + 1) / Float(length) || right[start + frame] != marks[index]
       }
-      #expect(wrong == nil, "item \(index) frame \(wrong ?? -1): \(wrong.map { (left[start + $0], right[start + $0]) })")
+      #expect(
+        wrong == nil, "item \(index) frame \(wrong ?? -1): \(wrong.map { (left[start + $0], right[start + $0]) })")
       start += length
     }
     #expect(left[start..<min(start + 4_800, left.count)].allSatisfy { $0 == 0 }, "silence after the last item")
@@ -94,7 +96,9 @@ import Testing
       ]
       request["crossfadeCurve"] = curve.map(JSONValue.string)
       #expect(try client.request(request).isOK)
-      let second = try client.waitForEvent { $0["event"] == "item-started" && $0["stream"] == .string(stream) && $0["path"] == .string(b) }
+      let second = try client.waitForEvent {
+        $0["event"] == "item-started" && $0["stream"] == .string(stream) && $0["path"] == .string(b)
+      }
       starts.append((curve ?? "qsin", Self.sample(second)))
       _ = try client.waitForEvent { $0["event"] == "stream-ended" && $0["stream"] == .string(stream) }
     }
