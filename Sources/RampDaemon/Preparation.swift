@@ -88,17 +88,8 @@ struct Preparation: Sendable {
   private func prepare(_ play: Play, confined: Bool) throws(ProtocolError) -> Operation {
     // One copy of the live configuration for the whole request (each read takes its lock).
     let configuration = configuration
-    let path: String
     let media = configuration.media
-    do {
-      path = try media.resolve(play.path, confined: confined)
-    } catch {
-      switch error.reason {
-      case .outsideRoots, .relativeWithoutRoots, .confinedWithoutRoots:
-        throw ProtocolError(.forbiddenPath, field: "path", error.description)
-      default: throw ProtocolError(.fileError, field: "path", error.description)
-      }
-    }
+    let path = try Self.resolve(play.path, in: media, field: "path", confined: confined)
     let admit = { (opened: String) throws(ProtocolError) in
       guard media.contains(openedPath: opened) else {
         throw ProtocolError(

@@ -60,13 +60,13 @@ public struct QueueDefaults: Sendable, Equatable {
 }
 
 extension Preparation {
-  /// A file for a queue, resolved under the media roots and opened to check it (`field` names it
-  /// in a refusal): its path and length.
-  func queueItem(_ path: String, field: String, confined: Bool) throws(ProtocolError) -> QueueBook.Item {
-    let media = configuration.media
-    let resolved: String
+  /// A path resolved under the media roots: a path outside them is `forbidden-path`, one that
+  /// cannot be resolved `file-error`, naming `field`.
+  static func resolve(_ path: String, in media: MediaSettings, field: String, confined: Bool) throws(ProtocolError)
+    -> String
+  {
     do {
-      resolved = try media.resolve(path, confined: confined)
+      return try media.resolve(path, confined: confined)
     } catch {
       switch error.reason {
       case .outsideRoots, .relativeWithoutRoots, .confinedWithoutRoots:
@@ -74,6 +74,13 @@ extension Preparation {
       default: throw ProtocolError(.fileError, field: field, error.description)
       }
     }
+  }
+
+  /// A file for a queue, resolved under the media roots and opened to check it (`field` names it
+  /// in a refusal): its path and length.
+  func queueItem(_ path: String, field: String, confined: Bool) throws(ProtocolError) -> QueueBook.Item {
+    let media = configuration.media
+    let resolved = try Self.resolve(path, in: media, field: field, confined: confined)
     let reader: SoundFileReader
     do throws(AudioError) {
       reader = try SoundFileReader(path: resolved)

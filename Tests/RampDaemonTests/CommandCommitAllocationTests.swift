@@ -123,9 +123,9 @@ import Testing
       )
       if round > 0 { send(#"{"cmd":"stop","stream":"p\#(round - 1)"}"#) }
       if !even { send(#"{"cmd":"seek","stream":"bed","position":\#(Double(round % 3) * 0.5)}"#) }
-      if round % 4 == 1 { send(#"{"cmd":"next","stream":"q"}"#) }
-      if round % 8 == 3 { send(#"{"cmd":"previous","stream":"q"}"#) }
-      if round % 100 == 7 { send(#"{"cmd":"queue-add","stream":"q","paths":["\#(short)"]}"#) }
+      if round % 40 == 1 { send(#"{"cmd":"next","stream":"q"}"#) }
+      if round % 80 == 3 { send(#"{"cmd":"previous","stream":"q"}"#) }
+      if round % 200 == 7 { send(#"{"cmd":"queue-add","stream":"q","paths":["\#(short)"]}"#) }
 
       try renderThreadWork { player.applyPendingCommands() }
       // Enough blocks for the last round's stream to ramp out and leave the mix.
