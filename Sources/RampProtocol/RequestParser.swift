@@ -227,6 +227,7 @@ struct RequestParser {
     case "queue-add":
       let r = try reader(object, name)
       let stream = try r.required(try r.identifier("stream"), "stream")
+      _ = try r.required(r.value("paths"), "paths")
       let paths = try self.paths(r, "paths")
       guard !paths.isEmpty else { throw r.invalid("paths", "give at least one file") }
       return .queueAdd(stream: stream, paths: paths)
