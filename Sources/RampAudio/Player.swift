@@ -24,6 +24,11 @@ public enum PlayerEvent: Sendable, Equatable {
   case duckStarted(rule: String, sample: Int64)
   /// Duck rule `rule`'s release ended at `sample`: its targets are back at their model values.
   case duckEnded(rule: String, sample: Int64)
+  /// Queue item `item` of stream `stream` began to be heard at `sample` (`StreamQueue`).
+  case itemStarted(stream: String, item: UInt64, sample: Int64)
+  /// Queue item `item` was last heard before `sample`: it played to its end, or (`skipped`) its
+  /// fade out (a crossfade, a skip) is over.
+  case itemEnded(stream: String, item: UInt64, sample: Int64, skipped: Bool)
 }
 
 /// What a command hands back from the render thread. Subclass it to carry results; the render
@@ -277,7 +282,10 @@ public struct StreamSnapshot: Sendable, Equatable {
 /// makes starting, pausing and stopping ramps instead of cuts.
 final class PlayingStream {
   let id: String
-  let decoder: StreamDecoder
+  /// The file playing (a queue's playing item).
+  var decoder: StreamDecoder
+  /// The queue the stream plays, if it plays one.
+  var queue: StreamQueue?
   let gain: PropertyHandle
   let transport: PropertyHandle
   /// Stereo balance, −1 (left) … +1 (right); only a two-channel output applies it.
@@ -684,7 +692,7 @@ public final class Player: @unchecked Sendable {
   /// what it throws refuses the file.
   public func prepare(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
-    space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false,
+    space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false, queue: StreamQueue? = nil,
     admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> PreparedStream {
     // Offline, the render runs as fast as it can: a longer ring lets the decoder run further
@@ -717,10 +725,10 @@ public final class Player: @unchecked Sendable {
           defaultDuration: 0), transport
       )
     }
-    return PreparedStream(
-      id: id, path: path, unstarted: unstarted,
-      stream: PlayingStream(id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused),
-      ramp: ramp, fadesIn: fadeIn > 0)
+    let stream = PlayingStream(
+      id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused)
+    stream.queue = queue
+    return PreparedStream(id: id, path: path, unstarted: unstarted, stream: stream, ramp: ramp, fadesIn: fadeIn > 0)
   }
 
   /// A duck rule made ready for the render thread (`DuckLayer.add`); its storage is allocated here.
@@ -831,7 +839,7 @@ public final class Player: @unchecked Sendable {
       // Closing finishes what the device writes (the file plugin fixes its WAV header here).
       device?.close()
       // The decoders' threads end with the streams.
-      for stream in state.streams { stream.decoder.cancel() }
+      for stream in state.streams { stream.cancelDecoders() }
       finished.store(true, ordering: .releasing)
     }
     while running.load(ordering: .acquiring) {
@@ -901,7 +909,7 @@ public final class Player: @unchecked Sendable {
 
   /// Ends an offline player: its streams' decoders stop, what waits to run is dropped.
   public func finishOffline() {
-    for stream in state.streams { stream.decoder.cancel() }
+    for stream in state.streams { stream.cancelDecoders() }
     running.store(false, ordering: .releasing)
     scheduled.removeAll()
     while commands.pop() != nil {}
@@ -1257,6 +1265,7 @@ public final class Player: @unchecked Sendable {
       var index = 0
       var behind: StreamDecoder?
       var needed = 0
+      var installing = false
       while index < state.streams.count && behind == nil {
         let stream = state.streams[index]
         index += 1
@@ -1269,11 +1278,24 @@ public final class Player: @unchecked Sendable {
           }
           continue
         }
-        if decoder.isFinished { continue }
         let ahead = stream.starved ? max(refillFrames, frames + declickFrames) : frames + declickFrames
+        if let queue = stream.queue, let wait = queue.behind(stream, frames: frames, ahead: ahead) {
+          // A queue's next item the daemon has yet to install: commands are taken until it is.
+          guard let decoder = wait.decoder else {
+            if commandBell.wait(milliseconds: 10) { takeCommands() }
+            flushEvents()
+            installing = true
+            break
+          }
+          behind = decoder
+          needed = wait.needed
+          break
+        }
+        if decoder.isFinished { continue }
         needed = min(ahead * output.channels, decoder.ring.capacity)
         if decoder.ring.available < needed { behind = decoder }
       }
+      if installing { continue }
       guard let decoder = behind else { return }
       if needed == 0 {
         // A seek lands within a read of the file: polled, there is no bell for it.
@@ -1470,7 +1492,9 @@ public final class Player: @unchecked Sendable {
       let seeking = stream.pendingSeek != nil
       let got: Int
       let centred = channels != 2 || engine.restingValue(stream.pan) == 0
-      if centred, !starving, !seeking, stream.supply == 1, let level = engine.restingValue(stream.gain),
+      if centred, !starving, !seeking, stream.supply == 1,
+        stream.queue?.isQuiet(stream, frames: frames, now: now) ?? true,
+        let level = engine.restingValue(stream.gain),
         let transport = engine.restingValue(stream.transport),
         let duck = ducks.restingFactor(stream: stream.id, from: now)
       {
@@ -1493,7 +1517,9 @@ public final class Player: @unchecked Sendable {
         } else if seeking {
           envelope = .out
         }
-        got = decoder.read(into: audio, count: taken)
+        got =
+          stream.queue?.read(stream, into: audio, count: taken, now: now, state: state) { retire(.object($0)) }
+          ?? decoder.read(into: audio, count: taken)
         if got < wanted { (audio + got).update(repeating: 0, count: wanted - got) }
         if starving || seeking || stream.supply < 1 {
           applySupply(stream, to: audio, frames: got / channels, channels: channels, ramp: envelope)
@@ -1570,7 +1596,9 @@ public final class Player: @unchecked Sendable {
     var index = state.streams.count - 1
     while index >= 0 {
       let stream = state.streams[index]
-      let drained = stream.decoder.isFinished && stream.decoder.ring.available == 0 && stream.pendingSeek == nil
+      let drained =
+        stream.decoder.isFinished && stream.decoder.ring.available == 0 && stream.pendingSeek == nil
+        && !(stream.queue?.continues ?? false)
       var stopped = false
       if stream.stopping {
         var level: Float = 1
@@ -1578,7 +1606,7 @@ public final class Player: @unchecked Sendable {
         stopped = level == 0
       }
       if drained || stopped {
-        stream.decoder.cancel()
+        stream.cancelDecoders()
         let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.hasFailed ? .failed : .finished)
         state.post(.streamEnded(id: stream.id, reason: reason))
         // By handle: no key path is built or matched.
@@ -1670,6 +1698,7 @@ public final class PreparedStream: RenderCommand, @unchecked Sendable {
     state.streams.append(stream)
     unstarted.joined = true
     state.post(.streamStarted(id: id, path: path))
+    if let queue = stream.queue { state.post(.itemStarted(stream: id, item: queue.item, sample: engine.now)) }
     return .success(())
   }
 }

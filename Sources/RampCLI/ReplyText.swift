@@ -173,6 +173,10 @@ public enum ReplyText {
       return "duck-started \(rule) @\(sample)"
     case .duckEnded(let rule, let sample):
       return "duck-ended \(rule) @\(sample)"
+    case .itemStarted(let stream, let item, let path, let sample):
+      return "item-started \(stream) #\(item) \(path) @\(sample)"
+    case .itemEnded(let stream, let item, let path, let reason, let sample):
+      return "item-ended \(stream) #\(item) \(path) (\(reason)) @\(sample)"
     case .value(let key, let value, let sample):
       return "value \(key) \(level(value, key: key)) @\(sample)"
     }

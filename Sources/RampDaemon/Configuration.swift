@@ -42,6 +42,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
   public var mixers: [MixerBindingConfiguration] = []
   /// `[[duck]]`: duck rules in force from the start.
   public var ducks: [DuckRule] = []
+  /// `[queue]`: the crossfades of a queue stream whose `play` leaves them out.
+  public var queue = QueueDefaults()
   /// `[limits]`: what one daemon accepts from its clients.
   public var limits = Limits()
   /// `[media]`: which files `play` may open.
@@ -69,7 +71,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
       && lhs.transaction.valueSpace == rhs.transaction.valueSpace
       && lhs.transaction.continuity == rhs.transaction.continuity && lhs.maxGainDecibels == rhs.maxGainDecibels
       && lhs.declick == rhs.declick && lhs.mixers == rhs.mixers && lhs.ducks == rhs.ducks && lhs.limits == rhs.limits
-      && lhs.media == rhs.media
+      && lhs.media == rhs.media && lhs.queue == rhs.queue
       && lhs.access == rhs.access && lhs.log == rhs.log && lhs.state == rhs.state
   }
 }

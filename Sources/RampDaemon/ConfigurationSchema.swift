@@ -53,15 +53,16 @@ struct ConfigKey: Sendable {
 /// Every section and key, in the order of `config/rampd.toml`.
 enum ConfigSchema {
   static let sections = [
-    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "duck", "limits", "media", "access",
-    "log",
+    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "duck", "queue", "limits", "media",
+    "access", "log",
     "state", "shutdown",
   ]
   /// Sections that are arrays of tables (`[[mixer]]`).
   static let arraySections: Set<String> = ["mixer", "duck"]
 
   static let keys: [ConfigKey] =
-    socket + output + embeddedOutput + fade + implicit + gain + limits + media + access + log + state + shutdown
+    socket + output + embeddedOutput + fade + implicit + gain + queue + limits + media + access + log + state
+    + shutdown
 
   static let keysByPath: [String: ConfigKey] = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0) })
   static let keysByEnvironmentName: [String: ConfigKey] = Dictionary(
@@ -240,6 +241,29 @@ enum ConfigSchema {
         builder.configuration.fades.decibelFloor = floor
       },
       render: { ConfigText.decibelValue($0.fades.decibelFloor) }),
+  ]
+
+  static let queue: [ConfigKey] = [
+    ConfigKey(
+      section: "queue", name: "crossfade",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.queue.crossfade = try ConfigParse.duration(value, in: 0...3600)
+      },
+      render: { ConfigText.durationValue($0.queue.crossfade) }),
+    ConfigKey(
+      section: "queue", name: "crossfade-curve",
+      apply: { builder, value throws(ValueProblem) in builder.configuration.queue.curve = try curve(value) },
+      render: { ConfigText.quoted($0.queue.curve.description) }),
+    ConfigKey(
+      section: "queue", name: "skip-crossfade",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.queue.skipCrossfade = try ConfigParse.duration(value, in: 0...3600)
+      },
+      render: { ConfigText.durationValue($0.queue.skipCrossfade) }),
+    ConfigKey(
+      section: "queue", name: "skip-curve",
+      apply: { builder, value throws(ValueProblem) in builder.configuration.queue.skipCurve = try curve(value) },
+      render: { ConfigText.quoted($0.queue.skipCurve.description) }),
   ]
 
   static let implicit: [ConfigKey] = [

@@ -36,7 +36,7 @@ public final class Controller: @unchecked Sendable {
   public let startedAt = Date()
   /// Extra facts `status` reports about the output (embedded file, …).
   public let outputNotes: JSONObject
-  private let preparation: Preparation
+  let preparation: Preparation
   let logger: Logger
   private let subscribers = Mutex<[ObjectIdentifier: Subscription]>([:])
   private let waits = Mutex<WaitRegistry>(WaitRegistry())
@@ -122,6 +122,7 @@ public final class Controller: @unchecked Sendable {
         status["clients"] = .integer(connectedClients())
         status["subscribers"] = .integer(subscribers.withLock { $0.values.count { !$0.kinds.isEmpty } })
         status["scheduled"] = .array(scheduleList(withRequests: false))
+        status["streams"] = preparation.queues.annotate(status["streams"])
         return .object(status)
       }
     case .batch(let requests):
@@ -678,6 +679,7 @@ public final class Controller: @unchecked Sendable {
       broadcast(.streamStarted(stream: id, path: path))
     case .streamEnded(let id, let reason):
       playing.withLock { $0.removeAll { $0 == id } }
+      preparation.queues.ended(id)
       logger.info("stream ended", metadata: ["stream": "\(id)", "reason": "\(reason.rawValue)"])
       broadcast(.streamEnded(stream: id, reason: RampProtocol.StreamEndReason(rawValue: reason.rawValue) ?? .failed))
     case .underrun(let stream):
@@ -695,6 +697,8 @@ public final class Controller: @unchecked Sendable {
     case .duckEnded(let rule, let sample):
       logger.info("duck ended", metadata: ["rule": "\(rule)"])
       broadcast(.duckEnded(rule: rule, sample: sample))
+    case .itemStarted, .itemEnded:
+      queueEvent(event)
     case .eventsLost(let count):
       logger.warning("events lost: the event queue was full", metadata: ["count": "\(count)"])
       broadcast(.eventsLost(count: count))

@@ -208,6 +208,7 @@ public final class Daemon: @unchecked Sendable {
     let old = controller.configuration
     var merged = old
     merged.fades = new.fades
+    merged.queue = new.queue
     merged.transaction = new.transaction
     merged.limits = new.limits
     merged.limits.pendingScheduled = old.limits.pendingScheduled

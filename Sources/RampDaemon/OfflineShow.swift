@@ -83,6 +83,12 @@ public enum OfflineShow {
             "cmd: '\(refused.name)' needs a live daemon and cannot be rendered; a render runs "
               + renderable.sorted().joined(separator: ", ")
           ).description)
+      } else if let queued = ([command] + inner).first(where: \.playsQueue) {
+        messages.append(
+          entry.error(
+            "queue: '\(queued.name)' with a queue needs a live daemon (its items are opened as it plays) and cannot"
+              + " be rendered; play the files one after another with at instead"
+          ).description)
       } else if case .date? = entry.at {
         messages.append(
           entry.error(
@@ -288,5 +294,13 @@ private final class CollectingClient: Client, @unchecked Sendable {
   /// The refusal of the earliest request refused so far.
   func firstFailure() -> (Int, ProtocolError)? {
     failures.withLock { $0.min { $0.0 < $1.0 } }
+  }
+}
+
+extension Command {
+  /// A `play` with a queue: a render cannot run it.
+  var playsQueue: Bool {
+    if case .play(let play) = self { return play.queue != nil }
+    return false
   }
 }

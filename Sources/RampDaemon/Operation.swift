@@ -21,6 +21,8 @@ enum Operation: Sendable {
   case animate(AnimatePlan)
   case cancel(key: String)
   case remove(key: String, name: String?, declick: PreparedAnimation?)
+  /// `queue-add`, `queue-remove`, `queue-clear`, `next`, `previous` (QueuePreparation.swift).
+  case queue(QueueStep)
 
   /// A fade made ready: the animation compiled, its start (when it gives none) taken from the
   /// value audible at the commit.
@@ -107,6 +109,8 @@ enum Operation: Sendable {
       return Preparation.checkKey(plan.key, in: state)
     case .cancel(let key), .remove(let key, _, _):
       return Preparation.checkKey(key, in: state)
+    case .queue(let step):
+      return step.check(state)
     }
   }
 
@@ -171,6 +175,8 @@ enum Operation: Sendable {
       } catch {
         throw ProtocolError(error, field: error.code == .unknownAnimation ? "name" : nil)
       }
+    case .queue(let step):
+      step.apply(state, &outcome)
     }
   }
 
@@ -203,6 +209,8 @@ enum Operation: Sendable {
       return ["key": .string(plan.key), "animation": outcome.animation.map { .integer($0) } ?? .null]
     case .cancel(let key), .remove(let key, _, _):
       return ["key": .string(key), "value": .number(outcome.value)]
+    case .queue(let step):
+      return step.reply(outcome)
     }
   }
 

@@ -11,6 +11,8 @@ struct Preparation: Sendable {
   let player: Player
   let streamNames: StreamNames
   let streamCeiling = StreamCeiling()
+  /// The queues of the streams that play one.
+  let queues = QueueBook()
 
   /// `elapsed`: seconds a fade is already under way (a saved schedule applied late). `confined`:
   /// for a client that may play only files under the media roots.
@@ -65,6 +67,8 @@ struct Preparation: Sendable {
         })
     case .duckAdd, .duckRemove, .duckList, .duck:
       return prepareDuck(command)
+    case .queueAdd, .queueRemove, .queueClear, .queueList, .skip:
+      return try prepareQueueCommand(command, confined: confined)
     case .subscribe, .unsubscribe, .observe, .unobserve, .batch, .wait, .schedules, .unschedule:
       throw ProtocolError(.internalError, field: "cmd", "'\(command.name)' is handled by the session")
     }
@@ -85,17 +89,8 @@ struct Preparation: Sendable {
   private func prepare(_ play: Play, confined: Bool) throws(ProtocolError) -> Operation {
     // One copy of the live configuration for the whole request (each read takes its lock).
     let configuration = configuration
-    let path: String
     let media = configuration.media
-    do {
-      path = try media.resolve(play.path, confined: confined)
-    } catch {
-      switch error.reason {
-      case .outsideRoots, .relativeWithoutRoots, .confinedWithoutRoots:
-        throw ProtocolError(.forbiddenPath, field: "path", error.description)
-      default: throw ProtocolError(.fileError, field: "path", error.description)
-      }
-    }
+    let path = try Self.resolve(play.path, in: media, field: "path", confined: confined)
     let admit = { (opened: String) throws(ProtocolError) in
       guard media.contains(openedPath: opened) else {
         throw ProtocolError(
@@ -105,11 +100,13 @@ struct Preparation: Sendable {
     let gain = play.gain ?? 1
     try checkGain(gain, field: "gain")
     let id = play.stream ?? streamNames.next()
+    let queue = try prepareQueue(play, first: path, confined: confined)
     let stream: PreparedStream
     do {
       stream = try player.prepare(
         path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
-        space: play.space ?? .amplitude, loop: play.loop, paused: play.paused, admit: admit)
+        space: play.space ?? .amplitude, loop: play.loop && queue == nil, paused: play.paused, queue: queue,
+        admit: admit)
     } catch let error as ProtocolError {
       throw error
     } catch let error as AudioError {

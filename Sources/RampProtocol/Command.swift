@@ -77,6 +77,16 @@ public enum Command: Sendable, Equatable {
   case duckList
   /// `duck` (`on` true) and `unduck`: trigger a duck rule by hand, or stop doing so.
   case duck(name: String, on: Bool)
+  /// `queue-add`: files appended to the queue of stream `stream`.
+  case queueAdd(stream: String, paths: [String])
+  /// `queue-remove`: the queue's item at `index` (from 0).
+  case queueRemove(stream: String, index: Int)
+  /// `queue-clear`: every item but the playing one.
+  case queueClear(stream: String)
+  /// `queue-list`: the queue of stream `stream` (nil: of every queue stream).
+  case queueList(stream: String?)
+  /// `next` (`forward` true) and `previous`: skip to the queue's next or previous item.
+  case skip(stream: String, forward: Bool)
 
   /// The name on the wire (`fade-out`, `unobserve`).
   public var name: String {
@@ -108,6 +118,11 @@ public enum Command: Sendable, Equatable {
     case .duckRemove: return "duck-remove"
     case .duckList: return "duck-list"
     case .duck(_, let on): return on ? "duck" : "unduck"
+    case .queueAdd: return "queue-add"
+    case .queueRemove: return "queue-remove"
+    case .queueClear: return "queue-clear"
+    case .queueList: return "queue-list"
+    case .skip(_, let forward): return forward ? "next" : "previous"
     }
   }
 
@@ -136,11 +151,20 @@ public struct Play: Sendable, Equatable {
   public var loop: Bool
   /// Load and hold at the start, waiting for `resume`.
   public var paused: Bool
+  /// The files that follow `path` in the stream's queue (nil: not a queue stream). A queue
+  /// stream's `loop` loops the queue.
+  public var queue: [String]?
+  /// The crossfades between the queue's items: at an item's end, and on a skip (nil: the
+  /// configured defaults).
+  public var crossfade: Crossfade
 
   public init(
     path: String, stream: String? = nil, gain: Double? = nil, fadeIn: Double? = nil, curve: TimingFunction? = nil,
-    space: ValueSpace? = nil, loop: Bool = false, paused: Bool = false
+    space: ValueSpace? = nil, loop: Bool = false, paused: Bool = false, queue: [String]? = nil,
+    crossfade: Crossfade = Crossfade()
   ) {
+    self.queue = queue
+    self.crossfade = crossfade
     self.path = path
     self.stream = stream
     self.gain = gain
@@ -149,6 +173,27 @@ public struct Play: Sendable, Equatable {
     self.space = space
     self.loop = loop
     self.paused = paused
+  }
+}
+
+/// A queue stream's crossfades: their lengths in seconds and curves, nil where the configured
+/// default applies.
+public struct Crossfade: Sendable, Equatable {
+  /// At an item's end (0: gapless).
+  public var duration: Double?
+  public var curve: TimingFunction?
+  /// On a skip (`next`, `previous`).
+  public var skipDuration: Double?
+  public var skipCurve: TimingFunction?
+
+  public init(
+    duration: Double? = nil, curve: TimingFunction? = nil, skipDuration: Double? = nil,
+    skipCurve: TimingFunction? = nil
+  ) {
+    self.duration = duration
+    self.curve = curve
+    self.skipDuration = skipDuration
+    self.skipCurve = skipCurve
   }
 }
 
@@ -325,4 +370,6 @@ public enum EventKind: String, Sendable, CaseIterable {
   case scheduleApplied = "schedule-applied"
   case duckStarted = "duck-started"
   case duckEnded = "duck-ended"
+  case itemStarted = "item-started"
+  case itemEnded = "item-ended"
 }

@@ -13,6 +13,8 @@ public enum ProtocolLimits {
   public static let batchCount = 256
   /// Children of one group animation.
   public static let groupCount = 256
+  /// Files in one stream's queue (and in one `queue-add`).
+  public static let queueCount = 1024
   /// Stream ids and animation names: `[A-Za-z0-9_-]{1,64}`, so a stream id is a key-path component.
   public static let identifierBytes = 64
   /// Bytes in a line, unless the daemon's configuration says otherwise.

@@ -105,6 +105,9 @@ public enum ProtocolSchema {
         Field("path", .text(bytes: ProtocolLimits.pathBytes), required: true), Field("stream", .identifier),
         Field("gain", .number), Field("fadeIn", .seconds), Field("curve", .curve), Field("space", .space),
         Field("dbFloor", .number), Field("loop", .bool), Field("paused", .bool),
+        Field("queue", .array(of: .text(bytes: ProtocolLimits.pathBytes), limit: ProtocolLimits.queueCount)),
+        Field("crossfade", .seconds), Field("crossfadeCurve", .curve), Field("skipCrossfade", .seconds),
+        Field("skipCurve", .curve),
       ]
     ),
     ("stop", transport),
@@ -152,6 +155,20 @@ public enum ProtocolSchema {
     ("duck-list", []),
     ("duck", duckName),
     ("unduck", duckName),
+    (
+      "queue-add",
+      [
+        Field("stream", .identifier, required: true),
+        Field(
+          "paths", .array(of: .text(bytes: ProtocolLimits.pathBytes), limit: ProtocolLimits.queueCount),
+          required: true),
+      ]
+    ),
+    ("queue-remove", [Field("stream", .identifier, required: true), Field("index", .number, required: true)]),
+    ("queue-clear", [Field("stream", .identifier, required: true)]),
+    ("queue-list", [Field("stream", .identifier)]),
+    ("next", [Field("stream", .identifier, required: true)]),
+    ("previous", [Field("stream", .identifier, required: true)]),
   ]
 
   /// The fields of command `name` (besides `requestFields`).

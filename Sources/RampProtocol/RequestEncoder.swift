@@ -32,6 +32,11 @@ extension Command {
       }
       if play.loop { object["loop"] = true }
       if play.paused { object["paused"] = true }
+      object["queue"] = play.queue.map { .array($0.map(JSONValue.string)) }
+      object["crossfade"] = play.crossfade.duration.map(JSONValue.number)
+      object["crossfadeCurve"] = play.crossfade.curve.map(Self.curve)
+      object["skipCrossfade"] = play.crossfade.skipDuration.map(JSONValue.number)
+      object["skipCurve"] = play.crossfade.skipCurve.map(Self.curve)
     case .stop(let transport), .pause(let transport), .resume(let transport):
       object["stream"] = transport.stream.map(JSONValue.string)
       object["fade"] = transport.fade.map(JSONValue.number)
@@ -94,6 +99,16 @@ extension Command {
     case .duckRemove(let name), .duck(let name, _):
       object["name"] = .string(name)
     case .duckList: break
+    case .queueAdd(let stream, let paths):
+      object["stream"] = .string(stream)
+      object["paths"] = .array(paths.map(JSONValue.string))
+    case .queueRemove(let stream, let index):
+      object["stream"] = .string(stream)
+      object["index"] = .integer(Int64(index))
+    case .queueClear(let stream), .skip(let stream, _):
+      object["stream"] = .string(stream)
+    case .queueList(let stream):
+      object["stream"] = stream.map(JSONValue.string)
     }
   }
 

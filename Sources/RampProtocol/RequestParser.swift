@@ -224,6 +224,30 @@ struct RequestParser {
       let r = try reader(object, name)
       let rule = try r.required(try r.identifier("name"), "name")
       return name == "duck-remove" ? .duckRemove(name: rule) : .duck(name: rule, on: name == "duck")
+    case "queue-add":
+      let r = try reader(object, name)
+      let stream = try r.required(try r.identifier("stream"), "stream")
+      _ = try r.required(r.value("paths"), "paths")
+      let paths = try self.paths(r, "paths")
+      guard !paths.isEmpty else { throw r.invalid("paths", "give at least one file") }
+      return .queueAdd(stream: stream, paths: paths)
+    case "queue-remove":
+      let r = try reader(object, name)
+      let stream = try r.required(try r.identifier("stream"), "stream")
+      let index = try r.required(try r.number("index"), "index")
+      guard index >= 0, index == index.rounded(), index < Double(ProtocolLimits.queueCount) else {
+        throw .at(
+          r.path("index"), .outOfRange,
+          "expected an item's index in the queue (a whole number from 0), got \(JSONValue.format(index))")
+      }
+      return .queueRemove(stream: stream, index: Int(index))
+    case "queue-clear", "next", "previous":
+      let r = try reader(object, name)
+      let stream = try r.required(try r.identifier("stream"), "stream")
+      return name == "queue-clear" ? .queueClear(stream: stream) : .skip(stream: stream, forward: name == "next")
+    case "queue-list":
+      let r = try reader(object, name)
+      return .queueList(stream: try r.identifier("stream"))
     default:
       // `commandName` admits only the names above.
       throw ProtocolError(.internalError, field: prefix + "cmd", "\(prefix)cmd: \(name) has no parser")
@@ -240,10 +264,37 @@ struct RequestParser {
     // The C calls that open it would stop at the NUL, opening a path other than the one checked
     // and reported.
     guard !path.utf8.contains(0) else { throw r.invalid("path", "must not contain a NUL character (\\u0000)") }
+    let queue = r.has("queue") ? try paths(r, "queue") : nil
+    let crossfade = Crossfade(
+      duration: try r.seconds("crossfade"), curve: try r.curve("crossfadeCurve"),
+      skipDuration: try r.seconds("skipCrossfade"), skipCurve: try r.curve("skipCurve"))
+    if queue == nil {
+      for key in ["crossfade", "crossfadeCurve", "skipCrossfade", "skipCurve"] where r.has(key) {
+        throw r.invalid(key, "only a queue stream takes \(key); give queue (an array of files, [] for none yet)")
+      }
+    }
     return Play(
       path: path, stream: try r.identifier("stream"), gain: try r.number("gain"), fadeIn: try r.seconds("fadeIn"),
       curve: try r.curve("curve"), space: try r.space("space"), loop: try r.bool("loop") ?? false,
-      paused: try r.bool("paused") ?? false)
+      paused: try r.bool("paused") ?? false, queue: queue, crossfade: crossfade)
+  }
+
+  /// An array of file paths (`queue`, `paths`): each not empty, without NUL.
+  private func paths(_ r: FieldReader, _ key: String) throws(ProtocolError) -> [String] {
+    let values = try r.array(key, limit: ProtocolLimits.queueCount) ?? []
+    var paths: [String] = []
+    for (index, value) in values.enumerated() {
+      let field = "\(key)[\(index)]"
+      guard case .string(let path) = value else {
+        throw r.invalid(field, "expected a file path, got \(describe(value))")
+      }
+      guard !path.isEmpty, path.utf8.count <= ProtocolLimits.pathBytes else {
+        throw r.invalid(field, "expected a file path of 1 to \(ProtocolLimits.pathBytes) bytes")
+      }
+      guard !path.utf8.contains(0) else { throw r.invalid(field, "must not contain a NUL character (\\u0000)") }
+      paths.append(path)
+    }
+    return paths
   }
 
   private func transport(_ object: JSONObject, _ name: String) throws(ProtocolError) -> Transport {

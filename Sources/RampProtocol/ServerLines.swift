@@ -78,6 +78,11 @@ public enum Event: Sendable, Equatable {
   case duckStarted(rule: String, sample: Int64)
   /// A duck rule's release ended (`sample`: the first sample back at the model values).
   case duckEnded(rule: String, sample: Int64)
+  /// Queue item `item` (its id in `queue-list`) of stream `stream` began at `sample`.
+  case itemStarted(stream: String, item: UInt64, path: String, sample: Int64)
+  /// Queue item `item` was last heard before `sample`: `finished` (played to its end) or
+  /// `skipped` (faded out by a crossfade or a skip).
+  case itemEnded(stream: String, item: UInt64, path: String, reason: String, sample: Int64)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
   case value(key: String, value: Double, sample: Int64)
 
@@ -96,6 +101,8 @@ public enum Event: Sendable, Equatable {
     case .scheduleApplied: return .scheduleApplied
     case .duckStarted: return .duckStarted
     case .duckEnded: return .duckEnded
+    case .itemStarted: return .itemStarted
+    case .itemEnded: return .itemEnded
     case .value: return nil
     }
   }
@@ -143,6 +150,17 @@ public enum Event: Sendable, Equatable {
     case .duckStarted(let rule, let sample), .duckEnded(let rule, let sample):
       object["rule"] = .string(rule)
       object["sample"] = .integer(sample)
+    case .itemStarted(let stream, let item, let path, let sample):
+      object["stream"] = .string(stream)
+      object["item"] = .integer(item)
+      object["path"] = .string(path)
+      object["sample"] = .integer(sample)
+    case .itemEnded(let stream, let item, let path, let reason, let sample):
+      object["stream"] = .string(stream)
+      object["item"] = .integer(item)
+      object["path"] = .string(path)
+      object["reason"] = .string(reason)
+      object["sample"] = .integer(sample)
     case .value(let key, let value, let sample):
       object["key"] = .string(key)
       object["value"] = .number(value)
@@ -187,6 +205,14 @@ public enum Event: Sendable, Equatable {
         next: fields.optionalString("next").flatMap(RFC3339.parse))
     case "duck-started": return .duckStarted(rule: try fields.string("rule"), sample: try fields.integer("sample"))
     case "duck-ended": return .duckEnded(rule: try fields.string("rule"), sample: try fields.integer("sample"))
+    case "item-started":
+      return .itemStarted(
+        stream: try fields.string("stream"), item: try fields.unsigned("item"), path: try fields.string("path"),
+        sample: try fields.integer("sample"))
+    case "item-ended":
+      return .itemEnded(
+        stream: try fields.string("stream"), item: try fields.unsigned("item"), path: try fields.string("path"),
+        reason: try fields.string("reason"), sample: try fields.integer("sample"))
     case "value":
       return .value(
         key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))

@@ -61,6 +61,7 @@ struct RampCtl: ParsableCommand {
       WatchCommand.self, ObserveCommand.self, WaitCommand.self, BatchCommand.self,
       SchedulesCommand.self, UnscheduleCommand.self, AlarmCommand.self, SleepCommand.self,
       DuckAddCommand.self, DuckListCommand.self, DuckRemoveCommand.self, DuckCommand.self, UnduckCommand.self,
+      QueueCommand.self, NextCommand.self, PreviousCommand.self,
       CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
     ]
   )

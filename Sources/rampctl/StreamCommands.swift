@@ -19,6 +19,11 @@ struct PlayCommand: DaemonCommand {
         rampctl play alarm.flac --stream alarm --gain -12dB --fade-in 30s --curve ease-in --loop
         rampctl play jingle.wav --paused          then: rampctl resume
         rampctl play intro.wav --fade-in 2s --wait     returns when intro.wav has played to its end
+        rampctl play one.flac --stream music --queue two.flac three.flac --crossfade 4s --loop
+
+      With --queue the stream plays a queue: the file, then each --queue file in turn, gapless \
+      unless --crossfade is given; --loop then loops the queue. See `rampctl queue`, `rampctl \
+      next` and `rampctl previous`.
       """)
 
   @OptionGroup var connection: ConnectionOptions
@@ -48,17 +53,64 @@ struct PlayCommand: DaemonCommand {
   @Flag(help: "Load and hold at the start until `rampctl resume`.")
   var paused = false
 
+  @Option(
+    name: .customLong("queue"), parsing: .upToNextOption,
+    help: ArgumentHelp("Files to play after the file, one after another (a queue stream).", valueName: "file"),
+    completion: .file())
+  var queue: [String] = []
+
+  @Option(
+    help: ArgumentHelp(
+      "A queue's crossfade at each item's end: 4s (default: rampd's queue.crossfade, 0 = gapless).",
+      valueName: "duration"))
+  var crossfade: String?
+
+  @Option(
+    help: ArgumentHelp("The crossfade's curve (default: rampd's queue.crossfade-curve, qsin).", valueName: "curve"),
+    completion: Completions.curves)
+  var crossfadeCurve: String?
+
+  @Option(
+    help: ArgumentHelp(
+      "A queue's crossfade on next and previous (default: rampd's queue.skip-crossfade).", valueName: "duration"))
+  var skipCrossfade: String?
+
+  @Option(
+    help: ArgumentHelp("The skip crossfade's curve (default: rampd's queue.skip-curve, qsin).", valueName: "curve"),
+    completion: Completions.curves)
+  var skipCurve: String?
+
   @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
 
   var atText: String? { when.at }
 
   func request() throws -> Request {
+    let queued = queue.isEmpty ? nil : queue.map { Parse.absolutePath(Arguments.restoringMinus($0)) }
+    if queued == nil,
+      let option = [
+        ("--crossfade", crossfade), ("--crossfade-curve", crossfadeCurve), ("--skip-crossfade", skipCrossfade),
+        ("--skip-curve", skipCurve),
+      ].first(where: { $0.1 != nil })?.0
+    {
+      throw ValidationError("\(option) belongs to a queue: give --queue too")
+    }
+    let crossfade = Crossfade(
+      duration: try Parse.duration(crossfade, "--crossfade"),
+      curve: try Parse.curve(crossfadeCurve, "--crossfade-curve"),
+      skipDuration: try Parse.duration(skipCrossfade, "--skip-crossfade"),
+      skipCurve: try Parse.curve(skipCurve, "--skip-curve"))
     let play = Play(
       path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: try Parse.gain(gain, "--gain"),
-      fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), loop: loop, paused: paused)
+      fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), loop: loop, paused: paused,
+      queue: queued, crossfade: crossfade)
     return try when.scheduled(
-      Parse.checked(Request(.play(play)), options: ["stream": "--stream", "gain": "--gain", "path": "<file>"]),
+      Parse.checked(
+        Request(.play(play)),
+        options: [
+          "stream": "--stream", "gain": "--gain", "path": "<file>", "queue": "--queue", "crossfade": "--crossfade",
+          "crossfadeCurve": "--crossfade-curve", "skipCrossfade": "--skip-crossfade", "skipCurve": "--skip-curve",
+        ]),
       waiting: waiting.wait)
   }
 

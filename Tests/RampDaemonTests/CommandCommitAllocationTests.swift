@@ -64,8 +64,10 @@ import Testing
 
   /// Every kind of command, a thousand times each (after a few rounds that fill the runtime's
   /// caches): play, set (animated and instant), fade, animate (basic, keyframe, spring, group,
-  /// additive), cancel, remove (by name and all), batch, stop and seek; with blocks written to
-  /// an ALSA device, streams ending and seeks landing in between. 0 allocations and 0 frees.
+  /// additive), cancel, remove (by name and all), batch, stop and seek, and on a queue stream
+  /// next, previous and queue-add; with blocks written to an ALSA device, streams ending, seeks
+  /// landing, queue items following one another and crossfading in between. 0 allocations and
+  /// 0 frees.
   @Test func applyingCommandsAllocatesAndFreesNothingOnTheRenderThread() throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-commit-\(getpid())").path
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -108,6 +110,10 @@ import Testing
     }
 
     send(#"{"cmd":"play","path":"\#(bed)","stream":"bed","loop":true}"#)
+    let short = try tone("short", seconds: 0.05)
+    send(
+      #"{"cmd":"play","path":"\#(short)","stream":"q","queue":["\#(jingle)","\#(short)"],"loop":true,"crossfade":0.01,"skipCrossfade":0.01}"#
+    )
     let warmUp = 5
     let rounds = 1000
     for round in 0..<(warmUp + rounds) {
@@ -140,6 +146,9 @@ import Testing
       )
       if round > 0 { send(#"{"cmd":"stop","stream":"p\#(round - 1)"}"#) }
       if !even { send(#"{"cmd":"seek","stream":"bed","position":\#(Double(round % 3) * 0.5)}"#) }
+      if round % 40 == 1 { send(#"{"cmd":"next","stream":"q"}"#) }
+      if round % 80 == 3 { send(#"{"cmd":"previous","stream":"q"}"#) }
+      if round % 200 == 7 { send(#"{"cmd":"queue-add","stream":"q","paths":["\#(short)"]}"#) }
 
       try renderThreadWork { player.applyPendingCommands() }
       // Enough blocks for the last round's stream to ramp out and leave the mix.
@@ -160,7 +169,7 @@ import Testing
     #expect(replies.count == sequence, "\(replies.count) replies to \(sequence) requests")
     #expect(refused.isEmpty, "\(refused.prefix(3))")
     // Every stream but the last one and the bed ramped out and left the mix.
-    #expect(controller.playingStreams == ["bed", "p\(warmUp + rounds - 1)"], "\(controller.playingStreams)")
+    #expect(controller.playingStreams == ["bed", "q", "p\(warmUp + rounds - 1)"], "\(controller.playingStreams)")
     #expect(allocated == 0, "\(allocated) allocations on the render thread")
     #expect(freed == 0, "\(freed) frees on the render thread")
   }

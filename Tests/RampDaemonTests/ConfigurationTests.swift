@@ -618,7 +618,7 @@ extension ConfigurationTests {
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
         "[playback]\ndevice = \"hw:0\"",
-        "test:1: unknown section [playback]; the sections are [socket], [output], [embedded-output], [fade], [implicit], [gain], [[mixer]], [[duck]], [limits], [media], [access], [log], [state], [shutdown]"
+        "test:1: unknown section [playback]; the sections are [socket], [output], [embedded-output], [fade], [implicit], [gain], [[mixer]], [[duck]], [queue], [limits], [media], [access], [log], [state], [shutdown]"
       ),
       (
         "device = \"hw:0\"",

@@ -16,9 +16,15 @@ import Testing
   static func file(
     _ daemon: DaemonProcess, _ name: String, seconds: Double, left: (Int) -> Float, right: (Int) -> Float
   ) throws -> String {
+    try file(daemon, name, frames: Int(seconds * rate), left: left, right: right)
+  }
+
+  /// The same, `frames` frames long.
+  static func file(
+    _ daemon: DaemonProcess, _ name: String, frames: Int, left: (Int) -> Float, right: (Int) -> Float
+  ) throws -> String {
     let path = "\(daemon.directory)/\(name).wav"
     let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
-    let frames = Int(seconds * rate)
     var buffer = [Float](repeating: 0, count: frames * 2)
     for frame in 0..<frames {
       buffer[2 * frame] = left(frame)

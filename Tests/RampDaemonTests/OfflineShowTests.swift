@@ -405,6 +405,8 @@ final class ShowBench {
       {"cmd": "subscribe"}
       {"at": "23:00", "cmd": "stop"}
       {"cmd": "batch", "commands": [{"cmd": "get", "key": "master.gain"}]}
+      {"cmd": "play", "path": "a.wav", "queue": ["b.wav"]}
+      {"cmd": "next", "stream": "s1"}
       """)
     do {
       var options = ShowOptions(input: input, output: bench.path("out.wav"))
@@ -412,12 +414,14 @@ final class ShowBench {
       _ = try OfflineShow.render(options)
       Issue.record("rendered")
     } catch let failure as Timeline.Failure {
-      #expect(failure.messages.count == 5, "\(failure.messages)")
+      #expect(failure.messages.count == 7, "\(failure.messages)")
       #expect(failure.messages[0].hasPrefix("t.jsonl:1: cmd: 'status' needs a live daemon"))
       #expect(failure.messages[1].hasPrefix("t.jsonl:3: cmd: 'wait'"))
       #expect(failure.messages[2].hasPrefix("t.jsonl:4: cmd: 'subscribe'"))
       #expect(failure.messages[3].hasPrefix("t.jsonl:5: at: a clock time"))
       #expect(failure.messages[4].hasPrefix("t.jsonl:6: cmd: 'get'"))
+      #expect(failure.messages[5].hasPrefix("t.jsonl:7: queue: 'play' with a queue needs a live daemon"))
+      #expect(failure.messages[6].hasPrefix("t.jsonl:8: cmd: 'next' needs a live daemon"))
     }
     #expect(!FileManager.default.fileExists(atPath: bench.path("out.wav")))
   }

@@ -68,6 +68,14 @@ import Testing
             attack: 0.05, attackCurve: .fade(.qsin), hold: 0, release: 3, releaseCurve: .easeOut))),
       Request(.duckRemove(name: "talk")), Request(.duckList), Request(at: .delay(2), .duck(name: "talk", on: true)),
       Request(.duck(name: "talk", on: false)),
+      Request(
+        .play(
+          Play(
+            path: "/a.wav", stream: "music", loop: true, queue: ["/b.wav", "/c.wav"],
+            crossfade: Crossfade(duration: 4, curve: .linear, skipDuration: 1, skipCurve: .fade(.qsin))))),
+      Request(.queueAdd(stream: "music", paths: ["/d.wav"])), Request(.queueRemove(stream: "music", index: 2)),
+      Request(.queueClear(stream: "music")), Request(.queueList(stream: nil)), Request(.queueList(stream: "music")),
+      Request(at: .delay(1), .skip(stream: "music", forward: true)), Request(.skip(stream: "music", forward: false)),
     ]
     #expect(Set(requests.map(\.command.name)) == Set(Command.names))
     for original in requests {

@@ -159,6 +159,11 @@ struct Recipe {
     case "duck-remove": return .duckRemove(name: identifier())
     case "duck-list": return .duckList
     case "duck", "unduck": return .duck(name: identifier(), on: chance(0.5))
+    case "queue-add": return .queueAdd(stream: identifier(), paths: [pick(["/srv/a.flac", "b c.wav", "日本.ogg"])])
+    case "queue-remove": return .queueRemove(stream: identifier(), index: pick([0, 1, 7]))
+    case "queue-clear": return .queueClear(stream: identifier())
+    case "queue-list": return .queueList(stream: maybe { $0.identifier() })
+    case "next", "previous": return .skip(stream: identifier(), forward: chance(0.5))
     default:
       let byIDs = chance(0.5)
       return .wait(
