@@ -78,6 +78,8 @@ enum Operation: Sendable {
     case .set(let plan): return plan.action.map { [$0] } ?? []
     case .animate(let plan): return [plan.animation]
     case .remove(_, _, let declick): return declick.map { [$0] } ?? []
+    case .queue(.install(let install, _)): return [install]
+    case .queue(.skip(let skip, _)): return [skip]
     }
   }
 
