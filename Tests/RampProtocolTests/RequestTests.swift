@@ -143,6 +143,9 @@ import Testing
       case "unschedule": line = #"{"cmd":"unschedule","schedule":3}"#
       case "duck-add": line = #"{"cmd":"duck-add","name":"d","targets":["master.gain"]}"#
       case "duck-remove", "duck", "unduck": line = #"{"cmd":"\#(name)","name":"d"}"#
+      case "queue-add": line = #"{"cmd":"queue-add","stream":"s","paths":["a"]}"#
+      case "queue-remove": line = #"{"cmd":"queue-remove","stream":"s","index":1}"#
+      case "queue-clear", "next", "previous": line = #"{"cmd":"\#(name)","stream":"s"}"#
       default: line = #"{"cmd":"\#(name)"}"#
       }
       #expect(try request(line).command.name == name)

@@ -119,6 +119,8 @@ import Testing
       Event.underrun(stream: nil).kind, Event.eventsLost(count: 3).kind,
       Event.scheduleApplied(schedule: 1, cmd: "play", tag: nil, next: nil).kind,
       Event.duckStarted(rule: "r", sample: 0).kind, Event.duckEnded(rule: "r", sample: 9).kind,
+      Event.itemStarted(stream: "s", item: 1, path: "p", sample: 0).kind,
+      Event.itemEnded(stream: "s", item: 1, path: "p", reason: "finished", sample: 9).kind,
     ]
     #expect(kinds.compactMap { $0 } == EventKind.allCases)
     #expect(Event.value(key: "k", value: 0, sample: 0).kind == nil)
