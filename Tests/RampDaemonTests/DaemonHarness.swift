@@ -56,8 +56,8 @@ func runProcess(
 
 /// rampd on the embedded output (there is no device `rampd_no_such_device`), its socket `socket`
 /// (default `directory/s.sock`) and state file `directory/state.json`, with these `RAMPD_`
-/// variables and no others; returns once the socket is there. Its standard error goes to `log`
-/// when given.
+/// variables and no others; returns once it greets on the socket (or after 4 s). Its standard
+/// error goes to `log` when given.
 func startRampdWithoutADevice(
   in directory: String, file: String, socket: String? = nil, environment extra: [String: String] = [:],
   log: String? = nil
@@ -77,7 +77,8 @@ func startRampdWithoutADevice(
     process.standardError = FileHandle.nullDevice
   }
   try process.run()
-  for _ in 0..<400 where !FileManager.default.fileExists(atPath: socket) { usleep(10_000) }
+  // The socket file appears at bind, a moment before rampd listens: wait for a greeting.
+  for _ in 0..<400 where process.isRunning && (try? LineClient(path: socket)) == nil { usleep(10_000) }
   return process
 }
 
