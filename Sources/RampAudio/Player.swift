@@ -635,8 +635,13 @@ public final class Player: @unchecked Sendable {
   private func push(_ command: PlayerCommand, wake: Bool) -> Bool {
     let accepted = submitLock.withLock { _ in commands.push(command) }
     // Only a render thread waiting for the clock listens for it; one waiting for room in a device
-    // that rewinds always takes a command at once (then heard within the rewind margin).
-    if rewindHistory.enabled || wake && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent)) {
+    // that rewinds always takes a command at once (then heard within the rewind margin). More than
+    // a block's share waiting wakes it too, so a flood of commands answered early is taken while
+    // it waits rather than a block's share per block, which would fill the queue.
+    let flooding = commands.freeSlots < commands.capacity - Self.commandsPerBlock
+    if rewindHistory.enabled
+      || (wake || flooding) && (output.pacing == .clock || idling.load(ordering: .sequentiallyConsistent))
+    {
       commandBell.ring()
     }
     return accepted
