@@ -119,13 +119,14 @@ import Testing
   @Test func aPlainScheduledRequestSurvivesKill9() throws {
     let first = try DaemonProcess()
     let client = try first.client()
-    try client.send(raw: #"{"id":1,"cmd":"set","key":"master.gain","value":0.3,"duration":0,"at":1}"#)
+    // Due in 3 s: a restart on a busy machine takes more than a second.
+    try client.send(raw: #"{"id":1,"cmd":"set","key":"master.gain","value":0.3,"duration":0,"at":3}"#)
     #expect(try client.request(["cmd": "ping"]).isOK)
     first.kill()
     let second = try DaemonProcess(reusing: first.directory)
     let again = try second.client()
     #expect(try again.request(["cmd": "status"]).result["scheduled"]?.arrayValue?.count == 1)
-    usleep(1_200_000)
+    usleep(3_200_000)
     #expect(try again.request(["cmd": "get", "key": "master.gain"]).result["model"]?.numberValue == 0.3)
     #expect(try again.request(["cmd": "status"]).result["scheduled"]?.arrayValue == [])
   }
