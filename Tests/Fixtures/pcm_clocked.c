@@ -272,6 +272,18 @@ static int clocked_poll_revents(snd_pcm_ioplug_t *io, struct pollfd *pfd, unsign
 	return 0;
 }
 
+/* Releases what open made: the recording, the times file, the event fd, the lock. */
+static void clocked_free(clocked_t *c)
+{
+	close(c->fd);
+	if (c->times_fd >= 0)
+		close(c->times_fd);
+	close(c->event_fd);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->wake);
+	free(c);
+}
+
 static int clocked_close(snd_pcm_ioplug_t *io)
 {
 	clocked_t *c = io->private_data;
@@ -280,13 +292,7 @@ static int clocked_close(snd_pcm_ioplug_t *io)
 	pthread_cond_signal(&c->wake);
 	pthread_mutex_unlock(&c->lock);
 	pthread_join(c->thread, NULL);
-	close(c->fd);
-	if (c->times_fd >= 0)
-		close(c->times_fd);
-	close(c->event_fd);
-	pthread_mutex_destroy(&c->lock);
-	pthread_cond_destroy(&c->wake);
-	free(c);
+	clocked_free(c);
 	return 0;
 }
 
@@ -416,13 +422,7 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_clocked)
 	return 0;
 
 fail:
-	close(c->fd);
-	if (c->times_fd >= 0)
-		close(c->times_fd);
-	close(c->event_fd);
-	pthread_mutex_destroy(&c->lock);
-	pthread_cond_destroy(&c->wake);
-	free(c);
+	clocked_free(c);
 	return err;
 }
 
