@@ -620,15 +620,3 @@ private struct XorShift64 {
 private func alsaError(_ code: Int32) -> String {
   String(cString: snd_strerror(code))
 }
-
-/// Sleeps until CLOCK_MONOTONIC reads `deadline` nanoseconds.
-func sleepUntil(nanoseconds deadline: Int64) {
-  var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-  while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &time, nil) == EINTR {}
-}
-
-func monotonicNanoseconds() -> Int64 {
-  var now = timespec()
-  clock_gettime(CLOCK_MONOTONIC, &now)
-  return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
-}

@@ -212,7 +212,7 @@ final class RewindHistory: @unchecked Sendable {
   }
 }
 
-extension Player {
+extension RenderLoop {
   /// Render thread, before a block: records where it starts (`RewindHistory.begin`).
   func beginRewindableBlock() {
     guard rewindHistory.enabled else { return }
@@ -264,7 +264,7 @@ extension Player {
     while state.engine.now < target {
       renderSpan(scratch, offset: 0, frames: min(scratch.frames, Int(target - state.engine.now)))
     }
-    published.store(state.engine.now, ordering: .releasing)
+    link.published.store(state.engine.now, ordering: .releasing)
     history.rewinds.add(1, ordering: .relaxed)
     history.framesRewound.add(rewound, ordering: .relaxed)
   }
@@ -277,14 +277,16 @@ extension Player {
     guard rewindHistory.enabled, device.rewindsNow else { return }
     while let room = device.availableFrames(), room < frames {
       let seconds = Double(frames - room) / Double(output.rate)
-      if commandBell.wait(milliseconds: pollMilliseconds(seconds)) {
+      if link.commandBell.wait(milliseconds: pollMilliseconds(seconds)) {
         takeCommands()
         flushEvents()
-        if !running.load(ordering: .relaxed) { return }
+        if !link.running.load(ordering: .relaxed) { return }
       }
     }
   }
+}
 
+extension Player {
   /// Seconds of audio a stream's ring keeps after reading it, at most, twice over (the ring's
   /// decoder wakes at half of it): what the device holds, when it may rewind; else 0.
   var heldSeconds: Double {

@@ -422,7 +422,7 @@ extension Player {
     let decoder = try StreamDecoder(
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, start: false)
     try admit(decoder.openedPath)
-    decoder.consumerBell = commandBell
+    decoder.consumerBell = link.commandBell
     decoder.start()
     decoder.waitUntilPrefilled()
     return QueueItem(id: id, path: path, followed: followed, unstarted: UnstartedDecoder(decoder))

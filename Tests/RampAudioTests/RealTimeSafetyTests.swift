@@ -33,7 +33,7 @@ import Testing
       _ = try? state.engine.add(wobble, forKey: "wobble", to: "streams.b.gain")
       _ = try? state.engine.set("master.gain", to: 0.5, transaction: Transaction(duration: 2, timingFunction: .default))
     }
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
 
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
@@ -46,7 +46,7 @@ import Testing
     var loud: Float = 0
     for _ in 0..<200 {
       // Keep the decoders ahead, as they would be in real time.
-      while player.streamsBehind(frames: frames) { usleep(100) }
+      while player.renderer.streamsBehind(frames: frames) { usleep(100) }
       try block()
       loud = max(loud, buffers.mix[0])
     }
@@ -88,7 +88,7 @@ import Testing
       _ = try? state.engine.add(
         .basic(from: 0, to: -0.1, duration: 0.1), forKey: "dip", to: "streams.long.gain")
     }
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
     // A command whose closure holds the last reference to an object: applied in the window.
     player.perform { [marker] _ in _ = marker }
     marker = nil
@@ -105,13 +105,13 @@ import Testing
     // command (made and applied on this thread, as a control thread would make it), and the
     // waits for the decoders.
     var count = AllocationCount()
-    count.counting { player.applyPendingCommands() }
+    count.counting { player.renderer.applyPendingCommands() }
     for index in 0..<200 {
       if index == 20 {
         player.seek("long", to: 0.5)
-        player.applyPendingCommands()
+        player.renderer.applyPendingCommands()
       }
-      while player.streamsBehind(frames: frames) { usleep(100) }
+      while player.renderer.streamsBehind(frames: frames) { usleep(100) }
       try count.counting { try block() }
     }
     while let event = player.nextEvent() { events.append(event) }
@@ -152,7 +152,7 @@ import Testing
       for rule in rules { _ = state.ducks.add(rule, now: state.engine.now) }
       _ = state.ducks.setManual("hand", true)
     }
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
 
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
@@ -164,13 +164,13 @@ import Testing
     for index in 0..<400 {
       if index == 40 {
         player.perform { state in _ = state.ducks.setManual("hand", false) }
-        count.counting { player.applyPendingCommands() }
+        count.counting { player.renderer.applyPendingCommands() }
       }
       if index == 120 {
         player.perform { state in _ = state.ducks.remove("rms") }
-        count.counting { player.applyPendingCommands() }
+        count.counting { player.renderer.applyPendingCommands() }
       }
-      while player.streamsBehind(frames: frames) { usleep(100) }
+      while player.renderer.streamsBehind(frames: frames) { usleep(100) }
       try count.counting { try block() }
       while let event = player.nextEvent() { events.append(event) }
     }
@@ -214,7 +214,7 @@ extension RealTimeSafetyTests {
     let path = try temporaryDirectory().appendingPathComponent("tone.wav").path
     try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
     try player.play(path, id: "tone")
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
@@ -222,7 +222,7 @@ extension RealTimeSafetyTests {
     let before = rampd_allocations_on_this_thread()
     let freesBefore = rampd_frees_on_this_thread()
     for _ in 0..<200 {
-      while player.streamsBehind(frames: frames) { usleep(100) }
+      while player.renderer.streamsBehind(frames: frames) { usleep(100) }
       try renderAndWrite(player, buffers)
     }
     let after = rampd_allocations_on_this_thread()
@@ -237,10 +237,10 @@ extension RealTimeSafetyTests {
 
 /// One block rendered and written to the device, as the render loop does.
 private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers, finishingStreams: Bool = false) throws {
-  player.renderBlock(buffers)
-  try player.writeToDevice(buffers.mix, frames: player.output.periodFrames)
+  player.renderer.renderBlock(buffers)
+  try player.renderer.writeToDevice(buffers.mix, frames: player.output.periodFrames)
   // As the render loop ends the streams whose files are done, after the block.
-  if finishingStreams { player.finishStreams() }
+  if finishingStreams { player.renderer.finishStreams() }
 }
 
 extension RealTimeSafetyTests {
@@ -255,23 +255,23 @@ extension RealTimeSafetyTests {
     player.perform { state in
       _ = try? state.engine.set("master.gain", to: 0.5, transaction: Transaction(duration: 2, timingFunction: .default))
     }
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
     func block() throws {
-      player.beginRewindableBlock()
-      player.renderBlock(buffers)
-      try player.writeToDevice(buffers.mix, frames: frames)
-      player.endRewindableBlock()
+      player.renderer.beginRewindableBlock()
+      player.renderer.renderBlock(buffers)
+      try player.renderer.writeToDevice(buffers.mix, frames: frames)
+      player.renderer.endRewindableBlock()
     }
     for _ in 0..<20 { try block() }
-    player.rewindBeforeCommand(at: nil)
+    player.renderer.rewindBeforeCommand(at: nil)
     var count = AllocationCount()
     let rewindsBefore = player.outputRewind.rewinds
     for index in 0..<200 {
-      while player.streamsBehind(frames: frames) { usleep(100) }
-      if index % 20 == 19 { count.counting { player.rewindBeforeCommand(at: nil) } }
+      while player.renderer.streamsBehind(frames: frames) { usleep(100) }
+      if index % 20 == 19 { count.counting { player.renderer.rewindBeforeCommand(at: nil) } }
       try count.counting { try block() }
     }
     #expect(player.outputRewind.rewinds - rewindsBefore == 10, "\(player.outputRewind.rewinds - rewindsBefore) rewinds")

@@ -215,14 +215,14 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     func signal(_ f: Int, _ c: Int) -> Float { Float(sin(Double(f * 2 + c) / 7)) * 0.9 }
     try writeSignal(path, frames: 24_000, channels: 2, signal: signal)
     try player.play(path, id: "s", gain: 0.7)
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: 2)
     defer { buffers.deallocate() }
     var worst: Float = 0
     for block in 0..<40 {
-      while player.streamsBehind(frames: frames) { usleep(100) }
-      player.renderBlock(buffers)
+      while player.renderer.streamsBehind(frames: frames) { usleep(100) }
+      player.renderer.renderBlock(buffers)
       // After the 480-frame declick the stream rests at 0.7.
       guard block * frames >= 480 else { continue }
       for f in 0..<frames {

@@ -150,18 +150,18 @@ import Testing
       if round % 80 == 3 { send(#"{"cmd":"previous","stream":"q"}"#) }
       if round % 200 == 7 { send(#"{"cmd":"queue-add","stream":"q","paths":["\#(short)"]}"#) }
 
-      try renderThreadWork { player.applyPendingCommands() }
+      try renderThreadWork { player.renderer.applyPendingCommands() }
       // Enough blocks for the last round's stream to ramp out and leave the mix.
       for _ in 0..<4 {
-        while player.streamsBehind(frames: frames) { usleep(100) }
+        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
         try renderThreadWork {
-          player.renderBlock(buffers)
-          try player.writeToDevice(buffers.mix, frames: frames)
-          player.finishStreams()
+          player.renderer.renderBlock(buffers)
+          try player.renderer.writeToDevice(buffers.mix, frames: frames)
+          player.renderer.finishStreams()
         }
       }
       controller.deliverEvents()
-      player.reapRetired()
+      player.link.reapRetired()
     }
 
     let replies = client.replies.withLock { $0 }
@@ -191,7 +191,7 @@ import Testing
     let client = session.client
     func send(_ line: String) { session.send(line) }
     for index in 0..<8 { send(#"{"cmd":"play","path":"\#(path)","stream":"s\#(index)","loop":true}"#) }
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
     configuration.limits.streams = 2
     controller.live.replace(with: configuration)
 
@@ -205,17 +205,17 @@ import Testing
       send(#"{"cmd":"resume","fade":0.01}"#)
       let allocations = rampd_allocations_on_this_thread()
       let frees = rampd_frees_on_this_thread()
-      player.applyPendingCommands()
+      player.renderer.applyPendingCommands()
       for _ in 0..<2 {
-        while player.streamsBehind(frames: frames) { usleep(100) }
-        player.renderBlock(buffers)
+        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
+        player.renderer.renderBlock(buffers)
       }
       if round >= 5 {
         allocated += rampd_allocations_on_this_thread() - allocations
         freed += rampd_frees_on_this_thread() - frees
       }
       controller.deliverEvents()
-      player.reapRetired()
+      player.link.reapRetired()
     }
     let replies = client.replies.withLock { $0 }
     #expect(replies.count == session.sequence && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.suffix(2))")

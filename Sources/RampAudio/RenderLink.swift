@@ -1,0 +1,104 @@
+import Foundation
+import RampEngine
+import Synchronization
+
+/// What the render thread lets go of: handed to the recovery thread, which frees it, so the
+/// render thread never does.
+enum Retired {
+  case object(AnyObject)
+  case command(PlayerCommand)
+}
+
+/// A command for the render thread, run between blocks at `sample` (exactly: the block is split
+/// there) or, when nil, before the next block: a prepared command, or a closure (which may
+/// allocate: queries and tests).
+struct PlayerCommand {
+  let sample: Int64?
+  let work: Work
+
+  enum Work {
+    case command(any RenderCommand)
+    case closure(@Sendable (RenderState) -> Void)
+  }
+}
+
+/// What a player's threads share, and nothing else: the control side (`Player`), the render
+/// thread (`RenderLoop`) and the thread that reopens a lost device (`DeviceRecovery`) hand each
+/// other commands, events, retired objects and devices through these lock-free queues, wake each
+/// other with these bells and read each other's progress in these atomics. Everything in it is
+/// immutable or atomic, so it is `Sendable` as it is.
+final class RenderLink: Sendable {
+  /// Commands from the control side to the render thread.
+  let commands = SPSCQueue<PlayerCommand>(minimumCapacity: 4096)
+  /// Several control threads may submit; the render thread is the only consumer and never locks.
+  let submitLock = Mutex<Void>(())
+  /// A completed command's ticket is its reply, which must not be dropped: commands are taken
+  /// only while this queue keeps `eventReserve` slots free (for the events and tickets of the
+  /// commands taken, scheduled ones coming due and the engine's own), and otherwise wait in
+  /// theirs until the control side has caught up.
+  let events: SPSCQueue<PlayerEvent>
+  /// Half the event queue.
+  let eventReserve: Int
+  /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
+  let doorbell: Bell
+  /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
+  /// the command at once.
+  let commandBell: Bell
+  /// Rung when the render thread hands over a dead device (and at shutdown): a recovery thread
+  /// with a healthy device sleeps on it, without waking.
+  let recoveryBell: Bell
+  /// False once shutdown is asked for (or an offline player has finished).
+  let running = Atomic<Bool>(false)
+  /// Set by the render thread as it ends (its device drained and closed).
+  let finished = Atomic<Bool>(false)
+  /// Finished animations, commands run and streams gone, on their way to the recovery thread
+  /// to be freed there (render thread → recovery thread).
+  let retired = SPSCQueue<Retired>(minimumCapacity: 4096)
+  // Device loss: the render thread hands the dead device over, the recovery thread hands a new one back.
+  let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  /// Healthy devices handed over after `configuration.reopenAfter`, to be closed and opened afresh.
+  let retiredDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  /// Why a retired device could not be opened again (made on the recovery thread, so the render
+  /// thread posts it without building a string).
+  let failedReopenings = SPSCQueue<String>(minimumCapacity: 4)
+  /// Devices opened again, from the recovery thread to the render thread.
+  let freshDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  /// Set by the recovery thread as it ends.
+  let recoveryFinished = Atomic<Bool>(false)
+  /// Which sample is heard when, as the render thread last measured it (`HeardClock`).
+  let heard = HeardClock.Shared()
+  /// The render thread sleeps, idle, and listens for commands (`perform` then rings it).
+  let idling = Atomic<Bool>(false)
+  /// The device is stopped while nothing plays.
+  let stoppedIdle = Atomic<Bool>(false)
+  /// Nanoseconds from waking up idle to the first sample heard, as last measured (−1: not yet).
+  let measuredResume = Atomic<Int64>(-1)
+  /// The render thread's kernel id once it runs.
+  let renderThread = Atomic<Int32>(0)
+  /// Blocks rendered.
+  let blockCount = Atomic<Int>(0)
+  /// The sample the next block starts at, published after each block: what `at` times count from.
+  let published = Atomic<Int64>(0)
+  /// Device underruns recovered so far, lost devices' included.
+  let underrunCount = Atomic<Int>(0)
+  /// False while the device is lost and being reopened.
+  let healthy = Atomic<Bool>(true)
+  /// The device is known to take samples as fast as they come (no clock of its own).
+  let noClock = Atomic<Bool>(false)
+  /// The render thread's SCHED_FIFO priority (0: normal priority).
+  let realtime = Atomic<Int>(0)
+
+  init(eventCapacity: Int) throws {
+    events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))
+    eventReserve = events.capacity / 2
+    doorbell = try Bell("event")
+    commandBell = try Bell("command")
+    recoveryBell = try Bell("recovery")
+  }
+
+  /// Frees what the render thread let go of (the recovery thread does, and an offline player's
+  /// caller between blocks).
+  func reapRetired() {
+    while retired.pop() != nil {}
+  }
+}

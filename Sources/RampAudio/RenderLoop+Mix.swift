@@ -1,0 +1,209 @@
+import Foundation
+import RampEngine
+import Synchronization
+
+extension RenderLoop {
+  /// One block into `buffers.mix`. Allocation-free: the render thread's hot path.
+  func renderBlock(_ buffers: RenderBuffers) {
+    renderSpan(buffers, offset: 0, frames: buffers.frames)
+  }
+
+  /// Frames [offset, offset + frames) of the block. Allocation-free.
+  func renderSpan(_ buffers: RenderBuffers, offset: Int, frames: Int) {
+    let channels = buffers.channels
+    let mix = buffers.mix + offset * channels
+    let audio = buffers.audio
+    let gain = buffers.gain
+    let ramp = buffers.ramp
+    let engine = state.engine
+    let now = engine.now
+    let ducks = state.ducks
+    ducks.begin(state, now: now)
+    mix.update(repeating: 0, count: frames * channels)
+    // Index loop, not for-in: an unspecialised iterator allocates in a debug build.
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      if let frame = stream.pendingSeek {
+        // Seeking: the stream's envelope ramps out over the declick ramp (mixed below), or at
+        // once when the stream is silent anyway (paused). Once silent, ask the decoder; once it
+        // has sought, drop the stale audio; the stream then waits for its ring to refill and
+        // ramps back in (as after an underrun). Until then it holds its place, silent. No engine
+        // call: nothing is allocated or freed here.
+        if stream.supply > 0 {
+          engine.render(stream.transport, start: now, count: 1, into: ramp)
+          if ramp[0] == 0 && engine.restingValue(stream.transport) == 0 { stream.supply = 0 }
+        }
+        if stream.supply == 0 {
+          if !stream.seekRequested {
+            stream.decoder.requestSeek(toOutputFrame: frame)
+            stream.seekRequested = true
+          } else if offset == 0, let mark = stream.decoder.takeSeekMark() {
+            // Taken at a block's start only (where a render thread without a clock has waited
+            // for it), so where the stream comes back does not depend on the decoder's speed.
+            stream.decoder.ring.discard(upTo: mark)
+            stream.pendingSeek = nil
+            stream.seekRequested = false
+            stream.position = frame
+            // The ring holds little of the new position yet: the stream waits for it to refill
+            // (no underrun: nothing was cut) and ramps in.
+            stream.starved = true
+          }
+          continue
+        }
+      }
+      if stream.paused {
+        // Paused: the position holds once the ramp to silence is over.
+        engine.render(stream.transport, start: now, count: 1, into: ramp)
+        if ramp[0] == 0 { continue }
+      }
+      let wanted = frames * channels
+      let decoder = stream.decoder
+      let available = decoder.ring.available
+      let finished = decoder.isFinished
+      if stream.starved {
+        // Holding, silent and in place, until the ring has refilled (judged at a block's start,
+        // for the same reason as a seek's mark).
+        guard offset == 0, finished || available >= min(refillFrames * channels, decoder.ring.capacity) else {
+          continue
+        }
+        stream.starved = false
+      }
+      // The ring cannot cover this span and a ramp out after it: ramp out now, at the declick
+      // ramp's pace (faster only if the audio runs out first), rather than cut to silence
+      // mid-waveform when it runs dry.
+      let starving = !finished && available < (frames + declickFrames) * channels
+      let seeking = stream.pendingSeek != nil
+      let got: Int
+      let centred = channels != 2 || engine.restingValue(stream.pan) == 0
+      if centred, !starving, !seeking, stream.supply == 1,
+        stream.queue?.isQuiet(stream, frames: frames, now: now) ?? true,
+        let level = engine.restingValue(stream.gain),
+        let transport = engine.restingValue(stream.transport),
+        let duck = ducks.restingFactor(stream: stream.id, from: now)
+      {
+        // At rest, the usual case between fades: one gain for the block, mixed straight from the
+        // ring (a missing sample would add 0 × gain, nothing).
+        let constant = Float(level) * Float(transport)
+        got = stream.decoder.consume(count: wanted) { samples, offset, count in
+          ducks.listen(stream.id, samples, offset: offset, count: count, gain: constant)
+          GainKernel.accumulate(samples, gain: constant * duck, count: count, into: mix + offset)
+        }
+      } else {
+        var taken = wanted
+        var envelope = SupplyRamp.in
+        if starving {
+          // Only the audio the ramp needs is taken: the rest stays for when the stream resumes.
+          let have = min(available / channels, frames)
+          let needed = Int((stream.supply * Float(declickFrames)).rounded(.up))
+          envelope = have < needed && have < frames ? .outOverAudio : .out
+          taken = min(have, needed) * channels
+        } else if seeking {
+          envelope = .out
+        }
+        got =
+          stream.queue?.read(stream, into: audio, count: taken, now: now, state: state) { retire(.object($0)) }
+          ?? decoder.read(into: audio, count: taken)
+        if got < wanted { (audio + got).update(repeating: 0, count: wanted - got) }
+        if starving || seeking || stream.supply < 1 {
+          applySupply(stream, to: audio, frames: got / channels, channels: channels, ramp: envelope)
+        }
+        engine.render(stream.gain, start: now, count: frames, into: gain)
+        engine.render(stream.transport, start: now, count: frames, into: ramp)
+        GainKernel.multiply(gain, by: ramp, count: frames)
+        ducks.listen(stream.id, audio, gain: gain, frames: frames)
+        ducks.apply(stream: stream.id, start: now, count: frames, to: gain)
+        if centred {
+          GainKernel.accumulate(audio, gain: gain, frames: frames, channels: channels, into: mix)
+        } else {
+          engine.render(stream.pan, start: now, count: frames, into: ramp)
+          GainKernel.accumulateBalanced(audio, gain: gain, balance: ramp, frames: frames, into: mix)
+        }
+      }
+      stream.position += got / channels
+      if got > 0 && finished && decoder.ring.available == 0 {
+        // Where the stream's last audio ends: how long a render of the whole show lasts.
+        state.audioEnd = max(state.audioEnd, now + Int64(got / channels))
+      }
+      if starving && stream.supply == 0 {
+        // One event per shortfall, not one per block: a starved stream must not flood the queue
+        // that carries replies.
+        state.post(.underrun(stream: stream.id))
+        stream.starved = true
+      }
+    }
+    engine.render(state.master, start: now, count: frames, into: gain)
+    ducks.applyToMaster(start: now, count: frames, to: gain)
+    GainKernel.apply(mix, gain: gain, frames: frames, channels: channels, into: mix)
+    GainKernel.clamp(mix, count: frames * channels)
+    ducks.end(frames: frames) { retire(.object($0)) }
+    engine.advance(by: frames)
+    engine.drainCompletions(retiring: { retire(.object($0)) }) { report in state.post(.animationFinished(report)) }
+  }
+
+  enum SupplyRamp {
+    /// Down to 0 over the frames given: the last audio before an underrun.
+    case outOverAudio
+    /// Down towards 0 at the declick ramp's pace: before a seek.
+    case out
+    /// Up towards 1 at the declick ramp's pace.
+    case `in`
+  }
+
+  /// Applies a stream's envelope to `frames` frames of its audio. Allocation-free.
+  func applySupply(
+    _ stream: PlayingStream, to audio: UnsafeMutablePointer<Float>, frames: Int, channels: Int, ramp: SupplyRamp
+  ) {
+    var level = stream.supply
+    let step = ramp == .outOverAudio ? level / Float(max(frames, 1)) : 1 / Float(declickFrames)
+    var frame = 0
+    while frame < frames {
+      switch ramp {
+      case .outOverAudio: level = frame == frames - 1 ? 0 : max(level - step, 0)
+      case .out: level = max(level - step, 0)
+      case .in: level = min(level + step, 1)
+      }
+      var channel = 0
+      while channel < channels {
+        audio[frame * channels + channel] *= level
+        channel += 1
+      }
+      frame += 1
+    }
+    // A ramp out that ends within a rounding error of silence ends in silence.
+    stream.supply = ramp == .outOverAudio || (ramp == .out && level < 1e-5) ? 0 : level
+  }
+
+  /// Streams whose file ended (ring empty) or whose stop ramp is over leave the mix.
+  func finishStreams() {
+    let engine = state.engine
+    var index = state.streams.count - 1
+    while index >= 0 {
+      let stream = state.streams[index]
+      let drained =
+        stream.decoder.isFinished && stream.decoder.ring.available == 0 && stream.pendingSeek == nil
+        && !(stream.queue?.continues ?? false)
+      var stopped = false
+      if stream.stopping {
+        var level: Float = 1
+        engine.render(stream.transport, start: engine.now, count: 1, into: &level)
+        stopped = level == 0
+      }
+      if drained || stopped {
+        stream.cancelDecoders()
+        let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.hasFailed ? .failed : .finished)
+        state.post(.streamEnded(id: stream.id, reason: reason))
+        // By handle: no key path is built or matched.
+        engine.undefine(stream.gain)
+        engine.undefine(stream.transport)
+        engine.undefine(stream.pan)
+        // The decoder (its ring, soxr state, file) is freed off this thread.
+        retire(.object(stream))
+        state.streams.remove(at: index)
+        publishedHandlesStale = true
+      }
+      index -= 1
+    }
+  }
+}

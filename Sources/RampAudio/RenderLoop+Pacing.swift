@@ -1,0 +1,252 @@
+import Foundation
+import RampEngine
+import Synchronization
+
+extension RenderLoop {
+  /// With clock pacing, until the next block may be written, sleeps on the command pipe: a
+  /// command arriving meanwhile is applied at once (to the next block, whose first sample is the
+  /// engine's now) and its reply leaves, instead of waiting for the next block start. Blocks go
+  /// out back to back while they fit in the buffer ahead of the clock; once it is full, the
+  /// sleep lasts until only the margin is left ahead (`refillLead`), so one wake-up serves
+  /// (buffer − margin) of audio. With device pacing the write itself blocks; commands then wait
+  /// for the block boundary. Returns true when it waited (a new batch of blocks starts).
+  func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
+    var waited = false
+    while link.running.load(ordering: .relaxed) {
+      let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead)
+      if wait <= 0 { break }
+      waited = true
+      // Rounded up to whole milliseconds: the block then fits when poll returns.
+      guard link.commandBell.wait(milliseconds: pollMilliseconds(wait)) else { continue }
+      takeCommands()
+      flushEvents()
+    }
+    return waited
+  }
+
+  /// With device pacing, a stream whose decoder is behind is waited for instead of played as
+  /// silence while the device has audio queued to cover the wait (less a period, the margin), and
+  /// without limit on a device that has no clock: it takes audio as fast as it comes, so nothing
+  /// is late for it, and what it records is the whole file. Commands are taken meanwhile.
+  func waitForStreams(on device: AlsaPCMOutput, frames: Int) {
+    if device.hasNoClock {
+      waitForEveryStream(frames: frames)
+      return
+    }
+    // Monotonic nanoseconds the wait may last until (nil: no limit), reckoned at the first wait.
+    var deadline: Int64?
+    var reckoned = device.hasNoClock
+    while link.running.load(ordering: .relaxed), let decoder = firstDecoderBehind(frames: frames) {
+      // A decoder woken once per half ring, not once per block, when nothing limits the wait.
+      let enough = (frames + declickFrames) * output.channels
+      guard decoder.awaitSamples(device.hasNoClock ? max(decoder.lowWater, enough) : enough) else { continue }
+      if !reckoned {
+        reckoned = true
+        let covered = device.delayFrames - output.periodFrames
+        guard covered > 0 else { return }
+        deadline = monotonicNanoseconds() + Int64(covered) * 1_000_000_000 / Int64(output.rate)
+      }
+      // Without a limit, it still looks again now and then (a decoder stuck on a slow disk).
+      let left = deadline.map { $0 - monotonicNanoseconds() } ?? 100_000_000
+      guard left > 0 else { return }
+      if link.commandBell.wait(milliseconds: pollMilliseconds(Double(left) / 1e9)) {
+        takeCommands()
+        flushEvents()
+      }
+    }
+  }
+
+  /// Without a clock (a sink, or a device that takes audio as fast as it comes) nothing is ever
+  /// late, so before a block the render thread waits until every stream can play it as if its
+  /// decoder were infinitely fast: the ring holds the block and the ramp after it (a starved
+  /// stream: the refill it waits for), and a seek asked for has landed. What is rendered then does
+  /// not depend on the decoders' timing: an offline render, or the recording of rampd on such a
+  /// device, is the same every time. Commands are taken meanwhile.
+  func waitForEveryStream(frames: Int) {
+    while link.running.load(ordering: .relaxed) {
+      var index = 0
+      var behind: StreamDecoder?
+      var needed = 0
+      var installing = false
+      while index < state.streams.count && behind == nil {
+        let stream = state.streams[index]
+        index += 1
+        let decoder = stream.decoder
+        if decoder.hasFailed { continue }
+        if stream.pendingSeek != nil {
+          if stream.seekRequested && decoder.seekIsPending {
+            behind = decoder
+            needed = 0
+          }
+          continue
+        }
+        let ahead = stream.starved ? max(refillFrames, frames + declickFrames) : frames + declickFrames
+        if let queue = stream.queue, let wait = queue.behind(stream, frames: frames, ahead: ahead) {
+          // A queue's next item the daemon has yet to install: commands are taken until it is.
+          guard let decoder = wait.decoder else {
+            if link.commandBell.wait(milliseconds: 10) { takeCommands() }
+            flushEvents()
+            installing = true
+            break
+          }
+          behind = decoder
+          needed = wait.needed
+          break
+        }
+        if decoder.isFinished { continue }
+        needed = min(ahead * output.channels, decoder.ring.capacity)
+        if decoder.ring.available < needed { behind = decoder }
+      }
+      if installing { continue }
+      guard let decoder = behind else { return }
+      if needed == 0 {
+        // A seek lands within a read of the file: polled, there is no bell for it.
+        usleep(100)
+        continue
+      }
+      guard decoder.awaitSamples(max(decoder.lowWater, needed)) else { continue }
+      if link.commandBell.wait(milliseconds: 100) {
+        takeCommands()
+        flushEvents()
+      }
+    }
+  }
+
+  /// The first stream that plays (not paused, not seeking) and whose decoder has less than a
+  /// block and the ramp out after it ready while still decoding (less would start an underrun).
+  /// `playingOnly: false`: any stream, paused or seeking too.
+  func firstDecoderBehind(frames: Int, playingOnly: Bool = true) -> StreamDecoder? {
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      if playingOnly && (stream.paused || stream.pendingSeek != nil) { continue }
+      let decoder = stream.decoder
+      if !decoder.isFinished && decoder.ring.available < (frames + declickFrames) * output.channels { return decoder }
+    }
+    return nil
+  }
+
+  /// Without a device to block on, waits until the block just rendered is due on the clock (one
+  /// block ahead of it); after an outage of the render thread itself the clock re-anchors.
+  func keepTime(frames: Int) {
+    idleClock.wait(toWrite: frames, lead: frames)
+    idleClock.advance(by: frames)
+  }
+
+  /// Whether a stream plays (or ramps towards a pause): time then follows the streams.
+  var streamsPlaying: Bool {
+    var index = 0
+    while index < state.streams.count {
+      if !state.streams[index].paused { return true }
+      index += 1
+    }
+    return false
+  }
+
+  /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the
+  /// buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by default the
+  /// buffer less one period (in the buffer as negotiated, never less than a period unless the
+  /// buffer holds under two).
+  var refillLead: Int {
+    let most = max(output.bufferFrames - output.periodFrames, 0)
+    guard let margin = configuration.marginTime else { return most }
+    return min(max(Int((margin * Double(output.rate)).rounded()), output.periodFrames), most)
+  }
+
+  // MARK: Idle
+
+  /// Nothing to render but silence until a command comes: no command waits, no stream plays
+  /// (every one paused and still, none seeking), no animation runs or waits to begin.
+  var nothingToRender: Bool {
+    guard link.commands.isEmpty, !state.engine.isAnimating, !state.engine.hasPendingCompletions else { return false }
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      if !stream.paused || stream.stopping || stream.pendingSeek != nil { return false }
+    }
+    return true
+  }
+
+  /// When nothing is to be rendered (`nothingToRender`) on a device that may stop
+  /// (`AlsaPCMOutput.stopsWhenIdle`): lets the device play what it holds, stops it before it
+  /// runs dry (what it still holds is the last block, silence), then sleeps until a command
+  /// comes or a scheduled one must be rendered, without a timer. A command during the play-out
+  /// ends it with the device still running. On waking, the sample clock catches up with the
+  /// time spent idle as the device will play it (the mapping of samples to time extrapolated,
+  /// plus the resume latency last measured), so an `at` time keeps its meaning; the device
+  /// starts again once it holds two blocks (`AlsaPCMOutput.stopForIdle`), its first sample
+  /// being silence or the command's ramp: no click. Allocation-free.
+  func idleIfNothingToRender(_ buffers: RenderBuffers) {
+    guard let device, device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), nothingToRender else { return }
+    let nanosecondsPerFrame = 1e9 / Double(output.rate)
+    // How long before a scheduled command the device must run again.
+    let lead = Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
+    if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
+      return
+    }
+    // The block last written is silence (the one before may end a stream): the device stops
+    // before it, and cuts nothing but silence.
+    var index = 0
+    while index < buffers.frames * buffers.channels {
+      if buffers.mix[index] != 0 { return }
+      index += 1
+    }
+    // Pairs with `perform`: either it sees `idling` and rings, or the command is seen here.
+    link.idling.store(true, ordering: .sequentiallyConsistent)
+    defer { link.idling.store(false, ordering: .sequentiallyConsistent) }
+    guard link.commands.isEmpty else { return }
+    let now = monotonicNanoseconds()
+    // When the last sample written is heard; the device stops a period before.
+    let lastHeard =
+      heardClock.known
+      ? heardClock.nanoseconds(of: state.engine.now) : now + Int64(Double(device.delayFrames) * nanosecondsPerFrame)
+    let period = Int64(Double(output.periodFrames) * nanosecondsPerFrame)
+    guard sleepIdle(until: lastHeard - period) else { return }
+    device.stopForIdle()
+    heardClock.restart()
+    link.stoppedIdle.store(true, ordering: .relaxed)
+    // A scheduled command wakes it in time to be rendered and heard at its sample.
+    let deadline = scheduled.firstSample.map { first in
+      heardClock.known
+        ? heardClock.nanoseconds(of: first) - lead
+        : HeardClock.clamped(Double(lastHeard) + Double(first - state.engine.now) * nanosecondsPerFrame) - lead
+    }
+    // True only once the deadline has passed; false when a command came (or shutdown).
+    let scheduledWake = sleepIdle(until: deadline)
+    link.stoppedIdle.store(false, ordering: .relaxed)
+    let wake = monotonicNanoseconds()
+    var heardFrom = wake + resumeNanoseconds
+    // Woken for a scheduled command, with time to spare: the device starts at a set moment
+    // (after the two blocks it starts with are rendered), so its sample clock is where the
+    // mapping says, whatever this wake-up's latency.
+    let startMargin: Int64 = 5_000_000
+    let timed = scheduledWake && device.start(at: wake + startMargin)
+    if timed { heardFrom = wake + startMargin }
+    let behind =
+      heardClock.known
+      ? heardClock.sample(at: heardFrom) - Double(state.engine.now)
+      : Double(heardFrom - lastHeard) / nanosecondsPerFrame
+    if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
+    // A timed start says nothing of the latency of a command's wake-up.
+    resumed = timed ? nil : (wake, state.engine.now)
+    batchStart = nil
+  }
+
+  /// Sleeps on the command bell until `deadline` (monotonic nanoseconds; nil: none). False when
+  /// a command came first (or the player stops), true once the deadline has passed.
+  func sleepIdle(until deadline: Int64?) -> Bool {
+    while link.running.load(ordering: .relaxed) {
+      if !link.commands.isEmpty { return false }
+      var milliseconds: Int32 = -1
+      if let deadline {
+        let left = deadline - monotonicNanoseconds()
+        if left <= 0 { return true }
+        milliseconds = pollMilliseconds(Double(left) / 1e9)
+      }
+      _ = link.commandBell.wait(milliseconds: milliseconds)
+    }
+    return false
+  }
+}

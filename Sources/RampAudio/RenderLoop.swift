@@ -1,0 +1,414 @@
+import Foundation
+import RampEngine
+import Synchronization
+
+/// The render side of a `Player`: the render thread's loop and everything only it touches (the
+/// device, the schedule of commands waiting for their sample, the clocks that pace it, the
+/// render state with its engine and streams). Owned by the render thread from `Player.start` to
+/// the end of `Player.shutdown` (an offline player's: by whoever calls `renderOffline`); the
+/// control side touches it only before the thread starts and after it has finished. What
+/// crosses threads goes through `link`.
+///
+/// Each period it takes the commands the control side queued, publishes the values others
+/// observe, renders the block (`RenderLoop+Mix.swift`) split at the samples of scheduled
+/// commands, writes it, lets finished streams go and rings whoever waits for events. How it waits
+/// (for the clock, the device, the decoders, or idle) is in `RenderLoop+Pacing.swift`.
+final class RenderLoop: @unchecked Sendable {
+  let link: RenderLink
+  let state: RenderState
+  let output: AlsaPCMOutput.Negotiated
+  let configuration: OutputConfiguration
+  /// The declick ramp in frames: also how an underrun ramps out and back in.
+  let declickFrames: Int
+  /// Frames a starved stream's ring must hold again before it ramps back in.
+  let refillFrames: Int
+  /// What a rewind needs to render again what the device holds (`Rewind.swift`).
+  let rewindHistory: RewindHistory
+  /// The device written to (nil while it is lost and reopened, or for an offline player).
+  private(set) var device: AlsaPCMOutput?
+  /// An offline player's output, instead of a device.
+  let sink: (any BlockSink)?
+  /// An offline player's block: it has no render thread to own one.
+  let offlineBuffers: RenderBuffers?
+  /// When and at which sample the render thread last woke to render a batch of blocks (when
+  /// published values become due).
+  var batchStart: (nanoseconds: Int64, sample: Int64)?
+  /// A command ran or a stream left since the published values' handles were looked up.
+  var publishedHandlesStale = true
+  /// Commands waiting for their sample, soonest first.
+  var scheduled: CommandSchedule
+  /// Something was retired in this block: the loop rings the recovery thread once.
+  var retiredInBlock = false
+  /// `configuration.reopenAfter` in frames (nil: never), and the frames written to the device since
+  /// it was opened.
+  let reopenAfterFrames: Int?
+  var framesSinceOpen = 0
+  /// Keeps time while there is no device to block on (lost, or without a clock and idle).
+  var idleClock: ClockPacer
+  /// Underruns counted by devices since lost, so the total survives a reconnection.
+  var underrunsOfLostDevices = 0
+  /// Which sample is heard when (its copy for other threads is `link.heard`).
+  var heardClock: HeardClock
+  /// Nanoseconds from waking up idle to the first sample heard, as last measured (one period
+  /// until measured; its copy for status is `link.measuredResume`).
+  var resumeNanoseconds: Int64
+  /// When the render thread last woke up idle, and the sample it resumed at, until the device
+  /// says when that sample is heard.
+  var resumed: (nanoseconds: Int64, sample: Int64)?
+  /// The device's underruns at the last observation: one more means the device stopped and
+  /// started again.
+  var underrunsObserved = 0
+
+  init(
+    link: RenderLink, state: RenderState, device: AlsaPCMOutput?, sink: (any BlockSink)?,
+    output: AlsaPCMOutput.Negotiated, configuration: OutputConfiguration, declickFrames: Int,
+    rewindHistory: RewindHistory, scheduledCapacity: Int
+  ) {
+    self.link = link
+    self.state = state
+    self.device = device
+    self.sink = sink
+    self.output = output
+    self.configuration = configuration
+    self.declickFrames = declickFrames
+    refillFrames = declickFrames + 4 * output.periodFrames
+    self.rewindHistory = rewindHistory
+    let rate = Double(output.rate)
+    reopenAfterFrames = configuration.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
+    idleClock = ClockPacer(rate: output.rate)
+    heardClock = HeardClock(rate: output.rate)
+    resumeNanoseconds = Int64(output.periodFrames) * 1_000_000_000 / Int64(output.rate)
+    scheduled = CommandSchedule(capacity: max(scheduledCapacity, 16))
+    offlineBuffers = sink == nil ? nil : RenderBuffers(frames: output.periodFrames, channels: output.channels)
+  }
+
+  deinit { offlineBuffers?.deallocate() }
+
+  /// Real time for the render thread where the process may have it without privilege: up to its
+  /// RLIMIT_RTPRIO (systemd's LimitRTPRIO=), capped at 50 to stay below the kernel's own
+  /// threads. Without that limit (or when refused) it stays at normal priority.
+  func raisePriority() {
+    var limit = rlimit()
+    guard getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &limit) == 0, limit.rlim_cur > 0 else { return }
+    var parameters = sched_param(sched_priority: Int32(min(limit.rlim_cur, 50)))
+    if pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters) == 0 {
+      link.realtime.store(Int(parameters.sched_priority), ordering: .relaxed)
+    }
+  }
+
+  /// The render thread's body, from `Player.start` until `running` goes false.
+  func run() {
+    nameThisThread("rampd-render")
+    flushSubnormalsOnThisThread()
+    raisePriority()
+    link.renderThread.store(currentThreadID(), ordering: .releasing)
+    let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
+    defer {
+      buffers.deallocate()
+      device?.drain()
+      // Closing finishes what the device writes (the file plugin fixes its WAV header here).
+      device?.close()
+      // The decoders' threads end with the streams.
+      for stream in state.streams { stream.cancelDecoders() }
+      link.finished.store(true, ordering: .releasing)
+    }
+    while link.running.load(ordering: .acquiring) {
+      if link.blockCount.load(ordering: .relaxed) > 0 { idleIfNothingToRender(buffers) }
+      // With clock pacing, the wait comes before the block is rendered: a command taken during
+      // it lands on the block's first sample, heard at most one buffer later.
+      var due: Int64 = 0
+      if let device, output.pacing == .device { waitForRoomTakingCommands(on: device, frames: buffers.frames) }
+      if let device, output.pacing == .clock {
+        // The blocks of one wake-up become `latest` one period apart, from the wake-up on.
+        let waited = takeCommandsWhileWaiting(for: device, frames: buffers.frames)
+        // (A writer that never waits, always behind the clock, starts a batch every buffer.)
+        if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > Int64(output.bufferFrames) {
+          batchStart = (monotonicNanoseconds(), state.engine.now)
+        }
+        if let batchStart {
+          due = batchStart.nanoseconds + (state.engine.now - batchStart.sample) * 1_000_000_000 / Int64(output.rate)
+        }
+      }
+      takeCommands()
+      // Replies leave now, not after the block has waited for the device.
+      flushEvents()
+      if let device, output.pacing == .device { waitForStreams(on: device, frames: buffers.frames) }
+      publishValues(due: due)
+      beginRewindableBlock()
+      renderScheduled(buffers)
+      // Published before the write (with device pacing, the wait for the device), so commands
+      // taken meanwhile count from here.
+      link.published.store(state.engine.now, ordering: .releasing)
+      writeOrKeepTime(buffers)
+      endRewindableBlock()
+      link.blockCount.add(1, ordering: .relaxed)
+      finishStreams()
+      flushEvents()
+    }
+  }
+
+  /// Renders one block of an offline player into its sink, on the calling thread (which is its
+  /// render thread): the live loop's steps without the clock. Before the block it waits for every
+  /// stream to have its audio (``waitForEveryStream(frames:)``), so the render does not depend
+  /// on how fast the decoders run. The caller takes the events between blocks.
+  public func renderOffline() throws(AudioError) {
+    guard let sink, let buffers = offlineBuffers else {
+      throw AudioError(.invalidParameter, "renderOffline needs a player made with a sink")
+    }
+    // Every command submitted so far, not a block's share: none may land late.
+    repeat {
+      takeCommands()
+    } while link.commands.freeSlots < link.commands.capacity && link.events.freeSlots > link.eventReserve
+    flushEvents()
+    waitForEveryStream(frames: buffers.frames)
+    publishValues(due: 0)
+    renderScheduled(buffers)
+    link.published.store(state.engine.now, ordering: .releasing)
+    try sink.write(buffers.mix, frames: buffers.frames)
+    link.blockCount.add(1, ordering: .relaxed)
+    finishStreams()
+    flushEvents()
+    // No recovery thread offline: what was retired is freed here, between blocks.
+    while link.retired.pop() != nil {}
+  }
+
+  /// Runs `body` with the render state between blocks of an offline player (whose caller is its
+  /// render thread): what plays, what is in flight.
+  func inspectOffline<T>(_ body: (RenderState) throws -> T) rethrows -> T {
+    precondition(sink != nil, "only an offline player's state can be inspected")
+    return try body(state)
+  }
+
+  /// Ends an offline player: its streams' decoders stop, what waits to run is dropped.
+  func finishOffline() {
+    for stream in state.streams { stream.cancelDecoders() }
+    link.running.store(false, ordering: .releasing)
+    discardPending()
+  }
+
+  /// Drops what waits to run (a scheduled play's decoder, its thread) and what was retired:
+  /// once the render thread has finished, or offline.
+  func discardPending() {
+    scheduled.removeAll()
+    while link.commands.pop() != nil {}
+    link.reapRetired()
+  }
+
+  /// Runs the queued commands now, on the calling thread: for tests that drive `renderBlock`
+  /// themselves instead of starting the render thread.
+  func applyPendingCommands() {
+    while let command = link.commands.pop() { run(command) }
+  }
+
+  /// Runs a command's body. It may define or undefine key paths, so the published values'
+  /// handles are looked up again before the next block.
+  func run(_ command: PlayerCommand) {
+    switch command.work {
+    case .command(let prepared): prepared.commit(state)
+    case .closure(let body): body(state)
+    }
+    publishedHandlesStale = true
+    retire(.command(command))
+  }
+
+  /// Hands `object` to the recovery thread, which frees it. Only a full queue (thousands retired
+  /// in one block) lets go of it here.
+  func retire(_ object: Retired) {
+    _ = link.retired.push(object)
+    retiredInBlock = true
+    state.irreversible &+= 1
+  }
+
+  /// True while a stream's ring holds less than a block (tests pace themselves with it).
+  func streamsBehind(frames: Int) -> Bool {
+    firstDecoderBehind(frames: frames, playingOnly: false) != nil
+  }
+
+  /// Writes one rendered block to the device, as the render loop does (and reads where the
+  /// device is, as it does after a write).
+  func writeToDevice(_ mix: UnsafePointer<Float>, frames: Int) throws(AudioError) {
+    guard let device else { throw AudioError(.device, "no device") }
+    try device.write(mix, frames: frames, clamped: true)
+    observeHeard(device)
+  }
+
+  /// Rings the doorbell once if anything was posted since the last time.
+  func flushEvents() {
+    if retiredInBlock {
+      retiredInBlock = false
+      link.recoveryBell.ring()
+    }
+    state.announceLostEvents()
+    guard state.posted else { return }
+    state.posted = false
+    link.doorbell.ring()
+  }
+
+  /// Stores each published key path's value at the block's first sample, due at `due`
+  /// (monotonic nanoseconds). Allocation-free.
+  func publishValues(due: Int64) {
+    let engine = state.engine
+    // Key paths are looked up (hashed) only after something may have defined or undefined one.
+    let lookUp = publishedHandlesStale
+    publishedHandlesStale = false
+    var index = 0
+    while index < state.published.count {
+      let published = state.published[index]
+      index += 1
+      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
+      var value = Double.nan
+      if let handle = published.handle {
+        engine.render(handle, start: engine.now, count: 1, into: &value)
+      }
+      published.store(value, sample: engine.now, due: due)
+    }
+  }
+
+  /// Moves submitted commands into the schedule (soonest first) or runs them now: at most
+  /// `commandsPerBlock`, the rest stay queued for the next block.
+  func takeCommands() {
+    let now = state.engine.now
+    var taken = 0
+    var rewound = false
+    while taken < Player.commandsPerBlock, link.events.freeSlots > link.eventReserve, let command = link.commands.pop()
+    {
+      taken += 1
+      guard let sample = command.sample, sample > now else {
+        if !rewound {
+          rewound = true
+          rewindBeforeCommand(at: command.sample)
+        }
+        run(command)
+        continue
+      }
+      if scheduled.count == scheduled.capacity {
+        // Beyond the capacity reserved at start (the daemon's limit keeps it from happening):
+        // run it now, early, rather than allocate here.
+        run(command)
+        continue
+      }
+      scheduled.insert(command, at: sample)
+    }
+  }
+
+  /// Renders one block, split at each scheduled command's sample so it lands exactly there.
+  func renderScheduled(_ buffers: RenderBuffers) {
+    var offset = 0
+    while offset < buffers.frames {
+      let now = state.engine.now
+      while let first = scheduled.firstSample, first <= now {
+        run(scheduled.removeFirst())
+      }
+      var span = buffers.frames - offset
+      if let sample = scheduled.firstSample { span = min(span, Int(sample - now)) }
+      renderSpan(buffers, offset: offset, frames: span)
+      offset += span
+    }
+  }
+
+  func writeOrKeepTime(_ buffers: RenderBuffers) {
+    // A device reopened on schedule that would not open again is lost like any other.
+    if device == nil, let failure = link.failedReopenings.pop(), link.healthy.load(ordering: .relaxed) {
+      link.healthy.store(false, ordering: .relaxed)
+      state.post(.deviceFailed(failure))
+    }
+    if device == nil, let fresh = link.freshDevices.pop() {
+      device = fresh
+      framesSinceOpen = 0
+    }
+    guard let device else {
+      keepTime(frames: buffers.frames)
+      return
+    }
+    do {
+      // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
+      try device.write(buffers.mix, frames: buffers.frames, clamped: true)
+      framesSinceOpen += buffers.frames
+      link.noClock.store(device.hasNoClock, ordering: .relaxed)
+      observeHeard(device)
+      // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
+      // at the first write and writes it once its own buffer fills. (A device reopened on
+      // schedule was never lost.)
+      if !link.healthy.load(ordering: .relaxed) && framesSinceOpen >= 2 * output.bufferFrames {
+        link.healthy.store(true, ordering: .relaxed)
+        state.post(.deviceRecovered(device.negotiated.device))
+      }
+      link.underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
+      // A device without a clock goes as fast as the streams decode; with none playing, time
+      // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
+      if device.hasNoClock && !streamsPlaying {
+        keepTime(frames: buffers.frames)
+      } else {
+        idleClock.reset()
+      }
+      if let reopenAfterFrames, framesSinceOpen >= reopenAfterFrames { handOver(device, to: link.retiredDevices) }
+    } catch {
+      // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
+      // A reopened device that fails before it played was never back: no second event.
+      if link.healthy.load(ordering: .relaxed) {
+        link.healthy.store(false, ordering: .relaxed)
+        state.post(.deviceFailed(error.message))
+      }
+      handOver(device, to: link.deadDevices)
+    }
+  }
+
+  /// Feeds the sample-to-time mapping what the device says right after a write: the block's
+  /// last sample is heard `delay` frames later than the device's timestamp.
+  func observeHeard(_ device: AlsaPCMOutput) {
+    if device.underruns != underrunsObserved {
+      underrunsObserved = device.underruns
+      heardClock.restart()
+    }
+    guard let position = device.heardPosition() else { return }
+    heardClock.observe(sample: state.engine.now - Int64(position.delay), at: position.nanoseconds)
+    link.heard.store(heardClock, delay: Int64(position.delay))
+    if let resumed {
+      self.resumed = nil
+      resumeNanoseconds = max(heardClock.nanoseconds(of: resumed.sample) - resumed.nanoseconds, 0)
+      link.measuredResume.store(resumeNanoseconds, ordering: .relaxed)
+    }
+  }
+
+  /// Gives the device to the recovery thread: `deadDevices` (lost) or `retiredDevices` (healthy,
+  /// reopened on schedule), to be closed and opened again. Time follows the clock meanwhile.
+  func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<AlsaPCMOutput>) {
+    underrunsOfLostDevices += device.underruns
+    underrunsObserved = 0
+    heardClock.restart()
+    self.device = nil
+    idleClock.reset()
+    batchStart = nil
+    _ = queue.push(device)
+    link.recoveryBell.ring()
+  }
+}
+
+/// The render thread's working memory for one block, allocated once before it starts.
+struct RenderBuffers {
+  let frames: Int
+  let channels: Int
+  /// The sum of the streams, then the output block.
+  let mix: UnsafeMutablePointer<Float>
+  /// One stream's decoded audio.
+  let audio: UnsafeMutablePointer<Float>
+  /// Per-frame gains.
+  let gain: UnsafeMutablePointer<Float>
+  let ramp: UnsafeMutablePointer<Float>
+
+  init(frames: Int, channels: Int) {
+    self.frames = frames
+    self.channels = channels
+    mix = .allocate(capacity: frames * channels)
+    audio = .allocate(capacity: frames * channels)
+    gain = .allocate(capacity: frames)
+    ramp = .allocate(capacity: frames)
+  }
+
+  func deallocate() {
+    mix.deallocate()
+    audio.deallocate()
+    gain.deallocate()
+    ramp.deallocate()
+  }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import RampEngine
+import Synchronization
+
+/// Everything the render thread owns, handed to commands that run on it between blocks.
+public final class RenderState: @unchecked Sendable {
+  public let engine: AnimationEngine
+  public let sampleRate: Int
+  public let channels: Int
+  let master: PropertyHandle
+  var streams: [PlayingStream] = []
+  let events: SPSCQueue<PlayerEvent>
+  /// Set when an event was posted in this block, so the loop rings the doorbell once.
+  var posted = false
+  /// Counts what cannot be undone by rendering again (an event posted, a command run, something
+  /// retired): a rewind goes no further back than its last change (`RewindHistory`).
+  var irreversible = 0
+  /// Events dropped on a full queue since the last `eventsLost` went out.
+  var lostEvents = 0
+  var published: ContiguousArray<PublishedValue> = []
+  /// The duck rules, multiplied into their targets in the mix.
+  public let ducks: DuckLayer
+  /// The sample after the last one of audio a stream played before its file ended (0: none yet).
+  public internal(set) var audioEnd: Int64 = 0
+  /// The sample at which the last animation to end so far ended (0: none yet).
+  public private(set) var settled: Int64 = 0
+
+  /// The highest gain a `*.gain` property may take (linear; 1 is 0 dB).
+  public let maxGain: Double
+
+  init(engine: AnimationEngine, sampleRate: Int, channels: Int, maxGain: Double, events: SPSCQueue<PlayerEvent>) throws
+  {
+    self.engine = engine
+    self.sampleRate = sampleRate
+    self.channels = channels
+    self.events = events
+    master = try engine.define("master.gain", value: 1, range: 0...maxGain)
+    self.maxGain = maxGain
+    ducks = DuckLayer(sampleRate: Double(sampleRate), channels: channels, maxFrames: engine.maxBlockSize)
+    streams.reserveCapacity(Player.streamCapacity)
+    published.reserveCapacity(256)
+  }
+
+  public var streamIDs: [String] { streams.map(\.id) }
+
+  /// How many streams are in the mix. Allocation-free, unlike `streamIDs`.
+  public var streamCount: Int { streams.count }
+
+  /// The streams in the mix, for status replies (off the hot path: allocates).
+  public var streamSnapshots: [StreamSnapshot] {
+    streams.map { stream in
+      StreamSnapshot(
+        id: stream.id, path: stream.decoder.path, paused: stream.paused, stopping: stream.stopping,
+        loops: stream.decoder.loops, seconds: Double(stream.position) / Double(sampleRate))
+    }
+  }
+
+  public func contains(stream id: String) -> Bool { stream(id) != nil }
+
+  /// Seconds of audio in stream `id`'s file (nil: no such stream).
+  public func length(ofStream id: String) -> Double? {
+    guard let stream = stream(id) else { return nil }
+    return Double(stream.decoder.outputLength) / Double(sampleRate)
+  }
+
+  /// Stream `id`, if it is in the mix. Allocation-free (an index loop).
+  func stream(_ id: String) -> PlayingStream? {
+    var index = 0
+    while index < streams.count {
+      if streams[index].id == id { return streams[index] }
+      index += 1
+    }
+    return nil
+  }
+
+  /// Hands a command's ticket back to the control side, after the events the command caused.
+  public func complete(_ ticket: CommandTicket) {
+    post(.commandCompleted(ticket))
+  }
+
+  /// Posts an event for the control side. Never blocks: a full queue drops it, and the count of
+  /// events dropped goes out as `eventsLost` before the next event that fits.
+  public func post(_ event: PlayerEvent) {
+    if case .animationFinished(let report) = event { settled = max(settled, report.sample) }
+    announceLostEvents()
+    irreversible &+= 1
+    if events.push(event) {
+      posted = true
+    } else {
+      lostEvents += 1
+    }
+  }
+
+  /// Posts `eventsLost` if events were dropped and there is room for it now.
+  func announceLostEvents() {
+    guard lostEvents > 0, events.push(.eventsLost(lostEvents)) else { return }
+    lostEvents = 0
+    posted = true
+  }
+}
+
+/// A stream as a status reply shows it.
+public struct StreamSnapshot: Sendable, Equatable {
+  public let id: String
+  public let path: String
+  public let paused: Bool
+  public let stopping: Bool
+  public let loops: Bool
+  /// Seconds of the file's audio played so far (at the output rate, after a seek: from there).
+  public let seconds: Double
+}
+
+/// A stream on the render thread: its decoder's ring, its gain, and the transport gain that
+/// makes starting, pausing and stopping ramps instead of cuts.
+final class PlayingStream {
+  let id: String
+  /// The file playing (a queue's playing item).
+  var decoder: StreamDecoder
+  /// The queue the stream plays, if it plays one.
+  var queue: StreamQueue?
+  let gain: PropertyHandle
+  let transport: PropertyHandle
+  /// Stereo balance, −1 (left) … +1 (right); only a two-channel output applies it.
+  let pan: PropertyHandle
+  var paused: Bool
+  var stopping = false
+  /// A seek waiting for the ramp to silence (then the decoder is asked) or for the decoder.
+  var pendingSeek: Int?
+  var seekRequested = false
+  /// Output frames of this stream's audio consumed, counted from the file's start.
+  var position = 0
+  /// The ring ran short: the stream ramped out and holds, silent and in place, until its ring has
+  /// refilled (an underrun event was posted for it, unless a seek emptied the ring).
+  var starved = false
+  /// The underrun envelope: 1 while the ring keeps up, ramped to 0 over the audio left when it
+  /// runs short, and back to 1 over the declick ramp once it has refilled.
+  var supply: Float = 1
+
+  init(
+    id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, pan: PropertyHandle,
+    paused: Bool
+  ) {
+    self.id = id
+    self.decoder = decoder
+    self.gain = gain
+    self.transport = transport
+    self.pan = pan
+    self.paused = paused
+  }
+}
