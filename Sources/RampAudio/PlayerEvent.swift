@@ -59,4 +59,11 @@ public struct TransportChange: Sendable, Equatable {
 /// (a ticket the commit posts, say). The object is let go of on the recovery thread.
 public protocol RenderCommand: AnyObject, Sendable {
   func commit(_ state: RenderState)
+  /// False for a command that only reads (a query): on a device that rewinds, nothing is
+  /// rewound for it, and a rewind for a later command may go back past it.
+  var changesSound: Bool { get }
+}
+
+extension RenderCommand {
+  public var changesSound: Bool { true }
 }

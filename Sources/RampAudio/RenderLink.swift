@@ -20,6 +20,14 @@ struct PlayerCommand {
     case command(any RenderCommand)
     case closure(@Sendable (RenderState) -> Void)
   }
+
+  /// Whether it may change what is heard (a closure may do anything).
+  var changesSound: Bool {
+    switch work {
+    case .command(let command): command.changesSound
+    case .closure: true
+    }
+  }
 }
 
 /// What a player's threads share, and nothing else: the control side (`Player`), the render

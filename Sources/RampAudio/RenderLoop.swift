@@ -203,12 +203,16 @@ final class RenderLoop: @unchecked Sendable {
   /// Runs a command's body. It may define or undefine key paths, so the published values'
   /// handles are looked up again before the next block.
   func run(_ command: PlayerCommand) {
+    let irreversible = state.irreversible
     switch command.work {
     case .command(let prepared): prepared.commit(state)
     case .closure(let body): body(state)
     }
     publishedHandlesStale = true
     retire(.command(command))
+    // A query changed nothing that rendering again from an earlier sample would undo or post
+    // twice (its reply is not posted again): a rewind may go back past it.
+    if !command.changesSound { state.irreversible = irreversible }
   }
 
   /// Hands `object` to the recovery thread, which frees it. Only a full queue (thousands retired
@@ -274,7 +278,7 @@ final class RenderLoop: @unchecked Sendable {
     {
       taken += 1
       guard let sample = command.sample, sample > now else {
-        if !rewound {
+        if !rewound && command.changesSound {
           rewound = true
           rewindBeforeCommand(at: command.sample)
         }

@@ -49,7 +49,8 @@ enum ClockedDevice {
     // An hour of a 100 ppm error (0.36 s) in three seconds.
     "rampd_clocked_hour_fast": 120_000, "rampd_clocked_hour_slow": -120_000,
     "rampd_clocked_idle": 0, "rampd_clocked_status": 35, "rampd_clocked_device": 0,
-    "rampd_clocked_rewind": 0, "rampd_clocked_rewind_safety": 0, "rampd_clocked_behind_file": 0,
+    "rampd_clocked_rewind": 0, "rampd_clocked_rewind_query": 0, "rampd_clocked_rewind_safety": 0,
+    "rampd_clocked_behind_file": 0,
   ]
 
   /// Devices that reach a clocked one through another plugin: ALSA's `file` plugin, which cannot

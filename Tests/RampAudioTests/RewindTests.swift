@@ -112,6 +112,44 @@ import Testing
     #expect(outcome.finished == 13)
   }
 
+  /// A command that only reads (`changesSound` false) reads the value it would have read anyway.
+  final class Reading: RenderCommand, @unchecked Sendable {
+    var value = Float.nan
+    var changesSound: Bool { false }
+    func commit(_ state: RenderState) {
+      state.engine.render(state.master, start: state.engine.now, count: 1, into: &value)
+    }
+  }
+
+  /// A query rewinds nothing (the device's audio is not rendered again for it), and does not
+  /// stop the rewind of a change that follows it at once: that change is still heard now.
+  @Test func aQueryRewindsNothingAndTheChangeAfterItStillRewinds() throws {
+    let player = try ClockedDevice.player("rampd_clocked_rewind_query", rewind: .on)
+    defer { player.shutdown() }
+    let file = try temporaryDirectory().appendingPathComponent("signal.wav").path
+    try writeSignal(file, frames: 48_000 * 4, channels: 2) { frame, _ in Self.signal(frame) }
+    player.start()
+    try player.play(file, id: "signal")
+    usleep(800_000)
+    #expect(player.outputRewind.active, "the clocked device rewinds")
+    let before = player.outputRewind.rewinds
+    for _ in 0..<20 {
+      player.submit(Reading())
+      usleep(20_000)
+    }
+    usleep(100_000)
+    #expect(player.outputRewind.rewinds == before, "\(player.outputRewind.rewinds - before) rewinds for queries")
+    for index in 0..<5 {
+      let target = index % 2 == 0 ? 0.5 : 1
+      player.submit(Reading())
+      player.perform { state in
+        _ = try? state.engine.set("master.gain", to: target, transaction: Transaction(duration: Self.ramp))
+      }
+      usleep(150_000)
+    }
+    #expect(player.outputRewind.rewinds == before + 5, "\(player.outputRewind.rewinds - before) rewinds for 5 changes")
+  }
+
   /// ALSA's `file` plugin cannot rewind: a change is heard once what the buffer holds has
   /// played, as without rewind, and the audio is as continuous.
   @Test func withoutRewindAChangeWaitsForTheBuffer() throws {
