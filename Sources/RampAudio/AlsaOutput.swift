@@ -335,8 +335,33 @@ public final class AlsaPCMOutput {
   /// `clamped`: the caller promises every sample is within [−1, 1] and none is NaN (the render
   /// path clamps its mix); a float device then takes the samples as they are, unconverted.
   public func write(_ interleaved: UnsafePointer<Float>, frames: Int, clamped: Bool = false) throws(AudioError) {
+    guard writeBlock(interleaved, frames: frames, clamped: clamped) else {
+      throw AudioError(.device, failureMessage)
+    }
+  }
+
+  /// The ALSA error code that made the last write fail (`closedCode` after close; 0: none did).
+  /// The render thread's write records it instead of building a message.
+  public private(set) var writeFailure: Int32 = 0
+  private static let closedCode = Int32.min
+
+  /// Set by whoever hands a failed device over (the render thread): its failure is news (the
+  /// device was playing), and the thread that takes it over announces it with `failureMessage`.
+  public var announcesFailure = false
+
+  /// Why the last write failed, in words: built by whoever reads it, off the render thread.
+  public var failureMessage: String {
+    writeFailure == Self.closedCode
+      ? "ALSA device '\(negotiated.device)': write after close"
+      : "ALSA device '\(negotiated.device)': write failed: \(alsaError(writeFailure))"
+  }
+
+  /// `write` as the render thread does it: false when the device failed (`writeFailure` says
+  /// why, `failureMessage` in words). Allocation-free.
+  public func writeBlock(_ interleaved: UnsafePointer<Float>, frames: Int, clamped: Bool = false) -> Bool {
     guard let pcm else {
-      throw AudioError(.device, "ALSA device '\(negotiated.device)': write after close")
+      writeFailure = Self.closedCode
+      return false
     }
     let channels = negotiated.channels
     let direct = clamped && negotiated.format == .float32
@@ -364,7 +389,8 @@ public final class AlsaPCMOutput {
         }
         let recovered = snd_pcm_recover(pcm, code, 1)
         if recovered < 0 {
-          throw AudioError(.device, "ALSA device '\(negotiated.device)': write failed: \(alsaError(code))")
+          writeFailure = code
+          return false
         }
       }
       clock.advance(by: count)
@@ -377,6 +403,7 @@ public final class AlsaPCMOutput {
       clockProbed = true
       hasNoClock = deviceDelay() == 0
     }
+    return true
   }
 
   /// `snd_pcm_delay`, at least 0; nil when the device cannot say.

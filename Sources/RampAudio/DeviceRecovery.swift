@@ -29,6 +29,7 @@ struct DeviceRecovery: Sendable {
       // A lost device is given a moment before the first attempt; a retired one none.
       for (queue, retired) in [(link.deadDevices, false), (link.retiredDevices, true)] {
         guard let device = queue.pop() else { continue }
+        if !retired && device.announcesFailure { _ = link.deviceFailures.push(device.failureMessage) }
         device.close()
         wanted = true
         reopening = retired
@@ -47,7 +48,7 @@ struct DeviceRecovery: Sendable {
           reopenedAt = monotonicSeconds()
         case .failure(let problem):
           if reopening {
-            _ = link.failedReopenings.push("reopening \(configuration.device) on schedule: \(problem)")
+            _ = link.deviceFailures.push("reopening \(configuration.device) on schedule: \(problem)")
             reopening = false
           }
           delay = min(delay * 2, recoveryBackoff.last)

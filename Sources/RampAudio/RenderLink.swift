@@ -66,9 +66,9 @@ final class RenderLink: Sendable {
   let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
   /// Healthy devices handed over after `configuration.reopenAfter`, to be closed and opened afresh.
   let retiredDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
-  /// Why a retired device could not be opened again (made on the recovery thread, so the render
-  /// thread posts it without building a string).
-  let failedReopenings = SPSCQueue<String>(minimumCapacity: 4)
+  /// Why a device was lost, or why one retired on schedule could not be opened again: put in
+  /// words on the recovery thread, so the render thread posts them without building a string.
+  let deviceFailures = SPSCQueue<String>(minimumCapacity: 8)
   /// Devices opened again, from the recovery thread to the render thread.
   let freshDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
   /// Set by the recovery thread as it ends.

@@ -232,7 +232,9 @@ final class RenderLoop: @unchecked Sendable {
   /// device is, as it does after a write).
   func writeToDevice(_ mix: UnsafePointer<Float>, frames: Int) throws(AudioError) {
     guard let device else { throw AudioError(.device, "no device") }
-    try device.write(mix, frames: frames, clamped: true)
+    guard device.writeBlock(mix, frames: frames, clamped: true) else {
+      throw AudioError(.device, device.failureMessage)
+    }
     observeHeard(device)
   }
 
@@ -311,8 +313,9 @@ final class RenderLoop: @unchecked Sendable {
   }
 
   func writeOrKeepTime(_ buffers: RenderBuffers) {
-    // A device reopened on schedule that would not open again is lost like any other.
-    if device == nil, let failure = link.failedReopenings.pop(), link.healthy.load(ordering: .relaxed) {
+    // Why the device was lost, in words the recovery thread wrote (also a device reopened on
+    // schedule that would not open again: lost like any other).
+    if device == nil, let failure = link.deviceFailures.pop() {
       link.healthy.store(false, ordering: .relaxed)
       state.post(.deviceFailed(failure))
     }
@@ -324,37 +327,35 @@ final class RenderLoop: @unchecked Sendable {
       keepTime(frames: buffers.frames)
       return
     }
-    do {
-      // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
-      try device.write(buffers.mix, frames: buffers.frames, clamped: true)
-      framesSinceOpen += buffers.frames
-      link.noClock.store(device.hasNoClock, ordering: .relaxed)
-      observeHeard(device)
-      // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
-      // at the first write and writes it once its own buffer fills. (A device reopened on
-      // schedule was never lost.)
-      if !link.healthy.load(ordering: .relaxed) && framesSinceOpen >= 2 * output.bufferFrames {
-        link.healthy.store(true, ordering: .relaxed)
-        state.post(.deviceRecovered(device.negotiated.device))
-      }
-      link.underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
-      // A device without a clock goes as fast as the streams decode; with none playing, time
-      // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
-      if device.hasNoClock && !streamsPlaying {
-        keepTime(frames: buffers.frames)
-      } else {
-        idleClock.reset()
-      }
-      if let reopenAfterFrames, framesSinceOpen >= reopenAfterFrames { handOver(device, to: link.retiredDevices) }
-    } catch {
-      // Unhealthy before the event is out, so whoever takes the event sees the device as lost.
-      // A reopened device that fails before it played was never back: no second event.
-      if link.healthy.load(ordering: .relaxed) {
-        link.healthy.store(false, ordering: .relaxed)
-        state.post(.deviceFailed(error.message))
-      }
+    // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
+    guard device.writeBlock(buffers.mix, frames: buffers.frames, clamped: true) else {
+      // Unhealthy at once, so whoever takes the event (once the recovery thread has put the
+      // failure in words) sees the device as lost. A reopened device that fails before it played
+      // was never back: no second event.
+      device.announcesFailure = link.healthy.load(ordering: .relaxed)
+      link.healthy.store(false, ordering: .relaxed)
       handOver(device, to: link.deadDevices)
+      return
     }
+    framesSinceOpen += buffers.frames
+    link.noClock.store(device.hasNoClock, ordering: .relaxed)
+    observeHeard(device)
+    // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
+    // at the first write and writes it once its own buffer fills. (A device reopened on
+    // schedule was never lost.)
+    if !link.healthy.load(ordering: .relaxed) && framesSinceOpen >= 2 * output.bufferFrames {
+      link.healthy.store(true, ordering: .relaxed)
+      state.post(.deviceRecovered(device.negotiated.device))
+    }
+    link.underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
+    // A device without a clock goes as fast as the streams decode; with none playing, time
+    // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
+    if device.hasNoClock && !streamsPlaying {
+      keepTime(frames: buffers.frames)
+    } else {
+      idleClock.reset()
+    }
+    if let reopenAfterFrames, framesSinceOpen >= reopenAfterFrames { handOver(device, to: link.retiredDevices) }
   }
 
   /// Feeds the sample-to-time mapping what the device says right after a write: the block's

@@ -1,3 +1,4 @@
+import CAllocationCounter
 import Foundation
 import RampEngine
 import Testing
@@ -12,7 +13,9 @@ import Testing
 /// parallel), in a configuration file appended to `ALSA_CONFIG_PATH` after `AlsaTestConfig` has
 /// set it. Each records the audio it receives in `<name>.raw` and every open attempt in `<name>.opens`.
 private enum RecoveryTestConfig {
-  static let devices = ["rampd_recovery_play", "rampd_recovery_backoff", "rampd_recovery_shutdown"]
+  static let devices = [
+    "rampd_recovery_play", "rampd_recovery_backoff", "rampd_recovery_shutdown", "rampd_recovery_allocations",
+  ]
 
   private static let setup: Result<String, TestSetupError> = {
     _ = AlsaTestConfig.directory
@@ -281,6 +284,85 @@ private final class DecodersTicket: CommandTicket, @unchecked Sendable {
     usleep(100_000)
     #expect(try RecoveryTestConfig.openAttempts(files).count == opens, "no reopening after shutdown")
   }
+
+  /// Losing the device and getting it back allocates and frees nothing on the render thread: its
+  /// steps (render a block, write it or keep time without a device, let finished streams go) run
+  /// on this thread, counted, through an unplug (the write fails, the device goes to the recovery
+  /// thread, time follows the clock, the failure is announced in words the recovery thread wrote)
+  /// and the plug back (the reopened device is taken and played until it counts as recovered).
+  /// The first loss and recovery only warms the runtime's caches; the second is counted.
+  @Test func losingAndRecoveringTheDeviceAllocatesAndFreesNothingOnTheRenderThread() throws {
+    let (player, files) = try RecoveryTestConfig.player("rampd_recovery_allocations")
+    try FlakyDevice.setUnplugged(false, flag: files.flag)
+    defer { try? FlakyDevice.setUnplugged(false, flag: files.flag) }
+    try player.play(try constantFile(0.25, seconds: 1), id: "tone", loop: true)
+    player.renderer.applyPendingCommands()
+    // The recovery thread, as `start` runs it; this thread is the render thread.
+    let link = player.link
+    link.running.store(true, ordering: .releasing)
+    let recovery = DeviceRecovery(
+      link: link, configuration: player.configuration, output: player.output, recoveryBackoff: (0.01, 0.02))
+    Thread { recovery.run() }.start()
+    defer {
+      link.running.store(false, ordering: .releasing)
+      link.recoveryBell.ring()
+      while !link.recoveryFinished.load(ordering: .acquiring) { usleep(1_000) }
+      player.renderer.discardPending()
+    }
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    var events: [PlayerEvent] = []
+    var allocated = 0
+    var freed = 0
+    /// Blocks of the render loop until `done` (at most 2000); only the blocks are counted.
+    func blocks(until done: () -> Bool) {
+      var count = 0
+      while !done() && count < 2000 {
+        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
+        let allocations = rampd_allocations_on_this_thread()
+        let frees = rampd_frees_on_this_thread()
+        player.renderer.renderBlock(buffers)
+        player.renderer.writeOrKeepTime(buffers)
+        player.renderer.finishStreams()
+        player.renderer.flushEvents()
+        allocated += rampd_allocations_on_this_thread() - allocations
+        freed += rampd_frees_on_this_thread() - frees
+        while let event = player.nextEvent() { events.append(event) }
+        count += 1
+      }
+    }
+    func failures() -> Int { events.count { if case .deviceFailed = $0 { true } else { false } } }
+    func recoveries() -> Int { events.count { if case .deviceRecovered = $0 { true } else { false } } }
+    for round in 1...2 {
+      if round == 2 {
+        allocated = 0
+        freed = 0
+      }
+      var played = 0
+      blocks {
+        played += 1
+        return played > 20
+      }
+      try FlakyDevice.setUnplugged(true, flag: files.flag)
+      blocks { failures() == round }
+      #expect(!player.deviceIsHealthy)
+      played = 0
+      blocks {
+        played += 1
+        return played > 20
+      }
+      try FlakyDevice.setUnplugged(false, flag: files.flag)
+      blocks { recoveries() == round }
+      #expect(player.deviceIsHealthy)
+    }
+    #expect(failures() == 2 && recoveries() == 2, "\(events)")
+    let message = events.compactMap { if case .deviceFailed(let message) = $0 { message } else { nil } }.first
+    #expect(message?.contains("write failed") == true, "\(message ?? "no failure")")
+    #expect(allocated == 0, "\(allocated) allocations on the render thread through a loss and a recovery")
+    #expect(freed == 0, "\(freed) frees on the render thread through a loss and a recovery")
+  }
+
 }
 
 private func ms(_ seconds: Double) -> String {
