@@ -25,8 +25,8 @@ extension JSONValue {
   /// bytes, without a string in between).
   public func write(into output: inout [UInt8]) {
     switch self {
-    case .null: output.append(contentsOf: "null".utf8)
-    case .bool(let value): output.append(contentsOf: value ? "true".utf8 : "false".utf8)
+    case .null: output.append(contentsOf: Self.nullBytes)
+    case .bool(let value): output.append(contentsOf: value ? Self.trueBytes : Self.falseBytes)
     case .number(let value): Self.writeNumber(value, into: &output)
     case .string(let value): Self.writeString(value, into: &output)
     case .array(let elements):
@@ -56,7 +56,7 @@ extension JSONValue {
 
   private static func writeNumber(_ number: Double, into output: inout [UInt8]) {
     guard number.isFinite else {
-      output.append(contentsOf: "null".utf8)
+      output.append(contentsOf: nullBytes)
       return
     }
     if number == number.rounded(), abs(number) < 9_007_199_254_740_992 {
@@ -80,11 +80,21 @@ extension JSONValue {
     output[start...].reverse()
   }
 
+  private static let nullBytes = Array("null".utf8)
+  private static let trueBytes = Array("true".utf8)
+  private static let falseBytes = Array("false".utf8)
+
   private static func writeString(_ text: String, into output: inout [UInt8]) {
     output.append(UInt8(ascii: "\""))
-    // Nearly every string (keys, ids, codes) needs no escape: appended whole.
-    if !text.utf8.contains(where: needsEscapeCheck) {
-      output.append(contentsOf: text.utf8)
+    // Nearly every string (keys, ids, codes) needs no escape: appended whole, scanned and copied
+    // as one buffer (a native string's bytes are contiguous; a bridged one is made so).
+    var text = text
+    let plain = text.withUTF8 { bytes in
+      guard !bytes.contains(where: needsEscapeCheck) else { return false }
+      output.append(contentsOf: bytes)
+      return true
+    }
+    if plain {
       output.append(UInt8(ascii: "\""))
       return
     }
