@@ -504,11 +504,20 @@ enum StateFile {
     bytes.append(contentsOf: journalHead)
     JSONValue.integer(sequence).write(into: &bytes)
     bytes.append(contentsOf: journalValues)
-    for (index, key) in values.keys.sorted().enumerated() {
-      if index > 0 { bytes.append(UInt8(ascii: ",")) }
+    var first = true
+    func member(_ key: String, _ value: Double) {
+      if !first { bytes.append(UInt8(ascii: ",")) }
+      first = false
       JSONValue.string(key).write(into: &bytes)
       bytes.append(UInt8(ascii: ":"))
-      JSONValue.number(values[key]!).write(into: &bytes)
+      JSONValue.number(value).write(into: &bytes)
+    }
+    // Keys in order, so equal values give equal entries; one value (master.gain alone, the usual
+    // case) needs no sorted copy of the keys.
+    if values.count == 1, let only = values.first {
+      member(only.key, only.value)
+    } else {
+      for key in values.keys.sorted() { member(key, values[key]!) }
     }
     bytes.append(contentsOf: journalTail)
     return bytes

@@ -68,16 +68,21 @@ extension JSONValue {
     output.append(contentsOf: number.description.utf8)
   }
 
-  /// Decimal digits, written from the last: no string in between.
+  /// Decimal digits, written from the last into a buffer on the stack, then appended at once: no
+  /// string in between, and one append rather than one per digit.
   private static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
     if value < 0 { output.append(UInt8(ascii: "-")) }
     var magnitude = value.magnitude
-    let start = output.count
-    repeat {
-      output.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
-      magnitude /= 10
-    } while magnitude > 0
-    output[start...].reverse()
+    // 20 digits hold any UInt64.
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+      var start = digits.count
+      repeat {
+        start -= 1
+        digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+        magnitude /= 10
+      } while magnitude > 0
+      output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+    }
   }
 
   private static let nullBytes = Array("null".utf8)

@@ -92,7 +92,11 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral, S
 
   /// Setting nil removes the key; setting an existing key keeps its position.
   public subscript(key: String) -> JSONValue? {
-    get { members.first { Self.same($0.key, key) }?.value }
+    get {
+      // By index: `first(where:)` would copy (retain and release) every member it passes.
+      for index in members.indices where Self.same(members[index].key, key) { return members[index].value }
+      return nil
+    }
     set {
       let index = members.firstIndex { Self.same($0.key, key) }
       switch (index, newValue) {
