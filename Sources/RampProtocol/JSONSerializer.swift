@@ -38,8 +38,10 @@ extension JSONValue {
       output.append(UInt8(ascii: "]"))
     case .object(let object):
       output.append(UInt8(ascii: "{"))
-      for (index, member) in object.enumerated() {
-        if index > 0 { output.append(UInt8(ascii: ",")) }
+      var first = true
+      for member in object {
+        if !first { output.append(UInt8(ascii: ",")) }
+        first = false
         Self.writeString(member.key, into: &output)
         output.append(UInt8(ascii: ":"))
         member.value.write(into: &output)
