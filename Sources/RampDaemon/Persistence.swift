@@ -39,6 +39,7 @@ public final class Persistence: Sendable {
       if let settling, let count = recorded.early[settling] {
         recorded.early[settling] = count > 1 ? count - 1 : nil
       }
+      guard !values.isEmpty else { return }
       var merged = recorded.state.values
       for (key, value) in values where recorded.early[key] == nil { merged[key] = value }
       change(&recorded, to: merged)
@@ -50,15 +51,20 @@ public final class Persistence: Sendable {
     state.withLock { recorded in
       recorded.early[key, default: 0] += 1
       guard recorded.state.values[key] != value else { return }
-      var merged = recorded.state.values
-      merged[key] = value
-      change(&recorded, to: merged)
+      // In place: no merged copy to build and compare, as `change` does for a set of values.
+      recorded.state.values[key] = value
+      changed(&recorded)
     }
   }
 
   private func change(_ recorded: inout Recorded, to values: [String: Double]) {
     guard values != recorded.state.values else { return }
     recorded.state.values = values
+    changed(&recorded)
+  }
+
+  /// Counts a change of `recorded.state.values`, due in the journal and handed to the saver.
+  private func changed(_ recorded: inout Recorded) {
     recorded.state.sequence += 1
     recorded.journalDue = true
     saver.update(recorded.state)

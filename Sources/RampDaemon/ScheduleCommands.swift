@@ -60,8 +60,11 @@ extension Controller {
   /// before it takes effect; a ramp of one under way is held where it is (`cancel`), so the newer
   /// command takes over from the audible value.
   func giveWay(to command: Command) {
-    guard let persistence, let keys = command.changedKeys, !keys.isEmpty else { return }
-    for entry in persistence.snapshot.schedules {
+    // Most requests find no schedule at all: the keys are worked out only when one is kept.
+    guard let schedules = persistence?.snapshot.schedules, !schedules.isEmpty, let persistence,
+      let keys = command.changedKeys, !keys.isEmpty
+    else { return }
+    for entry in schedules {
       guard let key = entry.request["yield"]?.stringValue, keys.contains(key) else { continue }
       if wallClock.remove(entry.id) || entry.from != nil {
         persistence.finish(entry.id)

@@ -501,18 +501,31 @@ enum StateFile {
     // Written for every turn of the event loop that acknowledges a change: built as bytes.
     var bytes: [UInt8] = []
     bytes.reserveCapacity(64 + values.count * 48)
-    bytes.append(contentsOf: #"{"sequence":"#.utf8)
+    bytes.append(contentsOf: journalHead)
     JSONValue.integer(sequence).write(into: &bytes)
-    bytes.append(contentsOf: #","values":{"#.utf8)
-    for (index, key) in values.keys.sorted().enumerated() {
-      if index > 0 { bytes.append(UInt8(ascii: ",")) }
+    bytes.append(contentsOf: journalValues)
+    var first = true
+    func member(_ key: String, _ value: Double) {
+      if !first { bytes.append(UInt8(ascii: ",")) }
+      first = false
       JSONValue.string(key).write(into: &bytes)
       bytes.append(UInt8(ascii: ":"))
-      JSONValue.number(values[key]!).write(into: &bytes)
+      JSONValue.number(value).write(into: &bytes)
     }
-    bytes.append(contentsOf: "}}\n".utf8)
+    // Keys in order, so equal values give equal entries; one value (master.gain alone, the usual
+    // case) needs no sorted copy of the keys.
+    if values.count == 1, let only = values.first {
+      member(only.key, only.value)
+    } else {
+      for key in values.keys.sorted() { member(key, values[key]!) }
+    }
+    bytes.append(contentsOf: journalTail)
     return bytes
   }
+
+  private static let journalHead = Array(#"{"sequence":"#.utf8)
+  private static let journalValues = Array(#","values":{"#.utf8)
+  private static let journalTail = Array("}}\n".utf8)
 
   /// The entry, or nil when it is not one (a torn or foreign file).
   static func decodeJournal(_ bytes: [UInt8]) -> (values: [String: Double], sequence: UInt64)? {

@@ -38,7 +38,8 @@ struct FieldReader {
     self.object = object
     self.prefix = prefix
     self.options = options
-    for (key, _) in object where !allowed.contains(key) {
+    // Lengths first: a full comparison of two different strings costs far more.
+    for (key, _) in object where !allowed.contains(where: { $0.utf8.count == key.utf8.count && $0 == key }) {
       var message = "\(context) takes no field \"\(key)\""
       if let match = Suggestion.closest(to: key, among: allowed) { message += "; did you mean \(match)?" }
       throw .at(prefix + key, .unknownField, message)

@@ -25,8 +25,8 @@ extension JSONValue {
   /// bytes, without a string in between).
   public func write(into output: inout [UInt8]) {
     switch self {
-    case .null: output.append(contentsOf: "null".utf8)
-    case .bool(let value): output.append(contentsOf: value ? "true".utf8 : "false".utf8)
+    case .null: output.append(contentsOf: Self.nullBytes)
+    case .bool(let value): output.append(contentsOf: value ? Self.trueBytes : Self.falseBytes)
     case .number(let value): Self.writeNumber(value, into: &output)
     case .string(let value): Self.writeString(value, into: &output)
     case .array(let elements):
@@ -38,8 +38,10 @@ extension JSONValue {
       output.append(UInt8(ascii: "]"))
     case .object(let object):
       output.append(UInt8(ascii: "{"))
-      for (index, member) in object.enumerated() {
-        if index > 0 { output.append(UInt8(ascii: ",")) }
+      var first = true
+      for member in object {
+        if !first { output.append(UInt8(ascii: ",")) }
+        first = false
         Self.writeString(member.key, into: &output)
         output.append(UInt8(ascii: ":"))
         member.value.write(into: &output)
@@ -56,7 +58,7 @@ extension JSONValue {
 
   private static func writeNumber(_ number: Double, into output: inout [UInt8]) {
     guard number.isFinite else {
-      output.append(contentsOf: "null".utf8)
+      output.append(contentsOf: nullBytes)
       return
     }
     if number == number.rounded(), abs(number) < 9_007_199_254_740_992 {
@@ -68,23 +70,38 @@ extension JSONValue {
     output.append(contentsOf: number.description.utf8)
   }
 
-  /// Decimal digits, written from the last: no string in between.
+  /// Decimal digits, written from the last into a buffer on the stack, then appended at once: no
+  /// string in between, and one append rather than one per digit.
   private static func writeInteger(_ value: Int64, into output: inout [UInt8]) {
     if value < 0 { output.append(UInt8(ascii: "-")) }
     var magnitude = value.magnitude
-    let start = output.count
-    repeat {
-      output.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
-      magnitude /= 10
-    } while magnitude > 0
-    output[start...].reverse()
+    // 20 digits hold any UInt64.
+    withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+      var start = digits.count
+      repeat {
+        start -= 1
+        digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+        magnitude /= 10
+      } while magnitude > 0
+      output.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+    }
   }
+
+  private static let nullBytes = Array("null".utf8)
+  private static let trueBytes = Array("true".utf8)
+  private static let falseBytes = Array("false".utf8)
 
   private static func writeString(_ text: String, into output: inout [UInt8]) {
     output.append(UInt8(ascii: "\""))
-    // Nearly every string (keys, ids, codes) needs no escape: appended whole.
-    if !text.utf8.contains(where: needsEscapeCheck) {
-      output.append(contentsOf: text.utf8)
+    // Nearly every string (keys, ids, codes) needs no escape: appended whole, scanned and copied
+    // as one buffer (a native string's bytes are contiguous; a bridged one is made so).
+    var text = text
+    let plain = text.withUTF8 { bytes in
+      guard !bytes.contains(where: needsEscapeCheck) else { return false }
+      output.append(contentsOf: bytes)
+      return true
+    }
+    if plain {
       output.append(UInt8(ascii: "\""))
       return
     }

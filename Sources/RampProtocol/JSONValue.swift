@@ -92,9 +92,13 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral, S
 
   /// Setting nil removes the key; setting an existing key keeps its position.
   public subscript(key: String) -> JSONValue? {
-    get { members.first { $0.key == key }?.value }
+    get {
+      // By index: `first(where:)` would copy (retain and release) every member it passes.
+      for index in members.indices where Self.same(members[index].key, key) { return members[index].value }
+      return nil
+    }
     set {
-      let index = members.firstIndex { $0.key == key }
+      let index = members.firstIndex { Self.same($0.key, key) }
       switch (index, newValue) {
       case (let index?, let value?): members[index].value = value
       case (let index?, nil): members.remove(at: index)
@@ -104,7 +108,11 @@ public struct JSONObject: Sendable, Equatable, ExpressibleByDictionaryLiteral, S
     }
   }
 
-  public func contains(_ key: String) -> Bool { members.contains { $0.key == key } }
+  public func contains(_ key: String) -> Bool { members.contains { Self.same($0.key, key) } }
+
+  /// Key equality, with the lengths compared first: most keys looked up (`at`, `ack`, `repeat`…)
+  /// are absent, and a length differs far sooner than a full comparison does.
+  private static func same(_ a: String, _ b: String) -> Bool { a.utf8.count == b.utf8.count && a == b }
 
   public func makeIterator() -> IndexingIterator<[Element]> { members.makeIterator() }
 

@@ -56,6 +56,9 @@ struct RequestParser {
   let options: ParseOptions
 
   static let commonKeys = ProtocolSchema.requestFields.map(\.name)
+  /// Looked for in every request: kept, not built each time.
+  private static let schedulingKeys = ["at", "repeat"]
+  private static let scheduleOnlyKeys = ["tag", "yield"]
   private static let commandNames = Set(Command.names)
 
   static func id(_ object: JSONObject) throws(ProtocolError) -> JSONValue? {
@@ -80,8 +83,8 @@ struct RequestParser {
         throw .at(prefix + "cmd", .invalidField, "\(name) cannot be part of a batch")
       }
     }
-    for key in ["at", "repeat"]
-    where !inBatch && name != "batch" && Command.notInBatch.contains(name) && object[key].map({ $0 != .null }) == true {
+    for key in Self.schedulingKeys
+    where !inBatch && name != "batch" && object[key].map({ $0 != .null }) == true && Command.notInBatch.contains(name) {
       throw .at(prefix + key, .invalidField, "'\(name)' takes effect at once; it cannot be scheduled")
     }
     let id = inBatch ? nil : try Self.id(object)
@@ -117,7 +120,7 @@ struct RequestParser {
       request.repeats = recurrence
       request.ack = .scheduled
     }
-    for key in ["tag", "yield"] where r.has(key) && !request.isScheduled {
+    for key in Self.scheduleOnlyKeys where r.has(key) && !request.isScheduled {
       throw r.invalid(key, "only a scheduled request (with at or repeat) takes \(key)")
     }
     request.tag = try r.identifier("tag")
