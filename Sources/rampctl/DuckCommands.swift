@@ -75,7 +75,7 @@ struct DuckAddCommand: DaemonCommand {
   func request() throws -> Request {
     var sidechain: DuckRule.Sidechain?
     if let threshold {
-      var chain = DuckRule.Sidechain(threshold: try Self.decibels(threshold, "--threshold"))
+      var chain = DuckRule.Sidechain(threshold: try Parse.decibels(threshold, "--threshold"))
       if let detector {
         guard let chosen = DuckRule.Sidechain.Detector(rawValue: detector) else {
           throw ValidationError("--detector: expected peak or rms, got '\(detector)'")
@@ -83,7 +83,7 @@ struct DuckAddCommand: DaemonCommand {
         chain.detector = chosen
       }
       chain.window = try Parse.duration(window, "--window") ?? chain.window
-      chain.hysteresis = try hysteresis.map { try Self.decibels($0, "--hysteresis") } ?? chain.hysteresis
+      chain.hysteresis = try hysteresis.map { try Parse.decibels($0, "--hysteresis") } ?? chain.hysteresis
       sidechain = chain
     } else if let option = [("--detector", detector), ("--window", window), ("--hysteresis", hysteresis)]
       .first(where: { $0.1 != nil })?.0
@@ -92,7 +92,7 @@ struct DuckAddCommand: DaemonCommand {
     }
     let rule = DuckRule(
       name: name, targets: targets.map(Parse.keyPath), trigger: trigger, sidechain: sidechain,
-      depth: try depth.map { try Self.decibels($0, "--depth") } ?? DuckRule.defaultDepth,
+      depth: try depth.map { try Parse.decibels($0, "--depth") } ?? DuckRule.defaultDepth,
       attack: try Parse.duration(attack, "--attack") ?? DuckRule.defaultAttack,
       attackCurve: try Parse.curve(attackCurve, "--attack-curve") ?? DuckRule.defaultCurve,
       hold: try Parse.duration(hold, "--hold") ?? DuckRule.defaultHold,
@@ -105,12 +105,6 @@ struct DuckAddCommand: DaemonCommand {
         "window": "--window", "hysteresis": "--hysteresis", "depth": "--depth", "attack": "--attack",
         "hold": "--hold", "release": "--release",
       ])
-  }
-
-  static func decibels(_ text: String, _ option: String) throws -> Double {
-    do { return try HumanUnits.decibels(Arguments.restoringMinus(text), option: option) } catch {
-      throw ValidationError(error.description)
-    }
   }
 
   func summary(of result: JSONValue) -> String {
