@@ -1613,9 +1613,8 @@ public final class Player: @unchecked Sendable {
       if drained || stopped {
         stream.cancelDecoders()
         let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.hasFailed ? .failed : .finished)
-        if reason != .finished {
-          stream.queue?.streamEnded(stream, reason: reason == .stopped ? .stopped : .failed, at: engine.now, state: state)
-        }
+        let itemReason: ItemEndReason = stopped ? .stopped : (reason == .failed ? .failed : .finished)
+        stream.queue?.streamEnded(stream, reason: itemReason, at: engine.now, state: state)
         state.post(.streamEnded(id: stream.id, reason: reason))
         // By handle: no key path is built or matched.
         engine.undefine(stream.gain)

@@ -130,10 +130,8 @@ public final class StreamQueue: @unchecked Sendable {
     guard voiceCount == 0, incoming.isResting(from: now) else { return false }
     let decoder = stream.decoder
     if decoder.isFinished && decoder.ring.available < frames * decoder.outputChannels && !lastEnded { return false }
-    if next != nil || expectsNext, let start = transitionStart(decoder.outputLength), stream.position + frames >= start {
-      return false
-    }
-    return true
+    guard next != nil || expectsNext, let start = transitionStart(decoder.outputLength) else { return true }
+    return stream.position + frames < start
   }
 
   /// Whether the stream goes on once the playing item's audio is over: another item follows.
@@ -303,7 +301,8 @@ public final class StreamQueue: @unchecked Sendable {
     decoder?.cancel()
     state.post(
       .itemEnded(
-        stream: stream.id, item: voices[index].item, sample: sample, reason: voices[index].skipped ? .skipped : .finished
+        stream: stream.id, item: voices[index].item, sample: sample,
+        reason: voices[index].skipped ? .skipped : .finished
       ))
     voiceCount -= 1
     voices.swapAt(index, voiceCount)
@@ -350,8 +349,9 @@ public final class StreamQueue: @unchecked Sendable {
     return nil
   }
 
-  /// The stream leaves the mix at `sample` (stopped, or failed) before its last item ended: the
-  /// playing item and every one still fading out end there, for `reason`. Allocation-free.
+  /// The stream leaves the mix at `sample`: the playing item, unless its end was announced (a
+  /// last item whose audio ran out exactly at a block's end was not), and every one still
+  /// fading out (when stopped) end there, for `reason`. Allocation-free.
   func streamEnded(_ stream: PlayingStream, reason: ItemEndReason, at sample: Int64, state: RenderState) {
     if !lastEnded {
       lastEnded = true

@@ -162,10 +162,12 @@ public final class Daemon: @unchecked Sendable {
     }
     for rule in over {
       logger.warning(
-        "saved duck rule dropped: \(DuckLayer.capacity) rules exist, the most allowed", metadata: ["rule": "\(rule.name)"])
+        "saved duck rule dropped: \(DuckLayer.capacity) rules exist, the most allowed",
+        metadata: ["rule": "\(rule.name)"])
     }
     if !kept.isEmpty {
-      logger.notice("duck rules restored: \(kept.map(\.name).joined(separator: ", "))", metadata: ["ducks": "\(kept.count)"])
+      logger.notice(
+        "duck rules restored: \(kept.map(\.name).joined(separator: ", "))", metadata: ["ducks": "\(kept.count)"])
     }
     return kept
   }

@@ -139,7 +139,11 @@ public final class Persistence: Sendable {
       for command in commands {
         switch command {
         case .duckAdd(let rule):
-          if let index = ducks.firstIndex(where: { $0.name == rule.name }) { ducks[index] = rule } else { ducks.append(rule) }
+          if let index = ducks.firstIndex(where: { $0.name == rule.name }) {
+            ducks[index] = rule
+          } else {
+            ducks.append(rule)
+          }
         case .duckRemove(let name): ducks.removeAll { $0.name == name }
         default: continue
         }
@@ -154,7 +158,8 @@ public final class Persistence: Sendable {
 
   /// The saved duck rules to add after the configuration's: those named like a configured rule
   /// are forgotten (the configuration wins), as are those beyond `capacity` rules in all.
-  func restoreDucks(configured: [DuckRule], capacity: Int) -> (kept: [DuckRule], shadowed: [DuckRule], over: [DuckRule]) {
+  func restoreDucks(configured: [DuckRule], capacity: Int) -> (kept: [DuckRule], shadowed: [DuckRule], over: [DuckRule])
+  {
     state.withLock { recorded in
       let names = Set(configured.map(\.name))
       let shadowed = recorded.state.ducks.filter { names.contains($0.name) }

@@ -621,7 +621,9 @@ enum StateFile {
         guard case .object(let object) = entry else { throw Problem("expected an object, got \(describe(entry))") }
         let rule: DuckRule
         do throws(ProtocolError) { rule = try DuckRule.parse(object) } catch { throw Problem(error.message) }
-        guard names.insert(rule.name).inserted else { throw Problem("the name \(rule.name) is used by an earlier rule") }
+        guard names.insert(rule.name).inserted else {
+          throw Problem("the name \(rule.name) is used by an earlier rule")
+        }
         decoded.state.ducks.append(rule)
       } catch {
         decoded.dropped.append("ducks[\(index)]: \(error.message): \(quote(entry))")

@@ -12,7 +12,8 @@ extension QueueTests {
   /// block holding `fall`: frame 62 400. Each transition starts there (both items analysed as they
   /// are opened, off the render thread), within a block of
   /// where the level fell and long before end − crossfade (frame 84 000); the linear crossfade's
-  /// ramps follow their curve at every sample, and the outgoing item's rest is not heard.
+  /// ramps follow their curve at every sample, and the outgoing item's rest is not heard. The last
+  /// item's audio ends on a block's last frame; it still ends with its `item-ended`.
   @Test func aQuietTailStartsTheCrossfadeWhereTheLevelFalls() throws {
     let daemon = try DaemonProcess()
     let client = try daemon.client()

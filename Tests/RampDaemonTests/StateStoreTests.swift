@@ -1,7 +1,7 @@
 import Foundation
 import Logging
-import RampProtocol
 import RampEngine
+import RampProtocol
 import Synchronization
 import Testing
 
@@ -517,7 +517,8 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
       Invalid(testDescription: "two schedules with one id", state: PersistentState(schedules: [good, good])),
       Invalid(
         testDescription: "two duck rules with one name",
-        state: PersistentState(ducks: [DuckRule(name: "a", targets: ["master.gain"]), DuckRule(name: "a", targets: [])])),
+        state: PersistentState(ducks: [DuckRule(name: "a", targets: ["master.gain"]), DuckRule(name: "a", targets: [])])
+      ),
     ]
   }()
 
