@@ -19,7 +19,8 @@ struct DuckAddCommand: DaemonCommand {
       starts voice); --trigger with --threshold, the level of those streams (a sidechain: \
       --detector peak or rms over --window, ending --hysteresis below the threshold); and, for \
       any rule, `rampctl duck NAME` until `rampctl unduck NAME`. A rule of the same name is \
-      replaced.
+      replaced. rampd keeps the rule in its state file until duck-remove, so it is back after \
+      a restart (a [[duck]] rule of the same name in its configuration wins over it).
 
       Examples:
         rampctl duck-add talk --target bed --trigger 'voice*' --depth 12dB --attack 300ms --release 2s
