@@ -58,8 +58,9 @@ public struct CrossfadeShape: Sendable, Equatable {
 /// next item's first frame follows the last frame of the one before in the same block; with one,
 /// the next starts `automatic.frames` before the end of the playing item and the two ramps run
 /// together; when the playing item has a quiet tail (a level-triggered crossfade, `QuietTail`)
-/// that begins earlier, the automatic transition starts there instead. A skip (`skip`) crossfades over `manual.frames` (at least the declick ramp), and a
-/// skip during a crossfade retargets every ramp from the level it has reached, so nothing jumps.
+/// that begins earlier, the automatic transition starts there instead. A skip (`skip`)
+/// crossfades over `manual.frames` (at least the declick ramp), and a skip during a crossfade
+/// retargets every ramp from the level it has reached, so nothing jumps.
 ///
 /// Made off the render thread (`Player.prepareQueue`), which allocates its storage; none of its
 /// methods called on the render thread allocates, frees, locks or waits.

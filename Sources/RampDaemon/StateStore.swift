@@ -14,7 +14,7 @@ public struct PersistentState: Equatable, Sendable {
   public var values: [String: Double]
   /// Acknowledged scheduled commands, soonest first.
   public var schedules: [PersistedSchedule]
-  /// Duck rules added at run time (`duck-add`), in the order added; see `DuckRules.restore`.
+  /// Duck rules added at run time (`duck-add`), in the order added (`Persistence.restoreDucks`).
   public var ducks: [DuckRule]
   /// Counts the changes of `values`, so that the newer of the state file and the levels journal
   /// (`StateStore.journal`) can be told apart. 0: never counted (not written to the file).
@@ -405,10 +405,10 @@ private func wallClock() -> Double {
 /// What makes the whole file unusable (it is then moved aside): not UTF-8, not JSON (NaN,
 /// Infinity, a number that overflows, a truncated file are all not JSON), not an object, a
 /// missing or other `version`, a missing or bad `savedAt`, `values` not an object, `schedules`
-/// or `ducks` not an array. What drops just one entry, with a warning that quotes it: a value that is not a
-/// finite number or has an empty key path; a schedule that is not an object or has a bad `id`,
-/// `due`, `from` or `request`, or repeats an earlier id; a duck rule that `duck-add` would refuse
-/// or that repeats an earlier name. Decision: an entry is independent of its
+/// or `ducks` not an array. What drops just one entry, with a warning that quotes it: a value
+/// that is not a finite number or has an empty key path; a schedule that is not an object or has
+/// a bad `id`, `due`, `from` or `request`, or repeats an earlier id; a duck rule that `duck-add`
+/// would refuse or that repeats an earlier name. Decision: an entry is independent of its
 /// neighbours, so one bad scheduled command (a hand edit, a future field's wrong type) should
 /// not cost the volume and every other alarm; the warning keeps the dropped entry's text, so
 /// nothing is lost silently. A damaged file never reaches this point: truncation or garbage
