@@ -9,18 +9,34 @@ public final class QueueItem: @unchecked Sendable {
   /// Whether another item follows this one in the queue (installed later): the stream does not
   /// end when this one does.
   public let followed: Bool
+  /// The output frame where its quiet tail begins (`QuietTail`), when the queue's crossfade is
+  /// level-triggered and it has one.
+  public let quietStart: Int?
   let unstarted: UnstartedDecoder
   var decoder: StreamDecoder { unstarted.decoder }
 
-  init(id: UInt64, path: String, followed: Bool, unstarted: UnstartedDecoder) {
+  init(id: UInt64, path: String, followed: Bool, quietStart: Int?, unstarted: UnstartedDecoder) {
     self.id = id
     self.path = path
     self.followed = followed
+    self.quietStart = quietStart
     self.unstarted = unstarted
   }
 
   /// Seconds of audio in the item's file.
   public var seconds: Double { Double(decoder.outputLength) / Double(decoder.outputRate) }
+}
+
+/// Why a queue item was last heard (`PlayerEvent.itemEnded`).
+public enum ItemEndReason: String, Sendable {
+  /// Played to its end, or faded out by the crossfade at its end.
+  case finished
+  /// Faded out by a skip (`next`, `previous`).
+  case skipped
+  /// Its stream was stopped (after the stop's fade), while it played or faded out.
+  case stopped
+  /// Its stream ended because decoding failed.
+  case failed
 }
 
 /// A crossfade between two items: its length in output frames and its curve (the incoming item
@@ -41,8 +57,10 @@ public struct CrossfadeShape: Sendable, Equatable {
 /// crossfade still fading out. Items follow one another sample-exactly: without a crossfade the
 /// next item's first frame follows the last frame of the one before in the same block; with one,
 /// the next starts `automatic.frames` before the end of the playing item and the two ramps run
-/// together. A skip (`skip`) crossfades over `manual.frames` (at least the declick ramp), and a
-/// skip during a crossfade retargets every ramp from the level it has reached, so nothing jumps.
+/// together; when the playing item has a quiet tail (a level-triggered crossfade, `QuietTail`)
+/// that begins earlier, the automatic transition starts there instead. A skip (`skip`)
+/// crossfades over `manual.frames` (at least the declick ramp), and a skip during a crossfade
+/// retargets every ramp from the level it has reached, so nothing jumps.
 ///
 /// Made off the render thread (`Player.prepareQueue`), which allocates its storage; none of its
 /// methods called on the render thread allocates, frees, locks or waits.
@@ -53,6 +71,8 @@ public final class StreamQueue: @unchecked Sendable {
   public let manual: CrossfadeShape
   /// The playing item's id.
   public internal(set) var item: UInt64
+  /// Where the playing item's quiet tail begins (output frames), if it has one.
+  var quietStart: Int?
   /// The next item, once installed.
   var next: QueueItem?
   /// Another item follows the playing one (installed or still to come).
@@ -79,9 +99,11 @@ public final class StreamQueue: @unchecked Sendable {
   }
 
   init(
-    item: UInt64, followed: Bool, next: QueueItem?, automatic: CrossfadeShape, manual: CrossfadeShape, maxSamples: Int
+    item: UInt64, followed: Bool, next: QueueItem?, automatic: CrossfadeShape, manual: CrossfadeShape, maxSamples: Int,
+    quietStart: Int? = nil
   ) {
     self.item = item
+    self.quietStart = quietStart
     self.next = next
     expectsNext = followed
     self.automatic = automatic
@@ -94,18 +116,23 @@ public final class StreamQueue: @unchecked Sendable {
 
   deinit { scratch.deallocate() }
 
+  /// The frame of the playing item (`length` frames long) where the automatic transition to the
+  /// next begins: the crossfade's length before its end, or where its quiet tail begins when that
+  /// is earlier; nil: where its audio ends (gapless).
+  func transitionStart(_ length: Int) -> Int? {
+    let crossfade = automatic.frames > 0 ? length - Int(automatic.frames) : nil
+    guard let quietStart else { return crossfade }
+    return min(crossfade ?? quietStart, quietStart)
+  }
+
   /// Whether the stream's block can be mixed straight from the playing item's ring: no crossfade
   /// under way, and neither the item's end nor a crossfade's start within the block.
   func isQuiet(_ stream: PlayingStream, frames: Int, now: Int64) -> Bool {
     guard voiceCount == 0, incoming.isResting(from: now) else { return false }
     let decoder = stream.decoder
     if decoder.isFinished && decoder.ring.available < frames * decoder.outputChannels && !lastEnded { return false }
-    if next != nil || expectsNext {
-      if automatic.frames > 0 && stream.position + frames >= decoder.outputLength - Int(automatic.frames) {
-        return false
-      }
-    }
-    return true
+    guard next != nil || expectsNext, let start = transitionStart(decoder.outputLength) else { return true }
+    return stream.position + frames < start
   }
 
   /// Whether the stream goes on once the playing item's audio is over: another item follows.
@@ -127,8 +154,7 @@ public final class StreamQueue: @unchecked Sendable {
       let decoder = stream.decoder
       let itemFrame = stream.position + done
       var limit = frames - done
-      if let next, automatic.frames > 0 {
-        let start = decoder.outputLength - Int(automatic.frames)
+      if let next, let start = transitionStart(decoder.outputLength) {
         if itemFrame >= start {
           begin(
             next, in: stream, shape: automatic, skipped: false, at: now + Int64(done), offset: done, state: state,
@@ -157,7 +183,7 @@ public final class StreamQueue: @unchecked Sendable {
       if got < wanted && decoder.isFinished && decoder.ring.available == 0 && !expectsNext && !lastEnded {
         // The last item is over: the stream ends after this block.
         lastEnded = true
-        state.post(.itemEnded(stream: stream.id, item: item, sample: now + Int64(done + gotFrames), skipped: false))
+        state.post(.itemEnded(stream: stream.id, item: item, sample: now + Int64(done + gotFrames), reason: .finished))
       }
       if got < wanted { break }
       done += limit
@@ -209,7 +235,7 @@ public final class StreamQueue: @unchecked Sendable {
       incoming = DuckEnvelope(level: 0)
       incoming.ramp(to: 1, frames: shape.frames, curve: shape.curve, at: sample)
     } else {
-      state.post(.itemEnded(stream: stream.id, item: self.item, sample: sample, skipped: false))
+      state.post(.itemEnded(stream: stream.id, item: self.item, sample: sample, reason: .finished))
       outgoing.cancel()
       retire(outgoing)
       incoming = DuckEnvelope(level: 1)
@@ -219,6 +245,7 @@ public final class StreamQueue: @unchecked Sendable {
     // The player adds the frames read in this block to the position: the new item's count.
     stream.position = -offset
     self.item = item.id
+    quietStart = item.quietStart
     expectsNext = item.followed
     lastEnded = false
     if next === item {
@@ -274,7 +301,10 @@ public final class StreamQueue: @unchecked Sendable {
     let decoder = voices[index].decoder
     decoder?.cancel()
     state.post(
-      .itemEnded(stream: stream.id, item: voices[index].item, sample: sample, skipped: voices[index].skipped))
+      .itemEnded(
+        stream: stream.id, item: voices[index].item, sample: sample,
+        reason: voices[index].skipped ? .skipped : .finished
+      ))
     voiceCount -= 1
     voices.swapAt(index, voiceCount)
     return decoder
@@ -300,7 +330,7 @@ public final class StreamQueue: @unchecked Sendable {
     let channels = decoder.outputChannels
     if next == nil && expectsNext {
       let ending = decoder.isFinished && decoder.ring.available < frames * channels
-      let fading = automatic.frames > 0 && stream.position + frames >= decoder.outputLength - Int(automatic.frames)
+      let fading = transitionStart(decoder.outputLength).map { stream.position + frames >= $0 } ?? false
       if ending || fading { return (nil, 0, true) }
     }
     if let next, !next.decoder.isFinished,
@@ -318,6 +348,21 @@ public final class StreamQueue: @unchecked Sendable {
       index += 1
     }
     return nil
+  }
+
+  /// The stream leaves the mix at `sample`: the playing item, unless its end was announced (a
+  /// last item whose audio ran out exactly at a block's end was not), and every one still
+  /// fading out (when stopped) end there, for `reason`. Allocation-free.
+  func streamEnded(_ stream: PlayingStream, reason: ItemEndReason, at sample: Int64, state: RenderState) {
+    if !lastEnded {
+      lastEnded = true
+      state.post(.itemEnded(stream: stream.id, item: item, sample: sample, reason: reason))
+    }
+    var index = 0
+    while index < voiceCount {
+      state.post(.itemEnded(stream: stream.id, item: voices[index].item, sample: sample, reason: reason))
+      index += 1
+    }
   }
 
   /// Stops every decoder the queue holds (its stream has ended).
@@ -416,29 +461,35 @@ public final class QueueSkip: @unchecked Sendable {
 extension Player {
   /// An item of a queue, made ready: its file opened (errors name it), its decoder prefilled.
   /// `admit` checks the path the file was opened by, as `prepare`'s does.
+  /// With `tail` (a level-triggered crossfade), its quiet tail is found here, off the render
+  /// thread, while the decoder prefills.
   public func prepareQueueItem(
-    _ path: String, id: UInt64, followed: Bool, admit: (_ openedPath: String) throws -> Void = { _ in }
+    _ path: String, id: UInt64, followed: Bool, tail: QuietTail.Trigger? = nil,
+    admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> QueueItem {
     let decoder = try StreamDecoder(
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, start: false)
     try admit(decoder.openedPath)
     decoder.consumerBell = link.commandBell
     decoder.start()
+    let quietStart = tail.flatMap { QuietTail.start(of: decoder.openedPath, $0, outputRate: output.rate) }
     decoder.waitUntilPrefilled()
-    return QueueItem(id: id, path: path, followed: followed, unstarted: UnstartedDecoder(decoder))
+    return QueueItem(
+      id: id, path: path, followed: followed, quietStart: quietStart, unstarted: UnstartedDecoder(decoder))
   }
 
-  /// The render-thread part of a queue stream (given to `prepare`): the crossfades in seconds.
+  /// The render-thread part of a queue stream (given to `prepare`): the crossfades in seconds;
+  /// `quietStart`: where the first item's quiet tail begins (`QuietTail.start`).
   public func prepareQueue(
     item: UInt64, followed: Bool, next: QueueItem?, automatic: (seconds: Double, curve: TimingFunction),
-    manual: (seconds: Double, curve: TimingFunction)
+    manual: (seconds: Double, curve: TimingFunction), quietStart: Int? = nil
   ) -> StreamQueue {
     let rate = Double(output.rate)
     return StreamQueue(
       item: item, followed: followed, next: next,
       automatic: CrossfadeShape(frames: Int64((automatic.seconds * rate).rounded()), curve: automatic.curve),
       manual: CrossfadeShape(frames: Int64((manual.seconds * rate).rounded()), curve: manual.curve),
-      maxSamples: max(output.periodFrames, 64) * output.channels)
+      maxSamples: max(output.periodFrames, 64) * output.channels, quietStart: quietStart)
   }
 
   /// A skip of stream `stream` to `item`, over at least the declick ramp.

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import RampAudio
 import RampEngine
+import RampProtocol
 
 /// What a layer sets before the layers are combined: the configuration, plus the value spaces
 /// written as plain `db`, whose floor is `fade.db-floor` once every layer has been read.
@@ -264,6 +265,28 @@ enum ConfigSchema {
       section: "queue", name: "skip-curve",
       apply: { builder, value throws(ValueProblem) in builder.configuration.queue.skipCurve = try curve(value) },
       render: { ConfigText.quoted($0.queue.skipCurve.description) }),
+    ConfigKey(
+      section: "queue", name: "crossfade-level",
+      apply: { builder, value throws(ValueProblem) in
+        if case .string("off") = value {
+          builder.configuration.queue.level = nil
+          return
+        }
+        let level = try ConfigParse.decibels(value)
+        guard Crossfade.levelRange.contains(level) else {
+          throw ValueProblem("\(ConfigText.number(level)) dB is outside -120 dB...0 dB (or \"off\")")
+        }
+        builder.configuration.queue.level = level
+      },
+      render: { $0.queue.level.map(ConfigText.decibelValue) ?? ConfigText.quoted("off") }),
+    ConfigKey(
+      section: "queue", name: "crossfade-window",
+      apply: { builder, value throws(ValueProblem) in
+        let seconds = try ConfigParse.duration(value, in: 0...Crossfade.maximumWindow)
+        guard seconds > 0 else { throw ValueProblem("must be above 0, got 0 s") }
+        builder.configuration.queue.window = seconds
+      },
+      render: { ConfigText.durationValue($0.queue.window) }),
   ]
 
   static let implicit: [ConfigKey] = [

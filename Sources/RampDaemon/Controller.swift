@@ -477,6 +477,9 @@ public final class Controller: @unchecked Sendable {
     ) { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
+      if case .success = ticket.result, commands.contains(where: \.changesDuckRules) {
+        persistence?.record(ducks: commands)
+      }
       if let record {
         if case .success = ticket.result {
           applied(record, from: ticket.rampFrom)

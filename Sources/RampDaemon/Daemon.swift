@@ -125,7 +125,7 @@ public final class Daemon: @unchecked Sendable {
     // An animation given no duration takes the implicit transaction's, as in Core Animation.
     let transaction = configuration.transaction
     player.perform { state in state.engine.defaultTransaction = transaction }
-    for rule in configuration.ducks {
+    for rule in configuration.ducks + savedDucks() {
       let prepared = player.prepareDuck(rule)
       player.perform { state in _ = state.ducks.add(prepared, now: state.engine.now) }
     }
@@ -147,6 +147,29 @@ public final class Daemon: @unchecked Sendable {
       ])
     notifier.ready(status: statusLine)
     startWatchdog()
+  }
+
+  /// The duck rules an earlier run added (`duck-add`), to add after the configuration's. A saved
+  /// rule named like a configured one is dropped (logged): the configuration wins, so editing
+  /// `[[duck]]` and restarting always takes effect.
+  private func savedDucks() -> [DuckRule] {
+    guard let persistence = controller.persistence else { return [] }
+    let (kept, shadowed, over) = persistence.restoreDucks(configured: configuration.ducks, capacity: DuckLayer.capacity)
+    for rule in shadowed {
+      logger.notice(
+        "saved duck rule dropped: the configuration has a rule of that name, which is kept",
+        metadata: ["rule": "\(rule.name)"])
+    }
+    for rule in over {
+      logger.warning(
+        "saved duck rule dropped: \(DuckLayer.capacity) rules exist, the most allowed",
+        metadata: ["rule": "\(rule.name)"])
+    }
+    if !kept.isEmpty {
+      logger.notice(
+        "duck rules restored: \(kept.map(\.name).joined(separator: ", "))", metadata: ["ducks": "\(kept.count)"])
+    }
+    return kept
   }
 
   /// The saved model values (applied at once, before anything plays) and schedules.

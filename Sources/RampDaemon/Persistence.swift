@@ -1,4 +1,5 @@
 import Foundation
+import RampEngine
 import RampProtocol
 import Synchronization
 
@@ -128,6 +129,65 @@ public final class Persistence: Sendable {
       guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return }
       recorded.state.schedules.remove(at: index)
       saver.update(recorded.state)
+    }
+  }
+
+  // MARK: Duck rules
+
+  /// Records the duck rules that applied `commands` (a `duck-add` or `duck-remove`, alone or in a
+  /// batch) added and removed, and writes them to disk before returning (so a reply that follows
+  /// is for a rule that survives a kill). False when they could not be saved: the rules are in
+  /// force until rampd stops, and the saver retries on the next change (it logged why).
+  @discardableResult
+  func record(ducks commands: [Command]) -> Bool {
+    let changed = state.withLock { recorded in
+      var ducks = recorded.state.ducks
+      for command in commands {
+        switch command {
+        case .duckAdd(let rule):
+          if let index = ducks.firstIndex(where: { $0.name == rule.name }) {
+            ducks[index] = rule
+          } else {
+            ducks.append(rule)
+          }
+        case .duckRemove(let name): ducks.removeAll { $0.name == name }
+        default: continue
+        }
+      }
+      guard ducks != recorded.state.ducks else { return false }
+      recorded.state.ducks = ducks
+      saver.update(recorded.state)
+      return true
+    }
+    return !changed || saver.flush()
+  }
+
+  /// The saved duck rules to add after the configuration's: those named like a configured rule
+  /// are forgotten (the configuration wins), as are those beyond `capacity` rules in all.
+  func restoreDucks(configured: [DuckRule], capacity: Int) -> (kept: [DuckRule], shadowed: [DuckRule], over: [DuckRule])
+  {
+    state.withLock { recorded in
+      let names = Set(configured.map(\.name))
+      let shadowed = recorded.state.ducks.filter { names.contains($0.name) }
+      let rest = recorded.state.ducks.filter { !names.contains($0.name) }
+      let room = max(capacity - names.count, 0)
+      let kept = Array(rest.prefix(room))
+      let over = Array(rest.dropFirst(room))
+      if kept.count != recorded.state.ducks.count {
+        recorded.state.ducks = kept
+        saver.update(recorded.state)
+      }
+      return (kept, shadowed, over)
+    }
+  }
+}
+
+extension Command {
+  /// `duck-add` and `duck-remove`: what `Persistence.record(ducks:)` keeps.
+  var changesDuckRules: Bool {
+    switch self {
+    case .duckAdd, .duckRemove: true
+    default: false
     }
   }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import RampAudio
 import RampProtocol
 import Synchronization
 
@@ -20,6 +21,8 @@ final class QueueBook: Sendable {
     /// The playing item's id.
     var current: UInt64
     var loop: Bool
+    /// The level-triggered crossfade's settings, when it is on: each item is analysed as it opens.
+    var tail: QuietTail.Trigger?
     /// Counts the changes (and the items started): the next item installed is the one chosen
     /// from the newest version (`QueueInstall.generation`).
     var generation: UInt64 = 1
@@ -49,9 +52,9 @@ final class QueueBook: Sendable {
   func newID() -> UInt64 { counter.add(1, ordering: .relaxed).newValue }
 
   /// A queue for a stream about to start with its first item.
-  func prepare(_ items: [Item], loop: Bool) {
+  func prepare(_ items: [Item], loop: Bool, tail: QuietTail.Trigger?) {
     guard let first = items.first else { return }
-    pending.withLock { $0[first.id] = Queue(items: items, current: first.id, loop: loop) }
+    pending.withLock { $0[first.id] = Queue(items: items, current: first.id, loop: loop, tail: tail) }
   }
 
   /// The render thread started item `item` of `stream`: the queue it belongs to, afterwards.

@@ -55,6 +55,9 @@ public struct QueueDefaults: Sendable, Equatable {
   /// Seconds of crossfade on a skip (0: the declick ramp).
   public var skipCrossfade: Double = 0
   public var skipCurve: TimingFunction = .fade(.qsin)
+  /// The level-triggered crossfade (dBFS; nil: off) and the seconds at an item's end it looks at.
+  public var level: Double?
+  public var window: Double = Crossfade.defaultWindow
 
   public init() {}
 }
@@ -100,11 +103,14 @@ extension Preparation {
       id: queues.newID(), path: resolved, seconds: Double(reader.frames) / Double(reader.sampleRate))
   }
 
-  /// Opens `item` ahead of its turn. A file that fails now (gone since it was added) is
-  /// refused naming `field`.
-  func openQueueItem(_ item: QueueBook.Item, followed: Bool, field: String) throws(ProtocolError) -> QueueItem {
+  /// Opens `item` of `queue` ahead of its turn (and finds its quiet tail, when the queue's
+  /// crossfade is level-triggered). A file that fails now (gone since it was added) is refused
+  /// naming `field`.
+  func openQueueItem(_ item: QueueBook.Item, in queue: QueueBook.Queue, field: String) throws(ProtocolError)
+    -> QueueItem
+  {
     do {
-      return try player.prepareQueueItem(item.path, id: item.id, followed: followed)
+      return try player.prepareQueueItem(item.path, id: item.id, followed: queue.isFollowed(item), tail: queue.tail)
     } catch let error as AudioError {
       throw ProtocolError(.fileError, field: field, error.message)
     } catch {
@@ -120,20 +126,24 @@ extension Preparation {
     for (index, file) in rest.enumerated() {
       items.append(try queueItem(file, field: "queue[\(index)]", confined: confined))
     }
-    var queue = QueueBook.Queue(items: items, current: items[0].id, loop: play.loop)
+    let defaults = live.read { $0.queue }
+    let crossfade = play.crossfade
+    let tail = (crossfade.level ?? defaults.level).map {
+      QuietTail.Trigger(threshold: $0, window: crossfade.window ?? defaults.window)
+    }
+    var queue = QueueBook.Queue(items: items, current: items[0].id, loop: play.loop, tail: tail)
     var next: QueueItem?
     if let following = queue.following {
       let index = items.firstIndex(of: following).map { $0 - 1 } ?? 0
-      next = try openQueueItem(following, followed: queue.isFollowed(following), field: "queue[\(index)]")
+      next = try openQueueItem(following, in: queue, field: "queue[\(index)]")
     }
-    let defaults = live.read { $0.queue }
-    let crossfade = play.crossfade
     let stream = player.prepareQueue(
       item: items[0].id, followed: queue.following != nil, next: next,
       automatic: (crossfade.duration ?? defaults.crossfade, crossfade.curve ?? defaults.curve),
-      manual: (crossfade.skipDuration ?? defaults.skipCrossfade, crossfade.skipCurve ?? defaults.skipCurve))
+      manual: (crossfade.skipDuration ?? defaults.skipCrossfade, crossfade.skipCurve ?? defaults.skipCurve),
+      quietStart: tail.flatMap { QuietTail.start(of: items[0].path, $0, outputRate: player.output.rate) })
     queue.current = items[0].id
-    queues.prepare(queue.items, loop: queue.loop)
+    queues.prepare(queue.items, loop: queue.loop, tail: tail)
     return stream
   }
 
@@ -186,7 +196,7 @@ extension Preparation {
       // Before the first: the first again, from its start (or the last, when the queue loops).
       if index < 0 { index = queue.loop ? queue.items.count - 1 : 0 }
       let target = queue.items[index]
-      let item = try openQueueItem(target, followed: queue.isFollowed(target), field: "stream")
+      let item = try openQueueItem(target, in: queue, field: "stream")
       return .queue(.skip(player.prepareSkip(stream, to: item), index: index))
     default:
       throw ProtocolError(.internalError, field: "cmd", "'\(command.name)' is not a queue command")
@@ -203,7 +213,7 @@ extension Preparation {
     }
     var next: QueueItem?
     if let following = queue.following {
-      next = try openQueueItem(following, followed: queue.isFollowed(following), field: "stream")
+      next = try openQueueItem(following, in: queue, field: "stream")
     }
     let reply: JSONValue = ["stream": .string(stream), "queue": QueueBook.describe(queue)]
     return .queue(
@@ -226,10 +236,9 @@ extension Controller {
       let path = queue.items.first { $0.id == item }?.path ?? ""
       broadcast(.itemStarted(stream: stream, item: item, path: path, sample: sample))
       installNext(stream, after: item)
-    case .itemEnded(let stream, let item, let sample, let skipped):
+    case .itemEnded(let stream, let item, let sample, let reason):
       let path = queues.queue(stream)?.items.first { $0.id == item }?.path ?? ""
-      broadcast(
-        .itemEnded(stream: stream, item: item, path: path, reason: skipped ? "skipped" : "finished", sample: sample))
+      broadcast(.itemEnded(stream: stream, item: item, path: path, reason: reason.rawValue, sample: sample))
     default:
       return
     }
@@ -249,7 +258,7 @@ extension Controller {
           return
         }
         do throws(ProtocolError) {
-          let item = try preparation.openQueueItem(following, followed: queue.isFollowed(following), field: "path")
+          let item = try preparation.openQueueItem(following, in: queue, field: "path")
           player.submit(QueueInstall(stream: stream, after: after, generation: queue.generation, item: item))
           return
         } catch {

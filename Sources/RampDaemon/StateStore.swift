@@ -1,5 +1,6 @@
 import Logging
 import RampAudio
+import RampEngine
 import RampProtocol
 import Synchronization
 
@@ -13,17 +14,22 @@ public struct PersistentState: Equatable, Sendable {
   public var values: [String: Double]
   /// Acknowledged scheduled commands, soonest first.
   public var schedules: [PersistedSchedule]
+  /// Duck rules added at run time (`duck-add`), in the order added (`Persistence.restoreDucks`).
+  public var ducks: [DuckRule]
   /// Counts the changes of `values`, so that the newer of the state file and the levels journal
   /// (`StateStore.journal`) can be told apart. 0: never counted (not written to the file).
   public var sequence: UInt64
 
-  public init(values: [String: Double] = [:], schedules: [PersistedSchedule] = [], sequence: UInt64 = 0) {
+  public init(
+    values: [String: Double] = [:], schedules: [PersistedSchedule] = [], ducks: [DuckRule] = [], sequence: UInt64 = 0
+  ) {
     self.values = values
     self.schedules = schedules
+    self.ducks = ducks
     self.sequence = sequence
   }
 
-  public var isEmpty: Bool { values.isEmpty && schedules.isEmpty }
+  public var isEmpty: Bool { values.isEmpty && schedules.isEmpty && ducks.isEmpty }
 }
 
 /// An acknowledged scheduled command, as it is kept across restarts.
@@ -378,6 +384,9 @@ private func wallClock() -> Double {
 ///     "master.gain": 0.5,
 ///     "mixers.master.volume": 0.8
 ///   },
+///   "ducks": [
+///     {"name":"talk","targets":["streams.bed.gain"],"trigger":"voice*","depth":12,"attack":0.2,…}
+///   ],
 ///   "schedules": [
 ///     {"id":12,"due":1768980600.5,"request":{"cmd":"fade","key":"master.gain","to":0,"duration":2}},
 ///     {"id":13,"due":1768984200,"from":0.25,"request":{"cmd":"fade-in","duration":1800}}
@@ -390,14 +399,16 @@ private func wallClock() -> Double {
 /// required; members this version does not know are ignored, so a later version 1 writer may
 /// add optional ones. A schedule is `id` (a whole number from 0 to 2^53, unique), `due` (Unix
 /// seconds), `request` (an object with a string `cmd`, without `id` or `at`) and an optional
-/// `from`.
+/// `from`. `ducks` (optional, written only when there are some) holds the duck rules added at run
+/// time, each with `duck-add`'s fields (`Command.duckRule`), names unique.
 ///
 /// What makes the whole file unusable (it is then moved aside): not UTF-8, not JSON (NaN,
 /// Infinity, a number that overflows, a truncated file are all not JSON), not an object, a
 /// missing or other `version`, a missing or bad `savedAt`, `values` not an object, `schedules`
-/// not an array. What drops just one entry, with a warning that quotes it: a value that is not a
-/// finite number or has an empty key path; a schedule that is not an object or has a bad `id`,
-/// `due`, `from` or `request`, or repeats an earlier id. Decision: an entry is independent of its
+/// or `ducks` not an array. What drops just one entry, with a warning that quotes it: a value
+/// that is not a finite number or has an empty key path; a schedule that is not an object or has
+/// a bad `id`, `due`, `from` or `request`, or repeats an earlier id; a duck rule that `duck-add`
+/// would refuse or that repeats an earlier name. Decision: an entry is independent of its
 /// neighbours, so one bad scheduled command (a hand edit, a future field's wrong type) should
 /// not cost the volume and every other alarm; the warning keeps the dropped entry's text, so
 /// nothing is lost silently. A damaged file never reaches this point: truncation or garbage
@@ -434,6 +445,10 @@ enum StateFile {
       "    \(JSONValue.string($0.key).serialized()): \(JSONValue.number($0.value).serialized())"
     }
     text += values.isEmpty ? "  \"values\": {},\n" : "  \"values\": {\n" + values.joined(separator: ",\n") + "\n  },\n"
+    if !state.ducks.isEmpty {
+      let ducks = state.ducks.map { "    " + JSONValue.object(Command.duckRule($0)).serialized() }
+      text += "  \"ducks\": [\n" + ducks.joined(separator: ",\n") + "\n  ],\n"
+    }
     let schedules = state.schedules.map { "    " + json($0).serialized() }
     text +=
       schedules.isEmpty
@@ -461,6 +476,8 @@ enum StateFile {
       if !ids.insert(schedule.id).inserted { return "two schedules have the id \(schedule.id)" }
       if let problem = problem(schedule) { return "schedule \(schedule.id): \(problem)" }
     }
+    var names = Set<String>()
+    for rule in state.ducks where !names.insert(rule.name).inserted { return "two duck rules are named \(rule.name)" }
     return nil
   }
 
@@ -574,6 +591,13 @@ enum StateFile {
     guard case .array(let entries) = schedulesMember else {
       throw Problem("\"schedules\" is \(describe(schedulesMember)), not an array")
     }
+    var duckEntries: [JSONValue] = []
+    if let ducksMember = top["ducks"] {
+      guard case .array(let entries) = ducksMember else {
+        throw Problem("\"ducks\" is \(describe(ducksMember)), not an array")
+      }
+      duckEntries = entries
+    }
 
     var decoded = Decoded(state: PersistentState(), dropped: [])
     if let member = top["sequence"] {
@@ -602,6 +626,20 @@ enum StateFile {
         decoded.state.schedules.append(schedule)
       } catch {
         decoded.dropped.append("schedules[\(index)]: \(error.message): \(quote(entry))")
+      }
+    }
+    var names = Set<String>()
+    for (index, entry) in duckEntries.enumerated() {
+      do throws(Problem) {
+        guard case .object(let object) = entry else { throw Problem("expected an object, got \(describe(entry))") }
+        let rule: DuckRule
+        do throws(ProtocolError) { rule = try DuckRule.parse(object) } catch { throw Problem(error.message) }
+        guard names.insert(rule.name).inserted else {
+          throw Problem("the name \(rule.name) is used by an earlier rule")
+        }
+        decoded.state.ducks.append(rule)
+      } catch {
+        decoded.dropped.append("ducks[\(index)]: \(error.message): \(quote(entry))")
       }
     }
     // Soonest first; ties in id order, which is the order the daemon acknowledged them.

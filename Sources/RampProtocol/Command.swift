@@ -185,15 +185,26 @@ public struct Crossfade: Sendable, Equatable {
   /// On a skip (`next`, `previous`).
   public var skipDuration: Double?
   public var skipCurve: TimingFunction?
+  /// The level-triggered crossfade: the level (dBFS) below which an item's tail is quiet; the
+  /// automatic crossfade starts where the quiet tail begins when that is earlier.
+  public var level: Double?
+  /// How many seconds at an item's end are looked at for a quiet tail.
+  public var window: Double?
+
+  public static let levelRange = -120.0...0.0
+  public static let defaultWindow = 10.0
+  public static let maximumWindow = 60.0
 
   public init(
     duration: Double? = nil, curve: TimingFunction? = nil, skipDuration: Double? = nil,
-    skipCurve: TimingFunction? = nil
+    skipCurve: TimingFunction? = nil, level: Double? = nil, window: Double? = nil
   ) {
     self.duration = duration
     self.curve = curve
     self.skipDuration = skipDuration
     self.skipCurve = skipCurve
+    self.level = level
+    self.window = window
   }
 }
 

@@ -107,7 +107,7 @@ public enum ProtocolSchema {
         Field("dbFloor", .number), Field("loop", .bool), Field("paused", .bool),
         Field("queue", .array(of: .text(bytes: ProtocolLimits.pathBytes), limit: ProtocolLimits.queueCount)),
         Field("crossfade", .seconds), Field("crossfadeCurve", .curve), Field("skipCrossfade", .seconds),
-        Field("skipCurve", .curve),
+        Field("skipCurve", .curve), Field("crossfadeLevel", .number), Field("crossfadeWindow", .seconds),
       ]
     ),
     ("stop", transport),

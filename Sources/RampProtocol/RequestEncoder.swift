@@ -37,6 +37,8 @@ extension Command {
       object["crossfadeCurve"] = play.crossfade.curve.map(Self.curve)
       object["skipCrossfade"] = play.crossfade.skipDuration.map(JSONValue.number)
       object["skipCurve"] = play.crossfade.skipCurve.map(Self.curve)
+      object["crossfadeLevel"] = play.crossfade.level.map(JSONValue.number)
+      object["crossfadeWindow"] = play.crossfade.window.map(JSONValue.number)
     case .stop(let transport), .pause(let transport), .resume(let transport):
       object["stream"] = transport.stream.map(JSONValue.string)
       object["fade"] = transport.fade.map(JSONValue.number)

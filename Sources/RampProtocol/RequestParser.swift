@@ -270,9 +270,21 @@ struct RequestParser {
     let queue = r.has("queue") ? try paths(r, "queue") : nil
     let crossfade = Crossfade(
       duration: try r.seconds("crossfade"), curve: try r.curve("crossfadeCurve"),
-      skipDuration: try r.seconds("skipCrossfade"), skipCurve: try r.curve("skipCurve"))
+      skipDuration: try r.seconds("skipCrossfade"), skipCurve: try r.curve("skipCurve"),
+      level: try r.number("crossfadeLevel"), window: try r.seconds("crossfadeWindow"))
+    if let level = crossfade.level, !Crossfade.levelRange.contains(level) {
+      throw .at(
+        r.path("crossfadeLevel"), .outOfRange,
+        "expected a level from -120 to 0 dBFS, got \(JSONValue.format(level))")
+    }
+    if let window = crossfade.window, !(window > 0 && window <= Crossfade.maximumWindow) {
+      throw .at(
+        r.path("crossfadeWindow"), .outOfRange,
+        "expected above 0 and at most 60 seconds, got \(JSONValue.format(window))")
+    }
     if queue == nil {
-      for key in ["crossfade", "crossfadeCurve", "skipCrossfade", "skipCurve"] where r.has(key) {
+      for key in ["crossfade", "crossfadeCurve", "skipCrossfade", "skipCurve", "crossfadeLevel", "crossfadeWindow"]
+      where r.has(key) {
         throw r.invalid(key, "only a queue stream takes \(key); give queue (an array of files, [] for none yet)")
       }
     }

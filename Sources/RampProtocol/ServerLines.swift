@@ -80,8 +80,9 @@ public enum Event: Sendable, Equatable {
   case duckEnded(rule: String, sample: Int64)
   /// Queue item `item` (its id in `queue-list`) of stream `stream` began at `sample`.
   case itemStarted(stream: String, item: UInt64, path: String, sample: Int64)
-  /// Queue item `item` was last heard before `sample`: `finished` (played to its end) or
-  /// `skipped` (faded out by a crossfade or a skip).
+  /// Queue item `item` was last heard before `sample`: `finished` (played to its end, or faded
+  /// out by the crossfade at its end), `skipped` (faded out by a skip), `stopped` (its stream
+  /// was stopped) or `failed` (its stream's decoding failed).
   case itemEnded(stream: String, item: UInt64, path: String, reason: String, sample: Int64)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
   case value(key: String, value: Double, sample: Int64)

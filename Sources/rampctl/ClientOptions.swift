@@ -109,6 +109,13 @@ enum Parse {
     do { return try ValueSpace(parsing: text) } catch { throw ValidationError("\(option): \(error.message)") }
   }
 
+  /// A level or a depth in dB: -35dB, -35, 6 dB.
+  static func decibels(_ text: String, _ option: String) throws -> Double {
+    do { return try HumanUnits.decibels(Arguments.restoringMinus(text), option: option) } catch {
+      throw ValidationError(error.description)
+    }
+  }
+
   /// A plain number (any sign), for parameters that are not gains.
   static func number(_ text: String, _ option: String) throws -> Double {
     let source = Arguments.restoringMinus(text).trimmingCharacters(in: .whitespaces)

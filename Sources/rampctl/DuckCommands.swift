@@ -19,7 +19,8 @@ struct DuckAddCommand: DaemonCommand {
       starts voice); --trigger with --threshold, the level of those streams (a sidechain: \
       --detector peak or rms over --window, ending --hysteresis below the threshold); and, for \
       any rule, `rampctl duck NAME` until `rampctl unduck NAME`. A rule of the same name is \
-      replaced.
+      replaced. rampd keeps the rule in its state file until duck-remove, so it is back after \
+      a restart (a [[duck]] rule of the same name in its configuration wins over it).
 
       Examples:
         rampctl duck-add talk --target bed --trigger 'voice*' --depth 12dB --attack 300ms --release 2s
@@ -75,7 +76,7 @@ struct DuckAddCommand: DaemonCommand {
   func request() throws -> Request {
     var sidechain: DuckRule.Sidechain?
     if let threshold {
-      var chain = DuckRule.Sidechain(threshold: try Self.decibels(threshold, "--threshold"))
+      var chain = DuckRule.Sidechain(threshold: try Parse.decibels(threshold, "--threshold"))
       if let detector {
         guard let chosen = DuckRule.Sidechain.Detector(rawValue: detector) else {
           throw ValidationError("--detector: expected peak or rms, got '\(detector)'")
@@ -83,7 +84,7 @@ struct DuckAddCommand: DaemonCommand {
         chain.detector = chosen
       }
       chain.window = try Parse.duration(window, "--window") ?? chain.window
-      chain.hysteresis = try hysteresis.map { try Self.decibels($0, "--hysteresis") } ?? chain.hysteresis
+      chain.hysteresis = try hysteresis.map { try Parse.decibels($0, "--hysteresis") } ?? chain.hysteresis
       sidechain = chain
     } else if let option = [("--detector", detector), ("--window", window), ("--hysteresis", hysteresis)]
       .first(where: { $0.1 != nil })?.0
@@ -92,7 +93,7 @@ struct DuckAddCommand: DaemonCommand {
     }
     let rule = DuckRule(
       name: name, targets: targets.map(Parse.keyPath), trigger: trigger, sidechain: sidechain,
-      depth: try depth.map { try Self.decibels($0, "--depth") } ?? DuckRule.defaultDepth,
+      depth: try depth.map { try Parse.decibels($0, "--depth") } ?? DuckRule.defaultDepth,
       attack: try Parse.duration(attack, "--attack") ?? DuckRule.defaultAttack,
       attackCurve: try Parse.curve(attackCurve, "--attack-curve") ?? DuckRule.defaultCurve,
       hold: try Parse.duration(hold, "--hold") ?? DuckRule.defaultHold,
@@ -105,12 +106,6 @@ struct DuckAddCommand: DaemonCommand {
         "window": "--window", "hysteresis": "--hysteresis", "depth": "--depth", "attack": "--attack",
         "hold": "--hold", "release": "--release",
       ])
-  }
-
-  static func decibels(_ text: String, _ option: String) throws -> Double {
-    do { return try HumanUnits.decibels(Arguments.restoringMinus(text), option: option) } catch {
-      throw ValidationError(error.description)
-    }
   }
 
   func summary(of result: JSONValue) -> String {

@@ -22,8 +22,10 @@ struct PlayCommand: DaemonCommand {
         rampctl play one.flac --stream music --queue two.flac three.flac --crossfade 4s --loop
 
       With --queue the stream plays a queue: the file, then each --queue file in turn, gapless \
-      unless --crossfade is given; --loop then loops the queue. See `rampctl queue`, `rampctl \
-      next` and `rampctl previous`.
+      unless --crossfade is given; --loop then loops the queue. With --crossfade-level the \
+      crossfade at an item's end starts where the item's tail falls below that level for good \
+      (looked for in its last --crossfade-window), when that is earlier. See `rampctl queue`, \
+      `rampctl next` and `rampctl previous`.
       """)
 
   @OptionGroup var connection: ConnectionOptions
@@ -80,6 +82,19 @@ struct PlayCommand: DaemonCommand {
     completion: Completions.curves)
   var skipCurve: String?
 
+  @Option(
+    parsing: .unconditional,
+    help: ArgumentHelp(
+      "Level-triggered crossfade: start it where an item's tail stays below this level: -35dB "
+        + "(default: rampd's queue.crossfade-level, off).", valueName: "dB"))
+  var crossfadeLevel: String?
+
+  @Option(
+    help: ArgumentHelp(
+      "How much of each item's end --crossfade-level looks at: 10s (default: rampd's queue.crossfade-window).",
+      valueName: "duration"))
+  var crossfadeWindow: String?
+
   @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
 
@@ -90,7 +105,7 @@ struct PlayCommand: DaemonCommand {
     if queued == nil,
       let option = [
         ("--crossfade", crossfade), ("--crossfade-curve", crossfadeCurve), ("--skip-crossfade", skipCrossfade),
-        ("--skip-curve", skipCurve),
+        ("--skip-curve", skipCurve), ("--crossfade-level", crossfadeLevel), ("--crossfade-window", crossfadeWindow),
       ].first(where: { $0.1 != nil })?.0
     {
       throw ValidationError("\(option) belongs to a queue: give --queue too")
@@ -99,7 +114,9 @@ struct PlayCommand: DaemonCommand {
       duration: try Parse.duration(crossfade, "--crossfade"),
       curve: try Parse.curve(crossfadeCurve, "--crossfade-curve"),
       skipDuration: try Parse.duration(skipCrossfade, "--skip-crossfade"),
-      skipCurve: try Parse.curve(skipCurve, "--skip-curve"))
+      skipCurve: try Parse.curve(skipCurve, "--skip-curve"),
+      level: try crossfadeLevel.map { try Parse.decibels($0, "--crossfade-level") },
+      window: try Parse.duration(crossfadeWindow, "--crossfade-window"))
     let play = Play(
       path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: try Parse.gain(gain, "--gain"),
       fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), loop: loop, paused: paused,
@@ -110,6 +127,7 @@ struct PlayCommand: DaemonCommand {
         options: [
           "stream": "--stream", "gain": "--gain", "path": "<file>", "queue": "--queue", "crossfade": "--crossfade",
           "crossfadeCurve": "--crossfade-curve", "skipCrossfade": "--skip-crossfade", "skipCurve": "--skip-curve",
+          "crossfadeLevel": "--crossfade-level", "crossfadeWindow": "--crossfade-window",
         ]),
       waiting: waiting.wait)
   }

@@ -47,6 +47,32 @@ import Testing
     #expect(try request("play", "./x/../b.wav") == Request(.play(Play(path: directory + "/b.wav"))))
   }
 
+  /// The level-triggered crossfade's options, in rampctl's units; refused without a queue or out
+  /// of range, naming the option.
+  @Test func playTakesTheLevelTriggeredCrossfade() throws {
+    let played = try request(
+      "play", "/a.wav", "--queue", "/b.wav", "--crossfade", "2s", "--crossfade-level", "-35dB", "--crossfade-window",
+      "8s")
+    let expected = Play(
+      path: "/a.wav", queue: ["/b.wav"], crossfade: Crossfade(duration: 2, level: -35, window: 8))
+    #expect(played == Request(.play(expected)))
+    let refusals = [
+      (refusal("play", "/a.wav", "--crossfade-level", "-35dB"), "--crossfade-level belongs to a queue"),
+      (
+        refusal("play", "/a.wav", "--queue", "/b.wav", "--crossfade-level", "+6dB"),
+        "--crossfade-level: crossfadeLevel: expected a level"
+      ),
+      (refusal("play", "/a.wav", "--queue", "/b.wav", "--crossfade-level", "loud"), "--crossfade-level"),
+      (
+        refusal("play", "/a.wav", "--queue", "/b.wav", "--crossfade-window", "2m"),
+        "--crossfade-window: crossfadeWindow: expected above 0"
+      ),
+    ]
+    for (refused, message) in refusals {
+      #expect(refused.status == 64 && refused.message.contains(message), "\(refused.message)")
+    }
+  }
+
   @Test func transportCommands() throws {
     #expect(try request("stop") == Request(.stop(Transport())))
     #expect(

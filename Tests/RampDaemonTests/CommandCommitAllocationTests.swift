@@ -65,8 +65,9 @@ import Testing
   /// Every kind of command, a thousand times each (after a few rounds that fill the runtime's
   /// caches): play, set (animated and instant), fade, animate (basic, keyframe, spring, group,
   /// additive), cancel, remove (by name and all), batch, stop and seek, and on a queue stream
-  /// next, previous and queue-add; with blocks written to an ALSA device, streams ending, seeks
-  /// landing, queue items following one another and crossfading in between. 0 allocations and
+  /// next, previous, queue-add and stop; with blocks written to an ALSA device, streams ending, seeks
+  /// landing, queue items following one another and crossfading in between (where a quiet tail
+  /// begins, too). 0 allocations and
   /// 0 frees.
   @Test func applyingCommandsAllocatesAndFreesNothingOnTheRenderThread() throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-commit-\(getpid())").path
@@ -112,7 +113,7 @@ import Testing
     send(#"{"cmd":"play","path":"\#(bed)","stream":"bed","loop":true}"#)
     let short = try tone("short", seconds: 0.05)
     send(
-      #"{"cmd":"play","path":"\#(short)","stream":"q","queue":["\#(jingle)","\#(short)"],"loop":true,"crossfade":0.01,"skipCrossfade":0.01}"#
+      #"{"cmd":"play","path":"\#(short)","stream":"q","queue":["\#(jingle)","\#(short)"],"loop":true,"crossfade":0.01,"skipCrossfade":0.01,"crossfadeLevel":0,"crossfadeWindow":0.02}"#
     )
     let warmUp = 5
     let rounds = 1000
@@ -149,6 +150,11 @@ import Testing
       if round % 40 == 1 { send(#"{"cmd":"next","stream":"q"}"#) }
       if round % 80 == 3 { send(#"{"cmd":"previous","stream":"q"}"#) }
       if round % 200 == 7 { send(#"{"cmd":"queue-add","stream":"q","paths":["\#(short)"]}"#) }
+      // A queue stream stopped mid-crossfade: its items end with it.
+      if round % 100 == 50 {
+        send(#"{"cmd":"play","path":"\#(short)","stream":"r","queue":["\#(jingle)"],"crossfade":0.04}"#)
+      }
+      if round % 100 == 51 { send(#"{"cmd":"stop","stream":"r"}"#) }
 
       try renderThreadWork { player.renderer.applyPendingCommands() }
       // Enough blocks for the last round's stream to ramp out and leave the mix.

@@ -993,3 +993,27 @@ private enum MediaSettingsProbe {
     URL(fileURLWithPath: path).resolvingSymlinksInPath().path
   }
 }
+
+// MARK: - The level-triggered crossfade
+
+extension ConfigurationTests {
+  @Suite struct QueueLevel {
+    @Test func crossfadeLevelAndWindow() throws {
+      let on = try parse("[queue]\ncrossfade-level = \"-35dB\"\ncrossfade-window = \"8s\"")
+      #expect(on.queue.level == -35 && on.queue.window == 8)
+      let off = try parse("[queue]\ncrossfade-level = \"off\"")
+      #expect(off.queue.level == nil && off.queue.window == 10)
+      #expect(try parse("[queue]\ncrossfade-level = -120").queue.level == -120)
+    }
+
+    @Test(arguments: [
+      ("[queue]\ncrossfade-level = 3", #"test:2: queue.crossfade-level: 3 dB is outside -120 dB...0 dB (or "off")"#),
+      ("[queue]\ncrossfade-level = \"on\"", "test:2: queue.crossfade-level: expected"),
+      ("[queue]\ncrossfade-window = 0", "test:2: queue.crossfade-window: must be above 0, got 0 s"),
+      ("[queue]\ncrossfade-window = \"2m\"", "test:2: queue.crossfade-window: 120 s is outside 0 s...60 s"),
+    ])
+    func invalid(toml: String, expected: String) {
+      #expect(failure(toml).hasPrefix(expected), "\(failure(toml))")
+    }
+  }
+}

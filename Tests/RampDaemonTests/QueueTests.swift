@@ -238,4 +238,56 @@ import Testing
     #expect(try client.request(["cmd": "ping"]).isOK)
     daemon.stop()
   }
+
+  /// A queue stream stopped mid-crossfade ends both items, `stopped`, at the sample its stop's
+  /// fade left the mix (nothing of either is heard from there), before its `stream-ended`; one
+  /// stopped while a single item plays ends that item likewise.
+  @Test func stoppingAQueueStreamEndsItsItems() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended", "stream-ended"]])
+    let a = try daemon.constantFile("a", seconds: 1.5, left: 0.5, right: 0)
+    let b = try daemon.constantFile("b", seconds: 1.5, left: 0, right: 0.5)
+    let play = try client.request([
+      "cmd": "play", "path": .string(a), "stream": "music", "queue": [.string(b)], "crossfade": 1,
+      "crossfadeCurve": "linear",
+    ])
+    #expect(play.isOK, "\(play.serialized())")
+    _ = try client.waitForEvent { $0["event"] == "item-started" && $0["path"] == .string(b) }
+    usleep(200_000)
+    #expect(try client.request(["cmd": "stop", "stream": "music", "fade": 0.05]).isOK)
+    let gone = try client.waitForEvent { $0["event"] == "stream-ended" && $0["stream"] == "music" }
+    #expect(gone["reason"] == "stopped")
+    // Past what a rewindable device could still rewrite: the next stream starts after.
+    usleep(100_000)
+    #expect(try client.request(["cmd": "play", "path": .string(a), "stream": "single", "queue": []]).isOK)
+    usleep(300_000)
+    #expect(try client.request(["cmd": "stop", "stream": "single"]).isOK)
+    _ = try client.waitForEvent { $0["event"] == "stream-ended" && $0["stream"] == "single" }
+    daemon.stop()
+
+    // Both items of the crossfade, then the stream.
+    let events = client.events.filter { $0["stream"] == "music" && $0["event"] != "item-started" }
+    #expect(events.map { $0["event"] } == ["item-ended", "item-ended", "stream-ended"], "\(events)")
+    let ended = Self.itemEvents(client, "music", "item-ended")
+    #expect(Set(ended.compactMap { $0["path"]?.stringValue }) == [a, b], "\(ended)")
+    #expect(ended.allSatisfy { $0["reason"] == "stopped" }, "\(ended)")
+    let sample = Self.sample(ended[0])
+    #expect(ended.allSatisfy { Self.sample($0) == sample })
+    let left = try daemon.played(channel: 0)
+    let right = try daemon.played(channel: 1)
+    try #require(sample > 0 && sample < left.count)
+    let lastHeard = try #require((0..<sample).last { left[$0] != 0 || right[$0] != 0 })
+    // Both were heard until the stop's fade reached silence, in the block before `sample`.
+    #expect(left[lastHeard] != 0 && right[lastHeard] != 0)
+    #expect(sample - lastHeard <= DuckTests.period + 1, "last heard at \(lastHeard), ended at \(sample)")
+    // Until the next stream starts.
+    let next = try #require(Self.itemEvents(client, "single", "item-started").first.map(Self.sample))
+    #expect(next > sample + 2_400)
+    let heardAfter = (sample..<next).first { left[$0] != 0 || right[$0] != 0 }
+    #expect(heardAfter == nil, "heard at \(heardAfter ?? -1), after its item-ended")
+
+    let single = Self.itemEvents(client, "single", "item-ended")
+    #expect(single.count == 1 && single.first?["reason"] == "stopped" && single.first?["path"] == .string(a))
+  }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import RampEngine
 import RampProtocol
 import Synchronization
 import Testing
@@ -320,6 +321,8 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
       Garbage("values as an array", file(values: "[1]"), #""values" is an array, not an object"#),
       Garbage("schedules as an object", file(schedules: "{}"), #""schedules" is an object, not an array"#),
       Garbage("schedules as null", file(schedules: "null"), #""schedules" is null"#),
+      Garbage("ducks as an object", file(extra: #","ducks":{}"#), #""ducks" is an object, not an array"#),
+      Garbage("ducks as a string", file(extra: #","ducks":"talk""#), #""ducks" is the string "talk", not an array"#),
       Garbage("a top-level array", "[" + file() + "]", "an array, not an object"),
       Garbage("a top-level string", #""state""#, "not an object"),
       Garbage("trailing garbage", file() + " x", "bad JSON at line 1"),
@@ -436,6 +439,56 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
     }
   }
 
+  /// Duck rules added at run time come back field for field; a rule `duck-add` would refuse, one
+  /// that is not an object and one that repeats a name are dropped alone, quoted in a warning.
+  @Test func duckRulesRoundTripAndBadOnesAreDroppedAlone() throws {
+    try withScratch { directory in
+      let path = directory + "/state.json"
+      let log = LogRecorder()
+      let store = StateStore(path: path, logger: log.logger)
+      var state = richState
+      state.ducks = [
+        DuckRule(
+          name: "talk", targets: ["streams.bed.gain", "master.gain"], trigger: "voice*",
+          sidechain: .init(threshold: -30, detector: .peak, window: 0.08, hysteresis: 3), depth: 9, attack: 0.25,
+          attackCurve: .easeIn, hold: 0, release: 2, releaseCurve: .fade(.qsin)),
+        DuckRule(name: "manual", targets: ["master.gain"]),
+      ]
+      try store.save(state)
+      #expect(store.load() == state)
+      let text = String(decoding: contents(path) ?? [], as: UTF8.self)
+      #expect(text.contains("\n  \"ducks\": [\n    {"), "one rule a line")
+      #expect(log.warnings == [])
+      // Without rules the member is not written: the file reads as it did before rules were kept.
+      try store.save(richState)
+      #expect(!String(decoding: contents(path) ?? [], as: UTF8.self).contains("ducks"))
+
+      let ducks = """
+        [
+        {"name":"a","targets":["master.gain"],"depth":-6},
+        {"name":"b","targets":["master.gain"],"deph":3},
+        "c",
+        {"name":"d","targets":["streams.bed.gain"],"depth":6},
+        {"name":"d","targets":["master.gain"]},
+        {"targets":["master.gain"]}
+        ]
+        """
+      put(file(values: #"{"master.gain":0.5}"#, extra: #","ducks":"# + ducks), at: path)
+      let loaded = StateStore(path: path, logger: log.logger).load()
+      #expect(loaded.values == ["master.gain": 0.5])
+      #expect(loaded.ducks == [DuckRule(name: "d", targets: ["streams.bed.gain"], depth: 6)])
+      let warnings = log.warnings
+      #expect(warnings.count == 5, "\(warnings)")
+      #expect(warnings.allSatisfy { $0.hasPrefix("state file \(path): dropped ducks[") }, "\(warnings)")
+      #expect(warnings.contains { $0.contains("ducks[0]: depth") && $0.contains(#""depth":-6"#) }, "\(warnings)")
+      #expect(warnings.contains { $0.contains("ducks[1]:") && $0.contains("deph") }, "\(warnings)")
+      #expect(warnings.contains { $0.contains(#"ducks[2]: expected an object, got the string "c""#) }, "\(warnings)")
+      #expect(warnings.contains { $0.contains("ducks[4]: the name d is used by an earlier rule") }, "\(warnings)")
+      #expect(warnings.contains { $0.contains("ducks[5]:") && $0.contains("name") }, "\(warnings)")
+      #expect(names(in: directory, startingWith: "state.json.corrupt-") == [])
+    }
+  }
+
   struct Invalid: Sendable, CustomTestStringConvertible {
     var testDescription: String
     var state: PersistentState
@@ -462,6 +515,10 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
       Invalid(
         testDescription: "a NaN deep in the request", state: with { $0.request["keyframes"] = [1, .number(.nan)] }),
       Invalid(testDescription: "two schedules with one id", state: PersistentState(schedules: [good, good])),
+      Invalid(
+        testDescription: "two duck rules with one name",
+        state: PersistentState(ducks: [DuckRule(name: "a", targets: ["master.gain"]), DuckRule(name: "a", targets: [])])
+      ),
     ]
   }()
 

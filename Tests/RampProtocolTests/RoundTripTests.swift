@@ -72,7 +72,8 @@ import Testing
         .play(
           Play(
             path: "/a.wav", stream: "music", loop: true, queue: ["/b.wav", "/c.wav"],
-            crossfade: Crossfade(duration: 4, curve: .linear, skipDuration: 1, skipCurve: .fade(.qsin))))),
+            crossfade: Crossfade(
+              duration: 4, curve: .linear, skipDuration: 1, skipCurve: .fade(.qsin), level: -35.5, window: 12.5)))),
       Request(.queueAdd(stream: "music", paths: ["/d.wav"])), Request(.queueRemove(stream: "music", index: 2)),
       Request(.queueClear(stream: "music")), Request(.queueList(stream: nil)), Request(.queueList(stream: "music")),
       Request(at: .delay(1), .skip(stream: "music", forward: true)), Request(.skip(stream: "music", forward: false)),

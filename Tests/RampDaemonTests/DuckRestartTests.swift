@@ -1,0 +1,106 @@
+import Foundation
+import RampEngine
+import RampProtocol
+import Testing
+
+/// Duck rules added at run time are kept in the state file: after a restart (even a kill -9 right
+/// after the reply) `duck-list` shows them and they duck as before; removed, they are gone. A
+/// configured `[[duck]]` rule wins over a saved rule of its name.
+extension DuckTests {
+  static let configured = """
+    [[duck]]
+    name = "conf"
+    targets = ["master.gain"]
+    depth = 3
+    """
+
+  @Test func aRuleAddedAtRunTimeSurvivesARestartAndStillDucks() throws {
+    let first = try DaemonProcess(extraConfiguration: Self.configured)
+    let client = try first.client()
+    let talk: JSONObject = [
+      "name": "talk", "targets": ["streams.bed.gain"], "depth": 12, "attack": 0.1, "attackCurve": "linear",
+      "hold": 0, "release": 0.1,
+    ]
+    var add = talk
+    add["cmd"] = "duck-add"
+    #expect(try client.request(add).isOK)
+    // Named like the configured rule: in force now, dropped at the restart.
+    let shadow = try client.request(["cmd": "duck-add", "name": "conf", "targets": ["master.gain"], "depth": 20])
+    #expect(shadow.isOK && shadow.result["replaced"] == true, "\(shadow.serialized())")
+    #expect(try client.request(["cmd": "duck-add", "name": "gone", "targets": ["master.gain"]]).isOK)
+    #expect(try client.request(["cmd": "duck-remove", "name": "gone"]).isOK)
+    // No chance to save anything more: what was acknowledged is on disk.
+    first.kill()
+
+    let second = try DaemonProcess(extraConfiguration: Self.configured, reusing: first.directory)
+    let again = try second.client()
+    try again.request(["cmd": "subscribe", "events": ["duck-started"]])
+    let rules = try #require(again.request(["cmd": "duck-list"]).result["ducks"]?.arrayValue)
+    #expect(rules.map { $0["name"]?.stringValue } == ["conf", "talk"], "\(rules)")
+    #expect(rules.first?["depth"] == 3, "the configuration's rule, not the saved one")
+    let restored = try #require(rules.last?.objectValue)
+    for (key, value) in talk { #expect(restored[key] == value, "\(key): \(String(describing: restored[key]))") }
+    #expect(second.readLog().contains("saved duck rule dropped"), "the shadowed rule's drop is logged")
+
+    let bed = try second.constantFile("bed", seconds: 3, left: 1, right: 0)
+    #expect(try again.request(["cmd": "play", "path": .string(bed), "stream": "bed"]).isOK)
+    usleep(200_000)
+    #expect(try again.request(["cmd": "duck", "name": "talk"]).isOK)
+    let started = Self.sample(try again.waitForEvent { $0["event"] == "duck-started" && $0["rule"] == "talk" })
+    usleep(300_000)
+    #expect(try again.request(["cmd": "duck-remove", "name": "talk"]).isOK)
+    #expect(second.stop() == 0)
+    let left = try second.played(channel: 0)
+    try #require(started > 0 && started + 9_600 < left.count, "\(started) in \(left.count) samples")
+    let depth = pow(10, -12.0 / 20)
+    #expect(left[started - 1] == 1, "untouched before the attack")
+    let attack = Self.misfit(left, start: started, frames: 4_800, from: 1, to: depth, curve: .linear)
+    #expect(attack < 1e-6, "attack off its curve by \(attack)")
+    let held = left[(started + 4_800)...(started + 9_600)].map { abs(Double($0) - depth) }.max() ?? 1
+    #expect(held < 1e-6, "held off the depth by \(held)")
+
+    // Removed before the restart: gone after it.
+    let third = try DaemonProcess(extraConfiguration: Self.configured, reusing: first.directory)
+    let list = try third.client().request(["cmd": "duck-list"])
+    #expect(list.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["conf"], "\(list.serialized())")
+    #expect(third.stop() == 0)
+    let state = try String(contentsOfFile: "\(first.directory)/state.json", encoding: .utf8)
+    #expect(!state.contains("\"ducks\""), "\(state)")
+    withExtendedLifetime(first) {}
+  }
+
+  /// A bad `ducks` entry in the state file is dropped alone with a warning quoting it (the other
+  /// rules and the levels are restored); `ducks` that is not an array makes the file unusable: it
+  /// is moved aside, as for any other corrupt state.
+  @Test func aCorruptDuckEntryInTheStateFileIsReported() throws {
+    let first = try DaemonProcess()
+    #expect(first.stop() == 0)
+    let path = "\(first.directory)/state.json"
+    try """
+    {"version":1,"savedAt":"2026-01-21T07:30:00Z","values":{"master.gain":0.5},"schedules":[],
+    "ducks":[{"name":"bad","targets":["master.gain"],"depth":-6},{"name":"talk","targets":["master.gain"],"depth":6}]}
+    """.write(toFile: path, atomically: true, encoding: .utf8)
+    let second = try DaemonProcess(reusing: first.directory)
+    let client = try second.client()
+    let list = try client.request(["cmd": "duck-list"])
+    #expect(list.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["talk"], "\(list.serialized())")
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"] == 0.5)
+    #expect(second.stop() == 0)
+    #expect(second.log.contains("dropped ducks[0]: depth"), "\(second.log)")
+
+    try """
+    {"version":1,"savedAt":"2026-01-21T07:30:00Z","values":{"master.gain":0.5},"schedules":[],"ducks":{"talk":1}}
+    """.write(toFile: path, atomically: true, encoding: .utf8)
+    let third = try DaemonProcess(reusing: first.directory)
+    let after = try third.client()
+    #expect(try after.request(["cmd": "duck-list"]).result["ducks"] == [])
+    #expect(try after.request(["cmd": "get", "key": "master.gain"]).result["model"] == 1, "started afresh")
+    #expect(third.stop() == 0)
+    #expect(third.log.contains(#""ducks" is an object, not an array"#) && third.log.contains("corrupt"), "\(third.log)")
+    let aside = try FileManager.default.contentsOfDirectory(atPath: first.directory).filter {
+      $0.hasPrefix("state.json.corrupt-")
+    }
+    #expect(aside.count == 1)
+    withExtendedLifetime(first) {}
+  }
+}
