@@ -47,4 +47,20 @@ import Testing
       #expect(text.contains("`\(field.name)`"), "\(field.name) is not in PROTOCOL.md")
     }
   }
+
+  /// The fuzzer's dictionary (Fuzz/rampd.dict) knows every command and every field, so libFuzzer
+  /// builds requests that reach each command's own checks.
+  @Test func theFuzzDictionaryNamesEveryCommandAndField() throws {
+    let root = String(#filePath.split(separator: "/").dropLast(3).joined(separator: "/"))
+    let dictionary = try readFile("/" + root + "/Fuzz/rampd.dict")
+    for (name, _) in ProtocolSchema.commands {
+      #expect(dictionary.contains("=\"\\\"\(name)\\\"\""), "command \(name) is not in Fuzz/rampd.dict")
+    }
+    let fields =
+      ProtocolSchema.requestFields + ProtocolSchema.commands.flatMap(\.fields) + ProtocolSchema.commonAnimationFields
+      + ProtocolSchema.animationFields.values.flatMap { $0 } + ProtocolSchema.perceptualSpringFields
+    for field in fields {
+      #expect(dictionary.contains("=\"\\\"\(field.name)\\\":\""), "field \(field.name) is not in Fuzz/rampd.dict")
+    }
+  }
 }
