@@ -26,9 +26,9 @@ public enum PlayerEvent: Sendable, Equatable {
   case duckEnded(rule: String, sample: Int64)
   /// Queue item `item` of stream `stream` began to be heard at `sample` (`StreamQueue`).
   case itemStarted(stream: String, item: UInt64, sample: Int64)
-  /// Queue item `item` was last heard before `sample`: it played to its end, or (`skipped`) its
-  /// fade out (a crossfade, a skip) is over.
-  case itemEnded(stream: String, item: UInt64, sample: Int64, skipped: Bool)
+  /// Queue item `item` was last heard before `sample`: it played to its end or its fade out (a
+  /// crossfade, a skip) is over, or its stream stopped or failed (`reason`).
+  case itemEnded(stream: String, item: UInt64, sample: Int64, reason: ItemEndReason)
 }
 
 /// What a command hands back from the render thread. Subclass it to carry results; the render

@@ -193,6 +193,8 @@ extension RenderLoop {
       if drained || stopped {
         stream.cancelDecoders()
         let reason: StreamEndReason = stopped ? .stopped : (stream.decoder.hasFailed ? .failed : .finished)
+        let itemReason: ItemEndReason = stopped ? .stopped : (reason == .failed ? .failed : .finished)
+        stream.queue?.streamEnded(stream, reason: itemReason, at: engine.now, state: state)
         state.post(.streamEnded(id: stream.id, reason: reason))
         // By handle: no key path is built or matched.
         engine.undefine(stream.gain)
