@@ -181,13 +181,16 @@ import Testing
     let daemon = try DaemonProcess()
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started"]])
-    let a = try Self.file(daemon, "a", frames: 14_401, left: { _ in 0 }, right: { _ in 0.125 })
-    let b = try Self.file(daemon, "b", frames: 9_613, left: { _ in 0 }, right: { _ in 0.25 })
+    // Long enough (1 s and 0.7 s) for the next item to be opened and installed in time on a
+    // loaded machine: the device plays in real time.
+    let lengths = (a: 48_001, b: 33_613)
+    let a = try Self.file(daemon, "a", frames: lengths.a, left: { _ in 0 }, right: { _ in 0.125 })
+    let b = try Self.file(daemon, "b", frames: lengths.b, left: { _ in 0 }, right: { _ in 0.25 })
     #expect(
       try client.request([
         "cmd": "play", "path": .string(a), "stream": "music", "queue": [.string(b)], "loop": true,
       ]).isOK)
-    for _ in 0..<200 where Self.itemEvents(client, "music", "item-started").count < 5 {
+    for _ in 0..<400 where Self.itemEvents(client, "music", "item-started").count < 5 {
       _ = try? client.waitForEvent(timeout: 0.05) { _ in false }
     }
     #expect(try client.request(["cmd": "stop", "stream": "music"]).isOK)
@@ -199,7 +202,7 @@ import Testing
     #expect(started.prefix(5).map { $0["path"] } == [a, b, a, b, a].map(JSONValue.string))
     let right = try daemon.played(channel: 1)
     for index in 1..<5 {
-      let length = index % 2 == 1 ? 14_401 : 9_613
+      let length = index % 2 == 1 ? lengths.a : lengths.b
       let sample = Self.sample(started[index])
       #expect(sample - Self.sample(started[index - 1]) == length, "start \(index) right after the item before")
       #expect(right[sample - 1] == (index % 2 == 1 ? 0.125 : 0.25) && right[sample] == (index % 2 == 1 ? 0.25 : 0.125))
