@@ -14,68 +14,33 @@ subtracted. User-space instructions only: the kernel's work (socket reads and wr
 """
 import argparse
 import glob
+import importlib.util
 import os
+import queue
 import re
-import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
+import threading
 import time
+
+_spec = importlib.util.spec_from_file_location(
+    "daemon_bench", os.path.join(os.path.dirname(os.path.abspath(__file__)), "daemon-bench.py"))
+daemon_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(daemon_bench)
 
 
 def drive(path, clients, each):
-    socks = []
-    for _ in range(clients):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(120)
-        s.connect(path)
-        greeting = b""
-        while not greeting.endswith(b"\n"):
-            chunk = s.recv(4096)
-            if not chunk:
-                raise RuntimeError("closed before the greeting")
-            greeting += chunk
-        s.setblocking(False)
-        socks.append(s)
-    sel = selectors.DefaultSelector()
-    state = {}
-    for index, s in enumerate(socks):
-        state[s] = {"n": 0, "buf": b"", "index": index}
-        sel.register(s, selectors.EVENT_READ, s)
-
-    def request(s, n):
-        value = b"0.6" if (n + state[s]["index"]) % 2 else b"0.4"
-        return b'{"id":%d,"cmd":"set","key":"master.gain","value":%s,"duration":0}\n' % (n, value)
-
-    for s in socks:
-        s.send(request(s, 0))
-    active, refused = len(socks), 0
-    while active:
-        events = sel.select(timeout=120)
-        if not events:
-            raise RuntimeError("no reply for 120 s")
-        for key, _ in events:
-            s = key.data
-            st = state[s]
-            chunk = s.recv(65536)
-            if not chunk:
-                raise RuntimeError("the server closed the connection")
-            st["buf"] += chunk
-            while b"\n" in st["buf"]:
-                line, st["buf"] = st["buf"].split(b"\n", 1)
-                refused += b'"ok":true' not in line
-                st["n"] += 1
-                if st["n"] < each:
-                    s.send(request(s, st["n"]))
-                else:
-                    sel.unregister(s)
-                    active -= 1
-    for s in socks:
-        s.close()
-    if refused:
-        raise RuntimeError(f"{refused} requests refused")
+    """`each` sequential `set` round trips from each of `clients` connections: benchmark (a)'s
+    own client (daemon-bench.py's rtt_worker), in this process."""
+    results = queue.Queue()
+    daemon_bench.rtt_worker("rampd", path, clients, each, threading.Barrier(1), results)
+    status, detail, failures = results.get()
+    if status != "ok":
+        raise RuntimeError(detail)
+    if failures:
+        raise RuntimeError(f"{failures} requests refused")
 
 
 def dumps(directory):
