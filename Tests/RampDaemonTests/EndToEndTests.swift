@@ -451,13 +451,14 @@ import Testing
     let directory = NSTemporaryDirectory() + "rampd-embedded-\(getpid())"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: directory) }
+    // It plays from its start: the file's length is bounded by the time since the launch.
+    let started = Date()
     let process = try startWithoutADevice(in: directory, file: "\(directory)/out.wav")
     defer { if process.isRunning { process.terminate() } }
     let client = try LineClient(path: "\(directory)/s.sock")
     let output = try client.request(["cmd": "status"]).result["output"]
     #expect(output?["embedded"] == true && output?["file"] == .string("\(directory)/out.wav"), "\(output ?? .null)")
     #expect(output?["requestedDevice"] == "rampd_no_such_device")
-    let started = Date()
     usleep(500_000)
     process.terminate()
     process.waitUntilExit()

@@ -182,6 +182,9 @@ import Testing
       }
     }
 
+    /// Every value sent, acknowledged or not.
+    var sent: [Double] { lock.withLock { entries.map(\.value) } }
+
     var schedules: [Int] { lock.withLock { entries.compactMap(\.schedule) } }
     var count: Int { lock.withLock { entries.filter(\.acknowledged).count } }
   }
@@ -304,7 +307,13 @@ import Testing
           + " \(mixer.count) mixer sets, \(far.count) + \(soon.count) schedules")
       farSchedules += far.schedules
       for (key, sent) in [("master.gain", master), ("mixers.m1.volume", mixer), ("mixers.m2.volume", soon)] {
-        if let possible = sent.possible { expected[key] = possible }
+        if let possible = sent.possible {
+          expected[key] = possible
+        } else if expected[key] != nil {
+          // Nothing acknowledged this round: the value from before, or one sent in this round
+          // (saved, and killed before its reply left).
+          expected[key]! += sent.sent
+        }
       }
       // The soon-due sets, all due by now: the restart applies those it kept.
       usleep(UInt32(max(0, start + 0.6 + Double(soon.count + 1) * 0.002 - Date().timeIntervalSince1970) * 1e6))
