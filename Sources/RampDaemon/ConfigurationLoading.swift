@@ -354,14 +354,8 @@ struct ConfigLayers {
     do {
       try mixer.validate()
     } catch {
-      // "mixers.<name>.<field>: message" → the file's key.
-      let prefix = "mixers.\(mixer.name)."
-      guard error.message.hasPrefix(prefix), let colon = error.message.range(of: ": ") else {
-        throw fail(nil, error.message)
-      }
-      let field = String(
-        error.message[error.message.index(error.message.startIndex, offsetBy: prefix.count)..<colon.lowerBound])
-      throw fail(ConfigSchema.mixerFieldNames[field] ?? field, String(error.message[colon.upperBound...]))
+      guard let field = error.field, let problem = error.problem else { throw fail(nil, error.message) }
+      throw fail(ConfigSchema.mixerFieldNames[field] ?? field, problem)
     }
     return mixer
   }

@@ -562,8 +562,8 @@ public final class Controller: @unchecked Sendable {
       let engine = state.engine
       var inFlight: [AnimationStatus] = []
       if let key {
-        if let error = Preparation.checkKey(key, in: state) {
-          ticket.result = .failure(error)
+        if let refusal = Preparation.checkKey(key, in: state) {
+          ticket.result = .failure(refusal.error)
           return
         }
         inFlight = (try? engine.animations(on: key)) ?? []

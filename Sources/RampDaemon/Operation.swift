@@ -10,8 +10,9 @@ import RampProtocol
 enum Operation: Sendable {
   /// Known without the render thread (ping, version).
   case answer(JSONValue)
-  /// Reads the render thread's state (get, list, status): the reply is built there.
-  case query(check: (@Sendable (RenderState) -> ProtocolError?)?, read: @Sendable (RenderState) -> JSONValue)
+  /// Reads the render thread's state (get, list, status) or changes its duck rules, into storage
+  /// reserved for it (Readout.swift).
+  case query(Query)
   case play(PreparedStream, limit: Int)
   /// `field`: what named the stream (a fade-out's `key`).
   case transport(PreparedTransport, field: String)
@@ -57,8 +58,6 @@ enum Operation: Sendable {
     var sample: Int64 = 0
     /// A key path's model value afterwards (cancel, remove).
     var value = 0.0
-    /// A query's reply.
-    var read: JSONValue?
   }
 
   /// The result, when it is known before the render thread applies the change because nothing
@@ -71,7 +70,8 @@ enum Operation: Sendable {
   /// The objects its payload holds (`DaemonTicket.held`).
   var heldObjects: [AnyObject] {
     switch self {
-    case .answer, .query, .seek, .cancel: return []
+    case .answer, .seek, .cancel: return []
+    case .query(let query): return query.heldObjects
     case .play(let stream, _): return [stream]
     case .transport(let transport, _): return [transport]
     case .fade(let plan): return [plan.animation]
@@ -84,18 +84,13 @@ enum Operation: Sendable {
   }
 
   /// Render thread: why it cannot be applied now, if it cannot.
-  func check(_ state: RenderState) -> ProtocolError? {
+  func check(_ state: RenderState) -> CommandRefusal? {
     switch self {
     case .answer: return nil
-    case .query(let check, _): return check?(state)
+    case .query(let query): return query.check(state)
     case .play(let stream, let limit):
-      if state.contains(stream: stream.id) {
-        return ProtocolError(.streamExists, field: "stream", "a stream '\(stream.id)' is already playing")
-      }
-      if state.streamCount >= limit {
-        return ProtocolError(
-          .limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")
-      }
+      if state.contains(stream: stream.id) { return .streamExists(stream.id) }
+      if state.streamCount >= limit { return .streamLimit(limit) }
       return nil
     case .transport(let transport, let field):
       return transport.stream.flatMap { Preparation.checkStream($0, field: field, in: state) }
@@ -112,18 +107,19 @@ enum Operation: Sendable {
     case .cancel(let key), .remove(let key, _, _):
       return Preparation.checkKey(key, in: state)
     case .queue(let step):
-      return step.check(state)
+      return state.playsQueue(step.stream) ? nil : .noQueue(step.stream)
     }
   }
 
-  /// Render thread: commits it. Allocation-free, but for a query and a refusal.
+  /// Render thread: commits it. Allocation-free, but for an engine refusal (which a check passed
+  /// leaves unlikely).
   func apply(_ state: RenderState, _ outcome: inout Outcome, player: Player) throws(ProtocolError) {
     let engine = state.engine
     switch self {
     case .answer:
       return
-    case .query(_, let read):
-      outcome.read = read(state)
+    case .query(let query):
+      query.apply(state)
     case .play(let stream, _):
       if case .failure(let error) = stream(state) { throw ProtocolError(error) }
       if let fadeIn = stream.fadeIn {
@@ -186,7 +182,7 @@ enum Operation: Sendable {
   func reply(_ outcome: Outcome) -> JSONValue {
     switch self {
     case .answer(let result): return result
-    case .query: return outcome.read ?? .null
+    case .query(let query): return query.reply()
     case .play(let stream, _):
       return [
         "stream": .string(stream.id), "path": .string(stream.path),
@@ -264,6 +260,9 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// How many operations applied (set on the render thread; the events of those that did go out
   /// even when a later one was refused).
   private var applied = 0
+  /// Why operation `refused` was refused (set on the render thread; the error is built in `settle`).
+  private var refusal: CommandRefusal?
+  private var refused = 0
   /// A refusal's field goes under `fieldPrefix[index]` (a batch's `commands`).
   private let fieldPrefix: String?
   private let rampKey: String?
@@ -303,14 +302,15 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   }
 
   /// Render thread: checks every operation, then applies them all, or none; the ticket then goes
-  /// back with the events. Allocation-free, but for queries and refusals.
+  /// back with the events, and what refused one, as plain values. Allocation-free.
   func commit(_ state: RenderState) {
     defer { state.complete(self) }
     guard let player else { return }
     var index = 0
     while index < operations.count {
-      if let error = operations[index].check(state) {
-        result = .failure(prefixed(error, index))
+      if let refusal = operations[index].check(state) {
+        self.refusal = refusal
+        refused = index
         return
       }
       index += 1
@@ -328,7 +328,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
       do throws(ProtocolError) {
         try operations[applied].apply(state, &outcomes[applied], player: player)
       } catch {
-        result = .failure(prefixed(error, applied))
+        refusal = .error(error)
+        refused = applied
         return
       }
       applied += 1
@@ -339,10 +340,15 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error
   }
 
-  /// Control side, once back: builds the reply (one result per operation) and the events.
+  /// Control side, once back: builds the reply (one result per operation), or the error that
+  /// refused it, and the events.
   func settle() {
     for index in 0..<applied {
       if let event = operations[index].event(outcomes[index]) { events.append(event) }
+    }
+    if let refusal {
+      result = .failure(prefixed(refusal.error, refused))
+      return
     }
     guard applied == operations.count, player != nil else { return }
     result = .success(keepsResults ? .array(zip(operations, outcomes).map { $0.reply($1) }) : .null)
