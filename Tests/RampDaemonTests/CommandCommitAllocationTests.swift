@@ -298,7 +298,10 @@ import Testing
     #expect(result(7)["streams"]?.arrayValue?.count == 2, "\(last[7])")
     #expect(ducks.count == DuckLayer.capacity, "\(ducks.count) rules in status")
     let talk = ducks.first { $0["name"] == "talk" }
-    #expect(talk?["manual"] == true && talk?["depth"] == 6 && talk?["phase"] == "ducked", "\(String(describing: talk))")
+    // `duck` acts at the next block, and the round's `unduck` comes before it: never ducked.
+    #expect(
+      talk?["manual"] == true && talk?["depth"] == 6 && talk?["phase"] == "idle" && talk?["level"] == 1,
+      "\(String(describing: talk))")
     #expect(result(8)["ducks"] == result(7)["ducks"], "duck-list shows the rules as status does")
     // Applied together, between two blocks: at one sample.
     #expect(result(9)["rule"] == "talk" && result(9)["sample"] == result(7)["sample"], "\(last[9])")
