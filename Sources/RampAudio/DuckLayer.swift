@@ -205,7 +205,8 @@ public final class DuckLayer {
   public func snapshot(at index: Int, sample: Int64) -> DuckSnapshot? {
     let rule = rules[index]
     guard !rule.removed else { return nil }
-    return DuckSnapshot(rule: rule.rule, phase: rule.phaseName, manual: rule.manual, level: rule.envelope.value(at: sample))
+    return DuckSnapshot(
+      rule: rule.rule, phase: rule.phaseName, manual: rule.manual, level: rule.envelope.value(at: sample))
   }
 
   // MARK: The mix (render thread, allocation-free)

@@ -563,7 +563,10 @@ public final class Controller: @unchecked Sendable {
       var inFlight: [AnimationStatus] = []
       if let key {
         if let refusal = Preparation.checkKey(key, in: state) {
-          ticket.result = .failure(refusal.error)
+          // A closure: it may allocate.
+          let defined = KeyPathNames(capacity: engine.propertyCount)
+          defined.read(engine)
+          ticket.result = .failure(refusal.error(defined: defined))
           return
         }
         inFlight = (try? engine.animations(on: key)) ?? []

@@ -67,6 +67,15 @@ enum Operation: Sendable {
     return plan.instantResult
   }
 
+  /// Whether it names a key path the render thread may not know (and refuse with a suggestion).
+  var namesKeyPath: Bool {
+    switch self {
+    case .fade, .set, .animate, .cancel, .remove: return true
+    case .query(let query): if case .get = query.kind { return true } else { return false }
+    default: return false
+    }
+  }
+
   /// The objects its payload holds (`DaemonTicket.held`).
   var heldObjects: [AnyObject] {
     switch self {
@@ -263,6 +272,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// Why operation `refused` was refused (set on the render thread; the error is built in `settle`).
   private var refusal: CommandRefusal?
   private var refused = 0
+  /// Room for the key paths defined when one named is not (for operations that name one).
+  private let defined: KeyPathNames?
   /// A refusal's field goes under `fieldPrefix[index]` (a batch's `commands`).
   private let fieldPrefix: String?
   private let rampKey: String?
@@ -277,6 +288,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     operations = []
     held = []
     player = nil
+    defined = nil
     outcomes = []
     fieldPrefix = nil
     rampKey = nil
@@ -294,6 +306,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     self.operations = operations
     held = operations.flatMap(\.heldObjects)
     self.player = player
+    defined =
+      operations.contains(where: \.namesKeyPath) ? KeyPathNames(capacity: player.renderCapacity.properties) : nil
     outcomes = ContiguousArray(repeating: Operation.Outcome(), count: operations.count)
     self.fieldPrefix = fieldPrefix
     self.rampKey = rampKey
@@ -309,6 +323,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     var index = 0
     while index < operations.count {
       if let refusal = operations[index].check(state) {
+        if case .unknownKey = refusal { defined?.read(state.engine) }
         self.refusal = refusal
         refused = index
         return
@@ -347,7 +362,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
       if let event = operations[index].event(outcomes[index]) { events.append(event) }
     }
     if let refusal {
-      result = .failure(prefixed(refusal.error, refused))
+      result = .failure(prefixed(refusal.error(defined: defined), refused))
       return
     }
     guard applied == operations.count, player != nil else { return }

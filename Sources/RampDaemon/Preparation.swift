@@ -252,12 +252,7 @@ struct Preparation: Sendable {
   static func checkKey(_ key: String, value: Double? = nil, field: String = "value", in state: RenderState)
     -> CommandRefusal?
   {
-    guard let handle = state.engine.handleIfDefined(key) else {
-      // The suggestion is looked for among the key paths defined now, which only the render
-      // thread may read: the one refusal that is still built there.
-      return .error(
-        ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)'\(Self.hint(key, in: state))"))
-    }
+    guard let handle = state.engine.handleIfDefined(key) else { return .unknownKey(key) }
     let range = state.engine.range(handle)
     if let value, !range.contains(value) { return .outOfRange(key: key, value: value, range: range, field: field) }
     return nil
@@ -273,11 +268,13 @@ struct Preparation: Sendable {
     return .pastEnd(stream: id, position: position, length: length)
   }
 
-  /// Why a key path names nothing, and what was likely meant: `streams.master.gain` (typed as
-  /// `master`) is probably `master.gain`; `master.gian` is `master.gain` misspelt.
-  private static func hint(_ key: String, in state: RenderState) -> String {
-    let known = state.engine.keyPaths.filter { !InternalKeyPath.isInternal($0) }
-    if let stream = InternalKeyPath.stream(of: key), !state.contains(stream: stream) {
+  /// Why a key path names nothing, and what was likely meant, among the key paths `defined`:
+  /// `streams.master.gain` (typed as `master`) is probably `master.gain`; `master.gian` is
+  /// `master.gain` misspelt.
+  static func hint(_ key: String, defined: some Collection<String>) -> String {
+    let known = defined.filter { !InternalKeyPath.isInternal($0) }
+    // A playing stream's key paths (its transport among them) are defined while it plays.
+    if let stream = InternalKeyPath.stream(of: key), !defined.contains(where: { $0.hasPrefix("streams.\(stream).") }) {
       let meant = known.first { $0.hasPrefix(stream + ".") } ?? Suggestion.closest(to: key, among: known)
       return " (no stream '\(stream)' is playing\(meant.map { "; did you mean \($0)?" } ?? ""))"
     }

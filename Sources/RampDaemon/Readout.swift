@@ -231,10 +231,29 @@ final class Readout: @unchecked Sendable {
   }
 }
 
+/// The key paths defined when a command named one that is not, copied on the render thread into
+/// storage its ticket reserved: the refusal's suggestion is looked for among them off it.
+final class KeyPathNames: @unchecked Sendable {
+  private(set) var keyPaths: ContiguousArray<String> = []
+
+  init(capacity: Int) { keyPaths.reserveCapacity(capacity) }
+
+  /// Render thread: copies the defined key paths, within the capacity reserved.
+  func read(_ engine: AnimationEngine) {
+    var index = 0
+    while index < engine.propertyCount && keyPaths.count < keyPaths.capacity {
+      keyPaths.append(engine.handle(at: index).keyPath)
+      index += 1
+    }
+  }
+}
+
 /// Why the render thread refused a command, as plain values: numbers, and the names the command
 /// already holds (copied, not built). The error is built from it on the control side (`error`).
 enum CommandRefusal {
   case streamExists(String)
+  /// No property has this key path (`KeyPathNames` holds those that do).
+  case unknownKey(String)
   /// `limits.streams`.
   case streamLimit(Int)
   case unknownStream(String, field: String)
@@ -245,12 +264,16 @@ enum CommandRefusal {
   case noQueue(String)
   case unknownDuck(String)
   case duckLimit
-  /// Built where it was met (an unknown key path with its suggestion, an engine refusal).
+  /// Built where it was met (an engine refusal).
   case error(ProtocolError)
 
-  /// Control side: the refusal as the reply reports it.
-  var error: ProtocolError {
+  /// Control side: the refusal as the reply reports it; `defined`, the key paths defined when it
+  /// was refused (for an unknown one's suggestion).
+  func error(defined: KeyPathNames?) -> ProtocolError {
     switch self {
+    case .unknownKey(let key):
+      let hint = Preparation.hint(key, defined: defined?.keyPaths ?? [])
+      return ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)'\(hint)")
     case .streamExists(let id):
       return ProtocolError(.streamExists, field: "stream", "a stream '\(id)' is already playing")
     case .streamLimit(let limit):

@@ -184,7 +184,7 @@ import Testing
   /// status, duck-add (new, and replacing a rule), duck, unduck, duck-remove, duck-list; and
   /// commands refused on the render thread: an unknown stream (stop, seek), a seek past the end, a
   /// value outside its property's range, an unknown duck rule (duck, duck-remove), the stream limit
-  /// and the duck rule limit. The render thread copies plain values; the replies and errors are
+  /// and the duck rule limit, an unknown key path (alone, and in a batch). The render thread copies plain values; the replies and errors are
   /// built off it, the rules it lets go of freed off it. 0 allocations and 0 frees.
   @Test func queriesDuckCommandsAndRefusalsAllocateAndFreeNothingOnTheRenderThread() throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-query-\(getpid())").path
@@ -219,7 +219,8 @@ import Testing
 
     send(#"{"cmd":"play","path":"\#(path)","stream":"bed","loop":true}"#)
     send(#"{"cmd":"play","path":"\#(path)","stream":"other","loop":true}"#)
-    send(#"{"cmd":"animate","key":"streams.bed.pan","name":"sweep","animation":{"type":"basic","to":0.3,"duration":100}}"#)
+    send(
+      #"{"cmd":"animate","key":"streams.bed.pan","name":"sweep","animation":{"type":"basic","to":0.3,"duration":100}}"#)
     // Room for one rule more than `tmp` and `talk`: `extra` finds the limit reached.
     for index in 0..<(DuckLayer.capacity - 2) {
       send(#"{"cmd":"duck-add","name":"fill\#(index)","targets":["streams.nobody.gain"]}"#)
@@ -256,6 +257,8 @@ import Testing
       send(#"{"cmd":"seek","stream":"bed","position":100}"#)
       send(#"{"cmd":"set","key":"streams.bed.pan","value":2}"#)
       send(#"{"cmd":"play","path":"\#(path)","stream":"third"}"#)
+      send(#"{"cmd":"set","key":"master.gian","value":0.5}"#)
+      send(#"{"cmd":"batch","commands":[{"cmd":"get","key":"master.gain"},{"cmd":"get","key":"streams.bd.gain"}]}"#)
 
       try renderThreadWork { player.applyPendingCommands() }
       // Enough blocks for the removed rule to leave the layer.
@@ -272,7 +275,8 @@ import Testing
     }
 
     let replies = client.replies.withLock { $0 }
-    #expect(replies.count == session.sequence - first, "\(replies.count) replies to \(session.sequence - first) requests")
+    #expect(
+      replies.count == session.sequence - first, "\(replies.count) replies to \(session.sequence - first) requests")
     let perRound = replies.count / (warmUp + rounds)
     // The last round's replies, in order, as a client reads them.
     let last = Array(replies.suffix(perRound))
@@ -312,13 +316,23 @@ import Testing
     #expect(error(13) == ("unknown-stream", "stream", "no stream 'nope' is playing"), "\(last[13])")
     #expect(error(14) == ("unknown-stream", "stream", "no stream 'nope' is playing"), "\(last[14])")
     #expect(
-      error(15) == ("out-of-range", "position", "position: 100 s is past the end of stream 'bed', whose file is 2 s long"),
+      error(15) == (
+        "out-of-range", "position", "position: 100 s is past the end of stream 'bed', whose file is 2 s long"
+      ),
       "\(last[15])")
     #expect(error(16) == ("out-of-range", "value", "2.0 is outside streams.bed.pan's range -1.0...1.0"), "\(last[16])")
     #expect(last[16]["error"]?["bound"] == "property-range" && last[16]["error"]?["value"] == 2, "\(last[16])")
     #expect(
       error(17) == ("limit-exceeded", "stream", "2 streams are playing, the most allowed (limits.streams)"),
       "\(last[17])")
+    #expect(
+      error(18) == ("unknown-key-path", "key", "no property 'master.gian' (did you mean master.gain?)"), "\(last[18])")
+    #expect(
+      error(19)
+        == (
+          "unknown-key-path", "commands[1].key",
+          "no property 'streams.bd.gain' (no stream 'bd' is playing; did you mean streams.bed.gain?)"
+        ), "\(last[19])")
     // Every round answered alike.
     let codes = replies.map { $0["error"]?["code"]?.stringValue ?? "ok" }
     for round in 0..<(warmUp + rounds) {
