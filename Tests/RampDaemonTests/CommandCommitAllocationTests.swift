@@ -225,7 +225,7 @@ import Testing
     for index in 0..<(DuckLayer.capacity - 2) {
       send(#"{"cmd":"duck-add","name":"fill\#(index)","targets":["streams.nobody.gain"]}"#)
     }
-    player.applyPendingCommands()
+    player.renderer.applyPendingCommands()
     controller.deliverEvents()
     let setUp = client.replies.withLock { $0 }
     #expect(setUp.count == session.sequence && setUp.allSatisfy { $0["ok"] == .bool(true) }, "\(setUp.suffix(2))")
@@ -260,18 +260,18 @@ import Testing
       send(#"{"cmd":"set","key":"master.gian","value":0.5}"#)
       send(#"{"cmd":"batch","commands":[{"cmd":"get","key":"master.gain"},{"cmd":"get","key":"streams.bd.gain"}]}"#)
 
-      try renderThreadWork { player.applyPendingCommands() }
+      try renderThreadWork { player.renderer.applyPendingCommands() }
       // Enough blocks for the removed rule to leave the layer.
       for _ in 0..<4 {
-        while player.streamsBehind(frames: frames) { usleep(100) }
+        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
         try renderThreadWork {
-          player.renderBlock(buffers)
-          try player.writeToDevice(buffers.mix, frames: frames)
-          player.finishStreams()
+          player.renderer.renderBlock(buffers)
+          try player.renderer.writeToDevice(buffers.mix, frames: frames)
+          player.renderer.finishStreams()
         }
       }
       controller.deliverEvents()
-      player.reapRetired()
+      player.link.reapRetired()
     }
 
     let replies = client.replies.withLock { $0 }
