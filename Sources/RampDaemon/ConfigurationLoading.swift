@@ -107,7 +107,8 @@ struct ConfigLayers {
     do {
       try result.output.validate()
     } catch {
-      let (key, message) = ConfigSchema.splitKeyedMessage(error.message) ?? ("output", error.message)
+      let key = error.field.map { "output.\($0)" } ?? "output"
+      let message = error.problem ?? error.message
       // The buffer is checked against the period, the margin against both: blame the latest layer.
       let involved =
         switch key {

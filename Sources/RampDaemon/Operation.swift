@@ -71,7 +71,7 @@ enum Operation: Sendable {
   var namesKeyPath: Bool {
     switch self {
     case .fade, .set, .animate, .cancel, .remove: return true
-    case .query(let query): if case .get = query.kind { return true } else { return false }
+    case .query(let query): return query.namesKeyPath
     default: return false
     }
   }
@@ -246,15 +246,11 @@ extension Operation.SetPlan {
 
 /// A request's commands on their way to the render thread and back: the operations prepared,
 /// room for what each did, and the reply and events built from that once it is back.
-///
-/// A ticket for a closure run on the render thread (`wait`) has no operations: the closure sets
-/// `result` and `awaited` itself.
 final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
-  var result: Result<JSONValue, ProtocolError> = .failure(ProtocolError(.internalError, "the command did not run"))
+  private(set) var result: Result<JSONValue, ProtocolError> = .failure(
+    ProtocolError(.internalError, "the command did not run"))
   /// The events the command caused (built by `settle`).
   private(set) var events: [Event] = []
-  /// The animations a `wait` must see end (set on the render thread, read on the event thread).
-  var awaited: [UInt64]?
   /// A ramp's key path value just before the command applied (for a saved schedule).
   private(set) var rampFrom: Double?
   let deliver: @Sendable (DaemonTicket) -> Void
@@ -264,7 +260,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// spare bits of its payload's pointer (a fade's animation), where LeakSanitizer's scan does not
   /// recognise the pointer: without these, a command waiting for its sample is reported leaked.
   private let held: [AnyObject]
-  private let player: Player?
+  private let player: Player
   private var outcomes: ContiguousArray<Operation.Outcome>
   /// How many operations applied (set on the render thread; the events of those that did go out
   /// even when a later one was refused).
@@ -282,20 +278,6 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   private var modelValues: ContiguousArray<Double>
   /// False when the request was answered before it applied: `settle` builds no reply.
   private let keepsResults: Bool
-
-  init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {
-    self.deliver = deliver
-    operations = []
-    held = []
-    player = nil
-    defined = nil
-    outcomes = []
-    fieldPrefix = nil
-    rampKey = nil
-    persistedKeys = []
-    modelValues = []
-    keepsResults = true
-  }
 
   init(
     _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
@@ -319,7 +301,6 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// back with the events, and what refused one, as plain values. Allocation-free.
   func commit(_ state: RenderState) {
     defer { state.complete(self) }
-    guard let player else { return }
     var index = 0
     while index < operations.count {
       if let refusal = operations[index].check(state) {
@@ -365,7 +346,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
       result = .failure(prefixed(refusal.error(defined: defined), refused))
       return
     }
-    guard applied == operations.count, player != nil else { return }
+    guard applied == operations.count else { return }
     result = .success(keepsResults ? .array(zip(operations, outcomes).map { $0.reply($1) }) : .null)
   }
 

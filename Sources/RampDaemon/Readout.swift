@@ -17,6 +17,9 @@ struct Query: Sendable {
     case duckAdd(DuckState)
     case duckRemove(name: String)
     case duck(name: String, on: Bool)
+    /// The animations in flight on `key` (on every key path when nil; the daemon's own transport
+    /// ramps too when `internal`): what `wait` waits for.
+    case animations(key: String?, internal: Bool)
   }
 
   let kind: Kind
@@ -29,7 +32,9 @@ struct Query: Sendable {
     switch kind {
     case .get:
       readout = Readout(properties: 1)
-    case .list:
+    case .animations(.some, _):
+      readout = Readout(properties: 1, animations: limits.animationsPerKeyPath)
+    case .list, .animations(nil, _):
       readout = Readout(
         properties: limits.properties, animations: limits.properties * limits.animationsPerKeyPath)
     case .status:
@@ -41,6 +46,14 @@ struct Query: Sendable {
     }
   }
 
+  /// Whether it names a key path the render thread may not know.
+  var namesKeyPath: Bool {
+    switch kind {
+    case .get, .animations(.some, _): return true
+    default: return false
+    }
+  }
+
   var heldObjects: [AnyObject] {
     if case .duckAdd(let rule) = kind { return [readout, rule] }
     return [readout]
@@ -49,8 +62,8 @@ struct Query: Sendable {
   /// Render thread: why it cannot be applied now, if it cannot.
   func check(_ state: RenderState) -> CommandRefusal? {
     switch kind {
-    case .get(let key): return Preparation.checkKey(key, in: state)
-    case .list, .status, .duckList: return nil
+    case .get(let key), .animations(.some(let key), _): return Preparation.checkKey(key, in: state)
+    case .list, .status, .duckList, .animations(nil, _): return nil
     case .duckAdd(let rule):
       return state.ducks.contains(rule.rule.name) || state.ducks.count < DuckLayer.capacity ? nil : .duckLimit
     case .duckRemove(let name), .duck(let name, _):
@@ -67,14 +80,12 @@ struct Query: Sendable {
     case .get(let key):
       if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: false) }
     case .list(let prefix, let below):
-      var index = 0
-      while index < engine.propertyCount {
-        let handle = engine.handle(at: index)
-        index += 1
-        let key = handle.keyPath
-        if InternalKeyPath.isInternal(key) { continue }
-        if let prefix, let below, key != prefix && !key.hasPrefix(below) { continue }
-        readout.read(handle, engine, animations: true)
+      readout.readAll(engine, prefix: prefix, below: below, internal: false)
+    case .animations(let key, let includingInternal):
+      if let key {
+        if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: true) }
+      } else {
+        readout.readAll(engine, prefix: nil, below: nil, internal: includingInternal)
       }
     case .status:
       if let master = engine.handleIfDefined("master.gain") { readout.master = Readout.Level(master, engine) }
@@ -135,6 +146,8 @@ struct Query: Sendable {
       ]
     case .duckList:
       return ["ducks": .array(readout.ducks.map(Preparation.describe))]
+    case .animations:
+      return ["animations": .array(readout.animations.map(Preparation.describe))]
     case .duckAdd(let rule):
       return ["rule": .string(rule.rule.name), "replaced": .bool(readout.replaced)]
     case .duckRemove(let name):
@@ -219,6 +232,20 @@ final class Readout: @unchecked Sendable {
       PropertyReading(
         keyPath: handle.keyPath, model: engine.model(handle), presentation: engine.presentation(handle),
         range: engine.range(handle), animations: count))
+  }
+
+  /// Render thread: every property's values and animations (under `prefix`, that is `prefix` or
+  /// below `below`, when given; the daemon's own transport ramps only when `internal`).
+  func readAll(_ engine: AnimationEngine, prefix: String?, below: String?, internal includingInternal: Bool) {
+    var index = 0
+    while index < engine.propertyCount {
+      let handle = engine.handle(at: index)
+      index += 1
+      let key = handle.keyPath
+      if !includingInternal && InternalKeyPath.isInternal(key) { continue }
+      if let prefix, let below, key != prefix && !key.hasPrefix(below) { continue }
+      read(handle, engine, animations: true)
+    }
   }
 
   /// Render thread: the duck rules' state.

@@ -184,7 +184,8 @@ import Testing
   /// status, duck-add (new, and replacing a rule), duck, unduck, duck-remove, duck-list; and
   /// commands refused on the render thread: an unknown stream (stop, seek), a seek past the end, a
   /// value outside its property's range, an unknown duck rule (duck, duck-remove), the stream limit
-  /// and the duck rule limit, an unknown key path (alone, and in a batch). The render thread copies plain values; the replies and errors are
+  /// and the duck rule limit, an unknown key path (alone, and in a batch); `wait` (on a key path
+  /// at rest, on an unknown animation, on one in flight, on an unknown key path). The render thread copies plain values; the replies and errors are
   /// built off it, the rules it lets go of freed off it. 0 allocations and 0 frees.
   @Test func queriesDuckCommandsAndRefusalsAllocateAndFreeNothingOnTheRenderThread() throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-query-\(getpid())").path
@@ -259,8 +260,12 @@ import Testing
       send(#"{"cmd":"play","path":"\#(path)","stream":"third"}"#)
       send(#"{"cmd":"set","key":"master.gian","value":0.5}"#)
       send(#"{"cmd":"batch","commands":[{"cmd":"get","key":"master.gain"},{"cmd":"get","key":"streams.bd.gain"}]}"#)
+      send(#"{"cmd":"wait","key":"master.gain"}"#)
+      send(#"{"cmd":"wait","animations":[999999]}"#)
+      send(#"{"cmd":"wait","key":"streams.bed.pan"}"#)
+      send(#"{"cmd":"wait","key":"master.gian"}"#)
 
-      try renderThreadWork { player.renderer.applyPendingCommands() }
+      renderThreadWork { player.renderer.applyPendingCommands() }
       // Enough blocks for the removed rule to leave the layer.
       for _ in 0..<4 {
         while player.renderer.streamsBehind(frames: frames) { usleep(100) }
@@ -275,8 +280,11 @@ import Testing
     }
 
     let replies = client.replies.withLock { $0 }
+    // Each round's wait for the sweep is still waiting.
+    let waiting = warmUp + rounds
     #expect(
-      replies.count == session.sequence - first, "\(replies.count) replies to \(session.sequence - first) requests")
+      replies.count == session.sequence - first - waiting,
+      "\(replies.count) replies to \(session.sequence - first) requests, \(waiting) waiting")
     let perRound = replies.count / (warmUp + rounds)
     // The last round's replies, in order, as a client reads them.
     let last = Array(replies.suffix(perRound))
@@ -333,6 +341,10 @@ import Testing
           "unknown-key-path", "commands[1].key",
           "no property 'streams.bd.gain' (no stream 'bd' is playing; did you mean streams.bed.gain?)"
         ), "\(last[19])")
+    // Nothing to wait for: answered at once. The sweep, in flight for 100 s, answers in the end.
+    #expect(result(20) == ["animations": []] && result(21) == ["animations": []], "\(last[20]) \(last[21])")
+    #expect(
+      error(22) == ("unknown-key-path", "key", "no property 'master.gian' (did you mean master.gain?)"), "\(last[22])")
     // Every round answered alike.
     let codes = replies.map { $0["error"]?["code"]?.stringValue ?? "ok" }
     for round in 0..<(warmUp + rounds) {
