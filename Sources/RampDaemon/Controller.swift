@@ -551,7 +551,7 @@ public final class Controller: @unchecked Sendable {
       }
     }
     // What is in flight, read on the render thread as plain values; looked at here.
-    let query = Query(.animations(key: key, internal: ids != nil), player: player)
+    let query = Query(.animations(key: key, ids: ids.map(Set.init)), player: player)
     let ticket = DaemonTicket(
       [.query(query)], player: player, fieldPrefix: nil, rampKey: nil, persistedKeys: [], keepsResults: false
     ) { [self] ticket in
@@ -706,7 +706,7 @@ public final class Controller: @unchecked Sendable {
   private func recheckWaits() {
     let awaited = waits.withLock { $0.pendingIDs }
     guard !awaited.isEmpty else { return }
-    let query = Query(.animations(key: nil, internal: true), player: player)
+    let query = Query(.animations(key: nil, ids: awaited), player: player)
     let ticket = DaemonTicket(
       [.query(query)], player: player, fieldPrefix: nil, rampKey: nil, persistedKeys: [], keepsResults: false
     ) { [self] _ in

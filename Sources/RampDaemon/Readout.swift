@@ -17,9 +17,10 @@ struct Query: Sendable {
     case duckAdd(DuckState)
     case duckRemove(name: String)
     case duck(name: String, on: Bool)
-    /// The animations in flight on `key` (on every key path when nil; the daemon's own transport
-    /// ramps too when `internal`): what `wait` waits for.
-    case animations(key: String?, internal: Bool)
+    /// The animations in flight on `key` (on every key path when nil), or those of `ids` (the
+    /// daemon's own transport ramps included; each once, with its last part's end): what `wait`
+    /// waits for.
+    case animations(key: String?, ids: Set<UInt64>?)
   }
 
   let kind: Kind
@@ -34,7 +35,9 @@ struct Query: Sendable {
       readout = Readout(properties: 1)
     case .animations(.some, _):
       readout = Readout(properties: 1, animations: limits.animationsPerKeyPath)
-    case .list, .animations(nil, _):
+    case .animations(nil, .some(let ids)):
+      readout = Readout(properties: limits.properties, animations: ids.count)
+    case .list, .animations(nil, nil):
       readout = Readout(
         properties: limits.properties, animations: limits.properties * limits.animationsPerKeyPath)
     case .status:
@@ -81,11 +84,11 @@ struct Query: Sendable {
       if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: false) }
     case .list(let prefix, let below):
       readout.readAll(engine, prefix: prefix, below: below, internal: false)
-    case .animations(let key, let includingInternal):
+    case .animations(let key, let ids):
       if let key {
-        if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: true) }
+        if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: true, only: ids) }
       } else {
-        readout.readAll(engine, prefix: nil, below: nil, internal: includingInternal)
+        readout.readAll(engine, prefix: nil, below: nil, internal: ids != nil, only: ids)
       }
     case .status:
       if let master = engine.handleIfDefined("master.gain") { readout.master = Readout.Level(master, engine) }
@@ -217,14 +220,28 @@ final class Readout: @unchecked Sendable {
     self.ducks.reserveCapacity(ducks)
   }
 
-  /// Render thread: a property's values (and its animations), within the capacity reserved.
-  func read(_ handle: PropertyHandle, _ engine: AnimationEngine, animations withAnimations: Bool) {
+  /// Render thread: a property's values (and its animations, those of `ids` when given), within
+  /// the capacity reserved.
+  func read(
+    _ handle: PropertyHandle, _ engine: AnimationEngine, animations withAnimations: Bool, only ids: Set<UInt64>? = nil
+  ) {
     guard properties.count < properties.capacity else { return }
     var count = 0
     if withAnimations {
       let total = engine.animationCount(on: handle)
-      while count < total && animations.count < animations.capacity {
-        animations.append(engine.animation(count, on: handle))
+      var index = 0
+      while index < total && animations.count < animations.capacity {
+        let animation = engine.animation(index, on: handle)
+        index += 1
+        if let ids {
+          guard ids.contains(animation.id) else { continue }
+          // A group's animation is on several key paths: it is in flight until its last part ends.
+          if let seen = position(of: animation.id) {
+            if animation.endsAfter(animations[seen]) { animations[seen] = animation }
+            continue
+          }
+        }
+        animations.append(animation)
         count += 1
       }
     }
@@ -234,9 +251,21 @@ final class Readout: @unchecked Sendable {
         range: engine.range(handle), animations: count))
   }
 
+  private func position(of id: UInt64) -> Int? {
+    var index = 0
+    while index < animations.count {
+      if animations[index].id == id { return index }
+      index += 1
+    }
+    return nil
+  }
+
   /// Render thread: every property's values and animations (under `prefix`, that is `prefix` or
   /// below `below`, when given; the daemon's own transport ramps only when `internal`).
-  func readAll(_ engine: AnimationEngine, prefix: String?, below: String?, internal includingInternal: Bool) {
+  func readAll(
+    _ engine: AnimationEngine, prefix: String?, below: String?, internal includingInternal: Bool,
+    only ids: Set<UInt64>? = nil
+  ) {
     var index = 0
     while index < engine.propertyCount {
       let handle = engine.handle(at: index)
@@ -244,7 +273,7 @@ final class Readout: @unchecked Sendable {
       let key = handle.keyPath
       if !includingInternal && InternalKeyPath.isInternal(key) { continue }
       if let prefix, let below, key != prefix && !key.hasPrefix(below) { continue }
-      read(handle, engine, animations: true)
+      read(handle, engine, animations: true, only: ids)
     }
   }
 
@@ -326,5 +355,13 @@ enum CommandRefusal {
     case .error(let error):
       return error
     }
+  }
+}
+
+extension AnimationStatus {
+  /// Whether it ends after `other` (one that never ends, after any).
+  fileprivate func endsAfter(_ other: AnimationStatus) -> Bool {
+    guard let end = endSample else { return other.endSample != nil }
+    return other.endSample.map { end > $0 } ?? false
   }
 }
