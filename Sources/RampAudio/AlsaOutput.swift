@@ -84,35 +84,37 @@ public struct OutputConfiguration: Sendable, Equatable {
 
   /// Checks ranges. Every message starts with the configuration key it concerns (`output.rate: …`).
   public func validate() throws(AudioError) {
+    func invalid(_ field: String, _ problem: String) -> AudioError {
+      AudioError(.invalidParameter, section: "output", field: field, problem)
+    }
     if device.isEmpty {
-      throw AudioError(.invalidParameter, "output.device: must not be empty")
+      throw invalid("device", "must not be empty")
     }
     if !(8_000...384_000).contains(sampleRate) {
-      throw AudioError(.invalidParameter, "output.rate: \(sampleRate) Hz is outside 8000...384000")
+      throw invalid("rate", "\(sampleRate) Hz is outside 8000...384000")
     }
     if !(1...32).contains(channels) {
-      throw AudioError(.invalidParameter, "output.channels: \(channels) is outside 1...32")
+      throw invalid("channels", "\(channels) is outside 1...32")
     }
     if !periodTime.isFinite || !(0.001...1).contains(periodTime) {
-      throw AudioError(.invalidParameter, "output.period: \(periodTime) s is outside 0.001...1 s")
+      throw invalid("period", "\(periodTime) s is outside 0.001...1 s")
     }
     if !bufferTime.isFinite || bufferTime < 2 * periodTime {
-      throw AudioError(
-        .invalidParameter, "output.buffer: \(bufferTime) s is less than two periods (2 × \(periodTime) s)")
+      throw invalid("buffer", "\(bufferTime) s is less than two periods (2 × \(periodTime) s)")
     }
     if bufferTime > 10 {
-      throw AudioError(.invalidParameter, "output.buffer: \(bufferTime) s is more than 10 s")
+      throw invalid("buffer", "\(bufferTime) s is more than 10 s")
     }
     if let marginTime,
       !(marginTime.isFinite && marginTime >= periodTime && marginTime <= bufferTime - periodTime + 1e-9)
     {
-      throw AudioError(
-        .invalidParameter,
-        "output.margin: \(marginTime) s is outside one period (\(periodTime) s) to the buffer less one period"
+      throw invalid(
+        "margin",
+        "\(marginTime) s is outside one period (\(periodTime) s) to the buffer less one period"
           + " (\(bufferTime) s − \(periodTime) s)")
     }
     if !rewindBufferTime.isFinite || !(0...10).contains(rewindBufferTime) {
-      throw AudioError(.invalidParameter, "output.rewind-buffer: \(rewindBufferTime) s is outside 0...10 s")
+      throw invalid("rewind-buffer", "\(rewindBufferTime) s is outside 0...10 s")
     }
     if let reopenAfter, !(reopenAfter >= periodTime && reopenAfter <= 86_400) {
       // Set by the daemon from its own key (embedded-output.max-duration), which it checks first.

@@ -13,10 +13,22 @@ public struct AudioError: Error, Equatable, Sendable, CustomStringConvertible {
 
   public let code: Code
   public let message: String
+  /// The configuration key at fault, as its section names it (`element` of
+  /// `mixers.<name>.element`), and the problem without the key: what a caller routes on, never
+  /// the message.
+  public private(set) var field: String?
+  public private(set) var problem: String?
 
   public init(_ code: Code, _ message: String) {
     self.code = code
     self.message = message
+  }
+
+  /// An error about configuration key `section.field`; the message is `section.field: problem`.
+  public init(_ code: Code, section: String, field: String, _ problem: String) {
+    self.init(code, "\(section).\(field): \(problem)")
+    self.field = field
+    self.problem = problem
   }
 
   public var description: String { message }

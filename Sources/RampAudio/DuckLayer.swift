@@ -121,7 +121,7 @@ public final class DuckLayer {
   let channels: Int
   let maxFrames: Int
   private var rules: ContiguousArray<DuckState> = []
-  /// Removed or replaced rules, to be handed off this thread to be freed.
+  /// Removed rules that have released, to be handed off this thread to be freed.
   private var leaving: ContiguousArray<DuckState> = []
   /// The factors of the rules on one target, the smallest so far.
   private let factors: UnsafeMutablePointer<Float>
@@ -131,7 +131,7 @@ public final class DuckLayer {
     self.channels = channels
     self.maxFrames = maxFrames
     rules.reserveCapacity(Self.capacity)
-    leaving.reserveCapacity(2 * Self.capacity)
+    leaving.reserveCapacity(Self.capacity)
     factors = .allocate(capacity: maxFrames)
   }
 
@@ -139,9 +139,19 @@ public final class DuckLayer {
 
   // MARK: Commands (render thread, between blocks)
 
+  /// What `add` did.
+  public enum Addition {
+    case added
+    /// The rule of the same name it replaced, for the caller to hand off this thread (with its
+    /// command's ticket) to be freed there.
+    case replaced(DuckState)
+    /// `capacity` rules exist.
+    case full
+  }
+
   /// Adds a rule; one of the same name is replaced, its level and cycle carried over (a rule
-  /// ducking now moves to the new depth over the new attack). False when `capacity` rules exist.
-  public func add(_ state: DuckState, now: Int64) -> Bool {
+  /// ducking now moves to the new depth over the new attack). Neither allocates nor frees.
+  public func add(_ state: DuckState, now: Int64) -> Addition {
     if let index = index(of: state.name) {
       let old = rules[index]
       state.envelope = old.envelope
@@ -151,12 +161,11 @@ public final class DuckLayer {
         state.envelope.ramp(to: state.factor, frames: state.attackFrames, curve: state.rule.attackCurve, at: now)
       }
       rules[index] = state
-      if leaving.count < leaving.capacity { leaving.append(old) }
-      return true
+      return .replaced(old)
     }
-    guard rules.count < Self.capacity else { return false }
+    guard rules.count < Self.capacity else { return .full }
     rules.append(state)
-    return true
+    return .added
   }
 
   /// Removes rule `name`: it releases (without its hold) and then leaves. False when unknown.
@@ -191,11 +200,13 @@ public final class DuckLayer {
   /// Rules in the layer, those still releasing after `duck-remove` included.
   public var count: Int { rules.count }
 
-  /// The rules, for `duck-list` (allocates: off the hot path).
-  public func snapshots(at sample: Int64) -> [DuckSnapshot] {
-    rules.filter { !$0.removed }.map {
-      DuckSnapshot(rule: $0.rule, phase: $0.phaseName, manual: $0.manual, level: $0.envelope.value(at: sample))
-    }
+  /// The `index`-th rule (0 ..< `count`) as `duck-list` shows it at `sample`; nil when it was
+  /// removed. Allocation-free.
+  public func snapshot(at index: Int, sample: Int64) -> DuckSnapshot? {
+    let rule = rules[index]
+    guard !rule.removed else { return nil }
+    return DuckSnapshot(
+      rule: rule.rule, phase: rule.phaseName, manual: rule.manual, level: rule.envelope.value(at: sample))
   }
 
   // MARK: The mix (render thread, allocation-free)

@@ -41,27 +41,27 @@ public struct MixerBindingConfiguration: Sendable, Equatable {
   /// Checks values. Every message starts with the configuration key it concerns
   /// (`mixers.<name>.element: …`).
   public func validate() throws(AudioError) {
-    if !KeyPath.isName(name) {
-      throw AudioError(
-        .invalidParameter,
-        "mixers.\(name).name: '\(name)' must be letters, digits, '_' and '-' (it is a key path component)")
+    let section = "mixers.\(name)"
+    func invalid(_ field: String, _ problem: String) -> AudioError {
+      AudioError(.invalidParameter, section: section, field: field, problem)
     }
-    let prefix = "mixers.\(name)"
+    if !KeyPath.isName(name) {
+      throw invalid("name", "'\(name)' must be letters, digits, '_' and '-' (it is a key path component)")
+    }
     if card.isEmpty {
-      throw AudioError(.invalidParameter, "\(prefix).card: must not be empty")
+      throw invalid("card", "must not be empty")
     }
     if element.isEmpty {
-      throw AudioError(.invalidParameter, "\(prefix).element: must not be empty")
+      throw invalid("element", "must not be empty")
     }
     if index < 0 || index > Int(UInt32.max) {
-      throw AudioError(.invalidParameter, "\(prefix).index: \(index) is not a valid element index")
+      throw invalid("index", "\(index) is not a valid element index")
     }
     if !controlRate.isFinite || !(1...1000).contains(controlRate) {
-      throw AudioError(.invalidParameter, "\(prefix).rate: \(controlRate) Hz is outside 1...1000 Hz")
+      throw invalid("rate", "\(controlRate) Hz is outside 1...1000 Hz")
     }
     if !minimumDecibels.isFinite || !(-200..<0).contains(minimumDecibels) {
-      throw AudioError(
-        .invalidParameter, "\(prefix).minimum-db: \(minimumDecibels) dB is outside -200 dB..<0 dB")
+      throw invalid("minimum-db", "\(minimumDecibels) dB is outside -200 dB..<0 dB")
     }
   }
 }

@@ -300,6 +300,12 @@ public final class Player: Sendable {
     return PreparedStream(id: id, path: path, unstarted: unstarted, stream: stream, ramp: ramp, fadesIn: fadeIn > 0)
   }
 
+  /// The properties and the animations per key path the render thread holds without growing its
+  /// tables: what a read of them reserves. Any thread may read it.
+  public var renderCapacity: (properties: Int, animationsPerKeyPath: Int) {
+    (state.engine.propertyCapacity, state.engine.maxAnimationsPerKeyPath)
+  }
+
   /// A duck rule made ready for the render thread (`DuckLayer.add`); its storage is allocated here.
   public func prepareDuck(_ rule: DuckRule) -> DuckState {
     DuckState(rule, sampleRate: Double(output.rate), channels: output.channels, maxFrames: state.ducks.maxFrames)

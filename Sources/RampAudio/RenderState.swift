@@ -48,11 +48,18 @@ public final class RenderState: @unchecked Sendable {
 
   /// The streams in the mix, for status replies (off the hot path: allocates).
   public var streamSnapshots: [StreamSnapshot] {
-    streams.map { stream in
+    (0..<streams.count).map { snapshot(ofStreamAt: $0).stream }
+  }
+
+  /// The `index`-th stream in the mix (0 ..< `streamCount`) and its gain. Allocation-free.
+  public func snapshot(ofStreamAt index: Int) -> (stream: StreamSnapshot, gain: PropertyHandle) {
+    let stream = streams[index]
+    return (
       StreamSnapshot(
         id: stream.id, path: stream.decoder.path, paused: stream.paused, stopping: stream.stopping,
-        loops: stream.decoder.loops, seconds: Double(stream.position) / Double(sampleRate))
-    }
+        loops: stream.decoder.loops, seconds: Double(stream.position) / Double(sampleRate)),
+      stream.gain
+    )
   }
 
   public func contains(stream id: String) -> Bool { stream(id) != nil }

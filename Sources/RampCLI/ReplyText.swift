@@ -108,6 +108,8 @@ public enum ReplyText {
       }
       lines.append(table(rows))
     }
+    let ducks = result["ducks"]?.arrayValue ?? []
+    if !ducks.isEmpty { lines.append(Self.ducks(ducks)) }
     let scheduled = result["scheduled"]?.arrayValue ?? []
     if !scheduled.isEmpty {
       let dues = scheduled.compactMap { $0["due"]?.stringValue.flatMap(RFC3339.parse) }
@@ -117,6 +119,26 @@ public enum ReplyText {
       for entry in scheduled { lines.append("    " + schedule(entry)) }
     }
     return lines.joined(separator: "\n")
+  }
+
+  /// Duck rules (from `duck-list` or `status`), a table: name, targets, trigger, depth, phase and
+  /// the level their targets are lowered to now.
+  public static func ducks(_ ducks: [JSONValue]) -> String {
+    var rows = [["rule", "targets", "trigger", "depth", "phase", "level"]]
+    for duck in ducks {
+      var trigger = duck["trigger"]?.stringValue ?? "-"
+      if let threshold = duck["threshold"]?.numberValue {
+        trigger += " > \(JSONValue.format(threshold)) dB \(duck["detector"]?.stringValue ?? "")"
+      }
+      if duck["manual"] == true { trigger += " (duck)" }
+      rows.append([
+        duck["name"]?.stringValue ?? "?",
+        (duck["targets"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ","), trigger,
+        "-\(JSONValue.format(duck["depth"]?.numberValue ?? 0)) dB", duck["phase"]?.stringValue ?? "?",
+        HumanUnits.format(decibels: duck["level"]?.numberValue ?? 1),
+      ])
+    }
+    return table(rows)
   }
 
   /// One saved schedule (from `status` or `schedules`):

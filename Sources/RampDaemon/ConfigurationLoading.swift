@@ -107,7 +107,8 @@ struct ConfigLayers {
     do {
       try result.output.validate()
     } catch {
-      let (key, message) = ConfigSchema.splitKeyedMessage(error.message) ?? ("output", error.message)
+      let key = error.field.map { "output.\($0)" } ?? "output"
+      let message = error.problem ?? error.message
       // The buffer is checked against the period, the margin against both: blame the latest layer.
       let involved =
         switch key {
@@ -354,14 +355,8 @@ struct ConfigLayers {
     do {
       try mixer.validate()
     } catch {
-      // "mixers.<name>.<field>: message" → the file's key.
-      let prefix = "mixers.\(mixer.name)."
-      guard error.message.hasPrefix(prefix), let colon = error.message.range(of: ": ") else {
-        throw fail(nil, error.message)
-      }
-      let field = String(
-        error.message[error.message.index(error.message.startIndex, offsetBy: prefix.count)..<colon.lowerBound])
-      throw fail(ConfigSchema.mixerFieldNames[field] ?? field, String(error.message[colon.upperBound...]))
+      guard let field = error.field, let problem = error.problem else { throw fail(nil, error.message) }
+      throw fail(ConfigSchema.mixerFieldNames[field] ?? field, problem)
     }
     return mixer
   }

@@ -184,9 +184,7 @@ enum ConfigSchema {
         do throws(AudioError) {
           try probe.validate()
         } catch {
-          if let (key, message) = splitKeyedMessage(error.message), key == "output.\(name)" {
-            throw ValueProblem(message)
-          }
+          if error.field == name, let problem = error.problem { throw ValueProblem(problem) }
         }
       },
       render: { render($0.output) }, computedDefault: computedDefault)
@@ -526,11 +524,4 @@ enum ConfigSchema {
     return ConfigText.quoted(space.description)
   }
 
-  /// `("output.rate", "1000 Hz is outside …")` from `"output.rate: 1000 Hz is outside …"`.
-  static func splitKeyedMessage(_ message: String) -> (String, String)? {
-    guard let colon = message.range(of: ": ") else { return nil }
-    let key = message[..<colon.lowerBound]
-    guard !key.isEmpty, !key.contains(" ") else { return nil }
-    return (String(key), String(message[colon.upperBound...]))
-  }
 }

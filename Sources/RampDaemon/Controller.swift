@@ -550,42 +550,33 @@ public final class Controller: @unchecked Sendable {
         return
       }
     }
-    let ticket = DaemonTicket { [self] ticket in
-      guard case .success = ticket.result, let awaited = ticket.awaited else {
+    // What is in flight, read on the render thread as plain values; looked at here.
+    let query = Query(.animations(key: key, ids: ids.map(Set.init)), player: player)
+    let ticket = DaemonTicket(
+      [.query(query)], player: player, fieldPrefix: nil, rampKey: nil, persistedKeys: [], keepsResults: false
+    ) { [self] ticket in
+      if case .failure = ticket.result {
         respond(ticket.result)
         return
       }
-      register(awaited: awaited, timeout: wait.timeout, respond: respond)
-    }
-    player.perform { state in
-      defer { state.complete(ticket) }
-      let engine = state.engine
-      var inFlight: [AnimationStatus] = []
-      if let key {
-        if let error = Preparation.checkKey(key, in: state) {
-          ticket.result = .failure(error)
-          return
-        }
-        inFlight = (try? engine.animations(on: key)) ?? []
-      } else {
-        for path in engine.keyPaths where !InternalKeyPath.isInternal(path) || ids != nil {
-          inFlight += (try? engine.animations(on: path)) ?? []
-        }
-      }
+      let now = query.readout.sample
+      let inFlight = query.readout.animations
       let wanted = ids.map(Set.init) ?? Set(inFlight.map(\.id))
       // One held by fillMode forwards after its end is over, though it stays on its key path.
-      let alive = inFlight.filter { wanted.contains($0.id) && ($0.endSample.map { $0 > engine.now } ?? true) }
+      let alive = inFlight.filter { wanted.contains($0.id) && ($0.endSample.map { $0 > now } ?? true) }
       if let endless = alive.first(where: { $0.endSample == nil }) {
-        ticket.result = .failure(
-          ProtocolError(
-            .invalidField, field: key == nil ? "animations" : "key",
-            "animation \(endless.id) ('\(endless.key)' on \(endless.keyPath)) never ends; cancel or remove it instead"))
+        respond(
+          .failure(
+            ProtocolError(
+              .invalidField, field: key == nil ? "animations" : "key",
+              "animation \(endless.id) ('\(endless.key)' on \(endless.keyPath)) never ends; cancel or remove it instead"
+            )))
         return
       }
       // Animations already over (or unknown) count as finished: they are not in flight.
-      ticket.awaited = alive.map(\.id)
-      ticket.result = .success(.null)
+      register(awaited: alive.map(\.id), timeout: wait.timeout, respond: respond)
     }
+    player.submit(ticket)
   }
 
   private func register(
@@ -715,21 +706,18 @@ public final class Controller: @unchecked Sendable {
   private func recheckWaits() {
     let awaited = waits.withLock { $0.pendingIDs }
     guard !awaited.isEmpty else { return }
-    let ticket = DaemonTicket { [self] ticket in
-      let gone = awaited.subtracting(ticket.awaited ?? [])
+    let query = Query(.animations(key: nil, ids: awaited), player: player)
+    let ticket = DaemonTicket(
+      [.query(query)], player: player, fieldPrefix: nil, rampKey: nil, persistedKeys: [], keepsResults: false
+    ) { [self] _ in
+      let now = query.readout.sample
+      let alive = query.readout.animations.filter { animation in
+        awaited.contains(animation.id) && (animation.endSample.map { $0 > now } ?? true)
+      }
+      let gone = awaited.subtracting(alive.map(\.id))
       for waiter in waits.withLock({ $0.lose(gone) }) { waiter.answer() }
     }
-    player.perform { state in
-      defer { state.complete(ticket) }
-      let engine = state.engine
-      var alive: [UInt64] = []
-      for path in engine.keyPaths {
-        for animation in (try? engine.animations(on: path)) ?? [] where awaited.contains(animation.id) {
-          if animation.endSample.map({ $0 > engine.now }) ?? true { alive.append(animation.id) }
-        }
-      }
-      ticket.awaited = alive
-    }
+    player.submit(ticket)
   }
 }
 

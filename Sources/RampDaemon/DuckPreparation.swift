@@ -2,56 +2,21 @@ import RampAudio
 import RampEngine
 import RampProtocol
 
-/// The duck commands (`duck-add`, `duck-remove`, `duck-list`, `duck`, `unduck`) as operations on
-/// the render thread's `DuckLayer`. A rule's storage (its detector's window) is allocated here.
+/// The duck commands (`duck-add`, `duck-remove`, `duck-list`, `duck`, `unduck`) as queries on
+/// the render thread's `DuckLayer` (Readout.swift). A rule's storage (its detector's window) is
+/// allocated here.
 extension Preparation {
   func prepareDuck(_ command: Command) -> Operation {
     switch command {
-    // Duck commands change the duck layer and say so in a reply built on the render thread (as
-    // a query's is); the rule's storage was allocated here.
-    case .duckAdd(let rule):
-      let prepared = player.prepareDuck(rule)
-      let name = rule.name
-      return .query(
-        check: { state in
-          state.ducks.contains(name) || state.ducks.count < DuckLayer.capacity
-            ? nil
-            : ProtocolError(
-              .limitExceeded, field: "name", "\(DuckLayer.capacity) duck rules exist, the most allowed")
-        },
-        read: { state in
-          let replaced = state.ducks.contains(name)
-          _ = state.ducks.add(prepared, now: state.engine.now)
-          return ["rule": .string(name), "replaced": .bool(replaced)]
-        })
-    case .duckRemove(let name):
-      return .query(
-        check: { Self.checkDuck(name, in: $0) },
-        read: { state in
-          _ = state.ducks.remove(name)
-          return ["rule": .string(name)]
-        })
-    case .duck(let name, let on):
-      return .query(
-        check: { Self.checkDuck(name, in: $0) },
-        read: { state in
-          _ = state.ducks.setManual(name, on)
-          return ["rule": .string(name), "sample": .integer(state.engine.now)]
-        })
-    default:
-      return .query(
-        check: nil,
-        read: { state in
-          ["ducks": .array(state.ducks.snapshots(at: state.engine.now).map(Self.describe))]
-        })
+    case .duckAdd(let rule): return .query(Query(.duckAdd(player.prepareDuck(rule)), player: player))
+    case .duckRemove(let name): return .query(Query(.duckRemove(name: name), player: player))
+    case .duck(let name, let on): return .query(Query(.duck(name: name, on: on), player: player))
+    default: return .query(Query(.duckList, player: player))
     }
   }
 
-  static func checkDuck(_ name: String, in state: RenderState) -> ProtocolError? {
-    state.ducks.contains(name) ? nil : ProtocolError(.unknownDuck, field: "name", "no duck rule '\(name)'")
-  }
-
-  /// A rule as `duck-list` shows it: its fields, as `duck-add` takes them, and its state.
+  /// A rule as `duck-list` and `status` show it: its fields, as `duck-add` takes them, and its
+  /// state.
   static func describe(_ snapshot: DuckSnapshot) -> JSONValue {
     var object = Command.duckRule(snapshot.rule)
     object["phase"] = .string(snapshot.phase)

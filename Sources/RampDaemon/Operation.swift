@@ -10,8 +10,9 @@ import RampProtocol
 enum Operation: Sendable {
   /// Known without the render thread (ping, version).
   case answer(JSONValue)
-  /// Reads the render thread's state (get, list, status): the reply is built there.
-  case query(check: (@Sendable (RenderState) -> ProtocolError?)?, read: @Sendable (RenderState) -> JSONValue)
+  /// Reads the render thread's state (get, list, status) or changes its duck rules, into storage
+  /// reserved for it (Readout.swift).
+  case query(Query)
   case play(PreparedStream, limit: Int)
   /// `field`: what named the stream (a fade-out's `key`).
   case transport(PreparedTransport, field: String)
@@ -57,8 +58,6 @@ enum Operation: Sendable {
     var sample: Int64 = 0
     /// A key path's model value afterwards (cancel, remove).
     var value = 0.0
-    /// A query's reply.
-    var read: JSONValue?
   }
 
   /// The result, when it is known before the render thread applies the change because nothing
@@ -68,10 +67,20 @@ enum Operation: Sendable {
     return plan.instantResult
   }
 
+  /// Whether it names a key path the render thread may not know (and refuse with a suggestion).
+  var namesKeyPath: Bool {
+    switch self {
+    case .fade, .set, .animate, .cancel, .remove: return true
+    case .query(let query): return query.namesKeyPath
+    default: return false
+    }
+  }
+
   /// The objects its payload holds (`DaemonTicket.held`).
   var heldObjects: [AnyObject] {
     switch self {
-    case .answer, .query, .seek, .cancel: return []
+    case .answer, .seek, .cancel: return []
+    case .query(let query): return query.heldObjects
     case .play(let stream, _): return [stream]
     case .transport(let transport, _): return [transport]
     case .fade(let plan): return [plan.animation]
@@ -84,18 +93,13 @@ enum Operation: Sendable {
   }
 
   /// Render thread: why it cannot be applied now, if it cannot.
-  func check(_ state: RenderState) -> ProtocolError? {
+  func check(_ state: RenderState) -> CommandRefusal? {
     switch self {
     case .answer: return nil
-    case .query(let check, _): return check?(state)
+    case .query(let query): return query.check(state)
     case .play(let stream, let limit):
-      if state.contains(stream: stream.id) {
-        return ProtocolError(.streamExists, field: "stream", "a stream '\(stream.id)' is already playing")
-      }
-      if state.streamCount >= limit {
-        return ProtocolError(
-          .limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")
-      }
+      if state.contains(stream: stream.id) { return .streamExists(stream.id) }
+      if state.streamCount >= limit { return .streamLimit(limit) }
       return nil
     case .transport(let transport, let field):
       return transport.stream.flatMap { Preparation.checkStream($0, field: field, in: state) }
@@ -112,18 +116,19 @@ enum Operation: Sendable {
     case .cancel(let key), .remove(let key, _, _):
       return Preparation.checkKey(key, in: state)
     case .queue(let step):
-      return step.check(state)
+      return state.playsQueue(step.stream) ? nil : .noQueue(step.stream)
     }
   }
 
-  /// Render thread: commits it. Allocation-free, but for a query and a refusal.
+  /// Render thread: commits it. Allocation-free, but for an engine refusal (which a check passed
+  /// leaves unlikely).
   func apply(_ state: RenderState, _ outcome: inout Outcome, player: Player) throws(ProtocolError) {
     let engine = state.engine
     switch self {
     case .answer:
       return
-    case .query(_, let read):
-      outcome.read = read(state)
+    case .query(let query):
+      query.apply(state)
     case .play(let stream, _):
       if case .failure(let error) = stream(state) { throw ProtocolError(error) }
       if let fadeIn = stream.fadeIn {
@@ -186,7 +191,7 @@ enum Operation: Sendable {
   func reply(_ outcome: Outcome) -> JSONValue {
     switch self {
     case .answer(let result): return result
-    case .query: return outcome.read ?? .null
+    case .query(let query): return query.reply()
     case .play(let stream, _):
       return [
         "stream": .string(stream.id), "path": .string(stream.path),
@@ -241,15 +246,11 @@ extension Operation.SetPlan {
 
 /// A request's commands on their way to the render thread and back: the operations prepared,
 /// room for what each did, and the reply and events built from that once it is back.
-///
-/// A ticket for a closure run on the render thread (`wait`) has no operations: the closure sets
-/// `result` and `awaited` itself.
 final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
-  var result: Result<JSONValue, ProtocolError> = .failure(ProtocolError(.internalError, "the command did not run"))
+  private(set) var result: Result<JSONValue, ProtocolError> = .failure(
+    ProtocolError(.internalError, "the command did not run"))
   /// The events the command caused (built by `settle`).
   private(set) var events: [Event] = []
-  /// The animations a `wait` must see end (set on the render thread, read on the event thread).
-  var awaited: [UInt64]?
   /// A ramp's key path value just before the command applied (for a saved schedule).
   private(set) var rampFrom: Double?
   let deliver: @Sendable (DaemonTicket) -> Void
@@ -259,11 +260,16 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// spare bits of its payload's pointer (a fade's animation), where LeakSanitizer's scan does not
   /// recognise the pointer: without these, a command waiting for its sample is reported leaked.
   private let held: [AnyObject]
-  private let player: Player?
+  private let player: Player
   private var outcomes: ContiguousArray<Operation.Outcome>
   /// How many operations applied (set on the render thread; the events of those that did go out
   /// even when a later one was refused).
   private var applied = 0
+  /// Why operation `refused` was refused (set on the render thread; the error is built in `settle`).
+  private var refusal: CommandRefusal?
+  private var refused = 0
+  /// Room for the key paths defined when one named is not (for operations that name one).
+  private let defined: KeyPathNames?
   /// A refusal's field goes under `fieldPrefix[index]` (a batch's `commands`).
   private let fieldPrefix: String?
   private let rampKey: String?
@@ -272,19 +278,6 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   private var modelValues: ContiguousArray<Double>
   /// False when the request was answered before it applied: `settle` builds no reply.
   private let keepsResults: Bool
-
-  init(deliver: @escaping @Sendable (DaemonTicket) -> Void) {
-    self.deliver = deliver
-    operations = []
-    held = []
-    player = nil
-    outcomes = []
-    fieldPrefix = nil
-    rampKey = nil
-    persistedKeys = []
-    modelValues = []
-    keepsResults = true
-  }
 
   init(
     _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
@@ -295,6 +288,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     self.operations = operations
     held = operations.flatMap(\.heldObjects)
     self.player = player
+    defined =
+      operations.contains(where: \.namesKeyPath) ? KeyPathNames(capacity: player.renderCapacity.properties) : nil
     outcomes = ContiguousArray(repeating: Operation.Outcome(), count: operations.count)
     self.fieldPrefix = fieldPrefix
     self.rampKey = rampKey
@@ -303,14 +298,15 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   }
 
   /// Render thread: checks every operation, then applies them all, or none; the ticket then goes
-  /// back with the events. Allocation-free, but for queries and refusals.
+  /// back with the events, and what refused one, as plain values. Allocation-free.
   func commit(_ state: RenderState) {
     defer { state.complete(self) }
-    guard let player else { return }
     var index = 0
     while index < operations.count {
-      if let error = operations[index].check(state) {
-        result = .failure(prefixed(error, index))
+      if let refusal = operations[index].check(state) {
+        if case .unknownKey = refusal { defined?.read(state.engine) }
+        self.refusal = refusal
+        refused = index
         return
       }
       index += 1
@@ -328,7 +324,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
       do throws(ProtocolError) {
         try operations[applied].apply(state, &outcomes[applied], player: player)
       } catch {
-        result = .failure(prefixed(error, applied))
+        refusal = .error(error)
+        refused = applied
         return
       }
       applied += 1
@@ -339,12 +336,17 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error
   }
 
-  /// Control side, once back: builds the reply (one result per operation) and the events.
+  /// Control side, once back: builds the reply (one result per operation), or the error that
+  /// refused it, and the events.
   func settle() {
     for index in 0..<applied {
       if let event = operations[index].event(outcomes[index]) { events.append(event) }
     }
-    guard applied == operations.count, player != nil else { return }
+    if let refusal {
+      result = .failure(prefixed(refusal.error(defined: defined), refused))
+      return
+    }
+    guard applied == operations.count else { return }
     result = .success(keepsResults ? .array(zip(operations, outcomes).map { $0.reply($1) }) : .null)
   }
 

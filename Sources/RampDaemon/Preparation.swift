@@ -38,7 +38,7 @@ struct Preparation: Sendable {
       return try prepare(set)
     case .get(let key):
       try Self.checkAddressable(key)
-      return .query(check: { Self.checkKey(key, in: $0) }, read: { Self.describe(key, in: $0) })
+      return .query(Query(.get(key: key), player: player))
     case .animate(let animate):
       return try prepare(animate)
     case .cancel(let key):
@@ -54,17 +54,10 @@ struct Preparation: Sendable {
         throw ProtocolError(error)
       }
     case .list(let prefix):
-      return .query(check: nil, read: { Self.list(prefix: prefix, in: $0) })
+      return .query(Query(.list(prefix: prefix, below: prefix.map { $0 + "." }), player: player))
     case .status:
       return .query(
-        check: nil,
-        read: { state in
-          [
-            "sample": .integer(state.engine.now),
-            "master": Self.level("master.gain", in: state),
-            "streams": .array(state.streamSnapshots.map { Self.describe($0, in: state) }),
-          ]
-        })
+        Query(.status, player: player, streams: streamCeiling.capacity(limit: configuration.limits.streams)))
     case .duckAdd, .duckRemove, .duckList, .duck:
       return prepareDuck(command)
     case .queueAdd, .queueRemove, .queueClear, .queueList, .skip:
@@ -255,39 +248,33 @@ struct Preparation: Sendable {
     }
   }
 
+  /// Render thread: whether `key` names a property, and `value` is in its range.
   static func checkKey(_ key: String, value: Double? = nil, field: String = "value", in state: RenderState)
-    -> ProtocolError?
+    -> CommandRefusal?
   {
-    guard state.engine.contains(key) else {
-      return ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)'\(Self.hint(key, in: state))")
-    }
-    if let value, let range = try? state.engine.range(key), !range.contains(value) {
-      return ProtocolError(
-        outOfRange: .propertyRange, value: value, field: field,
-        "\(value) is outside \(key)'s range \(range.lowerBound)...\(range.upperBound)")
-    }
+    guard let handle = state.engine.handleIfDefined(key) else { return .unknownKey(key) }
+    let range = state.engine.range(handle)
+    if let value, !range.contains(value) { return .outOfRange(key: key, value: value, range: range, field: field) }
     return nil
   }
 
-  static func checkStream(_ id: String, field: String = "stream", in state: RenderState) -> ProtocolError? {
-    state.contains(stream: id)
-      ? nil : ProtocolError(.unknownStream, field: field, "no stream '\(id)' is playing")
+  static func checkStream(_ id: String, field: String = "stream", in state: RenderState) -> CommandRefusal? {
+    state.contains(stream: id) ? nil : .unknownStream(id, field: field)
   }
 
   /// A seek lands inside the file: its very end is allowed (the stream ends there), beyond is refused.
-  static func checkPosition(_ position: Double, of id: String, in state: RenderState) -> ProtocolError? {
+  static func checkPosition(_ position: Double, of id: String, in state: RenderState) -> CommandRefusal? {
     guard let length = state.length(ofStream: id), position > length else { return nil }
-    return ProtocolError(
-      .outOfRange, field: "position",
-      "position: \(JSONValue.format(position)) s is past the end of stream '\(id)', whose file is"
-        + " \(JSONValue.format((length * 1000).rounded() / 1000)) s long")
+    return .pastEnd(stream: id, position: position, length: length)
   }
 
-  /// Why a key path names nothing, and what was likely meant: `streams.master.gain` (typed as
-  /// `master`) is probably `master.gain`; `master.gian` is `master.gain` misspelt.
-  private static func hint(_ key: String, in state: RenderState) -> String {
-    let known = state.engine.keyPaths.filter { !InternalKeyPath.isInternal($0) }
-    if let stream = InternalKeyPath.stream(of: key), !state.contains(stream: stream) {
+  /// Why a key path names nothing, and what was likely meant, among the key paths `defined`:
+  /// `streams.master.gain` (typed as `master`) is probably `master.gain`; `master.gian` is
+  /// `master.gain` misspelt.
+  static func hint(_ key: String, defined: some Collection<String>) -> String {
+    let known = defined.filter { !InternalKeyPath.isInternal($0) }
+    // A playing stream's key paths (its transport among them) are defined while it plays.
+    if let stream = InternalKeyPath.stream(of: key), !defined.contains(where: { $0.hasPrefix("streams.\(stream).") }) {
       let meant = known.first { $0.hasPrefix(stream + ".") } ?? Suggestion.closest(to: key, among: known)
       return " (no stream '\(stream)' is playing\(meant.map { "; did you mean \($0)?" } ?? ""))"
     }
@@ -296,54 +283,12 @@ struct Preparation: Sendable {
 
   // MARK: Results
 
-  static func describe(_ key: String, in state: RenderState) -> JSONValue {
-    let engine = state.engine
-    let range = (try? engine.range(key)) ?? 0...0
-    return [
-      "key": .string(key),
-      "model": .number((try? engine.model(key)) ?? .nan),
-      "presentation": .number((try? engine.presentation(key)) ?? .nan),
-      "range": [.number(range.lowerBound), .number(range.upperBound)],
-      "sample": .integer(engine.now),
-    ]
-  }
-
-  static func list(prefix: String?, in state: RenderState) -> JSONValue {
-    let engine = state.engine
-    let keys = engine.keyPaths.filter { key in
-      !InternalKeyPath.isInternal(key) && (prefix.map { key == $0 || key.hasPrefix($0 + ".") } ?? true)
-    }
-    let properties: [JSONValue] = keys.map { key in
-      var object = describe(key, in: state).objectValue ?? JSONObject()
-      object["sample"] = nil
-      object["animations"] = .array(((try? engine.animations(on: key)) ?? []).map(describe))
-      return .object(object)
-    }
-    return ["sample": .integer(engine.now), "properties": .array(properties)]
-  }
-
   static func describe(_ status: AnimationStatus) -> JSONValue {
     [
       "id": .integer(status.id), "name": .string(status.key), "kind": .string(status.kind),
       "additive": .bool(status.isAdditive), "begin": .integer(status.beginSample),
       "end": status.endSample.map { .integer($0) } ?? .null,
       "progress": status.progress.map { .number($0) } ?? .null,
-    ]
-  }
-
-  static func describe(_ stream: StreamSnapshot, in state: RenderState) -> JSONValue {
-    [
-      "stream": .string(stream.id), "path": .string(stream.path), "paused": .bool(stream.paused),
-      "stopping": .bool(stream.stopping), "loop": .bool(stream.loops), "position": .number(stream.seconds),
-      "gain": level("streams.\(stream.id).gain", in: state),
-    ]
-  }
-
-  /// `{"model": 0.5, "audible": 0.42}`: where a gain is going and what plays now.
-  static func level(_ key: String, in state: RenderState) -> JSONValue {
-    [
-      "model": .number((try? state.engine.model(key)) ?? .nan),
-      "audible": .number((try? state.engine.presentation(key)) ?? .nan),
     ]
   }
 

@@ -20,11 +20,6 @@ enum QueueStep: Sendable {
     }
   }
 
-  /// Render thread: why it cannot be committed.
-  func check(_ state: RenderState) -> ProtocolError? {
-    state.playsQueue(stream) ? nil : QueueBook.noQueue(stream)
-  }
-
   /// Render thread: commits it; the skip's sample goes in the outcome. Allocation-free.
   func apply(_ state: RenderState, _ outcome: inout Operation.Outcome) {
     switch self {

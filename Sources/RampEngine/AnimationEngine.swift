@@ -35,6 +35,8 @@ public final class AnimationEngine {
   public let sampleRate: Double
   public let maxBlockSize: Int
   public let maxAnimationsPerKeyPath: Int
+  /// Properties reserved for: defining more grows the tables. Any thread may read it.
+  public let propertyCapacity: Int
   /// The sample the next block starts at: the engine's "now".
   public private(set) var now: Int64 = 0
   /// The transaction `set` uses when it is given none.
@@ -67,6 +69,7 @@ public final class AnimationEngine {
     self.sampleRate = sampleRate
     self.maxBlockSize = maxBlockSize
     self.maxAnimationsPerKeyPath = maxAnimationsPerKeyPath
+    self.propertyCapacity = propertyCapacity
     scratch = .allocate(capacity: maxBlockSize)
     block = .allocate(capacity: maxBlockSize)
     reports.reserveCapacity(1024)
@@ -155,6 +158,20 @@ public final class AnimationEngine {
   }
 
   public var keyPaths: [String] { ordered.map(\.keyPath) }
+
+  /// How many properties are defined. Allocation-free, unlike `keyPaths`.
+  public var propertyCount: Int { ordered.count }
+
+  /// The property defined `index`-th (0 ..< `propertyCount`), in the order of `keyPaths`.
+  /// Allocation-free.
+  public func handle(at index: Int) -> PropertyHandle { PropertyHandle(property: ordered[index]) }
+
+  /// The model value, range, audible value and animation count of a defined property: what `get`
+  /// and `list` show of it. Allocation-free.
+  public func model(_ handle: PropertyHandle) -> Double { handle.property.model }
+  public func range(_ handle: PropertyHandle) -> ClosedRange<Double> { handle.property.range }
+  public func presentation(_ handle: PropertyHandle) -> Double { value(of: handle.property, at: now) }
+  public func animationCount(on handle: PropertyHandle) -> Int { handle.property.instances.count }
 
   public func contains(_ keyPath: String) -> Bool { properties[keyPath] != nil }
 
@@ -532,30 +549,36 @@ public final class AnimationEngine {
 
   /// The animations in flight on `keyPath`, in the order they apply.
   public func animations(on keyPath: String) throws(EngineError) -> [AnimationStatus] {
-    let property = try property(keyPath)
-    return property.instances.map { instance in
-      let ends = instance.endSample != .max
-      let progress =
-        ends
-        ? min(
-          max(
-            Sample.seconds(from: instance.beginSample, to: now, rate: 1)
-              / max(Sample.seconds(from: instance.beginSample, to: instance.endSample, rate: 1), 1), 0), 1)
-        : nil
-      let kind: String
-      if instance.levels.count > 1 {
-        kind = "group"
-      } else {
-        switch instance.kernel {
-        case .basic: kind = "basic"
-        case .keyframes: kind = "keyframe"
-        case .spring: kind = "spring"
-        }
+    let handle = try handle(keyPath)
+    return (0..<animationCount(on: handle)).map { animation($0, on: handle) }
+  }
+
+  /// The `index`-th animation in flight on `handle` (0 ..< `animationCount(on:)`), in the order
+  /// they apply. Allocation-free.
+  public func animation(_ index: Int, on handle: PropertyHandle) -> AnimationStatus {
+    let keyPath = handle.property.keyPath
+    let instance = handle.property.instances[index]
+    let ends = instance.endSample != .max
+    let progress =
+      ends
+      ? min(
+        max(
+          Sample.seconds(from: instance.beginSample, to: now, rate: 1)
+            / max(Sample.seconds(from: instance.beginSample, to: instance.endSample, rate: 1), 1), 0), 1)
+      : nil
+    let kind: String
+    if instance.levels.count > 1 {
+      kind = "group"
+    } else {
+      switch instance.kernel {
+      case .basic: kind = "basic"
+      case .keyframes: kind = "keyframe"
+      case .spring: kind = "spring"
       }
-      return AnimationStatus(
-        id: instance.token.id, key: instance.key, keyPath: keyPath, kind: kind, isAdditive: instance.isAdditive,
-        beginSample: instance.beginSample, endSample: ends ? instance.endSample : nil, progress: progress)
     }
+    return AnimationStatus(
+      id: instance.token.id, key: instance.key, keyPath: keyPath, kind: kind, isAdditive: instance.isAdditive,
+      beginSample: instance.beginSample, endSample: ends ? instance.endSample : nil, progress: progress)
   }
 
   // MARK: Evaluation (the render thread's path: no allocation)

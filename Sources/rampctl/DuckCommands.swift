@@ -153,21 +153,7 @@ struct DuckListCommand: DaemonCommand {
   func summary(of result: JSONValue) -> String {
     let ducks = result["ducks"]?.arrayValue ?? []
     guard !ducks.isEmpty else { return "no duck rules" }
-    var rows = [["rule", "targets", "trigger", "depth", "phase", "level"]]
-    for duck in ducks {
-      var trigger = duck["trigger"]?.stringValue ?? "-"
-      if let threshold = duck["threshold"]?.numberValue {
-        trigger += " > \(JSONValue.format(threshold)) dB \(duck["detector"]?.stringValue ?? "")"
-      }
-      if duck["manual"] == true { trigger += " (duck)" }
-      rows.append([
-        duck["name"]?.stringValue ?? "?",
-        (duck["targets"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ","), trigger,
-        "-\(JSONValue.format(duck["depth"]?.numberValue ?? 0)) dB", duck["phase"]?.stringValue ?? "?",
-        HumanUnits.format(decibels: duck["level"]?.numberValue ?? 1),
-      ])
-    }
-    return ReplyText.table(rows)
+    return ReplyText.ducks(ducks)
   }
 }
 

@@ -66,13 +66,15 @@ struct VersionCommand: DaemonCommand {
 struct StatusCommand: DaemonCommand {
   static let configuration = CommandConfiguration(
     commandName: "status",
-    abstract: "Show rampd's master gain, output device, streams and schedules (also: rampctl alone).",
+    abstract: "Show rampd's master gain, output device, streams, duck rules and schedules (also: rampctl alone).",
     discussion: """
       The master gain line gives the gain in amplitude and dB (and the audible value while a ramp \
       moves it). The output line says which ALSA device rampd plays to, at what rate and format, \
       how it is paced, and how many underruns it had; when no sound card could be opened it names \
       the WAV file the embedded output writes. Then one row per stream: its state, gain, \
-      position, loop flag and file; then the saved schedules, soonest first, in local time.
+      position, loop flag and file; then the duck rules, as duck-list shows them (what each \
+      lowers, its trigger, depth, phase and the level it holds its targets at now); then the \
+      saved schedules, soonest first, in local time.
 
       Examples:
         rampctl status

@@ -180,6 +180,185 @@ import Testing
     #expect(freed == 0, "\(freed) frees on the render thread")
   }
 
+  /// Queries, duck commands and refusals, a thousand times each: get, list (all and by prefix),
+  /// status, duck-add (new, and replacing a rule), duck, unduck, duck-remove, duck-list; and
+  /// commands refused on the render thread: an unknown stream (stop, seek), a seek past the end, a
+  /// value outside its property's range, an unknown duck rule (duck, duck-remove), the stream limit
+  /// and the duck rule limit, an unknown key path (alone, and in a batch); `wait` (on a key path
+  /// at rest, on an unknown animation, on one in flight, on an unknown key path). The render thread copies plain values; the replies and errors are
+  /// built off it, the rules it lets go of freed off it. 0 allocations and 0 frees.
+  @Test func queriesDuckCommandsAndRefusalsAllocateAndFreeNothingOnTheRenderThread() throws {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-query-\(getpid())").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = "\(directory)/tone.wav"
+    try Self.writeTone(path, seconds: 2)
+
+    var configuration = DaemonConfiguration()
+    configuration.limits.streams = 2
+    let session = try Session(configuration, label: "query-test")
+    let player = session.player
+    let controller = session.controller
+    let client = session.client
+    func send(_ line: String) { session.send(line) }
+
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    var allocated = 0
+    var freed = 0
+    var counting = false
+    func renderThreadWork(_ body: () throws -> Void) rethrows {
+      let allocations = rampd_allocations_on_this_thread()
+      let frees = rampd_frees_on_this_thread()
+      try body()
+      if counting {
+        allocated += rampd_allocations_on_this_thread() - allocations
+        freed += rampd_frees_on_this_thread() - frees
+      }
+    }
+
+    send(#"{"cmd":"play","path":"\#(path)","stream":"bed","loop":true}"#)
+    send(#"{"cmd":"play","path":"\#(path)","stream":"other","loop":true}"#)
+    send(
+      #"{"cmd":"animate","key":"streams.bed.pan","name":"sweep","animation":{"type":"basic","to":0.3,"duration":100}}"#)
+    // Room for one rule more than `tmp` and `talk`: `extra` finds the limit reached.
+    for index in 0..<(DuckLayer.capacity - 2) {
+      send(#"{"cmd":"duck-add","name":"fill\#(index)","targets":["streams.nobody.gain"]}"#)
+    }
+    player.renderer.applyPendingCommands()
+    controller.deliverEvents()
+    let setUp = client.replies.withLock { $0 }
+    #expect(setUp.count == session.sequence && setUp.allSatisfy { $0["ok"] == .bool(true) }, "\(setUp.suffix(2))")
+    client.replies.withLock { $0.removeAll() }
+    let first = session.sequence
+
+    let warmUp = 5
+    let rounds = 1000
+    for round in 0..<(warmUp + rounds) {
+      counting = round >= warmUp
+      let depth = round % 2 == 0 ? 6 : 9
+      send(#"{"cmd":"get","key":"master.gain"}"#)
+      send(#"{"cmd":"list"}"#)
+      send(#"{"cmd":"list","prefix":"streams.bed"}"#)
+      send(
+        #"{"cmd":"duck-add","name":"talk","targets":["master.gain","streams.bed.gain"],"depth":\#(depth),"attack":0.005,"release":0.005,"hold":0}"#
+      )
+      send(#"{"cmd":"duck-add","name":"tmp","targets":["streams.other.gain"],"trigger":"nobody"}"#)
+      send(#"{"cmd":"duck-add","name":"extra","targets":["master.gain"]}"#)
+      send(#"{"cmd":"duck","name":"talk"}"#)
+      send(#"{"cmd":"status"}"#)
+      send(#"{"cmd":"duck-list"}"#)
+      send(#"{"cmd":"unduck","name":"talk"}"#)
+      send(#"{"cmd":"duck-remove","name":"tmp"}"#)
+      send(#"{"cmd":"duck","name":"nope"}"#)
+      send(#"{"cmd":"duck-remove","name":"nope"}"#)
+      send(#"{"cmd":"stop","stream":"nope"}"#)
+      send(#"{"cmd":"seek","stream":"nope","position":1}"#)
+      send(#"{"cmd":"seek","stream":"bed","position":100}"#)
+      send(#"{"cmd":"set","key":"streams.bed.pan","value":2}"#)
+      send(#"{"cmd":"play","path":"\#(path)","stream":"third"}"#)
+      send(#"{"cmd":"set","key":"master.gian","value":0.5}"#)
+      send(#"{"cmd":"batch","commands":[{"cmd":"get","key":"master.gain"},{"cmd":"get","key":"streams.bd.gain"}]}"#)
+      send(#"{"cmd":"wait","key":"master.gain"}"#)
+      send(#"{"cmd":"wait","animations":[999999]}"#)
+      send(#"{"cmd":"wait","key":"streams.bed.pan"}"#)
+      send(#"{"cmd":"wait","key":"master.gian"}"#)
+
+      renderThreadWork { player.renderer.applyPendingCommands() }
+      // Enough blocks for the removed rule to leave the layer.
+      for _ in 0..<4 {
+        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
+        try renderThreadWork {
+          player.renderer.renderBlock(buffers)
+          try player.renderer.writeToDevice(buffers.mix, frames: frames)
+          player.renderer.finishStreams()
+        }
+      }
+      controller.deliverEvents()
+      player.link.reapRetired()
+    }
+
+    let replies = client.replies.withLock { $0 }
+    // Each round's wait for the sweep is still waiting.
+    let waiting = warmUp + rounds
+    #expect(
+      replies.count == session.sequence - first - waiting,
+      "\(replies.count) replies to \(session.sequence - first) requests, \(waiting) waiting")
+    let perRound = replies.count / (warmUp + rounds)
+    // The last round's replies, in order, as a client reads them.
+    let last = Array(replies.suffix(perRound))
+    func result(_ index: Int) -> JSONValue { last[index]["result"] ?? .null }
+    func error(_ index: Int) -> (String?, String?, String?) {
+      let error = last[index]["error"]
+      return (error?["code"]?.stringValue, error?["field"]?.stringValue, error?["message"]?.stringValue)
+    }
+    #expect(result(0)["key"] == "master.gain" && result(0)["range"]?.arrayValue?.count == 2, "\(last[0])")
+    let keys = result(1)["properties"]?.arrayValue?.compactMap { $0["key"]?.stringValue }
+    #expect(
+      keys == ["master.gain", "streams.bed.gain", "streams.bed.pan", "streams.other.gain", "streams.other.pan"],
+      "\(String(describing: keys))")
+    let bed = result(2)["properties"]?.arrayValue
+    #expect(bed?.compactMap { $0["key"]?.stringValue } == ["streams.bed.gain", "streams.bed.pan"], "\(last[2])")
+    #expect(bed?.last?["animations"]?.arrayValue?.first?["name"] == "sweep", "\(last[2])")
+    #expect(result(3) == ["rule": "talk", "replaced": true], "\(last[3])")
+    #expect(result(4) == ["rule": "tmp", "replaced": false], "\(last[4])")
+    #expect(
+      error(5) == ("limit-exceeded", "name", "\(DuckLayer.capacity) duck rules exist, the most allowed"), "\(last[5])")
+    #expect(result(6)["rule"] == "talk" && result(6)["sample"] != nil, "\(last[6])")
+    let ducks = result(7)["ducks"]?.arrayValue ?? []
+    #expect(result(7)["streams"]?.arrayValue?.count == 2, "\(last[7])")
+    #expect(ducks.count == DuckLayer.capacity, "\(ducks.count) rules in status")
+    let talk = ducks.first { $0["name"] == "talk" }
+    // `duck` acts at the next block, and the round's `unduck` comes before it: never ducked.
+    #expect(
+      talk?["manual"] == true && talk?["depth"] == 6 && talk?["phase"] == "idle" && talk?["level"] == 1,
+      "\(String(describing: talk))")
+    #expect(result(8)["ducks"] == result(7)["ducks"], "duck-list shows the rules as status does")
+    // Applied together, between two blocks: at one sample.
+    #expect(result(9)["rule"] == "talk" && result(9)["sample"] == result(7)["sample"], "\(last[9])")
+    #expect(result(6)["sample"] == result(7)["sample"] && result(0)["sample"] == result(7)["sample"], "\(last[6])")
+    #expect(result(10) == ["rule": "tmp"], "\(last[10])")
+    #expect(error(11) == ("unknown-duck", "name", "no duck rule 'nope'"), "\(last[11])")
+    #expect(error(12) == ("unknown-duck", "name", "no duck rule 'nope'"), "\(last[12])")
+    #expect(error(13) == ("unknown-stream", "stream", "no stream 'nope' is playing"), "\(last[13])")
+    #expect(error(14) == ("unknown-stream", "stream", "no stream 'nope' is playing"), "\(last[14])")
+    #expect(
+      error(15) == (
+        "out-of-range", "position", "position: 100 s is past the end of stream 'bed', whose file is 2 s long"
+      ),
+      "\(last[15])")
+    #expect(error(16) == ("out-of-range", "value", "2.0 is outside streams.bed.pan's range -1.0...1.0"), "\(last[16])")
+    #expect(last[16]["error"]?["bound"] == "property-range" && last[16]["error"]?["value"] == 2, "\(last[16])")
+    #expect(
+      error(17) == ("limit-exceeded", "stream", "2 streams are playing, the most allowed (limits.streams)"),
+      "\(last[17])")
+    #expect(
+      error(18) == ("unknown-key-path", "key", "no property 'master.gian' (did you mean master.gain?)"), "\(last[18])")
+    #expect(
+      error(19)
+        == (
+          "unknown-key-path", "commands[1].key",
+          "no property 'streams.bd.gain' (no stream 'bd' is playing; did you mean streams.bed.gain?)"
+        ), "\(last[19])")
+    // Nothing to wait for: answered at once. The sweep, in flight for 100 s, answers in the end.
+    #expect(result(20) == ["animations": []] && result(21) == ["animations": []], "\(last[20]) \(last[21])")
+    #expect(
+      error(22) == ("unknown-key-path", "key", "no property 'master.gian' (did you mean master.gain?)"), "\(last[22])")
+    // Every round answered alike.
+    let codes = replies.map { $0["error"]?["code"]?.stringValue ?? "ok" }
+    for round in 0..<(warmUp + rounds) {
+      let these = Array(codes[(round * perRound)..<((round + 1) * perRound)])
+      guard these == last.map({ $0["error"]?["code"]?.stringValue ?? "ok" }) else {
+        Issue.record("round \(round) answered \(these)")
+        break
+      }
+    }
+    #expect(controller.playingStreams == ["bed", "other"], "\(controller.playingStreams)")
+    #expect(allocated == 0, "\(allocated) allocations on the render thread")
+    #expect(freed == 0, "\(freed) frees on the render thread")
+  }
+
   /// A reload that lowers `limits.streams` below what already plays: a pause, resume and stop of
   /// every stream still find a ramp prepared for each one. 0 allocations and 0 frees.
   @Test func aTransportOfMoreStreamsThanTheLimitAllocatesNothing() throws {

@@ -292,6 +292,47 @@ import Testing
     #expect(left[ended..<(ended + 4_800)].allSatisfy { $0 == 1 })
   }
 
+  /// `status` shows each duck rule's state as `duck-list` does (under `ducks`), and `rampctl
+  /// status` prints it: a rule held down by `duck`, past its attack, is `ducked` at its depth.
+  @Test func statusShowsTheDuckRulesWhileTheyDuck() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["duck-started"]])
+    let bed = try daemon.constantFile("bed", seconds: 3, left: 1, right: 0)
+    #expect(try client.request(["cmd": "play", "path": .string(bed), "stream": "bed"]).isOK)
+    #expect(
+      try client.request([
+        "cmd": "duck-add", "name": "talk", "targets": ["streams.bed.gain"], "depth": 6, "attack": 0.05,
+      ]).isOK)
+    #expect(try client.request(["cmd": "duck", "name": "talk"]).isOK)
+    let started = Self.sample(try client.waitForEvent { $0["event"] == "duck-started" })
+    // Past the attack (2 400 samples) as the output's clock counts.
+    var status = try client.request(["cmd": "status"])
+    while (status.result["sample"]?.int ?? 0) < started + 4_800 {
+      usleep(20_000)
+      status = try client.request(["cmd": "status"])
+    }
+    let ducks = try #require(status.result["ducks"]?.arrayValue, "\(status.serialized())")
+    #expect(ducks.count == 1, "\(ducks)")
+    let talk = try #require(ducks.first)
+    #expect(talk["name"] == "talk" && talk["phase"] == "ducked" && talk["manual"] == true, "\(talk)")
+    let level = try #require(talk["level"]?.numberValue)
+    #expect(abs(level - pow(10, -6.0 / 20)) < 1e-9, "level \(level)")
+    // The same as duck-list shows, but for the level (the clock moved on).
+    let listed = try #require(try client.request(["cmd": "duck-list"]).result["ducks"]?.arrayValue?.first)
+    #expect(listed == talk, "\(listed) vs \(talk)")
+
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["RAMPD_SOCKET"] = daemon.socket
+    let printed = try runProcess(Executables.rampctl, ["status"], environment: environment)
+    let row = printed.stdout.split(separator: "\n").first { $0.hasPrefix("talk ") }
+    #expect(
+      printed.status == 0 && row?.contains("streams.bed.gain") == true && row?.contains("ducked") == true
+        && row?.contains("(duck)") == true,
+      "\(printed)")
+    #expect(try client.request(["cmd": "duck-remove", "name": "talk"]).isOK)
+  }
+
   /// Bad duck requests are refused with the field named, and the daemon plays on.
   @Test func badDuckRequestsAreRefusedWithTheFieldNamed() throws {
     let daemon = try DaemonProcess()
