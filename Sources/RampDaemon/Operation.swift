@@ -76,6 +76,16 @@ enum Operation: Sendable {
     }
   }
 
+  /// Whether applying it may change what is heard (`RenderCommand.changesSound`): not a reply
+  /// known beforehand, nor a query that reads.
+  var changesSound: Bool {
+    switch self {
+    case .answer: return false
+    case .query(let query): return query.changesSound
+    default: return true
+    }
+  }
+
   /// The objects its payload holds (`DaemonTicket.held`).
   var heldObjects: [AnyObject] {
     switch self {
@@ -278,6 +288,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   private var modelValues: ContiguousArray<Double>
   /// False when the request was answered before it applied: `settle` builds no reply.
   private let keepsResults: Bool
+  /// Some operation may change what is heard; a ticket of reads only rewinds nothing.
+  let changesSound: Bool
 
   init(
     _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
@@ -287,6 +299,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     self.deliver = deliver
     self.operations = operations
     held = operations.flatMap(\.heldObjects)
+    changesSound = operations.contains(where: \.changesSound)
     self.player = player
     defined =
       operations.contains(where: \.namesKeyPath) ? KeyPathNames(capacity: player.renderCapacity.properties) : nil

@@ -49,6 +49,14 @@ struct Query: Sendable {
     }
   }
 
+  /// Whether it may change what is heard: the duck commands do; reads do not.
+  var changesSound: Bool {
+    switch kind {
+    case .duckAdd, .duckRemove, .duck: return true
+    default: return false
+    }
+  }
+
   /// Whether it names a key path the render thread may not know.
   var namesKeyPath: Bool {
     switch kind {

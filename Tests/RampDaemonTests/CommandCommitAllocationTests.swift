@@ -409,4 +409,35 @@ import Testing
     #expect(allocated == 0, "\(allocated) allocations on the render thread")
     #expect(freed == 0, "\(freed) frees on the render thread")
   }
+
+  /// What only reads changes no sound, so on a device that rewinds it rewinds nothing
+  /// (`RenderCommand.changesSound`); a batch changes sound if one of its commands does.
+  @Test func readsChangeNoSoundAndChangesDo() throws {
+    let session = try Session(DaemonConfiguration(), label: "changes-sound")
+    func operation(_ line: String) throws -> RampDaemon.Operation {
+      let (_, parsed) = Request.parse(line: line)
+      return try session.controller.preparation.prepare(try parsed.get().command)
+    }
+    /// A batch's ticket, as the session makes one.
+    func ticket(_ lines: [String]) throws -> DaemonTicket {
+      var operations: [RampDaemon.Operation] = []
+      for line in lines { operations.append(try operation(line)) }
+      return DaemonTicket(
+        operations, player: session.player, fieldPrefix: "commands", rampKey: nil, persistedKeys: [],
+        deliver: { _ in })
+    }
+    let get = #"{"cmd":"get","key":"master.gain"}"#
+    let set = #"{"cmd":"set","key":"master.gain","value":0.5}"#
+    for line in [#"{"cmd":"ping"}"#, get, #"{"cmd":"list"}"#, #"{"cmd":"status"}"#, #"{"cmd":"duck-list"}"#] {
+      #expect(try !operation(line).changesSound, "\(line)")
+    }
+    for line in [
+      set, #"{"cmd":"fade","to":0,"duration":1}"#,
+      #"{"cmd":"duck-add","name":"d","targets":["master.gain"],"depth":6}"#,
+    ] {
+      #expect(try operation(line).changesSound, "\(line)")
+    }
+    #expect(try !ticket([get, #"{"cmd":"status"}"#]).changesSound)
+    #expect(try ticket([get, set]).changesSound)
+  }
 }
