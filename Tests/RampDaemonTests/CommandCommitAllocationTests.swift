@@ -53,6 +53,24 @@ import Testing
     }
   }
 
+  /// Allocations and frees made by the render thread's part of a test (`work`), counted once
+  /// `counting` is on (after the rounds that fill the runtime's caches).
+  final class RenderThreadCount {
+    var allocated = 0
+    var freed = 0
+    var counting = false
+
+    func work(_ body: () throws -> Void) rethrows {
+      let allocations = rampd_allocations_on_this_thread()
+      let frees = rampd_frees_on_this_thread()
+      try body()
+      if counting {
+        allocated += rampd_allocations_on_this_thread() - allocations
+        freed += rampd_frees_on_this_thread() - frees
+      }
+    }
+  }
+
   /// A stereo float tone of `seconds` at 48 kHz.
   static func writeTone(_ path: String, seconds: Double) throws {
     let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
@@ -97,18 +115,7 @@ import Testing
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
-    var allocated = 0
-    var freed = 0
-    var counting = false
-    func renderThreadWork(_ body: () throws -> Void) rethrows {
-      let allocations = rampd_allocations_on_this_thread()
-      let frees = rampd_frees_on_this_thread()
-      try body()
-      if counting {
-        allocated += rampd_allocations_on_this_thread() - allocations
-        freed += rampd_frees_on_this_thread() - frees
-      }
-    }
+    let count = RenderThreadCount()
 
     send(#"{"cmd":"play","path":"\#(bed)","stream":"bed","loop":true}"#)
     let short = try tone("short", seconds: 0.05)
@@ -118,7 +125,7 @@ import Testing
     let warmUp = 5
     let rounds = 1000
     for round in 0..<(warmUp + rounds) {
-      counting = round >= warmUp
+      count.counting = round >= warmUp
       let even = round % 2 == 0
       send(#"{"cmd":"play","path":"\#(jingle)","stream":"p\#(round)"\#(even ? #","fadeIn":0.02"# : "")}"#)
       send(#"{"cmd":"set","key":"streams.bed.gain","value":\#(even ? 0.7 : 0.8),"duration":0.05}"#)
@@ -156,11 +163,11 @@ import Testing
       }
       if round % 100 == 51 { send(#"{"cmd":"stop","stream":"r"}"#) }
 
-      try renderThreadWork { player.renderer.applyPendingCommands() }
+      count.work { player.renderer.applyPendingCommands() }
       // Enough blocks for the last round's stream to ramp out and leave the mix.
       for _ in 0..<4 {
         while player.renderer.streamsBehind(frames: frames) { usleep(100) }
-        try renderThreadWork {
+        try count.work {
           player.renderer.renderBlock(buffers)
           try player.renderer.writeToDevice(buffers.mix, frames: frames)
           player.renderer.finishStreams()
@@ -176,8 +183,8 @@ import Testing
     #expect(refused.isEmpty, "\(refused.prefix(3))")
     // Every stream but the last one and the bed ramped out and left the mix.
     #expect(controller.playingStreams == ["bed", "q", "p\(warmUp + rounds - 1)"], "\(controller.playingStreams)")
-    #expect(allocated == 0, "\(allocated) allocations on the render thread")
-    #expect(freed == 0, "\(freed) frees on the render thread")
+    #expect(count.allocated == 0, "\(count.allocated) allocations on the render thread")
+    #expect(count.freed == 0, "\(count.freed) frees on the render thread")
   }
 
   /// Queries, duck commands and refusals, a thousand times each: get, list (all and by prefix),
@@ -205,18 +212,7 @@ import Testing
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
-    var allocated = 0
-    var freed = 0
-    var counting = false
-    func renderThreadWork(_ body: () throws -> Void) rethrows {
-      let allocations = rampd_allocations_on_this_thread()
-      let frees = rampd_frees_on_this_thread()
-      try body()
-      if counting {
-        allocated += rampd_allocations_on_this_thread() - allocations
-        freed += rampd_frees_on_this_thread() - frees
-      }
-    }
+    let count = RenderThreadCount()
 
     send(#"{"cmd":"play","path":"\#(path)","stream":"bed","loop":true}"#)
     send(#"{"cmd":"play","path":"\#(path)","stream":"other","loop":true}"#)
@@ -236,7 +232,7 @@ import Testing
     let warmUp = 5
     let rounds = 1000
     for round in 0..<(warmUp + rounds) {
-      counting = round >= warmUp
+      count.counting = round >= warmUp
       let depth = round % 2 == 0 ? 6 : 9
       send(#"{"cmd":"get","key":"master.gain"}"#)
       send(#"{"cmd":"list"}"#)
@@ -265,11 +261,11 @@ import Testing
       send(#"{"cmd":"wait","key":"streams.bed.pan"}"#)
       send(#"{"cmd":"wait","key":"master.gian"}"#)
 
-      renderThreadWork { player.renderer.applyPendingCommands() }
+      count.work { player.renderer.applyPendingCommands() }
       // Enough blocks for the removed rule to leave the layer.
       for _ in 0..<4 {
         while player.renderer.streamsBehind(frames: frames) { usleep(100) }
-        try renderThreadWork {
+        try count.work {
           player.renderer.renderBlock(buffers)
           try player.renderer.writeToDevice(buffers.mix, frames: frames)
           player.renderer.finishStreams()
@@ -355,8 +351,8 @@ import Testing
       }
     }
     #expect(controller.playingStreams == ["bed", "other"], "\(controller.playingStreams)")
-    #expect(allocated == 0, "\(allocated) allocations on the render thread")
-    #expect(freed == 0, "\(freed) frees on the render thread")
+    #expect(count.allocated == 0, "\(count.allocated) allocations on the render thread")
+    #expect(count.freed == 0, "\(count.freed) frees on the render thread")
   }
 
   /// A reload that lowers `limits.streams` below what already plays: a pause, resume and stop of
@@ -383,21 +379,17 @@ import Testing
     let frames = player.output.periodFrames
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
-    var allocated = 0
-    var freed = 0
+    let count = RenderThreadCount()
     for round in 0..<50 {
       send(#"{"cmd":"pause","fade":0.01}"#)
       send(#"{"cmd":"resume","fade":0.01}"#)
-      let allocations = rampd_allocations_on_this_thread()
-      let frees = rampd_frees_on_this_thread()
-      player.renderer.applyPendingCommands()
-      for _ in 0..<2 {
-        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
-        player.renderer.renderBlock(buffers)
-      }
-      if round >= 5 {
-        allocated += rampd_allocations_on_this_thread() - allocations
-        freed += rampd_frees_on_this_thread() - frees
+      count.counting = round >= 5
+      count.work {
+        player.renderer.applyPendingCommands()
+        for _ in 0..<2 {
+          while player.renderer.streamsBehind(frames: frames) { usleep(100) }
+          player.renderer.renderBlock(buffers)
+        }
       }
       controller.deliverEvents()
       player.link.reapRetired()
@@ -406,8 +398,8 @@ import Testing
     #expect(replies.count == session.sequence && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.suffix(2))")
     // Each pause and resume acted on all eight.
     #expect(replies.last?["result"]?["streams"]?.arrayValue?.count == 8, "\(String(describing: replies.last))")
-    #expect(allocated == 0, "\(allocated) allocations on the render thread")
-    #expect(freed == 0, "\(freed) frees on the render thread")
+    #expect(count.allocated == 0, "\(count.allocated) allocations on the render thread")
+    #expect(count.freed == 0, "\(count.freed) frees on the render thread")
   }
 
   /// What only reads changes no sound, so on a device that rewinds it rewinds nothing
