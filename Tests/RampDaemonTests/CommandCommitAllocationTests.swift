@@ -33,6 +33,30 @@ import Testing
     let client = Collector()
     private(set) var sequence = 0
 
+    /// The render thread's part of a round, as its loop does it, counted in `count`: the commands
+    /// taken, then `blocks` blocks rendered and written and the finished streams let go. Then,
+    /// uncounted, the replies and events go out and what was retired is freed.
+    func renderRound(blocks: Int, _ buffers: RenderBuffers, _ count: RenderThreadCount) throws {
+      count.work { player.renderer.applyPendingCommands() }
+      for _ in 0..<blocks {
+        while player.renderer.streamsBehind(frames: buffers.frames) { usleep(100) }
+        try count.work {
+          player.renderer.renderBlock(buffers)
+          try player.renderer.writeToDevice(buffers.mix, frames: buffers.frames)
+          player.renderer.finishStreams()
+        }
+      }
+      controller.deliverEvents()
+      player.link.reapRetired()
+    }
+
+    /// A session whose daemon allows `streams` streams.
+    convenience init(streams: Int, label: String) throws {
+      var configuration = DaemonConfiguration()
+      configuration.limits.streams = streams
+      try self.init(configuration, label: label)
+    }
+
     init(_ configuration: DaemonConfiguration, label: String) throws {
       player = try Player(
         output: OutputConfiguration(
@@ -60,6 +84,12 @@ import Testing
     var freed = 0
     var counting = false
 
+    /// Expects that nothing was allocated or freed while counting.
+    func expectNone(sourceLocation: SourceLocation = #_sourceLocation) {
+      #expect(allocated == 0, "\(allocated) allocations on the render thread", sourceLocation: sourceLocation)
+      #expect(freed == 0, "\(freed) frees on the render thread", sourceLocation: sourceLocation)
+    }
+
     func work(_ body: () throws -> Void) rethrows {
       let allocations = rampd_allocations_on_this_thread()
       let frees = rampd_frees_on_this_thread()
@@ -68,6 +98,25 @@ import Testing
         allocated += rampd_allocations_on_this_thread() - allocations
         freed += rampd_frees_on_this_thread() - frees
       }
+    }
+  }
+
+  /// A directory of a test's own for its files, removed with it (keep it alive to the test's end).
+  final class Scratch {
+    let directory: String
+
+    init(_ name: String) throws {
+      directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-\(name)-\(getpid())").path
+      try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: directory) }
+
+    /// `<name>.wav` in it: a stereo float tone of `seconds` at 48 kHz.
+    func tone(_ name: String, seconds: Double) throws -> String {
+      let path = "\(directory)/\(name).wav"
+      try CommandCommitAllocationTests.writeTone(path, seconds: seconds)
+      return path
     }
   }
 
@@ -88,14 +137,9 @@ import Testing
   /// begins, too). 0 allocations and
   /// 0 frees.
   @Test func applyingCommandsAllocatesAndFreesNothingOnTheRenderThread() throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-commit-\(getpid())").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    func tone(_ name: String, seconds: Double) throws -> String {
-      let path = "\(directory)/\(name).wav"
-      try Self.writeTone(path, seconds: seconds)
-      return path
-    }
+    let scratch = try Scratch("commit")
+    defer { withExtendedLifetime(scratch) {} }
+    func tone(_ name: String, seconds: Double) throws -> String { try scratch.tone(name, seconds: seconds) }
     let bed = try tone("bed", seconds: 2)
     let jingle = try tone("jingle", seconds: 2)
 
@@ -104,7 +148,7 @@ import Testing
     let player = session.player
     let controller = session.controller
     // Persisted model values are read after each command that may change them.
-    let store = StateStore(path: "\(directory)/state.json", logger: session.logger)
+    let store = StateStore(path: "\(scratch.directory)/state.json", logger: session.logger)
     let saver = StateSaver(store: store, logger: session.logger)
     controller.persistence = Persistence(saver: saver, restored: PersistentState())
     defer { saver.close() }
@@ -163,18 +207,8 @@ import Testing
       }
       if round % 100 == 51 { send(#"{"cmd":"stop","stream":"r"}"#) }
 
-      count.work { player.renderer.applyPendingCommands() }
       // Enough blocks for the last round's stream to ramp out and leave the mix.
-      for _ in 0..<4 {
-        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
-        try count.work {
-          player.renderer.renderBlock(buffers)
-          try player.renderer.writeToDevice(buffers.mix, frames: frames)
-          player.renderer.finishStreams()
-        }
-      }
-      controller.deliverEvents()
-      player.link.reapRetired()
+      try session.renderRound(blocks: 4, buffers, count)
     }
 
     let replies = client.replies.withLock { $0 }
@@ -183,8 +217,7 @@ import Testing
     #expect(refused.isEmpty, "\(refused.prefix(3))")
     // Every stream but the last one and the bed ramped out and left the mix.
     #expect(controller.playingStreams == ["bed", "q", "p\(warmUp + rounds - 1)"], "\(controller.playingStreams)")
-    #expect(count.allocated == 0, "\(count.allocated) allocations on the render thread")
-    #expect(count.freed == 0, "\(count.freed) frees on the render thread")
+    count.expectNone()
   }
 
   /// Queries, duck commands and refusals, a thousand times each: get, list (all and by prefix),
@@ -195,15 +228,11 @@ import Testing
   /// at rest, on an unknown animation, on one in flight, on an unknown key path). The render thread copies plain values; the replies and errors are
   /// built off it, the rules it lets go of freed off it. 0 allocations and 0 frees.
   @Test func queriesDuckCommandsAndRefusalsAllocateAndFreeNothingOnTheRenderThread() throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-query-\(getpid())").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    let path = "\(directory)/tone.wav"
-    try Self.writeTone(path, seconds: 2)
+    let scratch = try Scratch("query")
+    defer { withExtendedLifetime(scratch) {} }
+    let path = try scratch.tone("tone", seconds: 2)
 
-    var configuration = DaemonConfiguration()
-    configuration.limits.streams = 2
-    let session = try Session(configuration, label: "query-test")
+    let session = try Session(streams: 2, label: "query-test")
     let player = session.player
     let controller = session.controller
     let client = session.client
@@ -261,18 +290,8 @@ import Testing
       send(#"{"cmd":"wait","key":"streams.bed.pan"}"#)
       send(#"{"cmd":"wait","key":"master.gian"}"#)
 
-      count.work { player.renderer.applyPendingCommands() }
       // Enough blocks for the removed rule to leave the layer.
-      for _ in 0..<4 {
-        while player.renderer.streamsBehind(frames: frames) { usleep(100) }
-        try count.work {
-          player.renderer.renderBlock(buffers)
-          try player.renderer.writeToDevice(buffers.mix, frames: frames)
-          player.renderer.finishStreams()
-        }
-      }
-      controller.deliverEvents()
-      player.link.reapRetired()
+      try session.renderRound(blocks: 4, buffers, count)
     }
 
     let replies = client.replies.withLock { $0 }
@@ -351,18 +370,15 @@ import Testing
       }
     }
     #expect(controller.playingStreams == ["bed", "other"], "\(controller.playingStreams)")
-    #expect(count.allocated == 0, "\(count.allocated) allocations on the render thread")
-    #expect(count.freed == 0, "\(count.freed) frees on the render thread")
+    count.expectNone()
   }
 
   /// A reload that lowers `limits.streams` below what already plays: a pause, resume and stop of
   /// every stream still find a ramp prepared for each one. 0 allocations and 0 frees.
   @Test func aTransportOfMoreStreamsThanTheLimitAllocatesNothing() throws {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("rampd-ceiling-\(getpid())").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    let path = "\(directory)/tone.wav"
-    try Self.writeTone(path, seconds: 2)
+    let scratch = try Scratch("ceiling")
+    defer { withExtendedLifetime(scratch) {} }
+    let path = try scratch.tone("tone", seconds: 2)
 
     var configuration = DaemonConfiguration()
     configuration.limits.streams = 8
@@ -398,8 +414,7 @@ import Testing
     #expect(replies.count == session.sequence && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.suffix(2))")
     // Each pause and resume acted on all eight.
     #expect(replies.last?["result"]?["streams"]?.arrayValue?.count == 8, "\(String(describing: replies.last))")
-    #expect(count.allocated == 0, "\(count.allocated) allocations on the render thread")
-    #expect(count.freed == 0, "\(count.freed) frees on the render thread")
+    count.expectNone()
   }
 
   /// What only reads changes no sound, so on a device that rewinds it rewinds nothing
