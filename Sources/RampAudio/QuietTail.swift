@@ -47,7 +47,8 @@ public enum QuietTail {
     guard length > first, (try? reader.seek(toFrame: first)) != nil else { return nil }
     let channels = reader.channels
     // Squares against the threshold's, so no logarithm per block.
-    let floor = pow(10, threshold / 20) * pow(10, threshold / 20)
+    let amplitude = LevelDetector.amplitude(decibels: threshold)
+    let floor = amplitude * amplitude
     var buffer = [Float](repeating: 0, count: block * channels)
     var position = first
     var tail = first
