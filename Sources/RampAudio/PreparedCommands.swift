@@ -44,13 +44,20 @@ public final class PreparedStream: RenderCommand, @unchecked Sendable {
 
   public func commit(_ state: RenderState) { _ = join(state) }
 
-  /// Joins the mix (render thread), or fails if a stream `id` plays already.
-  public func callAsFunction(_ state: RenderState) -> Result<Void, EngineError> { join(state) }
+  /// Why a stream did not join, as plain values.
+  public enum Refusal: Error {
+    case alreadyPlaying
+    /// The engine refused its first ramp.
+    case refused(EngineError)
+  }
 
-  private func join(_ state: RenderState) -> Result<Void, EngineError> {
+  /// Joins the mix (render thread), or fails if a stream `id` plays already. Allocation-free.
+  public func callAsFunction(_ state: RenderState) -> Result<Void, Refusal> { join(state) }
+
+  private func join(_ state: RenderState) -> Result<Void, Refusal> {
     if state.contains(stream: id) {
       unstarted.decoder.cancel()
-      return .failure(EngineError(.invalidValue, field: "stream", "a stream '\(id)' is already playing"))
+      return .failure(.alreadyPlaying)
     }
     let engine = state.engine
     engine.define(stream.gain)
@@ -65,7 +72,7 @@ public final class PreparedStream: RenderCommand, @unchecked Sendable {
         engine.undefine(stream.transport)
         engine.undefine(stream.pan)
         unstarted.decoder.cancel()
-        return .failure(error)
+        return .failure(.refused(error))
       }
     }
     state.streams.append(stream)

@@ -119,20 +119,50 @@ enum Operation: Sendable {
     case .fade(let plan):
       return Preparation.checkKey(plan.key, value: plan.to, field: "to", in: state)
         ?? plan.from.flatMap { Preparation.checkKey(plan.key, value: $0, field: "from", in: state) }
+        ?? Self.engineRefusal { () throws(EngineError) in
+          let from = plan.from == nil ? try state.engine.presentation(plan.key) : nil
+          try state.engine.check(plan.animation, from: from, model: plan.to)
+        }
     case .set(let plan):
       return Preparation.checkKey(plan.key, value: plan.value, field: plan.field, in: state)
+        ?? Self.engineRefusal { () throws(EngineError) in
+          guard let action = plan.action, let handle = state.engine.handleIfDefined(plan.key) else { return }
+          try state.engine.check(action, to: handle, from: state.engine.presentation(handle))
+        }
     case .animate(let plan):
       return Preparation.checkKey(plan.key, in: state)
-    case .cancel(let key), .remove(let key, _, _):
+        ?? Self.engineRefusal(underAnimation: true) { () throws(EngineError) in
+          try state.engine.check(plan.animation)
+        }
+    case .cancel(let key), .remove(let key, nil, _):
       return Preparation.checkKey(key, in: state)
+    case .remove(let key, let name?, _):
+      return Preparation.checkKey(key, in: state)
+        ?? Self.engineRefusal { () throws(EngineError) in
+          guard let handle = state.engine.handleIfDefined(key) else { return }
+          try state.engine.checkRemoval(forKey: name, on: handle)
+        }
     case .queue(let step):
       return state.playsQueue(step.stream) ? nil : .noQueue(step.stream)
     }
   }
 
-  /// Render thread: commits it. Allocation-free, but for an engine refusal (which a check passed
-  /// leaves unlikely).
-  func apply(_ state: RenderState, _ outcome: inout Outcome, player: Player) throws(ProtocolError) {
+  /// Render thread: what the engine would refuse when `body`'s command is committed.
+  private static func engineRefusal(underAnimation: Bool = false, _ body: () throws(EngineError) -> Void)
+    -> CommandRefusal?
+  {
+    do throws(EngineError) {
+      try body()
+      return nil
+    } catch {
+      return .engine(error, underAnimation: underAnimation)
+    }
+  }
+
+  /// Render thread: commits it, or says why the engine refused it. A check passed leaves that
+  /// only for what an earlier command of the same batch changed (the animations on a key path,
+  /// the value a fade resolves its start to). Allocation-free either way.
+  func apply(_ state: RenderState, _ outcome: inout Outcome, player: Player) throws(CommandRefusal) {
     let engine = state.engine
     switch self {
     case .answer:
@@ -140,7 +170,11 @@ enum Operation: Sendable {
     case .query(let query):
       query.apply(state)
     case .play(let stream, _):
-      if case .failure(let error) = stream(state) { throw ProtocolError(error) }
+      switch stream(state) {
+      case .success: break
+      case .failure(.alreadyPlaying): throw .streamExists(stream.id)
+      case .failure(.refused(let error)): throw .engine(error)
+      }
       if let fadeIn = stream.fadeIn {
         outcome.animation = fadeIn.id
         outcome.sample = fadeIn.sample
@@ -154,32 +188,31 @@ enum Operation: Sendable {
         // The model becomes the target, so the value stays there when the fade is over; the
         // fade starts from the value audible now, so nothing jumps.
         let from = plan.from == nil ? try engine.presentation(plan.key) : nil
-        try engine.set(plan.key, to: plan.to, action: nil)
-        outcome.animation = try engine.commit(plan.animation, from: from)
+        outcome.animation = try engine.commit(plan.animation, from: from, model: plan.to)
         outcome.sample = engine.now
       } catch {
-        throw ProtocolError(error)
+        throw .engine(error)
       }
     case .set(let plan):
       do throws(EngineError) {
         outcome.animation = try engine.set(plan.key, to: plan.value, action: plan.action)
         outcome.sample = engine.now
       } catch {
-        throw ProtocolError(error)
+        throw .engine(error)
       }
     case .animate(let plan):
       do throws(EngineError) {
         outcome.animation = try engine.commit(plan.animation)
         outcome.sample = plan.animation.beginOnOwnProperty ?? engine.now
       } catch {
-        throw ProtocolError(error, field: error.field.map { "animation.\($0)" })
+        throw .engine(error, underAnimation: true)
       }
     case .cancel(let key):
       do throws(EngineError) {
         try engine.cancel(key)
         outcome.value = try engine.model(key)
       } catch {
-        throw ProtocolError(error)
+        throw .engine(error)
       }
     case .remove(let key, let name, let declick):
       do throws(EngineError) {
@@ -190,7 +223,7 @@ enum Operation: Sendable {
         }
         outcome.value = try engine.model(key)
       } catch {
-        throw ProtocolError(error, field: error.code == .unknownAnimation ? "name" : nil)
+        throw .engine(error)
       }
     case .queue(let step):
       step.apply(state, &outcome)
@@ -310,8 +343,10 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     modelValues = ContiguousArray(repeating: .nan, count: persistedKeys.count)
   }
 
-  /// Render thread: checks every operation, then applies them all, or none; the ticket then goes
-  /// back with the events, and what refused one, as plain values. Allocation-free.
+  /// Render thread: checks every operation, then applies them all, or none (but for what one
+  /// operation changes for a later one, which the checks before cannot see: those before the
+  /// refused one stay applied); the ticket then goes back with the events, and what refused one,
+  /// as plain values. Allocation-free.
   func commit(_ state: RenderState) {
     defer { state.complete(self) }
     var index = 0
@@ -334,10 +369,10 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
       }
     }
     while applied < operations.count {
-      do throws(ProtocolError) {
+      do throws(CommandRefusal) {
         try operations[applied].apply(state, &outcomes[applied], player: player)
       } catch {
-        refusal = .error(error)
+        refusal = error
         refused = applied
         return
       }

@@ -314,7 +314,7 @@ final class KeyPathNames: @unchecked Sendable {
 
 /// Why the render thread refused a command, as plain values: numbers, and the names the command
 /// already holds (copied, not built). The error is built from it on the control side (`error`).
-enum CommandRefusal {
+enum CommandRefusal: Error {
   case streamExists(String)
   /// No property has this key path (`KeyPathNames` holds those that do).
   case unknownKey(String)
@@ -328,8 +328,8 @@ enum CommandRefusal {
   case noQueue(String)
   case unknownDuck(String)
   case duckLimit
-  /// Built where it was met (an engine refusal).
-  case error(ProtocolError)
+  /// The engine's (its field under `animation` when it is about an animation's own field).
+  case engine(EngineError, underAnimation: Bool = false)
 
   /// Control side: the refusal as the reply reports it; `defined`, the key paths defined when it
   /// was refused (for an unknown one's suggestion).
@@ -360,8 +360,8 @@ enum CommandRefusal {
       return ProtocolError(.unknownDuck, field: "name", "no duck rule '\(name)'")
     case .duckLimit:
       return ProtocolError(.limitExceeded, field: "name", "\(DuckLayer.capacity) duck rules exist, the most allowed")
-    case .error(let error):
-      return error
+    case .engine(let error, let underAnimation):
+      return underAnimation ? ProtocolError(refusingAnimation: error) : ProtocolError(error)
     }
   }
 }

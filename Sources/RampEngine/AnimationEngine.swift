@@ -173,6 +173,18 @@ public final class AnimationEngine {
   public func presentation(_ handle: PropertyHandle) -> Double { value(of: handle.property, at: now) }
   public func animationCount(on handle: PropertyHandle) -> Int { handle.property.instances.count }
 
+  /// Refuses, as `removeAnimation(forKey:from:declick:)` would, a key under which no animation
+  /// runs on `handle`'s property. Allocation-free.
+  public func checkRemoval(forKey key: String, on handle: PropertyHandle) throws(EngineError) {
+    let property = handle.property
+    var index = 0
+    while index < property.instances.count {
+      if property.instances[index].key == key { return }
+      index += 1
+    }
+    throw EngineError(.unknownAnimation, field: "name", reason: .noAnimation(key: key, keyPath: property.keyPath))
+  }
+
   public func contains(_ keyPath: String) -> Bool { properties[keyPath] != nil }
 
   /// The handle of `keyPath` if it is defined: a plain lookup, no validation and no error to
@@ -190,7 +202,7 @@ public final class AnimationEngine {
     if let property = properties[keyPath] { return property }
     try KeyPath.validate(keyPath)
     guard let property = properties[keyPath] else {
-      throw EngineError(.unknownKeyPath, field: "key", "no property '\(keyPath)'")
+      throw EngineError(.unknownKeyPath, field: "key", reason: .noProperty(keyPath: keyPath))
     }
     return property
   }
@@ -256,7 +268,7 @@ public final class AnimationEngine {
     try Check.finite(value, "value")
     guard property.range.contains(value) else {
       throw EngineError(
-        .outOfRange, field: "value", "\(value) is outside \(property.keyPath)'s range \(property.range)")
+        .outOfRange, field: "value", reason: .outsideRange(value, keyPath: property.keyPath, range: property.range))
     }
   }
 
@@ -283,74 +295,18 @@ public final class AnimationEngine {
   /// animation's own, without a lookup), resolves its from/to/by against the presentation value
   /// now (`from`: the start of a single basic animation without one, given instead), checks the
   /// limits and adds its instances, replacing those under the same key (which end with
-  /// `finished` false). Returns its id. Allocation-free when it succeeds; a refused commit leaves
-  /// the engine as it was.
+  /// `finished` false). With `model`, the animation's own property takes that model value and
+  /// loses its implicit animation too, as `set` without one would (a fade leaves its target
+  /// behind); the ends are resolved against the model before. Returns its id. Allocation-free,
+  /// whether it succeeds or not; a refused commit leaves the engine as it was.
   @discardableResult
-  public func commit(_ prepared: PreparedAnimation, to handle: PropertyHandle? = nil, from: Double? = nil)
-    throws(EngineError) -> UInt64
-  {
-    guard !prepared.isCommitted else {
-      throw EngineError(.invalidAnimation, "an animation prepared once is added once")
-    }
-    let target: Property
-    if let handle {
-      target = handle.property
-    } else {
-      target = try property(prepared.keyPath)
-    }
-    let beginSample: Int64
-    switch prepared.begin {
-    case .now:
-      beginSample = now
-    case .absolute(let begin):
-      beginSample = try place(begin)
-    case .afterCommit(let offset):
-      beginSample = try place(Double(now) / sampleRate + offset)
-    }
+  public func commit(
+    _ prepared: PreparedAnimation, to handle: PropertyHandle? = nil, from: Double? = nil, model: Double? = nil
+  ) throws(EngineError) -> UInt64 {
+    let (target, beginSample) = try ready(prepared, to: handle, from: from, model: model)
     let parts = prepared.parts
     var index = 0
-    while index < parts.count {
-      let part = parts[index]
-      if let path = part.keyPath {
-        do { prepared.targets[index] = try property(path) } catch {
-          throw EngineError(error.code, field: part.field, error.message)
-        }
-      } else {
-        prepared.targets[index] = target
-      }
-      index += 1
-    }
-    // Resolved before anything changes, against what is audible now.
-    index = 0
-    while index < parts.count {
-      try resolve(parts[index], on: prepared.targets[index]!, from: parts.count == 1 ? from : nil)
-      parts[index].instance.place(at: beginSample, sampleRate: sampleRate)
-      index += 1
-    }
     let key = prepared.namedByID ? Self.declickName(nextID) : prepared.key
-
-    // Check limits before changing anything, so a refused add leaves the engine as it was.
-    index = 0
-    while index < parts.count {
-      let property = prepared.targets[index]!
-      var count = 0
-      var other = 0
-      while other <= index {
-        if prepared.targets[other]! === property { count += 1 }
-        other += 1
-      }
-      other = 0
-      while other < property.instances.count {
-        if property.instances[other].key != key { count += 1 }
-        other += 1
-      }
-      if count > maxAnimationsPerKeyPath {
-        throw EngineError(
-          .limitExceeded, field: "key",
-          "\(property.keyPath) already has \(maxAnimationsPerKeyPath) animations, the most allowed")
-      }
-      index += 1
-    }
     let id = nextID
     nextID += 1
     let token = prepared.token
@@ -380,6 +336,10 @@ public final class AnimationEngine {
       if !seen { removeInstances(of: property, key: key) }
       index += 1
     }
+    if let model {
+      removeInstances(of: target, key: Self.implicitActionKey)
+      target.model = model
+    }
     index = 0
     while index < parts.count {
       prepared.targets[index]!.instances.append(parts[index].instance)
@@ -402,6 +362,90 @@ public final class AnimationEngine {
       if samples >= 2 { instance.slopeCorrection = (oldSlope - newSlope) * samples }
     }
     return id
+  }
+
+  /// Refuses, as `commit` would now, what `commit` would refuse, and changes nothing in the
+  /// engine: a check before a command that also commits others, so that all of them apply or
+  /// none. Allocation-free.
+  public func check(
+    _ prepared: PreparedAnimation, to handle: PropertyHandle? = nil, from: Double? = nil, model: Double? = nil
+  ) throws(EngineError) {
+    _ = try ready(prepared, to: handle, from: from, model: model)
+  }
+
+  /// What `commit` does before it changes anything: finds the properties, places the begin,
+  /// resolves the ends (into `prepared`, not yet the engine's) and checks the limits.
+  private func ready(_ prepared: PreparedAnimation, to handle: PropertyHandle?, from: Double?, model: Double?)
+    throws(EngineError) -> (target: Property, beginSample: Int64)
+  {
+    guard !prepared.isCommitted else {
+      throw EngineError(.invalidAnimation, reason: .committedTwice)
+    }
+    let target: Property
+    if let handle {
+      target = handle.property
+    } else {
+      target = try property(prepared.keyPath)
+    }
+    if let model { try checkModel(model, of: target) }
+    let beginSample: Int64
+    switch prepared.begin {
+    case .now:
+      beginSample = now
+    case .absolute(let begin):
+      beginSample = try place(begin)
+    case .afterCommit(let offset):
+      beginSample = try place(Double(now) / sampleRate + offset)
+    }
+    let parts = prepared.parts
+    var index = 0
+    while index < parts.count {
+      let part = parts[index]
+      if let path = part.keyPath {
+        do { prepared.targets[index] = try property(path) } catch {
+          throw error.about(part.field)
+        }
+      } else {
+        prepared.targets[index] = target
+      }
+      index += 1
+    }
+    // Resolved before anything changes, against what is audible now.
+    index = 0
+    while index < parts.count {
+      try resolve(parts[index], on: prepared.targets[index]!, from: parts.count == 1 ? from : nil)
+      parts[index].instance.place(at: beginSample, sampleRate: sampleRate)
+      index += 1
+    }
+    // Named by id: under a name no other animation has, so it replaces none.
+    let key = prepared.namedByID ? nil : prepared.key
+
+    // Check limits before changing anything, so a refused add leaves the engine as it was.
+    index = 0
+    while index < parts.count {
+      let property = prepared.targets[index]!
+      var count = 0
+      var other = 0
+      while other <= index {
+        if prepared.targets[other]! === property { count += 1 }
+        other += 1
+      }
+      // What this commit replaces or removes does not count.
+      let dropsImplicit = model != nil && property === target
+      other = 0
+      while other < property.instances.count {
+        let existing = property.instances[other].key
+        if existing != key && !(dropsImplicit && existing == Self.implicitActionKey) { count += 1 }
+        other += 1
+      }
+      if count > maxAnimationsPerKeyPath {
+        throw EngineError(
+          .limitExceeded, field: "key",
+          reason: .tooManyAnimations(keyPath: property.keyPath, limit: maxAnimationsPerKeyPath))
+      }
+      index += 1
+    }
+    return (target, beginSample)
   }
 
   /// The sample an animation beginning at `begin` (seconds on the engine's clock) begins at:
@@ -442,8 +486,7 @@ public final class AnimationEngine {
   private static func checkSpace(_ space: ValueSpace, _ from: Double, _ to: Double) throws(EngineError) {
     if space.needsNonNegativeValues {
       guard from >= 0, to >= 0 else {
-        throw EngineError(
-          .invalidAnimation, field: "space", "\(space) needs non-negative values, got \(from) and \(to)")
+        throw EngineError(.invalidAnimation, field: "space", reason: .negativeInSpace(space, from: from, to: to))
       }
     }
   }
@@ -495,11 +538,7 @@ public final class AnimationEngine {
   private func removeAnimation(
     forKey key: String, from keyPath: String, declick: PreparedAnimation?, property: Property
   ) throws(EngineError) {
-    var index = 0
-    while index < property.instances.count && property.instances[index].key != key { index += 1 }
-    guard index < property.instances.count else {
-      throw EngineError(.unknownAnimation, field: "name", "no animation '\(key)' on \(keyPath)")
-    }
+    try checkRemoval(forKey: key, on: PropertyHandle(property: property))
     let before = value(of: property, at: now)
     removeInstances(of: property, key: key)
     smoothJump(on: property, from: before, ramp: declick)

@@ -24,17 +24,64 @@ public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
   public let code: Code
   /// The field the message is about, as it is spelled in the protocol (`duration`, `keyTimes[2]`).
   public let field: String?
-  public let message: String
+  /// Why, as plain values: a refusal met on the render thread is made without allocating, and
+  /// put in words (`message`) where it is reported.
+  public let reason: Reason
+
+  /// Why the engine refused, as plain values. The names it holds are ones the engine already
+  /// has (a property's key path, an animation's key), copied, not built.
+  public enum Reason: Sendable {
+    /// Put in words where it was met (input checked off the render thread).
+    case text(String)
+    case notFinite(Double)
+    case outsideRange(Double, keyPath: String, range: ClosedRange<Double>)
+    case noProperty(keyPath: String)
+    case tooManyAnimations(keyPath: String, limit: Int)
+    case negativeInSpace(ValueSpace, from: Double, to: Double)
+    case noAnimation(key: String, keyPath: String)
+    /// A time (as the caller gave it) beyond `MediaTiming.horizon`.
+    case beyondHorizon(Double)
+    case committedTwice
+  }
 
   public init(_ code: Code, field: String? = nil, _ message: String) {
+    self.init(code, field: field, reason: .text(message))
+  }
+
+  public init(_ code: Code, field: String? = nil, reason: Reason) {
     self.code = code
     self.field = field
-    self.message = message
+    self.reason = reason
+  }
+
+  /// The same refusal, about `field` instead.
+  public func about(_ field: String?) -> EngineError { EngineError(code, field: field, reason: reason) }
+
+  public var message: String {
+    switch reason {
+    case .text(let text): return text
+    case .notFinite(let value): return "must be a finite number, got \(value)"
+    case .outsideRange(let value, let keyPath, let range): return "\(value) is outside \(keyPath)'s range \(range)"
+    case .noProperty(let keyPath): return "no property '\(keyPath)'"
+    case .tooManyAnimations(let keyPath, let limit):
+      return "\(keyPath) already has \(limit) animations, the most allowed"
+    case .negativeInSpace(let space, let from, let to):
+      return "\(space) needs non-negative values, got \(from) and \(to)"
+    case .noAnimation(let key, let keyPath): return "no animation '\(key)' on \(keyPath)"
+    case .beyondHorizon(let seconds):
+      return "\(seconds) s is beyond the horizon of \(Int(MediaTiming.horizon)) s (about 31 years)"
+    case .committedTwice: return "an animation prepared once is added once"
+    }
   }
 
   public var description: String {
     if let field { return "\(field): \(message)" }
     return message
+  }
+
+  /// Equal when reported alike: the same code, field and words.
+  public static func == (lhs: EngineError, rhs: EngineError) -> Bool {
+    lhs.code == rhs.code && lhs.field == rhs.field && lhs.message == rhs.message
   }
 }
 
@@ -42,7 +89,7 @@ public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
 enum Check {
   static func finite(_ value: Double, _ field: String) throws(EngineError) {
     guard value.isFinite else {
-      throw EngineError(.invalidValue, field: field, "must be a finite number, got \(value)")
+      throw EngineError(.invalidValue, field: field, reason: .notFinite(value))
     }
   }
 
@@ -66,7 +113,8 @@ enum Check {
     try positive(value, field)
     guard value >= Double.leastNormalMagnitude else {
       throw EngineError(
-        .invalidValue, field: field, "must be at least \(Double.leastNormalMagnitude) (a subnormal is zero here), got \(value)")
+        .invalidValue, field: field,
+        "must be at least \(Double.leastNormalMagnitude) (a subnormal is zero here), got \(value)")
     }
   }
 
@@ -78,9 +126,7 @@ enum Check {
     throws(EngineError)
   {
     guard abs(seconds) <= MediaTiming.horizon + slack else {
-      throw EngineError(
-        .outOfRange, field: field,
-        "\(shown ?? seconds) s is beyond the horizon of \(Int(MediaTiming.horizon)) s (about 31 years)")
+      throw EngineError(.outOfRange, field: field, reason: .beyondHorizon(shown ?? seconds))
     }
   }
 

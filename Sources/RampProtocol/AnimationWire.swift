@@ -240,13 +240,15 @@ enum AnimationWire {
     do {
       try animation.validate()
     } catch {
-      // The engine says "space" where an animation object says "valueSpace".
-      let inner =
-        error.field.map { inner in
-          field + "." + (inner == "space" || inner.hasSuffix(".space") ? inner.dropLast(5) + "valueSpace" : inner)
-        } ?? field
-      throw .at(inner, ErrorCode(error.code), error.message)
+      throw .at(requestField(error.field, in: field), ErrorCode(error.code), error.message)
     }
+  }
+
+  /// The request field an engine refusal of the animation at `field` is about. The engine says
+  /// "space" where an animation object says "valueSpace".
+  static func requestField(_ inner: String?, in field: String) -> String {
+    guard let inner else { return field }
+    return field + "." + (inner == "space" || inner.hasSuffix(".space") ? inner.dropLast(5) + "valueSpace" : inner)
   }
 
   // MARK: Encoding

@@ -111,6 +111,13 @@ extension ProtocolError {
     self.init(ErrorCode(error.code), field: field ?? error.field, error.message)
   }
 
+  /// An engine refusal of an `animate` request's animation met when it is applied: its field
+  /// under `animation` as the request spells it, but the request's own `key`.
+  public init(refusingAnimation error: EngineError) {
+    let field = error.field == "key" ? "key" : AnimationWire.requestField(error.field, in: "animation")
+    self.init(error, field: field)
+  }
+
   /// The same error, its field placed under `prefix` (`commands[2].to`).
   public func prefixed(_ prefix: String) -> ProtocolError {
     var error = self

@@ -91,6 +91,9 @@ import Testing
     }
 
     func work(_ body: () throws -> Void) rethrows {
+      // The test library's hooks on thrown errors allocate; rampd has none.
+      if counting { rampd_set_aside_throw_hooks() }
+      defer { if counting { rampd_restore_throw_hooks() } }
       let allocations = rampd_allocations_on_this_thread()
       let frees = rampd_frees_on_this_thread()
       try body()
@@ -370,6 +373,96 @@ import Testing
       }
     }
     #expect(controller.playingStreams == ["bed", "other"], "\(controller.playingStreams)")
+    count.expectNone()
+  }
+
+  /// Commands the engine refuses, a thousand times each: a 65th animation on one key path (alone,
+  /// and after a change in a batch, which then does not apply), a dB-space fade whose start,
+  /// resolved from the value heard, is negative, the removal of an animation that is not there, a
+  /// group whose child names a key path nothing defines: all refused before anything applies. And
+  /// a batch whose first animation fills a key path so that its second is refused as it applies
+  /// (the first stays). The render thread records the engine's reason as plain values; the error
+  /// is put in words off it. 0 allocations and 0 frees.
+  @Test func engineRefusalsAllocateAndFreeNothingOnTheRenderThread() throws {
+    let scratch = try Scratch("refusal")
+    defer { withExtendedLifetime(scratch) {} }
+    let path = try scratch.tone("tone", seconds: 2)
+
+    let session = try Session(DaemonConfiguration(), label: "refusal-test")
+    let player = session.player
+    let client = session.client
+    func send(_ line: String) { session.send(line) }
+    let limit = player.renderCapacity.animationsPerKeyPath
+    /// An additive animation that changes nothing, for a long time.
+    func hold(_ key: String, _ name: String) -> String {
+      #"{"cmd":"animate","key":"\#(key)","name":"\#(name)","animation":{"type":"basic","by":0,"additive":true,"duration":1000}}"#
+    }
+
+    send(#"{"cmd":"play","path":"\#(path)","stream":"bed","loop":true}"#)
+    send(#"{"cmd":"set","key":"streams.bed.pan","value":-0.5,"duration":0}"#)
+    for index in 0..<limit { send(hold("master.gain", "hold\(index)")) }
+    for index in 0..<(limit - 1) { send(hold("streams.bed.pan", "hold\(index)")) }
+    player.renderer.applyPendingCommands()
+    session.controller.deliverEvents()
+    let setUp = client.replies.withLock { $0 }
+    #expect(setUp.count == session.sequence && setUp.allSatisfy { $0["ok"] == .bool(true) }, "\(setUp.suffix(2))")
+    client.replies.withLock { $0.removeAll() }
+
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    let count = RenderThreadCount()
+    let warmUp = 5
+    let rounds = 1000
+    let extra = #"{"cmd":"animate","key":"master.gain","name":"extra","animation":{"type":"basic","to":0.5,"duration":1}}"#
+    for round in 0..<(warmUp + rounds) {
+      count.counting = round >= warmUp
+      send(extra)
+      let gain = round % 2 == 0 ? 0.5 : 0.25
+      send(#"{"cmd":"batch","commands":[{"cmd":"set","key":"streams.bed.gain","value":\#(gain),"duration":0},\#(extra)]}"#)
+      send(#"{"cmd":"fade","key":"streams.bed.pan","to":0.5,"duration":1,"space":"db"}"#)
+      send(#"{"cmd":"remove","key":"streams.bed.gain","name":"nope"}"#)
+      send(
+        #"{"cmd":"animate","key":"streams.bed.gain","name":"group","animation":{"type":"group","duration":1,"animations":[{"type":"basic","to":0.5},{"type":"basic","keyPath":"streams.nobody.gain","to":0.5}]}}"#
+      )
+      send(#"{"cmd":"batch","commands":[\#(hold("streams.bed.pan", "last")),\#(hold("streams.bed.pan", "over"))]}"#)
+      send(#"{"cmd":"remove","key":"streams.bed.pan","name":"last"}"#)
+      try session.renderRound(blocks: 2, buffers, count)
+    }
+
+    let replies = client.replies.withLock { $0 }
+    let perRound = 7
+    #expect(replies.count == (warmUp + rounds) * perRound, "\(replies.count) replies")
+    func error(_ reply: JSONValue) -> (String?, String?, String?) {
+      let error = reply["error"]
+      return (error?["code"]?.stringValue, error?["field"]?.stringValue, error?["message"]?.stringValue)
+    }
+    let full = "master.gain already has \(limit) animations, the most allowed"
+    let expected: [(String?, String?, String?)] = [
+      ("limit-exceeded", "key", full),
+      ("limit-exceeded", "commands[1].key", full),
+      ("invalid-field", "space", "db needs non-negative values, got -0.5 and 0.5"),
+      ("unknown-animation", "name", "no animation 'nope' on streams.bed.gain"),
+      ("unknown-key-path", "animation.animations[1].keyPath", "no property 'streams.nobody.gain'"),
+      (
+        "limit-exceeded", "commands[1].key", "streams.bed.pan already has \(limit) animations, the most allowed"
+      ),
+      (nil, nil, nil),
+    ]
+    for round in 0..<(warmUp + rounds) {
+      let these = replies[(round * perRound)..<((round + 1) * perRound)].map(error)
+      guard these.elementsEqual(expected, by: ==) else {
+        Issue.record("round \(round) answered \(these)")
+        break
+      }
+    }
+    let engine = player.state.engine
+    // Refused before it applied: the batch's change did not apply, the fade did not set its target.
+    #expect(try engine.model("streams.bed.gain") == 1)
+    #expect(try engine.model("streams.bed.pan") == -0.5 && engine.presentation("streams.bed.pan") == -0.5)
+    #expect(try engine.animations(on: "master.gain").count == limit)
+    // Each round's `last` applied, then was removed.
+    #expect(try engine.animations(on: "streams.bed.pan").map(\.key) == (0..<(limit - 1)).map { "hold\($0)" })
     count.expectNone()
   }
 

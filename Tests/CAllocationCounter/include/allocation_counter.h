@@ -6,4 +6,7 @@
 long rampd_allocations_on_this_thread(void);
 /// Blocks freed (free with a non-null pointer) so far by the calling thread.
 long rampd_frees_on_this_thread(void);
+/// Sets swift-testing's hooks on thrown errors aside (they allocate), and puts them back.
+void rampd_set_aside_throw_hooks(void);
+void rampd_restore_throw_hooks(void);
 #endif
