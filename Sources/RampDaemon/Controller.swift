@@ -468,6 +468,22 @@ public final class Controller: @unchecked Sendable {
       else { return nil }
       return (key, value)
     }
+    // A change of the duck rules is saved before it is queued, as a schedule is: the reply that
+    // follows is for rules that survive a kill. Put back if the render thread refuses it.
+    let duckUndo: Persistence.DuckUndo?
+    if let persistence, commands.contains(where: \.changesDuckRules) {
+      guard let undo = persistence.record(ducks: commands) else {
+        if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+        if let record { settle(record) }
+        respond(
+          .failure(
+            ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed")))
+        return
+      }
+      duckUndo = undo
+    } else {
+      duckUndo = nil
+    }
     let logger = logger
     // Model values are read after the command only when it may have changed them (an early answer
     // recorded its change already: the ticket only settles it).
@@ -477,9 +493,7 @@ public final class Controller: @unchecked Sendable {
     ) { [self] ticket in
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
-      if case .success = ticket.result, commands.contains(where: \.changesDuckRules) {
-        persistence?.record(ducks: commands)
-      }
+      if case .failure = ticket.result, let duckUndo { persistence?.undo(duckUndo) }
       if let record {
         if case .success = ticket.result {
           applied(record, from: ticket.rampFrom)

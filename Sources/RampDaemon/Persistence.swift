@@ -134,32 +134,74 @@ public final class Persistence: Sendable {
 
   // MARK: Duck rules
 
-  /// Records the duck rules that applied `commands` (a `duck-add` or `duck-remove`, alone or in a
-  /// batch) added and removed, and writes them to disk before returning (so a reply that follows
-  /// is for a rule that survives a kill). False when they could not be saved: the rules are in
-  /// force until rampd stops, and the saver retries on the next change (it logged why).
-  @discardableResult
-  func record(ducks commands: [Command]) -> Bool {
-    let changed = state.withLock { recorded in
-      var ducks = recorded.state.ducks
+  /// What a change of the saved duck rules replaced: the rule each name it touched had (nil:
+  /// none), to put back when the render thread refuses the change.
+  struct DuckUndo: Sendable {
+    fileprivate let previous: [(name: String, rule: DuckRule?)]
+  }
+
+  /// Records the duck rules `commands` (a `duck-add` or `duck-remove`, alone or in a batch) add
+  /// and remove, and writes them to disk before returning, so a reply that follows is for a rule
+  /// that survives a kill. Nil when they could not be saved: nothing is then recorded (the saver
+  /// logged why), and the commands are refused.
+  func record(ducks commands: [Command]) -> DuckUndo? {
+    let undo = state.withLock { recorded -> DuckUndo? in
+      let before = recorded.state.ducks
+      var ducks = before
+      var previous: [(name: String, rule: DuckRule?)] = []
       for command in commands {
+        let name: String
         switch command {
-        case .duckAdd(let rule):
-          if let index = ducks.firstIndex(where: { $0.name == rule.name }) {
-            ducks[index] = rule
-          } else {
-            ducks.append(rule)
-          }
-        case .duckRemove(let name): ducks.removeAll { $0.name == name }
+        case .duckAdd(let rule): name = rule.name
+        case .duckRemove(let removed): name = removed
         default: continue
         }
+        let index = ducks.firstIndex { $0.name == name }
+        if !previous.contains(where: { $0.name == name }) { previous.append((name, index.map { ducks[$0] })) }
+        switch (command, index) {
+        case (.duckAdd(let rule), let index?): ducks[index] = rule
+        case (.duckAdd(let rule), nil): ducks.append(rule)
+        case (_, let index?): ducks.remove(at: index)
+        case (_, nil): continue
+        }
       }
-      guard ducks != recorded.state.ducks else { return false }
+      guard ducks != before else { return nil }
       recorded.state.ducks = ducks
       saver.update(recorded.state)
-      return true
+      return DuckUndo(previous: previous)
     }
-    return !changed || saver.flush()
+    guard let undo else { return DuckUndo(previous: []) }
+    guard saver.flush() else {
+      state.withLock { recorded in
+        Self.putBack(undo, in: &recorded.state)
+        saver.update(recorded.state)
+      }
+      return nil
+    }
+    return undo
+  }
+
+  /// Puts back the saved duck rules a refused change replaced, and writes them to disk.
+  func undo(_ undo: DuckUndo) {
+    guard !undo.previous.isEmpty else { return }
+    state.withLock { recorded in
+      Self.putBack(undo, in: &recorded.state)
+      saver.update(recorded.state)
+    }
+    saver.flush()
+  }
+
+  /// The rules `undo` names, as they were (a change of other names since stays).
+  private static func putBack(_ undo: DuckUndo, in state: inout PersistentState) {
+    for (name, rule) in undo.previous {
+      let index = state.ducks.firstIndex { $0.name == name }
+      switch (rule, index) {
+      case (let rule?, let index?): state.ducks[index] = rule
+      case (let rule?, nil): state.ducks.append(rule)
+      case (nil, let index?): state.ducks.remove(at: index)
+      case (nil, nil): continue
+      }
+    }
   }
 
   /// The saved duck rules to add after the configuration's: those named like a configured rule

@@ -74,7 +74,7 @@ public final class PreparedAnimation: @unchecked Sendable {
     let token = CompletionToken(id: 0, key: key, keyPath: keyPath, handler: completion)
     self.token = token
     var compiler = Compiler(sampleRate: sampleRate, defaultDuration: defaultDuration, token: token)
-    try compiler.compile(animation, keyPath: nil, field: "key", outer: [])
+    try compiler.compile(animation, keyPath: nil, field: "key", at: "", outer: [])
     parts = compiler.parts
     targets = ContiguousArray(repeating: nil, count: compiler.parts.count)
   }
@@ -148,8 +148,10 @@ public final class PreparedAnimation: @unchecked Sendable {
       }
     }
 
+    /// `field`: the request field naming the key path its parts animate; `path`: where the
+    /// animation is in the outermost one (`animations[1].`), for its children's fields.
     mutating func compile(
-      _ animation: Animation, keyPath: String?, field: String, outer: [TimingLevel],
+      _ animation: Animation, keyPath: String?, field: String, at path: String, outer: [TimingLevel],
       outermostRemovedOnCompletion: Bool? = nil
     ) throws(EngineError) {
       let duration = resolvedDuration(animation)
@@ -161,10 +163,10 @@ public final class PreparedAnimation: @unchecked Sendable {
         let level = TimingLevel(
           animation.timing, duration: duration, begin: begin, groupCurve: animation.timingFunction)
         for (index, child) in children.enumerated() {
-          let path = child.keyPath ?? keyPath
+          let childPath = "\(path)animations[\(index)]."
           try compile(
-            child, keyPath: path, field: child.keyPath == nil ? field : "animations[\(index)].keyPath",
-            outer: outer + [level], outermostRemovedOnCompletion: removedOnCompletion)
+            child, keyPath: child.keyPath ?? keyPath, field: child.keyPath == nil ? field : childPath + "keyPath",
+            at: childPath, outer: outer + [level], outermostRemovedOnCompletion: removedOnCompletion)
         }
         return
       }

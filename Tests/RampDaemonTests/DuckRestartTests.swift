@@ -103,4 +103,46 @@ extension DuckTests {
     #expect(aside.count == 1)
     withExtendedLifetime(first) {}
   }
+  /// A rule change is saved before it is queued: one that cannot be saved (the state file's place
+  /// taken by a directory with something in it) is refused and changes nothing, the rules in force
+  /// included; the daemon keeps running and saves again once it can. A change the render thread
+  /// refuses (a batch whose other command names no rule) leaves the saved rules as they were.
+  @Test func aRuleChangeIsSavedBeforeItIsQueuedAndARefusedOneIsNotKept() throws {
+    let first = try DaemonProcess()
+    let client = try first.client()
+    #expect(try client.request(["cmd": "duck-add", "name": "kept", "targets": ["master.gain"]]).isOK)
+
+    let statePath = "\(first.directory)/state.json"
+    try? FileManager.default.removeItem(atPath: statePath)
+    try FileManager.default.createDirectory(atPath: statePath + "/in-the-way", withIntermediateDirectories: true)
+    for request: JSONObject in [
+      ["cmd": "duck-add", "name": "new", "targets": ["master.gain"]], ["cmd": "duck-remove", "name": "kept"],
+    ] {
+      let refused = try client.request(request)
+      #expect(
+        refused.errorCode == "internal-error"
+          && refused["error"]?["message"] == "the duck rules could not be saved (see rampd's log); nothing was changed",
+        "\(refused.serialized())")
+    }
+    let list = try client.request(["cmd": "duck-list"])
+    #expect(list.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["kept"], "\(list.serialized())")
+
+    try FileManager.default.removeItem(atPath: statePath)
+    #expect(try client.request(["cmd": "duck-add", "name": "new", "targets": ["master.gain"]]).isOK)
+    let batch = try client.request([
+      "cmd": "batch",
+      "commands": [
+        ["cmd": "duck-add", "name": "refused", "targets": ["master.gain"]], ["cmd": "duck", "name": "nope"],
+      ],
+    ])
+    #expect(batch.errorCode == "unknown-duck", "\(batch.serialized())")
+    first.kill()
+
+    let second = try DaemonProcess(reusing: first.directory)
+    let rules = try second.client().request(["cmd": "duck-list"])
+    #expect(
+      rules.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["kept", "new"], "\(rules.serialized())")
+    #expect(second.stop() == 0)
+    withExtendedLifetime(first) {}
+  }
 }

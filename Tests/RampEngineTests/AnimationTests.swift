@@ -403,6 +403,14 @@ import Testing
       #expect(error.code == .unknownKeyPath)
       #expect(error.field == "animations[0].keyPath")
     }
+    // Inside a group inside a group: the whole path to the child.
+    do {
+      try engine.add(.group([.basic(to: 1), .group([.basic(to: 0.5), child])]), forKey: "g", to: "p")
+      Issue.record("accepted")
+    } catch {
+      #expect(error.field == "animations[1].animations[1].keyPath")
+      #expect(error.message == "no property 'streams.nope.gain'")
+    }
     var badChild = Animation.basic(to: 1)
     badChild.timing.duration = -1
     do {
