@@ -52,8 +52,12 @@ public final class Player: Sendable {
   /// Between `start` and `shutdown`: the render and recovery threads run.
   private let started = Atomic<Bool>(false)
   public static let maximumScheduled = 4096
-  /// Streams the render thread has room for without growing its tables.
-  public static let streamCapacity = 64
+  /// Streams the render thread has room for without growing its tables: the most
+  /// `limits.streams` allows.
+  public static let streamCapacity = 256
+  /// Properties the engine has room for without growing its tables: master.gain, three per
+  /// stream, and the mixer bindings' key paths.
+  public static let propertyCapacity = 1 + 3 * streamCapacity + 64
   /// Commands taken from the queue per block (per wake-up while waiting for the clock): a flood
   /// of them delays a block by no more than this many; the rest are taken at the next.
   static let commandsPerBlock = 256
@@ -136,7 +140,7 @@ public final class Player: Sendable {
       bufferFrames: negotiated.bufferFrames, channels: negotiated.channels)
     let engine = try AnimationEngine(
       sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64),
-      maxAnimationsPerKeyPath: animationsPerKeyPath)
+      maxAnimationsPerKeyPath: animationsPerKeyPath, propertyCapacity: Self.propertyCapacity)
     state = try RenderState(
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: link.events)
     renderer = RenderLoop(

@@ -350,7 +350,7 @@ enum ConfigSchema {
         try ConfigParse.check(bytes, in: 1024...16_777_216, unit: " bytes")
         return bytes
       }),
-    limitKey("streams", \.streams, parse: count(in: 1...256)),
+    limitKey("streams", \.streams, parse: count(in: 1...Player.streamCapacity)),
     limitKey("observers-per-client", \.observersPerClient, parse: count(in: 0...1024)),
     limitKey("max-observe-rate", \.maxObserveRate, parse: hertz(in: 1...1000), render: ConfigText.number),
     limitKey("observe-budget", \.observeBudget, parse: hertz(in: 1...100_000), render: ConfigText.number),

@@ -491,6 +491,11 @@ public final class Controller: @unchecked Sendable {
       all, player: player, fieldPrefix: fieldPrefix, rampKey: rampKey,
       persistedKeys: changesModels && early == nil ? persistedKeys : [], keepsResults: foregone == nil
     ) { [self] ticket in
+      // A read that found more than it had room for reads again, with room for what it found.
+      if ticket.growReadouts() {
+        guard !player.submit(ticket) else { return }
+        ticket.refuseAsQueueFull()
+      }
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
       if case .failure = ticket.result, let duckUndo { persistence?.undo(duckUndo) }
@@ -518,7 +523,7 @@ public final class Controller: @unchecked Sendable {
       if let early { persistence?.record(values: [:], settling: early.key) }
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if let record { settle(record) }
-      respond(.failure(ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")))
+      respond(.failure(.commandQueueFull))
     } else if let foregone {
       respond(.success(combine([foregone])))
     }

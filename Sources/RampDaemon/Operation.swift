@@ -323,6 +323,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   private let keepsResults: Bool
   /// Some operation may change what is heard; a ticket of reads only rewinds nothing.
   let changesSound: Bool
+  /// Times a ticket of reads only was queued again with more room (`growReadouts`).
+  private var regrown = 0
 
   init(
     _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
@@ -333,6 +335,10 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     self.operations = operations
     held = operations.flatMap(\.heldObjects)
     changesSound = operations.contains(where: \.changesSound)
+    // Applied with a change, a read cannot be made again: it has room for everything at once.
+    if changesSound {
+      for case .query(let query) in operations { query.reserveForAll(player: player) }
+    }
     self.player = player
     defined =
       operations.contains(where: \.namesKeyPath) ? KeyPathNames(capacity: player.renderCapacity.properties) : nil
@@ -380,6 +386,26 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     }
   }
 
+  /// Control side, once back: for a ticket of reads only that found more than it had room for,
+  /// room for what it found, and true: it is to be queued again (reading twice changes nothing).
+  func growReadouts() -> Bool {
+    guard !changesSound, regrown < 3 else { return false }
+    regrown += 1
+    var grew = false
+    for case .query(let query) in operations where query.grow(attempt: regrown, player: player) { grew = true }
+    guard grew else { return false }
+    applied = 0
+    refusal = nil
+    refused = 0
+    events = []
+    return true
+  }
+
+  /// Control side: it could not be queued again; its reply says so.
+  func refuseAsQueueFull() {
+    result = .failure(.commandQueueFull)
+  }
+
   private func prefixed(_ error: ProtocolError, _ index: Int) -> ProtocolError {
     fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error
   }
@@ -404,6 +430,11 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     for (key, value) in zip(persistedKeys, modelValues) where !value.isNaN { models[key] = value }
     return models
   }
+}
+
+extension ProtocolError {
+  /// The render thread's command queue had no room for a command.
+  static let commandQueueFull = ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")
 }
 
 /// Key paths the daemon keeps for itself: the transport ramps that start, pause and stop streams.

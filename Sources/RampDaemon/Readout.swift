@@ -38,8 +38,11 @@ struct Query: Sendable {
     case .animations(nil, .some(let ids)):
       readout = Readout(properties: limits.properties, animations: ids.count)
     case .list, .animations(nil, nil):
+      // What a small show holds; a read that finds more is cut short, and its ticket reads again
+      // with room for what it found (`Readout.grow`).
       readout = Readout(
-        properties: limits.properties, animations: limits.properties * limits.animationsPerKeyPath)
+        properties: min(Self.firstListRoom, limits.properties),
+        animations: min(4 * Self.firstListRoom, limits.properties * limits.animationsPerKeyPath))
     case .status:
       readout = Readout(streams: streams, ducks: DuckLayer.capacity)
     case .duckList:
@@ -47,6 +50,32 @@ struct Query: Sendable {
     case .duckAdd, .duckRemove, .duck:
       readout = Readout()
     }
+  }
+
+  /// Properties a `list` reserves room for at first (four animations each).
+  static let firstListRoom = 64
+
+  /// Control side, after it applied: whether it read less than it found, and took room for what
+  /// it found, or, the `attempt`-th time (from 1), for all the render thread can hold.
+  func grow(attempt: Int, player: Player) -> Bool {
+    guard readout.isCutShort else { return false }
+    let limits = player.renderCapacity
+    let all = (properties: limits.properties, animations: limits.properties * limits.animationsPerKeyPath)
+    let found = readout.found
+    // Room for what it found and half as much again: a show that keeps growing still fits soon.
+    let grown =
+      attempt >= 2
+      ? all : (min(found.properties * 3 / 2 + 1, all.properties), min(found.animations * 3 / 2 + 1, all.animations))
+    readout.reserve(properties: grown.0, animations: grown.1)
+    return true
+  }
+
+  /// Control side, before it is queued with a command that changes something (and so cannot read
+  /// again): room for all the render thread can hold.
+  func reserveForAll(player: Player) {
+    guard case .list = kind else { return }
+    let limits = player.renderCapacity
+    readout.reserve(properties: limits.properties, animations: limits.properties * limits.animationsPerKeyPath)
   }
 
   /// Whether it may change what is heard: the duck commands do; reads do not.
@@ -221,6 +250,9 @@ final class Readout: @unchecked Sendable {
   /// The rule it replaced: handed back with the ticket, to be freed off the render thread.
   var released: DuckState?
 
+  /// The properties and animations the render thread found to read, whether or not they fit.
+  private(set) var found = (properties: 0, animations: 0)
+
   init(properties: Int = 0, animations: Int = 0, streams: Int = 0, ducks: Int = 0) {
     self.properties.reserveCapacity(properties)
     self.animations.reserveCapacity(animations)
@@ -228,11 +260,25 @@ final class Readout: @unchecked Sendable {
     self.ducks.reserveCapacity(ducks)
   }
 
+  /// It found more properties or animations than it had room for.
+  var isCutShort: Bool { found.properties > properties.count || found.animations > animations.count }
+
+  /// Control side: empty, with room for `properties` properties and `animations` animations.
+  func reserve(properties: Int, animations: Int) {
+    self.properties = []
+    self.properties.reserveCapacity(properties)
+    self.animations = []
+    self.animations.reserveCapacity(animations)
+    found = (0, 0)
+  }
+
   /// Render thread: a property's values (and its animations, those of `ids` when given), within
   /// the capacity reserved.
   func read(
     _ handle: PropertyHandle, _ engine: AnimationEngine, animations withAnimations: Bool, only ids: Set<UInt64>? = nil
   ) {
+    found.properties += 1
+    if withAnimations && ids == nil { found.animations += engine.animationCount(on: handle) }
     guard properties.count < properties.capacity else { return }
     var count = 0
     if withAnimations {

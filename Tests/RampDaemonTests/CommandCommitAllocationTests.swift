@@ -414,12 +414,14 @@ import Testing
     let count = RenderThreadCount()
     let warmUp = 5
     let rounds = 1000
-    let extra = #"{"cmd":"animate","key":"master.gain","name":"extra","animation":{"type":"basic","to":0.5,"duration":1}}"#
+    let extra =
+      #"{"cmd":"animate","key":"master.gain","name":"extra","animation":{"type":"basic","to":0.5,"duration":1}}"#
     for round in 0..<(warmUp + rounds) {
       count.counting = round >= warmUp
       send(extra)
       let gain = round % 2 == 0 ? 0.5 : 0.25
-      send(#"{"cmd":"batch","commands":[{"cmd":"set","key":"streams.bed.gain","value":\#(gain),"duration":0},\#(extra)]}"#)
+      send(
+        #"{"cmd":"batch","commands":[{"cmd":"set","key":"streams.bed.gain","value":\#(gain),"duration":0},\#(extra)]}"#)
       send(#"{"cmd":"fade","key":"streams.bed.pan","to":0.5,"duration":1,"space":"db"}"#)
       send(#"{"cmd":"remove","key":"streams.bed.gain","name":"nope"}"#)
       send(
@@ -463,6 +465,67 @@ import Testing
     #expect(try engine.animations(on: "master.gain").count == limit)
     // Each round's `last` applied, then was removed.
     #expect(try engine.animations(on: "streams.bed.pan").map(\.key) == (0..<(limit - 1)).map { "hold\($0)" })
+    count.expectNone()
+  }
+
+  /// More streams than the render thread once had room for, each with animations, so that a
+  /// `list` finds more than it first reserves: the streams join, play, are listed (the list read
+  /// again with room for what it found), shown by `status` and by a `list` in a batch with a
+  /// change (which reserves room for everything at once), and stopped. First with 30 streams (to
+  /// fill the runtime's caches: its tables then hold no more than those), then counted with 100:
+  /// 0 allocations and 0 frees.
+  @Test func manyStreamsAndTheirListAllocateAndFreeNothingOnTheRenderThread() throws {
+    let scratch = try Scratch("many")
+    defer { withExtendedLifetime(scratch) {} }
+    let path = try scratch.tone("tone", seconds: 1)
+    let session = try Session(streams: Player.streamCapacity, label: "many-test")
+    let player = session.player
+    let client = session.client
+    func send(_ line: String) { session.send(line) }
+    let frames = player.output.periodFrames
+    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    let count = RenderThreadCount()
+    for streams in [30, 100] {
+      count.counting = streams == 100
+      for index in 0..<streams {
+        send(#"{"cmd":"play","path":"\#(path)","stream":"s\#(index)","loop":true}"#)
+        send(
+          #"{"cmd":"animate","key":"streams.s\#(index).pan","name":"sway","animation":{"type":"basic","to":0.2,"duration":100}}"#
+        )
+        send(
+          #"{"cmd":"animate","key":"streams.s\#(index).gain","name":"hold","animation":{"type":"basic","by":0,"additive":true,"duration":100}}"#
+        )
+      }
+      try session.renderRound(blocks: 2, buffers, count)
+      client.replies.withLock { $0.removeAll() }
+      send(#"{"cmd":"list"}"#)
+      // Read once, cut short, queued again with room for what it found, read again.
+      try session.renderRound(blocks: 1, buffers, count)
+      try session.renderRound(blocks: 1, buffers, count)
+      send(#"{"cmd":"status"}"#)
+      send(
+        #"{"cmd":"batch","commands":[{"cmd":"list","prefix":"streams"},{"cmd":"set","key":"master.gain","value":0.5}]}"#
+      )
+      try session.renderRound(blocks: 1, buffers, count)
+      let replies = client.replies.withLock { $0 }
+      #expect(replies.count == 3 && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.map { $0["error"] })")
+      let listed = replies.first?["result"]?["properties"]?.arrayValue ?? []
+      #expect(listed.count == 1 + 2 * streams, "\(listed.count) properties listed")
+      let names = listed.flatMap { $0["animations"]?.arrayValue ?? [] }.compactMap { $0["name"]?.stringValue }
+      #expect(names.count == 2 * streams && Set(names) == ["sway", "hold"], "\(names.count) animations listed")
+      #expect(replies.dropFirst().first?["result"]?["streams"]?.arrayValue?.count == streams)
+      let inBatch = replies.last?["result"]?["results"]?.arrayValue?.first?["properties"]?.arrayValue ?? []
+      #expect(inBatch.count == 2 * streams, "\(inBatch.count) properties listed in the batch")
+
+      send(#"{"cmd":"stop","fade":0.01}"#)
+      send(#"{"cmd":"set","key":"master.gain","value":1,"duration":0}"#)
+      for _ in 0..<20 where !session.controller.playingStreams.isEmpty {
+        try session.renderRound(blocks: 2, buffers, count)
+      }
+      #expect(session.controller.playingStreams.isEmpty, "\(session.controller.playingStreams.count) still playing")
+      client.replies.withLock { $0.removeAll() }
+    }
     count.expectNone()
   }
 
