@@ -31,12 +31,14 @@ import Testing
     let controller: Controller
     let logger: Logger
     let client = Collector()
+    /// A block's worth of the render thread's buffers.
+    let buffers: RenderBuffers
     private(set) var sequence = 0
 
     /// The render thread's part of a round, as its loop does it, counted in `count`: the commands
     /// taken, then `blocks` blocks rendered and written and the finished streams let go. Then,
     /// uncounted, the replies and events go out and what was retired is freed.
-    func renderRound(blocks: Int, _ buffers: RenderBuffers, _ count: RenderThreadCount) throws {
+    func renderRound(blocks: Int, _ count: RenderThreadCount) throws {
       count.work { player.renderer.applyPendingCommands() }
       for _ in 0..<blocks {
         while player.renderer.streamsBehind(frames: buffers.frames) { usleep(100) }
@@ -64,7 +66,10 @@ import Testing
         declick: configuration.declick, maxGain: configuration.maxGain)
       logger = Logger(label: label, factory: { _ in SwiftLogNoOpLogHandler() })
       controller = Controller(player: player, configuration: configuration, logger: logger)
+      buffers = RenderBuffers(frames: player.output.periodFrames, channels: player.output.channels)
     }
+
+    deinit { buffers.deallocate() }
 
     func send(_ line: String) {
       let (_, parsed) = Request.parse(line: line)
@@ -159,9 +164,6 @@ import Testing
     var sequence: Int { session.sequence }
     func send(_ line: String) { session.send(line) }
 
-    let frames = player.output.periodFrames
-    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
-    defer { buffers.deallocate() }
     let count = RenderThreadCount()
 
     send(#"{"cmd":"play","path":"\#(bed)","stream":"bed","loop":true}"#)
@@ -211,7 +213,7 @@ import Testing
       if round % 100 == 51 { send(#"{"cmd":"stop","stream":"r"}"#) }
 
       // Enough blocks for the last round's stream to ramp out and leave the mix.
-      try session.renderRound(blocks: 4, buffers, count)
+      try session.renderRound(blocks: 4, count)
     }
 
     let replies = client.replies.withLock { $0 }
@@ -241,9 +243,6 @@ import Testing
     let client = session.client
     func send(_ line: String) { session.send(line) }
 
-    let frames = player.output.periodFrames
-    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
-    defer { buffers.deallocate() }
     let count = RenderThreadCount()
 
     send(#"{"cmd":"play","path":"\#(path)","stream":"bed","loop":true}"#)
@@ -294,7 +293,7 @@ import Testing
       send(#"{"cmd":"wait","key":"master.gian"}"#)
 
       // Enough blocks for the removed rule to leave the layer.
-      try session.renderRound(blocks: 4, buffers, count)
+      try session.renderRound(blocks: 4, count)
     }
 
     let replies = client.replies.withLock { $0 }
@@ -408,9 +407,6 @@ import Testing
     #expect(setUp.count == session.sequence && setUp.allSatisfy { $0["ok"] == .bool(true) }, "\(setUp.suffix(2))")
     client.replies.withLock { $0.removeAll() }
 
-    let frames = player.output.periodFrames
-    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
-    defer { buffers.deallocate() }
     let count = RenderThreadCount()
     let warmUp = 5
     let rounds = 1000
@@ -429,7 +425,7 @@ import Testing
       )
       send(#"{"cmd":"batch","commands":[\#(hold("streams.bed.pan", "last")),\#(hold("streams.bed.pan", "over"))]}"#)
       send(#"{"cmd":"remove","key":"streams.bed.pan","name":"last"}"#)
-      try session.renderRound(blocks: 2, buffers, count)
+      try session.renderRound(blocks: 2, count)
     }
 
     let replies = client.replies.withLock { $0 }
@@ -482,9 +478,6 @@ import Testing
     let player = session.player
     let client = session.client
     func send(_ line: String) { session.send(line) }
-    let frames = player.output.periodFrames
-    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
-    defer { buffers.deallocate() }
     let count = RenderThreadCount()
     for streams in [30, 100] {
       count.counting = streams == 100
@@ -497,17 +490,17 @@ import Testing
           #"{"cmd":"animate","key":"streams.s\#(index).gain","name":"hold","animation":{"type":"basic","by":0,"additive":true,"duration":100}}"#
         )
       }
-      try session.renderRound(blocks: 2, buffers, count)
+      try session.renderRound(blocks: 2, count)
       client.replies.withLock { $0.removeAll() }
       send(#"{"cmd":"list"}"#)
       // Read once, cut short, queued again with room for what it found, read again.
-      try session.renderRound(blocks: 1, buffers, count)
-      try session.renderRound(blocks: 1, buffers, count)
+      try session.renderRound(blocks: 1, count)
+      try session.renderRound(blocks: 1, count)
       send(#"{"cmd":"status"}"#)
       send(
         #"{"cmd":"batch","commands":[{"cmd":"list","prefix":"streams"},{"cmd":"set","key":"master.gain","value":0.5}]}"#
       )
-      try session.renderRound(blocks: 1, buffers, count)
+      try session.renderRound(blocks: 1, count)
       let replies = client.replies.withLock { $0 }
       #expect(replies.count == 3 && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.map { $0["error"] })")
       let listed = replies.first?["result"]?["properties"]?.arrayValue ?? []
@@ -521,7 +514,7 @@ import Testing
       send(#"{"cmd":"stop","fade":0.01}"#)
       send(#"{"cmd":"set","key":"master.gain","value":1,"duration":0}"#)
       for _ in 0..<20 where !session.controller.playingStreams.isEmpty {
-        try session.renderRound(blocks: 2, buffers, count)
+        try session.renderRound(blocks: 2, count)
       }
       #expect(session.controller.playingStreams.isEmpty, "\(session.controller.playingStreams.count) still playing")
       client.replies.withLock { $0.removeAll() }
@@ -548,9 +541,8 @@ import Testing
     configuration.limits.streams = 2
     controller.live.replace(with: configuration)
 
-    let frames = player.output.periodFrames
-    let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
-    defer { buffers.deallocate() }
+    let buffers = session.buffers
+    let frames = buffers.frames
     let count = RenderThreadCount()
     for round in 0..<50 {
       send(#"{"cmd":"pause","fade":0.01}"#)
