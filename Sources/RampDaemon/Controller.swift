@@ -469,9 +469,12 @@ public final class Controller: @unchecked Sendable {
       return (key, value)
     }
     // A change of the duck rules is saved before it is queued, as a schedule is: the reply that
-    // follows is for rules that survive a kill. Put back if the render thread refuses it.
+    // follows is for rules that survive a kill. What the render thread refuses is put back. One
+    // for a sample of its own is saved once it applied instead (its schedule is saved meanwhile):
+    // saved now, it would be in force after a restart before its time, and out of order with
+    // changes made meanwhile.
     let duckUndo: Persistence.DuckUndo?
-    if let persistence, commands.contains(where: \.changesDuckRules) {
+    if let persistence, sample == nil, commands.contains(where: \.changesDuckRules) {
       guard let undo = persistence.record(ducks: commands) else {
         if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
         if let record { settle(record) }
@@ -485,20 +488,24 @@ public final class Controller: @unchecked Sendable {
       duckUndo = nil
     }
     let logger = logger
+    let atSample = sample != nil
     // Model values are read after the command only when it may have changed them (an early answer
     // recorded its change already: the ticket only settles it).
     let ticket = DaemonTicket(
       all, player: player, fieldPrefix: fieldPrefix, rampKey: rampKey,
-      persistedKeys: changesModels && early == nil ? persistedKeys : [], keepsResults: foregone == nil
+      persistedKeys: changesModels && early == nil ? persistedKeys : [], keepsResults: foregone == nil,
+      scheduled: atSample
     ) { [self] ticket in
-      // A read that found more than it had room for reads again, with room for what it found.
-      if ticket.growReadouts() {
-        guard !player.submit(ticket) else { return }
-        ticket.refuseAsQueueFull()
-      }
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
-      if case .failure = ticket.result, let duckUndo { persistence?.undo(duckUndo) }
+      if case .failure = ticket.result, let duckUndo {
+        // Those before the refused one applied (a batch whose commands changed things for each other).
+        persistence?.undo(duckUndo, from: ticket.appliedCount)
+      } else if case .success = ticket.result, atSample, commands.contains(where: \.changesDuckRules),
+        persistence?.record(ducks: commands) == nil
+      {
+        logger.error("a scheduled duck rule change applied but could not be saved (see above)")
+      }
       if let record {
         if case .success = ticket.result {
           applied(record, from: ticket.rampFrom)
@@ -519,6 +526,7 @@ public final class Controller: @unchecked Sendable {
     // thread is woken for it now.
     let accepted = player.submit(ticket, at: sample, wake: foregone == nil)
     if !accepted {
+      if let duckUndo { persistence?.undo(duckUndo, from: 0) }
       // Refused after all: the key path's value is recorded again from the next command.
       if let early { persistence?.record(values: [:], settling: early.key) }
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
@@ -674,6 +682,11 @@ public final class Controller: @unchecked Sendable {
     switch event {
     case .commandCompleted(let ticket):
       guard let ticket = ticket as? DaemonTicket else { return }
+      // A read that found more than it had room for reads again, with room for what it found.
+      if ticket.growReadouts() {
+        if player.submit(ticket) { return }
+        ticket.refuseAsQueueFull()
+      }
       ticket.settle()
       ticket.deliver(ticket)
       for event in ticket.events { broadcast(event) }

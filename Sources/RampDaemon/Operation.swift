@@ -308,6 +308,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// How many operations applied (set on the render thread; the events of those that did go out
   /// even when a later one was refused).
   private var applied = 0
+  /// Control side, once back: how many operations applied, in order.
+  var appliedCount: Int { applied }
   /// Why operation `refused` was refused (set on the render thread; the error is built in `settle`).
   private var refusal: CommandRefusal?
   private var refused = 0
@@ -325,18 +327,22 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   let changesSound: Bool
   /// Times a ticket of reads only was queued again with more room (`growReadouts`).
   private var regrown = 0
+  /// Reads only, at no sample of their own: read again when cut short.
+  private let rereads: Bool
 
   init(
     _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
-    keepsResults: Bool = true, deliver: @escaping @Sendable (DaemonTicket) -> Void
+    keepsResults: Bool = true, scheduled: Bool = false, deliver: @escaping @Sendable (DaemonTicket) -> Void
   ) {
     self.keepsResults = keepsResults
     self.deliver = deliver
     self.operations = operations
     held = operations.flatMap(\.heldObjects)
     changesSound = operations.contains(where: \.changesSound)
-    // Applied with a change, a read cannot be made again: it has room for everything at once.
-    if changesSound {
+    // Applied with a change, or at a sample of its own, a read cannot be made again: it has room
+    // for everything at once.
+    rereads = !changesSound && !scheduled
+    if !rereads {
       for case .query(let query) in operations { query.reserveForAll(player: player) }
     }
     self.player = player
@@ -389,11 +395,13 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// Control side, once back: for a ticket of reads only that found more than it had room for,
   /// room for what it found, and true: it is to be queued again (reading twice changes nothing).
   func growReadouts() -> Bool {
-    guard !changesSound, regrown < 3 else { return false }
-    regrown += 1
+    guard rereads, regrown < 3 else { return false }
     var grew = false
-    for case .query(let query) in operations where query.grow(attempt: regrown, player: player) { grew = true }
+    for case .query(let query) in operations where query.grow(attempt: regrown + 1, player: player) { grew = true }
     guard grew else { return false }
+    regrown += 1
+    // The others read again too: empty, as they were queued.
+    for case .query(let query) in operations { query.readout.clear() }
     applied = 0
     refusal = nil
     refused = 0

@@ -134,10 +134,17 @@ public final class Persistence: Sendable {
 
   // MARK: Duck rules
 
-  /// What a change of the saved duck rules replaced: the rule each name it touched had (nil:
-  /// none), to put back when the render thread refuses the change.
+  /// What a change of the saved duck rules did, command by command: the rule each name had
+  /// before and after, so what the render thread refuses can be put back.
   struct DuckUndo: Sendable {
-    fileprivate let previous: [(name: String, rule: DuckRule?)]
+    fileprivate struct Step: Sendable {
+      /// The command's place among those recorded.
+      let command: Int
+      let name: String
+      let before: DuckRule?
+      let after: DuckRule?
+    }
+    fileprivate let steps: [Step]
   }
 
   /// Records the duck rules `commands` (a `duck-add` or `duck-remove`, alone or in a batch) add
@@ -146,34 +153,28 @@ public final class Persistence: Sendable {
   /// logged why), and the commands are refused.
   func record(ducks commands: [Command]) -> DuckUndo? {
     let undo = state.withLock { recorded -> DuckUndo? in
-      let before = recorded.state.ducks
-      var ducks = before
-      var previous: [(name: String, rule: DuckRule?)] = []
-      for command in commands {
+      var ducks = recorded.state.ducks
+      var steps: [DuckUndo.Step] = []
+      for (position, command) in commands.enumerated() {
         let name: String
+        let rule: DuckRule?
         switch command {
-        case .duckAdd(let rule): name = rule.name
-        case .duckRemove(let removed): name = removed
+        case .duckAdd(let added): (name, rule) = (added.name, added)
+        case .duckRemove(let removed): (name, rule) = (removed, nil)
         default: continue
         }
-        let index = ducks.firstIndex { $0.name == name }
-        if !previous.contains(where: { $0.name == name }) { previous.append((name, index.map { ducks[$0] })) }
-        switch (command, index) {
-        case (.duckAdd(let rule), let index?): ducks[index] = rule
-        case (.duckAdd(let rule), nil): ducks.append(rule)
-        case (_, let index?): ducks.remove(at: index)
-        case (_, nil): continue
-        }
+        let before = Self.replace(name, with: rule, in: &ducks)
+        steps.append(DuckUndo.Step(command: position, name: name, before: before, after: rule))
       }
-      guard ducks != before else { return nil }
+      guard ducks != recorded.state.ducks else { return nil }
       recorded.state.ducks = ducks
       saver.update(recorded.state)
-      return DuckUndo(previous: previous)
+      return DuckUndo(steps: steps)
     }
-    guard let undo else { return DuckUndo(previous: []) }
+    guard let undo else { return DuckUndo(steps: []) }
     guard saver.flush() else {
       state.withLock { recorded in
-        Self.putBack(undo, in: &recorded.state)
+        Self.putBack(undo, from: 0, in: &recorded.state)
         saver.update(recorded.state)
       }
       return nil
@@ -181,27 +182,38 @@ public final class Persistence: Sendable {
     return undo
   }
 
-  /// Puts back the saved duck rules a refused change replaced, and writes them to disk.
-  func undo(_ undo: DuckUndo) {
-    guard !undo.previous.isEmpty else { return }
-    state.withLock { recorded in
-      Self.putBack(undo, in: &recorded.state)
+  /// Puts back the saved duck rules the commands from the `from`-th on replaced (refused, they
+  /// did not apply), and writes them to disk.
+  func undo(_ undo: DuckUndo, from: Int) {
+    let changed = state.withLock { recorded in
+      let before = recorded.state.ducks
+      Self.putBack(undo, from: from, in: &recorded.state)
+      guard recorded.state.ducks != before else { return false }
       saver.update(recorded.state)
+      return true
     }
-    saver.flush()
+    if changed { saver.flush() }
   }
 
-  /// The rules `undo` names, as they were (a change of other names since stays).
-  private static func putBack(_ undo: DuckUndo, in state: inout PersistentState) {
-    for (name, rule) in undo.previous {
-      let index = state.ducks.firstIndex { $0.name == name }
-      switch (rule, index) {
-      case (let rule?, let index?): state.ducks[index] = rule
-      case (let rule?, nil): state.ducks.append(rule)
-      case (nil, let index?): state.ducks.remove(at: index)
-      case (nil, nil): continue
-      }
+  /// The rules the steps from command `from` on replaced, as they were, last step first; a name
+  /// changed since by another command (its saved rule no longer the one a step wrote) stays.
+  private static func putBack(_ undo: DuckUndo, from: Int, in state: inout PersistentState) {
+    for step in undo.steps.reversed() where step.command >= from {
+      guard state.ducks.first(where: { $0.name == step.name }) == step.after else { continue }
+      replace(step.name, with: step.before, in: &state.ducks)
     }
+  }
+
+  /// Puts `rule` under `name` (nil: none), in place or at the end; returns the rule it replaced.
+  @discardableResult
+  private static func replace(_ name: String, with rule: DuckRule?, in ducks: inout [DuckRule]) -> DuckRule? {
+    guard let index = ducks.firstIndex(where: { $0.name == name }) else {
+      if let rule { ducks.append(rule) }
+      return nil
+    }
+    let before = ducks[index]
+    if let rule { ducks[index] = rule } else { ducks.remove(at: index) }
+    return before
   }
 
   /// The saved duck rules to add after the configuration's: those named like a configured rule

@@ -263,6 +263,15 @@ final class Readout: @unchecked Sendable {
   /// It found more properties or animations than it had room for.
   var isCutShort: Bool { found.properties > properties.count || found.animations > animations.count }
 
+  /// Control side: empty again, its room kept.
+  func clear() {
+    properties.removeAll(keepingCapacity: true)
+    animations.removeAll(keepingCapacity: true)
+    streams.removeAll(keepingCapacity: true)
+    ducks.removeAll(keepingCapacity: true)
+    found = (0, 0)
+  }
+
   /// Control side: empty, with room for `properties` properties and `animations` animations.
   func reserve(properties: Int, animations: Int) {
     self.properties = []

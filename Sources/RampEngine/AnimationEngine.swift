@@ -259,9 +259,8 @@ public final class AnimationEngine {
       property.model = value
       return nil
     }
-    let from = self.value(of: property, at: now)
-    property.model = value
-    return try commit(action, to: handle, from: from)
+    // The model changes with the commit, after its checks: a refused set changes nothing.
+    return try commit(action, to: handle, from: self.value(of: property, at: now), model: value)
   }
 
   private func checkModel(_ value: Double, of property: Property) throws(EngineError) {
@@ -523,7 +522,7 @@ public final class AnimationEngine {
   public func removeAnimation(forKey key: String, from keyPath: String, declick: Double = 0) throws(EngineError) {
     let property = try property(keyPath)
     try removeAnimation(
-      forKey: key, from: keyPath, declick: try PreparedAnimation.declickRamp(seconds: declick, sampleRate: sampleRate),
+      forKey: key, declick: try PreparedAnimation.declickRamp(seconds: declick, sampleRate: sampleRate),
       property: property)
   }
 
@@ -532,12 +531,12 @@ public final class AnimationEngine {
   public func removeAnimation(forKey key: String, from keyPath: String, declick: PreparedAnimation?)
     throws(EngineError)
   {
-    try removeAnimation(forKey: key, from: keyPath, declick: declick, property: try property(keyPath))
+    try removeAnimation(forKey: key, declick: declick, property: try property(keyPath))
   }
 
-  private func removeAnimation(
-    forKey key: String, from keyPath: String, declick: PreparedAnimation?, property: Property
-  ) throws(EngineError) {
+  private func removeAnimation(forKey key: String, declick: PreparedAnimation?, property: Property)
+    throws(EngineError)
+  {
     try checkRemoval(forKey: key, on: PropertyHandle(property: property))
     let before = value(of: property, at: now)
     removeInstances(of: property, key: key)

@@ -500,15 +500,26 @@ import Testing
       send(
         #"{"cmd":"batch","commands":[{"cmd":"list","prefix":"streams"},{"cmd":"set","key":"master.gain","value":0.5}]}"#
       )
+      // At a sample of its own: read once, with room for everything.
+      send(#"{"cmd":"list","at":0}"#)
+      try session.renderRound(blocks: 1, count)
+      // Reads only, one of them cut short: all read again, none of them twice.
+      send(#"{"cmd":"batch","commands":[{"cmd":"status"},{"cmd":"list"},{"cmd":"duck-list"}]}"#)
+      try session.renderRound(blocks: 1, count)
       try session.renderRound(blocks: 1, count)
       let replies = client.replies.withLock { $0 }
-      #expect(replies.count == 3 && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.map { $0["error"] })")
+      #expect(replies.count == 5 && replies.allSatisfy { $0["ok"] == .bool(true) }, "\(replies.map { $0["error"] })")
+      let scheduled = replies[3]["result"]?["properties"]?.arrayValue ?? []
+      #expect(scheduled.count == 1 + 2 * streams, "\(scheduled.count) properties listed at a sample")
+      let reads = replies[4]["result"]?["results"]?.arrayValue ?? []
+      #expect(reads.first?["streams"]?.arrayValue?.count == streams, "status in a batch read again")
+      #expect(reads.dropFirst().first?["properties"]?.arrayValue?.count == 1 + 2 * streams, "list in a batch")
       let listed = replies.first?["result"]?["properties"]?.arrayValue ?? []
       #expect(listed.count == 1 + 2 * streams, "\(listed.count) properties listed")
       let names = listed.flatMap { $0["animations"]?.arrayValue ?? [] }.compactMap { $0["name"]?.stringValue }
       #expect(names.count == 2 * streams && Set(names) == ["sway", "hold"], "\(names.count) animations listed")
       #expect(replies.dropFirst().first?["result"]?["streams"]?.arrayValue?.count == streams)
-      let inBatch = replies.last?["result"]?["results"]?.arrayValue?.first?["properties"]?.arrayValue ?? []
+      let inBatch = replies[2]["result"]?["results"]?.arrayValue?.first?["properties"]?.arrayValue ?? []
       #expect(inBatch.count == 2 * streams, "\(inBatch.count) properties listed in the batch")
 
       send(#"{"cmd":"stop","fade":0.01}"#)

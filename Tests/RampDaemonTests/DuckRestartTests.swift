@@ -136,12 +136,32 @@ extension DuckTests {
       ],
     ])
     #expect(batch.errorCode == "unknown-duck", "\(batch.serialized())")
+    // A batch refused part-way, by what its own commands did: the rule added before the refusal
+    // applied and stays saved.
+    func hold(_ name: String) -> JSONObject {
+      [
+        "cmd": "animate", "key": "master.gain", "name": .string(name),
+        "animation": ["type": "basic", "by": 0, "additive": true, "duration": 100],
+      ]
+    }
+    for index in 0..<63 { #expect(try client.request(hold("hold\(index)")).isOK) }
+    let partial = try client.request([
+      "cmd": "batch",
+      "commands": [
+        .object(hold("last")), ["cmd": "duck-add", "name": "partial", "targets": ["master.gain"]],
+        .object(hold("over")),
+      ],
+    ])
+    #expect(
+      partial.errorCode == "limit-exceeded" && partial["error"]?["field"] == "commands[2].key",
+      "\(partial.serialized())")
     first.kill()
 
     let second = try DaemonProcess(reusing: first.directory)
     let rules = try second.client().request(["cmd": "duck-list"])
     #expect(
-      rules.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["kept", "new"], "\(rules.serialized())")
+      rules.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["kept", "new", "partial"],
+      "\(rules.serialized())")
     #expect(second.stop() == 0)
     withExtendedLifetime(first) {}
   }

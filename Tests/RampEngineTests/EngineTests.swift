@@ -230,6 +230,34 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
     #expect(try engine.animations(on: "p").map(\.key) == ["a", "c", "b"])
   }
 
+  /// A set or fade refused for the limit changes nothing, its model value included; a commit that
+  /// sets the model (a fade's) does not count the implicit animation it removes.
+  @Test func aRefusedSetOrFadeLeavesTheModelAndAFadeTakesTheImplicitAnimationsPlace() throws {
+    let engine = try AnimationEngine(sampleRate: 1000, maxAnimationsPerKeyPath: 3)
+    try engine.define("p", value: 0)
+    func action(_ value: Double) throws -> PreparedAnimation {
+      try #require(
+        try PreparedAnimation.implicitAction(
+          to: value, on: "p", transaction: Transaction(duration: 1), sampleRate: 1000))
+    }
+    func fade(_ name: String) throws -> PreparedAnimation {
+      try PreparedAnimation(.basic(to: 1, duration: 1), forKey: name, to: "p", sampleRate: 1000, defaultDuration: 0)
+    }
+    try engine.add(.basic(by: 0, duration: 10), forKey: "a", to: "p")
+    try engine.set("p", to: 0.5, action: try action(0.5))
+    try engine.add(.basic(by: 0, duration: 10), forKey: "b", to: "p")
+    // Full, but a set replaces the implicit animation, and a fade removes it.
+    try engine.set("p", to: 0.8, action: try action(0.8))
+    try engine.commit(try fade("fade"), model: 0.9)
+    #expect(try engine.animations(on: "p").map(\.key) == ["a", "b", "fade"])
+    #expect(try engine.model("p") == 0.9)
+    // Full with no implicit animation: both are refused, and the model stays.
+    #expect(throws: EngineError.self) { try engine.set("p", to: 0.2, action: try action(0.2)) }
+    #expect(throws: EngineError.self) { try engine.commit(try fade("other"), model: 0.1) }
+    #expect(try engine.model("p") == 0.9)
+    #expect(try engine.animations(on: "p").map(\.key) == ["a", "b", "fade"])
+  }
+
   @Test func listReportsProgress() throws {
     let engine = try makeEngine(sampleRate: 1000)
     try engine.add(.basic(to: 1, duration: 2), forKey: "fade", to: "p")
