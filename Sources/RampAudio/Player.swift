@@ -55,9 +55,11 @@ public final class Player: Sendable {
   /// Streams the render thread has room for without growing its tables: the most
   /// `limits.streams` allows.
   public static let streamCapacity = 256
+  /// Mixer bindings (`[[mixer]]`), each a key path of its own.
+  public static let mixerCapacity = 64
   /// Properties the engine has room for without growing its tables: master.gain, three per
   /// stream, and the mixer bindings' key paths.
-  public static let propertyCapacity = 1 + 3 * streamCapacity + 64
+  public static let propertyCapacity = 1 + 3 * streamCapacity + mixerCapacity
   /// Commands taken from the queue per block (per wake-up while waiting for the clock): a flood
   /// of them delays a block by no more than this many; the rest are taken at the next.
   static let commandsPerBlock = 256

@@ -293,6 +293,13 @@ struct ConfigLayers {
               message: "a mixer named '\(mixer.name)' is already bound" + (earlier.line.map { " (line \($0))" } ?? "")))
           continue
         }
+        guard mixers.count < Player.mixerCapacity else {
+          problems.append(
+            ConfigurationError(
+              source: source, line: line, key: "mixer.\(mixer.name)",
+              message: "\(Player.mixerCapacity) mixers are already bound, the most allowed"))
+          continue
+        }
         mixers.append((mixer, origin))
       case .duck(let position, let table):
         do {

@@ -593,6 +593,10 @@ extension ConfigurationTests {
         "[[mixer]]\nname = \"m\"\nelement = \"Master\"\n[[mixer]]\nname = \"m\"\nelement = \"PCM\"",
         "test:5: mixer.m.name: a mixer named 'm' is already bound (line 1)"
       ),
+      (
+        (0...64).map { "[[mixer]]\nname = \"m\($0)\"\nelement = \"Master\"" }.joined(separator: "\n"),
+        "test:193: mixer.m64: 64 mixers are already bound, the most allowed"
+      ),
       ("mixer = 3", "test:1: mixer: expected [[mixer]] tables, got integer 3"),
       ("[mixer]\nname = \"m\"", "test:1: mixer: expected [[mixer]] tables, got a table"),
       ("[[mixer]]\nname = 1\nelement = \"Master\"", "test:2: mixer #1.name: expected a string, got integer 1"),
