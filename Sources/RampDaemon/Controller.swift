@@ -501,8 +501,8 @@ public final class Controller: @unchecked Sendable {
       if case .failure = ticket.result, let duckUndo {
         // Those before the refused one applied (a batch whose commands changed things for each other).
         persistence?.undo(duckUndo, from: ticket.appliedCount)
-      } else if case .success = ticket.result, atSample, commands.contains(where: \.changesDuckRules),
-        persistence?.record(ducks: commands) == nil
+      } else if case .success = ticket.result, atSample, let persistence, commands.contains(where: \.changesDuckRules),
+        persistence.record(ducks: commands) == nil
       {
         logger.error("a scheduled duck rule change applied but could not be saved (see above)")
       }

@@ -155,12 +155,15 @@ extension DuckTests {
     #expect(
       partial.errorCode == "limit-exceeded" && partial["error"]?["field"] == "commands[2].key",
       "\(partial.serialized())")
+    // At a time of its own: saved once it applied (its reply waits for that).
+    let later = try client.request(["cmd": "duck-add", "name": "later", "targets": ["master.gain"], "at": 0.1])
+    #expect(later.isOK, "\(later.serialized())")
     first.kill()
 
     let second = try DaemonProcess(reusing: first.directory)
     let rules = try second.client().request(["cmd": "duck-list"])
     #expect(
-      rules.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["kept", "new", "partial"],
+      rules.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["kept", "new", "partial", "later"],
       "\(rules.serialized())")
     #expect(second.stop() == 0)
     withExtendedLifetime(first) {}
