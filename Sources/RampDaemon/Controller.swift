@@ -444,16 +444,19 @@ public final class Controller: @unchecked Sendable {
       guard record?.rampSeconds != nil, case .fade(let fade) = commands.first, fade.then == nil else { return nil }
       return fade.key
     }()
+    /// Refuses it once it is counted among the scheduled ones (if it has a schedule).
+    func refuse(_ error: ProtocolError) {
+      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if let record { settle(record) }
+      respond(.failure(error))
+    }
     var sample: Int64?
     if let schedule {
       let limit = configuration.limits.pendingScheduled
       guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
-        scheduled.subtract(1, ordering: .relaxed)
-        if let record { settle(record) }
-        respond(
-          .failure(
-            ProtocolError(
-              .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")))
+        refuse(
+          ProtocolError(
+            .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)"))
         return
       }
       sample = targetSample(for: schedule)
@@ -473,14 +476,12 @@ public final class Controller: @unchecked Sendable {
     // for a sample of its own is saved once it applied instead (its schedule is saved meanwhile):
     // saved now, it would be in force after a restart before its time, and out of order with
     // changes made meanwhile.
+    let changesDuckRules = commands.contains(where: \.changesDuckRules)
     let duckUndo: Persistence.DuckUndo?
-    if let persistence, sample == nil, commands.contains(where: \.changesDuckRules) {
+    if let persistence, sample == nil, changesDuckRules {
       guard let undo = persistence.record(ducks: commands) else {
-        if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
-        if let record { settle(record) }
-        respond(
-          .failure(
-            ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed")))
+        refuse(
+          ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
         return
       }
       duckUndo = undo
@@ -500,8 +501,8 @@ public final class Controller: @unchecked Sendable {
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
       if case .failure = ticket.result, let duckUndo {
         // Those before the refused one applied (a batch whose commands changed things for each other).
-        persistence?.undo(duckUndo, from: ticket.appliedCount)
-      } else if case .success = ticket.result, atSample, let persistence, commands.contains(where: \.changesDuckRules),
+        persistence?.undo(duckUndo, from: ticket.applied)
+      } else if case .success = ticket.result, atSample, changesDuckRules, let persistence,
         persistence.record(ducks: commands) == nil
       {
         logger.error("a scheduled duck rule change applied but could not be saved (see above)")
@@ -529,9 +530,7 @@ public final class Controller: @unchecked Sendable {
       if let duckUndo { persistence?.undo(duckUndo, from: 0) }
       // Refused after all: the key path's value is recorded again from the next command.
       if let early { persistence?.record(values: [:], settling: early.key) }
-      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
-      if let record { settle(record) }
-      respond(.failure(.commandQueueFull))
+      refuse(.commandQueueFull)
     } else if let foregone {
       respond(.success(combine([foregone])))
     }

@@ -307,9 +307,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   private var outcomes: ContiguousArray<Operation.Outcome>
   /// How many operations applied (set on the render thread; the events of those that did go out
   /// even when a later one was refused).
-  private var applied = 0
-  /// Control side, once back: how many operations applied, in order.
-  var appliedCount: Int { applied }
+  private(set) var applied = 0
   /// Why operation `refused` was refused (set on the render thread; the error is built in `settle`).
   private var refusal: CommandRefusal?
   private var refused = 0

@@ -39,10 +39,10 @@ struct Query: Sendable {
       readout = Readout(properties: limits.properties, animations: ids.count)
     case .list, .animations(nil, nil):
       // What a small show holds; a read that finds more is cut short, and its ticket reads again
-      // with room for what it found (`Readout.grow`).
+      // with room for what it found (`grow`).
+      let all = Self.roomForAll(player)
       readout = Readout(
-        properties: min(Self.firstListRoom, limits.properties),
-        animations: min(4 * Self.firstListRoom, limits.properties * limits.animationsPerKeyPath))
+        properties: min(Self.firstListRoom, all.properties), animations: min(4 * Self.firstListRoom, all.animations))
     case .status:
       readout = Readout(streams: streams, ducks: DuckLayer.capacity)
     case .duckList:
@@ -55,12 +55,17 @@ struct Query: Sendable {
   /// Properties a `list` reserves room for at first (four animations each).
   static let firstListRoom = 64
 
+  /// Room for every property and animation the render thread can hold.
+  private static func roomForAll(_ player: Player) -> (properties: Int, animations: Int) {
+    let limits = player.renderCapacity
+    return (limits.properties, limits.properties * limits.animationsPerKeyPath)
+  }
+
   /// Control side, after it applied: whether it read less than it found, and took room for what
   /// it found, or, the `attempt`-th time (from 1), for all the render thread can hold.
   func grow(attempt: Int, player: Player) -> Bool {
     guard readout.isCutShort else { return false }
-    let limits = player.renderCapacity
-    let all = (properties: limits.properties, animations: limits.properties * limits.animationsPerKeyPath)
+    let all = Self.roomForAll(player)
     let found = readout.found
     // Room for what it found and half as much again: a show that keeps growing still fits soon.
     let grown =
@@ -73,9 +78,13 @@ struct Query: Sendable {
   /// Control side, before it is queued with a command that changes something (and so cannot read
   /// again): room for all the render thread can hold.
   func reserveForAll(player: Player) {
-    guard case .list = kind else { return }
-    let limits = player.renderCapacity
-    readout.reserve(properties: limits.properties, animations: limits.properties * limits.animationsPerKeyPath)
+    switch kind {
+    case .list, .animations(nil, nil):
+      let all = Self.roomForAll(player)
+      readout.reserve(properties: all.properties, animations: all.animations)
+    default:
+      return
+    }
   }
 
   /// Whether it may change what is heard: the duck commands do; reads do not.
