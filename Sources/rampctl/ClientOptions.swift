@@ -95,6 +95,16 @@ enum Parse {
     ValidationError(error.description.replacingOccurrences(of: "\u{2212}", with: "-"))
   }
 
+  /// A duration that must say its unit, where a bare number is ambiguous (a sleep timer of 30
+  /// could be minutes or seconds).
+  static func spokenDuration(_ text: String, _ option: String) throws -> Double {
+    let source = text.trimmingCharacters(in: .whitespaces)
+    if let number = Double(source), number.isFinite {
+      throw ValidationError("\(option): '\(source)' has no unit: \(source)m or \(source)s?")
+    }
+    return try duration(source, option)
+  }
+
   static func duration(_ text: String?, _ option: String) throws -> Double? {
     try text.map { try duration($0, option) }
   }
