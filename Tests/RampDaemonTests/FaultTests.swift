@@ -85,6 +85,57 @@ import Testing
     #expect(daemon.stop() == 0)
   }
 
+  /// An audio server that goes away under rampd (ALSA's `pipewire` PCM while PipeWire restarts,
+  /// as `pcm_flaky`'s `gone` plays it): every write is an xrun that snd_pcm_recover "recovers"
+  /// and the next write fails the same way. rampd does not spin on it: it says `device-failed`,
+  /// goes on answering and keeping time at a CPU cost near nothing, and `device-recovered` once
+  /// the server is back, playing at the level set meanwhile.
+  @Test func anAudioServerThatGoesAwayEndsInDeviceFailedNotASpin() throws {
+    let scratch = NSTemporaryDirectory() + "rampd-gone-\(getpid())"
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: scratch) }
+    let library = "\(scratch)/libasound_module_pcm_rampd_flaky.so"
+    try Fixture.compile("pcm_flaky.c", to: library)
+    let raw = "\(scratch)/played.raw"
+    let gone = "\(scratch)/gone"
+    let daemon = try DaemonProcess(
+      extraALSA: """
+        pcm_type.rampd_flaky { lib "\(library)" }
+        pcm.rampd_gone_e2e { type rampd_flaky; file "\(raw)"; gone "\(gone)" }
+        """,
+      environment: ["RAMPD_OUTPUT_DEVICE": "rampd_gone_e2e"])
+    let pid = daemon.process.processIdentifier
+    let watcher = try daemon.client()
+    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
+    let client = try daemon.client()
+    let file = try daemon.constantFile("one", seconds: 2)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "a", "loop": true]).isOK)
+    usleep(300_000)
+    guard FileManager.default.createFile(atPath: gone, contents: nil) else {
+      throw HarnessError("cannot create \(gone)")
+    }
+    let failed = try watcher.waitForEvent(timeout: 3) { $0["event"] == "device-failed" }
+    #expect(failed["message"]?.stringValue?.isEmpty == false, "\(failed.serialized())")
+    // While the server is away: status answers, a change is taken, and rampd is all but idle.
+    let cpuBefore = try cpuSeconds(pid)
+    usleep(2_000_000)
+    let cpu = try cpuSeconds(pid) - cpuBefore
+    #expect(cpu < 0.5, "\(cpu) s of CPU in 2 s without a device")
+    let outage = try client.request(["cmd": "status"])
+    #expect(outage.result["output"]?["state"] == "failed", "\(outage.serialized())")
+    #expect(try client.request(["cmd": "set", "key": "master.gain", "value": 0.5, "duration": 0]).isOK)
+    let framesBefore = try floatSamples(raw).count / 2
+    try FileManager.default.removeItem(atPath: gone)
+    let recovered = try watcher.waitForEvent(timeout: 10) { $0["event"] == "device-recovered" }
+    #expect(recovered["device"] == "rampd_gone_e2e", "\(recovered.serialized())")
+    usleep(500_000)
+    #expect(try client.request(["cmd": "status"]).result["output"]?["state"] == "playing")
+    let samples = try floatSamples(raw)
+    let resumed = samples[(framesBefore * 2)...].dropLast(2 * 4_800)
+    #expect(resumed.count > 2 * 4_800 && resumed.allSatisfy { $0 == 0.5 }, "\(resumed.count / 2) frames since")
+    #expect(daemon.stop() == 0)
+  }
+
   /// The state file on a small tmpfs that fills up: commands go on working, the failure is logged
   /// once, the previous state file stays whole and readable, and once there is room again the state
   /// is saved again.
