@@ -95,13 +95,18 @@ import Testing
           + " daemon resident \(resident[round]) KiB (\(resident[round] - resident[round - 1]) KiB); grown: \(grown)")
     }
     rounds = round
-    // After the first round, each round's growth and their sum stay far below what a leak of
-    // 100 bytes a request adds (about 5,000 KiB a round).
+    // After the first round, what the rounds add stays far below what a leak of 100 bytes a
+    // request adds (about 5,000 KiB a round, every round): their median, each, and their sum.
+    // On two cores loaded by other work the second round may still settle the arenas by up to
+    // 1.4 MiB (ten runs of this test while other suites built and ran; the median was at most
+    // 240 KiB, the sum at most 1.7 MiB).
     let later = (2...rounds).map { resident[$0] - resident[$0 - 1] }
-    print("load: resident growth per round after the first \(later) KiB")
-    #expect(later.allSatisfy { $0 <= 1536 }, "resident memory grew by \(later) KiB in rounds 2 to \(rounds)")
+    let median = later.sorted()[later.count / 2]
+    print("load: resident growth per round after the first \(later) KiB, median \(median) KiB")
+    #expect(median <= 1024, "resident memory grew by \(later) KiB in rounds 2 to \(rounds)")
+    #expect(later.allSatisfy { $0 <= 3072 }, "resident memory grew by \(later) KiB in rounds 2 to \(rounds)")
     #expect(
-      later.reduce(0, +) <= 1536 + 128 * later.count,
+      later.reduce(0, +) <= 3072 + 256 * later.count,
       "resident memory grew by \(later.reduce(0, +)) KiB over rounds 2 to \(rounds)")
     let status = try control.request(["cmd": "status"])
     let underruns = status.result["output"]?["underruns"]?.int
