@@ -16,7 +16,9 @@ final class PipeWireSession {
   private var servers: [Process] = []
 
   init(name: String = #function) throws {
-    runtime = NSTemporaryDirectory() + "rampd-pw-\(getpid())-\(name.prefix { $0.isLetter })-\(UInt32.random(in: 0...UInt32.max))"
+    runtime =
+      NSTemporaryDirectory()
+      + "rampd-pw-\(getpid())-\(name.prefix { $0.isLetter })-\(UInt32.random(in: 0...UInt32.max))"
     try FileManager.default.createDirectory(
       atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     environment = [
@@ -102,7 +104,7 @@ final class PipeWireSession {
     process.executableURL = URL(fileURLWithPath: "/usr/bin/\(program)")
     process.arguments = arguments
     process.environment = fullEnvironment
-    FileManager.default.createFile(atPath: "\(runtime)/\(log).log", contents: nil)
+    _ = FileManager.default.createFile(atPath: "\(runtime)/\(log).log", contents: nil)
     let output = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(runtime)/\(log).log"))
     process.standardOutput = output
     process.standardError = output
