@@ -176,6 +176,40 @@ import Testing
     #expect(bad.status == 65 && bad.stderr.contains("\(script):2: unknown-field: valu"), "\(bad)")
   }
 
+  /// Plain `status` shows each stream's position in its file and the file's duration, and a
+  /// queue stream's queue with the playing item marked; a looping file's position stays within
+  /// the file (it starts again from 0 at each loop), in the reply and in the text.
+  @Test func statusShowsPositionsDurationsAndQueues() throws {
+    let daemon = try DaemonProcess()
+    let short = try daemon.constantFile("short", seconds: 0.5)
+    let long = try daemon.constantFile("long", seconds: 10)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "play", "path": .string(short), "stream": "looped", "loop": true]).isOK)
+    #expect(
+      try client.request(["cmd": "play", "path": .string(long), "stream": "list", "queue": [.string(short)]]).isOK)
+    usleep(1_300_000)
+    let status = try client.request(["cmd": "status"])
+    let streams = try #require(status.result["streams"]?.arrayValue)
+    let looped = try #require(streams.first { $0["stream"] == "looped" })
+    let position = try #require(looped["position"]?.numberValue)
+    #expect(looped["duration"]?.numberValue == 0.5, "\(looped)")
+    #expect(position >= 0 && position < 0.5, "a looping file's position within it: \(looped)")
+    let list = try #require(streams.first { $0["stream"] == "list" })
+    #expect(list["duration"]?.numberValue == 10 && list["queue"]?["items"]?.arrayValue?.count == 2, "\(list)")
+
+    let text = try rampctl(["status"], socket: daemon.socket)
+    #expect(text.status == 0, "\(text)")
+    let rows = text.stdout.split(separator: "\n").map(String.init)
+    let loopRow = try #require(rows.first { $0.hasPrefix("looped") }, "\(text)")
+    #expect(loopRow.contains(" / 500ms"), "position / duration: \(loopRow)")
+    let listRow = try #require(rows.first { $0.hasPrefix("list") }, "\(text)")
+    #expect(listRow.contains(" / 10s"), "\(listRow)")
+    let heading = try #require(rows.firstIndex { $0.hasPrefix("queue of list") }, "the queue is shown: \(text)")
+    #expect(rows[heading + 2].hasPrefix(">") && rows[heading + 2].hasSuffix("long.wav"), "\(text)")
+    #expect(rows[heading + 3].hasSuffix("short.wav"), "\(text)")
+    daemon.stop()
+  }
+
   /// `watch` prints events one per line; `--count` ends it.
   @Test func watchPrintsEvents() throws {
     let daemon = try DaemonProcess()
