@@ -188,6 +188,7 @@ struct Query: Sendable {
             return [
               "stream": .string(stream.id), "path": .string(stream.path), "paused": .bool(stream.paused),
               "stopping": .bool(stream.stopping), "loop": .bool(stream.loops), "position": .number(stream.seconds),
+              "duration": .number(stream.duration),
               "gain": reading.gain.json,
             ]
           }),

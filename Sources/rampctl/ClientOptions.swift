@@ -141,10 +141,9 @@ enum Parse {
   }
 
   /// `song.flac` → `/current/directory/song.flac`: rampd resolves paths against its own
-  /// directory (or its media roots), not the client's.
+  /// directory (or its media roots), not the client's (the rule timelines follow too).
   static func absolutePath(_ path: String, directory: String = FileManager.default.currentDirectoryPath) -> String {
-    if path.hasPrefix("/") { return path }
-    return URL(fileURLWithPath: directory + "/" + path).standardized.path
+    Timeline.absolutePath(path, directory: directory)
   }
 
   /// Checks the request as rampd will, so what it would refuse on sight is a usage error here,
