@@ -55,7 +55,7 @@ struct UnscheduleCommand: DaemonCommand {
 
   func summary(of result: JSONValue) -> String {
     let removed = result["unscheduled"]?.arrayValue ?? []
-    var lines = removed.map {
+    let lines = removed.map {
       "unscheduled #\($0["schedule"].map(ReplyText.number) ?? "?") \($0["cmd"]?.stringValue ?? "?")"
     }
     return lines.isEmpty ? "nothing tagged \(tag ?? "?") is scheduled" : lines.joined(separator: "\n")
