@@ -113,6 +113,13 @@ import Testing
     #expect(units.status == 64 && units.stderr.contains("--duration"), "\(units)")
     let unknown = try rampctl(["set", "master.gain", "1", "--durration", "1s"], socket: daemon.socket)
     #expect(unknown.status == 64 && unknown.stderr.contains("--durration"), "\(unknown)")
+    #expect(unknown.stderr.contains("did you mean --duration?"), "\(unknown)")
+    // fade's target is an argument, not a --to (which fade-in and fade-out have).
+    let target = try rampctl(["fade", "master.gain", "--to", "0.5"], socket: daemon.socket)
+    #expect(target.status == 64, "\(target)")
+    #expect(
+      target.stderr.hasPrefix("rampctl: '--to' is not an option of fade: <to> is an argument")
+        && !target.stderr.contains("--at"), "\(target)")
   }
 
   @Test func refusedCommandExits65WithTheCode() throws {
