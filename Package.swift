@@ -70,6 +70,7 @@ let package = Package(
       name: "rampd",
       dependencies: [
         "RampDaemon",
+        "RampAudio",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
