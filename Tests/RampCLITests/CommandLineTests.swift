@@ -99,6 +99,26 @@ import Testing
     #expect(CommandLineRoute.route(["fade", "--help"]) == .run(["fade", "--help"]))
   }
 
+  /// `rampctl watch --help` lists every kind of event the protocol has, in its order, each once.
+  @Test func watchHelpListsEveryEventKind() throws {
+    let discussion = WatchCommand.configuration.discussion
+    let start = try #require(discussion.range(of: "Event kinds: "))
+    let paragraph = discussion[start.upperBound...].prefix { $0 != "\n" }.dropLast()  // the final "."
+    // The names: the paragraph without its parentheses, split at its commas.
+    var depth = 0
+    let bare = paragraph.filter { character in
+      if character == "(" { depth += 1 }
+      defer { if character == ")" { depth -= 1 } }
+      return depth == 0 && character != ")"
+    }
+    let listed = bare.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+    #expect(listed == EventKind.allCases.map(\.rawValue))
+    let help = Self.collapsed(WatchCommand.helpMessage(columns: 1000))
+    for kind in EventKind.allCases { #expect(help.contains(kind.helpEntry), "\(kind)") }
+  }
+
+  static func collapsed(_ text: String) -> String { text.split(whereSeparator: \.isWhitespace).joined(separator: " ") }
+
   // MARK: Times
 
   /// 2026-11-25 10:00:00 in the local time zone.
