@@ -34,8 +34,9 @@ import Testing
       try sandbox.own(path)
     }
     // ALSA's default device is a file PCM over null: what rampd plays lands in played.raw, never
-    // on a sound card this machine might have.
+    // on a sound card (or a sound server's default) this machine might have.
     let recording = "\(output)/played.raw"
+    try AlsaConfiguration.withoutHooks().write(toFile: "\(directory)/alsa.conf", atomically: true, encoding: .utf8)
     try "pcm.!default { type file; slave.pcm null; file \"\(recording)\"; format raw }\n".write(
       toFile: "\(directory)/asound.conf", atomically: true, encoding: .utf8)
     var environment = ProcessInfo.processInfo.environment.filter {
@@ -52,7 +53,7 @@ import Testing
       environment["XDG_RUNTIME_DIR"] = sandbox.runtimeDirectory
     }
     environment["HOME"] = home
-    environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
+    environment["ALSA_CONFIG_PATH"] = "\(directory)/alsa.conf:\(directory)/asound.conf"
     // What `pip install ./clients/python` gives: the rampd module, the package's own source.
     environment["PYTHONPATH"] = "\(Markdown.root)/clients/python"
     // Where rampd listens and rampctl connects by default, for this reader.

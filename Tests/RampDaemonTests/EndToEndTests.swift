@@ -454,8 +454,7 @@ import Testing
     defer { try? FileManager.default.removeItem(atPath: directory) }
     // ALSA's configuration as on a machine without a card: alsa.conf without the files its hooks
     // load (a desktop's PipeWire or PulseAudio default), and a card that no machine has.
-    try Self.withoutHooks(String(contentsOfFile: "/usr/share/alsa/alsa.conf", encoding: .utf8))
-      .write(toFile: "\(directory)/alsa.conf", atomically: true, encoding: .utf8)
+    try AlsaConfiguration.withoutHooks().write(toFile: "\(directory)/alsa.conf", atomically: true, encoding: .utf8)
     for level in ["info", "debug"] {
       let log = "\(directory)/\(level).log"
       let process = Process()
@@ -482,23 +481,6 @@ import Testing
         text.contains("debug alsa-lib: confmisc.c:") == (level == "debug")
           && text.contains("cannot find card 'rampd_no_such_card'") == (level == "debug"), "\(level):\n\(text)")
     }
-  }
-
-  /// `alsa.conf` without its top-level `@hooks [...]`, the files it loads from /etc and home.
-  static func withoutHooks(_ configuration: String) -> String {
-    guard let start = configuration.range(of: "\n@hooks [") else { return configuration }
-    var depth = 0
-    var index = configuration.index(after: start.lowerBound)
-    while index < configuration.endIndex {
-      if configuration[index] == "[" { depth += 1 }
-      if configuration[index] == "]" {
-        depth -= 1
-        if depth == 0 { break }
-      }
-      index = configuration.index(after: index)
-    }
-    guard index < configuration.endIndex else { return configuration }
-    return String(configuration[..<start.lowerBound]) + "\n" + configuration[configuration.index(after: index)...]
   }
 
   /// With no usable device, rampd plays into a WAV file through ALSA's file plugin, in real
