@@ -358,6 +358,11 @@ public final class AlsaPCMOutput {
       : "ALSA device '\(negotiated.device)': write failed: \(alsaError(writeFailure))"
   }
 
+  /// Recoveries in a row, with not a frame written in between, after which a write fails: ALSA's
+  /// `pipewire` PCM while its server is down fails every write although `snd_pcm_recover`
+  /// succeeds each time, and would be retried forever. A real underrun is followed by a write.
+  static let fruitlessRecoveries = 4
+
   /// `write` as the render thread does it: false when the device failed (`writeFailure` says
   /// why, `failureMessage` in words). Allocation-free.
   public func writeBlock(_ interleaved: UnsafePointer<Float>, frames: Int, clamped: Bool = false) -> Bool {
@@ -379,10 +384,12 @@ public final class AlsaPCMOutput {
       }
       if negotiated.pacing == .clock { waitForClock(frames: count) }
       var offset = 0
+      var fruitless = 0
       while offset < count {
         let result = snd_pcm_writei(pcm, source + offset * bytesPerFrame, snd_pcm_uframes_t(count - offset))
         if result >= 0 {
           offset += Int(result)
+          fruitless = 0
           continue
         }
         let code = Int32(truncatingIfNeeded: result)
@@ -390,7 +397,8 @@ public final class AlsaPCMOutput {
           underruns += 1
         }
         let recovered = snd_pcm_recover(pcm, code, 1)
-        if recovered < 0 {
+        fruitless += 1
+        if recovered < 0 || fruitless >= Self.fruitlessRecoveries {
           writeFailure = code
           return false
         }

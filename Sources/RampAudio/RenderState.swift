@@ -54,10 +54,14 @@ public final class RenderState: @unchecked Sendable {
   /// The `index`-th stream in the mix (0 ..< `streamCount`) and its gain. Allocation-free.
   public func snapshot(ofStreamAt index: Int) -> (stream: StreamSnapshot, gain: PropertyHandle) {
     let stream = streams[index]
+    let length = stream.decoder.outputLength
+    // A looping file's position counts within the file: it starts again from 0 at each loop.
+    let position = stream.decoder.loops && length > 0 ? stream.position % length : stream.position
     return (
       StreamSnapshot(
         id: stream.id, path: stream.decoder.path, paused: stream.paused, stopping: stream.stopping,
-        loops: stream.decoder.loops, seconds: Double(stream.position) / Double(sampleRate)),
+        loops: stream.decoder.loops, seconds: Double(position) / Double(sampleRate),
+        duration: Double(length) / Double(sampleRate)),
       stream.gain
     )
   }
@@ -113,8 +117,11 @@ public struct StreamSnapshot: Sendable, Equatable {
   public let paused: Bool
   public let stopping: Bool
   public let loops: Bool
-  /// Seconds of the file's audio played so far (at the output rate, after a seek: from there).
+  /// Seconds of the file's audio played so far (at the output rate, after a seek: from there;
+  /// within the file when it loops).
   public let seconds: Double
+  /// Seconds of audio in the file playing (a queue's playing item), at the output rate.
+  public let duration: Double
 }
 
 /// A stream on the render thread: its decoder's ring, its gain, and the transport gain that

@@ -98,7 +98,9 @@ public enum ReplyText {
       for stream in streams {
         let state =
           stream["stopping"] == true ? "stopping" : stream["paused"] == true ? "paused" : "playing"
-        let position = stream["position"]?.numberValue.map { HumanUnits.format(duration: ($0 * 10).rounded() / 10) }
+        let seconds = { (value: Double) in HumanUnits.format(duration: (value * 10).rounded() / 10) }
+        var position = stream["position"]?.numberValue.map(seconds)
+        if let duration = stream["duration"]?.numberValue { position = (position ?? "?") + " / " + seconds(duration) }
         let id = stream["stream"]?.stringValue ?? "?"
         let gain = stream["gain"].map { levels($0, key: "streams.\(id).gain") } ?? "?"
         rows.append(
@@ -107,6 +109,9 @@ public enum ReplyText {
           ])
       }
       lines.append(table(rows))
+      for stream in streams where stream["queue"] != nil {
+        lines.append(queue(stream["stream"]?.stringValue ?? "?", stream["queue"]))
+      }
     }
     let ducks = result["ducks"]?.arrayValue ?? []
     if !ducks.isEmpty { lines.append(Self.ducks(ducks)) }
@@ -119,6 +124,21 @@ public enum ReplyText {
       for entry in scheduled { lines.append("    " + schedule(entry)) }
     }
     return lines.joined(separator: "\n")
+  }
+
+  /// A queue as `queue-list`, `queue-add` and `status` give it: a heading, then one line per
+  /// item, the playing one marked `>`.
+  public static func queue(_ stream: String, _ queue: JSONValue?) -> String {
+    let items = queue?["items"]?.arrayValue ?? []
+    var rows = [["", "#", "duration", "file"]]
+    for item in items {
+      rows.append([
+        item["playing"] == true ? ">" : "", number(item["index"] ?? .null),
+        HumanUnits.format(duration: item["duration"]?.numberValue ?? 0), item["path"]?.stringValue ?? "?",
+      ])
+    }
+    let loop = queue?["loop"] == true ? " (loops)" : ""
+    return "queue of \(stream)\(loop):\n" + table(rows)
   }
 
   /// Duck rules (from `duck-list` or `status`), a table: name, targets, trigger, depth, phase and

@@ -43,6 +43,8 @@ public final class Controller: @unchecked Sendable {
   private let scheduled = Atomic<Int>(0)
   /// Saved schedules not yet handed to the render thread.
   let wallClock = WallClockSchedules()
+  /// Saved schedules handed to it and not yet applied.
+  let handed = HandedSchedules()
   private let playing = Mutex<[String]>([])
   /// Where model values and acknowledged schedules are kept across restarts (set before start).
   public var persistence: Persistence?
@@ -513,6 +515,7 @@ public final class Controller: @unchecked Sendable {
         } else {
           settle(record)
         }
+        handed.settled(record.id)
       }
       guard foregone == nil else {
         if case .failure(let error) = ticket.result {
@@ -521,6 +524,12 @@ public final class Controller: @unchecked Sendable {
         return
       }
       respond(ticket.result.map { combine($0.arrayValue ?? []) })
+    }
+    // A saved schedule withdrawn on its way here is not queued (`HandedSchedules`).
+    if let record, !handed.hand(record.id, ticket) {
+      if let duckUndo { persistence?.undo(duckUndo, from: 0) }
+      refuse(CommandRefusal.withdrawn.error(defined: nil))
+      return
     }
     if let early { persistence?.acknowledgeEarly(early.key, value: early.value) }
     // An acknowledged change lands on the next block's first sample whether or not the render

@@ -1,6 +1,7 @@
 import RampAudio
 import RampEngine
 import RampProtocol
+import Synchronization
 
 /// A command made ready on a control thread: validated, its files opened, its animations
 /// compiled, its key paths built. On the render thread `check` looks at the state without
@@ -327,6 +328,12 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   private var regrown = 0
   /// Reads only, at no sample of their own: read again when cut short.
   private let rereads: Bool
+  /// Whether it committed or was withdrawn first (`Fate`): decided once, by whichever comes first.
+  private let fate = Atomic<UInt8>(Fate.pending.rawValue)
+
+  private enum Fate: UInt8 {
+    case pending, committed, withdrawn
+  }
 
   init(
     _ operations: [Operation], player: Player, fieldPrefix: String?, rampKey: String?, persistedKeys: [String],
@@ -359,6 +366,14 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   /// as plain values. Allocation-free.
   func commit(_ state: RenderState) {
     defer { state.complete(self) }
+    guard
+      fate.compareExchange(
+        expected: Fate.pending.rawValue, desired: Fate.committed.rawValue, ordering: .acquiringAndReleasing
+      ).exchanged
+    else {
+      refusal = .withdrawn
+      return
+    }
     var index = 0
     while index < operations.count {
       if let refusal = operations[index].check(state) {
@@ -390,6 +405,14 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     }
   }
 
+  /// Any thread: takes it back before the render thread commits it (it then applies nothing and
+  /// is refused as withdrawn); false when it had already committed.
+  func withdraw() -> Bool {
+    fate.compareExchange(
+      expected: Fate.pending.rawValue, desired: Fate.withdrawn.rawValue, ordering: .acquiringAndReleasing
+    ).exchanged
+  }
+
   /// Control side, once back: for a ticket of reads only that found more than it had room for,
   /// room for what it found, and true: it is to be queued again (reading twice changes nothing).
   func growReadouts() -> Bool {
@@ -401,6 +424,7 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
     // The others read again too: empty, as they were queued.
     for case .query(let query) in operations { query.readout.clear() }
     applied = 0
+    fate.store(Fate.pending.rawValue, ordering: .releasing)
     refusal = nil
     refused = 0
     events = []

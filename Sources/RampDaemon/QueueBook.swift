@@ -116,7 +116,8 @@ final class QueueBook: Sendable {
     ]
   }
 
-  /// `status`'s streams with their queues and the playing item's duration.
+  /// `status`'s streams with their queues (each stream's `duration` is the playing item's, from
+  /// the render thread).
   func annotate(_ streams: JSONValue?) -> JSONValue? {
     guard case .array(let rows)? = streams else { return streams }
     return .array(
@@ -124,7 +125,6 @@ final class QueueBook: Sendable {
         guard case .object(var object) = row, case .string(let id)? = object["stream"], let queue = queue(id)
         else { return row }
         object["queue"] = Self.describe(queue)
-        if let index = queue.currentIndex { object["duration"] = .number(queue.items[index].seconds) }
         return .object(object)
       })
   }

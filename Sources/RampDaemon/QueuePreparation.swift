@@ -174,8 +174,11 @@ extension Preparation {
         queue.items.remove(at: index)
       }
     case .queueClear(let stream):
+      // Only the playing item is left, and the stream ends after it: a looping queue stops
+      // looping, or it would play that item for ever.
       return try install(stream) { queue throws(ProtocolError) in
         queue.items.removeAll { $0.id != queue.current }
+        queue.loop = false
       }
     case .skip(let stream, let forward):
       guard let queue = queues.queue(stream), let current = queue.currentIndex else {

@@ -188,6 +188,7 @@ struct Query: Sendable {
             return [
               "stream": .string(stream.id), "path": .string(stream.path), "paused": .bool(stream.paused),
               "stopping": .bool(stream.stopping), "loop": .bool(stream.loops), "position": .number(stream.seconds),
+              "duration": .number(stream.duration),
               "gain": reading.gain.json,
             ]
           }),
@@ -394,6 +395,8 @@ enum CommandRefusal: Error {
   case duckLimit
   /// The engine's (its field under `animation` when it is about an animation's own field).
   case engine(EngineError, underAnimation: Bool = false)
+  /// A saved schedule taken back (`unschedule`, or given way) after it was handed on for its sample.
+  case withdrawn
 
   /// Control side: the refusal as the reply reports it; `defined`, the key paths defined when it
   /// was refused (for an unknown one's suggestion).
@@ -426,6 +429,8 @@ enum CommandRefusal: Error {
       return ProtocolError(.limitExceeded, field: "name", "\(DuckLayer.capacity) duck rules exist, the most allowed")
     case .engine(let error, let underAnimation):
       return underAnimation ? ProtocolError(refusingAnimation: error) : ProtocolError(error)
+    case .withdrawn:
+      return ProtocolError(.invalidField, field: "schedule", "the schedule was withdrawn before its time came")
     }
   }
 }

@@ -18,9 +18,10 @@ extension Controller {
     }
   }
 
-  /// Removes the schedule `schedule`, or every one tagged `tag`. One already handed to the render
-  /// thread (due within `WallClockSchedules.lead`) can no longer be taken back; a ramp under way
-  /// is forgotten (it is no longer resumed after a restart) but runs to its end.
+  /// Removes the schedule `schedule`, or every one tagged `tag`, wherever it is: waiting on the
+  /// wall clock, or already handed to the render thread for its sample (it then never applies).
+  /// A ramp under way is forgotten (it is no longer resumed after a restart); one of a schedule
+  /// that yields to a key path is held where it is, any other runs to its end.
   func unschedule(schedule: UInt64?, tag: String?) -> Result<JSONValue, ProtocolError> {
     guard let persistence else {
       return .failure(ProtocolError(.internalError, field: "schedule", "schedules cannot be saved"))
@@ -32,47 +33,46 @@ extension Controller {
       return .failure(
         ProtocolError(.invalidField, field: "schedule", "schedule: no schedule \(schedule) is kept (see schedules)"))
     }
-    var removed: [JSONValue] = []
-    var queued: [JSONValue] = []
-    for entry in entries {
-      let summary: JSONValue = [
-        "schedule": .integer(entry.id), "cmd": entry.request["cmd"] ?? .null, "started": .bool(entry.from != nil),
+    let removed: [JSONValue] = entries.map { entry in
+      [
+        "schedule": .integer(entry.id), "cmd": entry.request["cmd"] ?? .null, "started": .bool(withdraw(entry)),
         "request": .object(entry.request),
       ]
-      if wallClock.remove(entry.id) || entry.from != nil {
-        persistence.finish(entry.id)
-        removed.append(summary)
-      } else {
-        queued.append(.integer(entry.id))
-      }
     }
-    if let schedule, removed.isEmpty {
-      return .failure(
-        ProtocolError(
-          .invalidField, field: "schedule",
-          "schedule: \(schedule) takes effect within \(JSONValue.format(WallClockSchedules.lead)) s and is already "
-            + "queued for its sample; it can no longer be removed"))
-    }
-    return .success(["unscheduled": .array(removed), "queued": .array(queued)])
+    return .success(["unscheduled": .array(removed)])
   }
 
   /// A request that changes a key path makes every schedule that yields to it give way: removed
-  /// before it takes effect; a ramp of one under way is held where it is (`cancel`), so the newer
-  /// command takes over from the audible value.
+  /// before it takes effect (even if already handed on for its sample); a ramp of one under way is
+  /// held where it is (`cancel`), so the newer command takes over from the audible value.
   func giveWay(to command: Command) {
     // Most requests find no schedule at all: the keys are worked out only when one is kept.
-    guard let schedules = persistence?.snapshot.schedules, !schedules.isEmpty, let persistence,
+    guard let schedules = persistence?.snapshot.schedules, !schedules.isEmpty,
       let keys = command.changedKeys, !keys.isEmpty
     else { return }
     for entry in schedules {
       guard let key = entry.request["yield"]?.stringValue, keys.contains(key) else { continue }
-      if wallClock.remove(entry.id) || entry.from != nil {
-        persistence.finish(entry.id)
-        if entry.from != nil { hold(key) }
-        logger.info(
-          "a schedule gave way to a newer command", metadata: ["schedule": "\(entry.id)", "key": "\(key)"])
-      }
+      _ = withdraw(entry)
+      logger.info("a schedule gave way to a newer command", metadata: ["schedule": "\(entry.id)", "key": "\(key)"])
     }
+  }
+
+  /// Takes schedule `entry` back wherever it is; true when it had applied already. A ramp of one
+  /// that yields to a key path is then held where it is, before anything sent after this applies.
+  private func withdraw(_ entry: PersistedSchedule) -> Bool {
+    guard let persistence else { return false }
+    defer { persistence.finish(entry.id) }
+    if wallClock.remove(entry.id) { return false }
+    let started: Bool
+    switch handed.withdraw(entry.id) {
+    case .beforeApplying: started = false
+    case .afterApplying: started = true
+    case nil:
+      // Applied and back: a ramp keeps its entry, with where it started, while it is under way.
+      started = entry.from != nil || persistence.snapshot.schedules.first { $0.id == entry.id }?.from != nil
+    }
+    if started, entry.request["cmd"] == "fade", let key = entry.request["yield"]?.stringValue { hold(key) }
+    return started
   }
 }
 

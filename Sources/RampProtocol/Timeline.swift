@@ -10,6 +10,9 @@ import Foundation
 /// `"1m30s"` (converted before the line is checked as a request); `"at"` is seconds from the
 /// start of the timeline (a number or a duration such as `"+10s"`), or, against a live daemon
 /// only, a time of day (`"23:00"`) or a date and time, as `--at` reads them (`HumanUnits.when`).
+/// A relative file path (`play`'s `path` and `queue`, `queue-add`'s `paths`, in `batch` lines
+/// too) is made absolute against the timeline file's directory, as `rampctl play` makes one
+/// absolute against the current directory.
 public enum Timeline {
   /// One request of the timeline, with where it came from.
   public struct Entry: Sendable, Equatable {
@@ -49,9 +52,28 @@ public enum Timeline {
   /// Fields that hold seconds, converted from `"2s"`, `"500ms"`, `"1m30s"`.
   static let durationFields: Set<String> = ["duration", "fadeIn", "fade", "position", "timeout"]
 
+  /// `song.flac` → `/directory/song.flac` (standardized); an absolute path as it is. The one rule
+  /// by which clients make a relative file path absolute before sending it to rampd, which
+  /// resolves paths against its own directory or media roots, not the client's.
+  public static func absolutePath(_ path: String, directory: String) -> String {
+    if path.hasPrefix("/") { return path }
+    return URL(fileURLWithPath: directory + "/" + path).standardized.path
+  }
+
+  /// The directory of the timeline file at `path` (`-`, standard input: the current directory),
+  /// against which its relative file paths are resolved.
+  public static func directory(of path: String) -> String {
+    let current = FileManager.default.currentDirectoryPath
+    guard path != "-" else { return current }
+    return URL(fileURLWithPath: absolutePath(path, directory: current)).deletingLastPathComponent().path
+  }
+
   /// Every valid line's entry and every invalid line's error (all of them, so one run shows
-  /// every mistake).
-  public static func parse(_ text: String, file: String) -> (entries: [Entry], errors: [LineError]) {
+  /// every mistake). Relative file paths are resolved against `directory` (by default the
+  /// current directory).
+  public static func parse(
+    _ text: String, file: String, directory: String = FileManager.default.currentDirectoryPath
+  ) -> (entries: [Entry], errors: [LineError]) {
     var entries: [Entry] = []
     var errors: [LineError] = []
     for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
@@ -59,7 +81,9 @@ public enum Timeline {
       if line.isEmpty || line.hasPrefix("#") { continue }
       let label = "\(file):\(index + 1)"
       do {
-        entries.append(try entry(line, label: label, line: index + 1))
+        var parsed = try entry(line, label: label, line: index + 1)
+        parsed.request.command = resolvingPaths(parsed.request.command, against: directory)
+        entries.append(parsed)
       } catch {
         errors.append(error)
       }
@@ -79,7 +103,7 @@ public enum Timeline {
         throw Failure(messages: ["cannot read \(path): \(error.localizedDescription)"])
       }
     }
-    let timeline = parse(text, file: label)
+    let timeline = parse(text, file: label, directory: directory(of: path))
     guard timeline.errors.isEmpty else { throw Failure(messages: timeline.errors.map(\.description)) }
     return timeline.entries
   }
@@ -116,6 +140,28 @@ public enum Timeline {
       return Entry(label: label, line: line, at: at, request: try Request.parse(.object(object)))
     } catch {
       throw fail(error.summary)
+    }
+  }
+
+  /// `command` with its relative file paths made absolute against `directory`: `play`'s `path`
+  /// and `queue`, `queue-add`'s `paths`, and those of the commands of a `batch`.
+  static func resolvingPaths(_ command: Command, against directory: String) -> Command {
+    switch command {
+    case .play(var play):
+      play.path = absolutePath(play.path, directory: directory)
+      play.queue = play.queue?.map { absolutePath($0, directory: directory) }
+      return .play(play)
+    case .queueAdd(let stream, let paths):
+      return .queueAdd(stream: stream, paths: paths.map { absolutePath($0, directory: directory) })
+    case .batch(let requests):
+      return .batch(
+        requests.map { request in
+          var request = request
+          request.command = resolvingPaths(request.command, against: directory)
+          return request
+        })
+    default:
+      return command
     }
   }
 

@@ -17,7 +17,8 @@ struct AnimateCommand: DaemonCommand {
         --animation JSON      the whole animation object as PROTOCOL.md describes it (groups, \
       timing functions per segment, ...); @file reads it from a file
       Timing applies to all kinds but --animation: --duration, --repeat (a count or inf), \
-      --autoreverse, --speed, --begin, --fill-mode; --additive adds to the value beneath, \
+      --autoreverse, --speed, --begin, --fill-mode; --additive adds to the value beneath (its \
+      --keyframes, --from and --to are then changes, plain numbers that may be negative), \
       --cumulative carries each cycle on from the last. An animation with the same --name on \
       the key path is replaced. --wait refuses endless animations (remove them instead).
 
@@ -27,6 +28,7 @@ struct AnimateCommand: DaemonCommand {
         rampctl animate s1 --from 1 --to 0.2 --duration 2s --curve ease-in --autoreverse --repeat 3
         rampctl animate master.gain --spring --to 0.5 --bounce 0.3 --duration 800ms
         rampctl animate master.gain --by -0.2 --duration 1s --additive --name duck
+        rampctl animate master.gain --keyframes 0,-0.25,0 --additive --duration 1s --repeat inf --name tremolo
         rampctl animate master.gain --animation '{"type":"basic","to":0.5,"duration":2}'
       """)
 
@@ -106,7 +108,7 @@ struct AnimateCommand: DaemonCommand {
     completion: Completions.spaces)
   var space: String?
 
-  @Flag(help: "Add to the value beneath instead of replacing it.")
+  @Flag(help: "Add to the value beneath instead of replacing it (values are then changes: numbers, maybe negative).")
   var additive = false
 
   @Flag(help: "Each cycle continues from where the last one ended.")
@@ -168,14 +170,14 @@ struct AnimateCommand: DaemonCommand {
 
   private func content() throws -> Animation.Content {
     if let keyframes {
-      let values = try Self.list(keyframes) { try Parse.gain($0, "--keyframes") }
+      let values = try Self.list(keyframes) { try value($0, "--keyframes") }
       var frames = KeyframeAnimation(values: values, calculationMode: mode.map(\.wire) ?? .linear)
       frames.keyTimes = try keyTimes.map { try Self.list($0) { try Parse.number($0, "--key-times") } }
       return .keyframes(frames)
     }
     if keyTimes != nil || mode != nil { throw ValidationError("--key-times and --mode need --keyframes") }
     let ends = (
-      from: try Parse.gain(from, "--from"), to: try Parse.gain(to, "--to"),
+      from: try from.map { try value($0, "--from") }, to: try to.map { try value($0, "--to") },
       by: try by.map { try Parse.number($0, "--by") }
     )
     guard spring else {
@@ -185,6 +187,12 @@ struct AnimateCommand: DaemonCommand {
       return .basic(BasicAnimation(from: ends.from, to: ends.to, by: ends.by))
     }
     return .spring(SpringAnimation(from: ends.from, to: ends.to, by: ends.by, parameters: try springParameters()))
+  }
+
+  /// A value of --keyframes, --from or --to: a gain (`0.5`, `50%`, `-6dB`), or with --additive a
+  /// plain number, the change added to the value beneath, which may be negative.
+  private func value(_ text: String, _ option: String) throws -> Double {
+    additive ? try Parse.number(text, option) : try Parse.gain(text, option)
   }
 
   private func springParameters() throws -> SpringParameters {

@@ -12,14 +12,18 @@ struct BatchCommand: ParsableCommand {
       Each line is a request object as in PROTOCOL.md, with an optional "at": seconds from the \
       start of the script (2.5, "1m30s" or "+10s"), or any time --at takes ("23:00", the next \
       23:00; "2026-11-21T07:30:00Z"; "2026-11-21 07:30" in local time). Gains may be written \
-      "-6dB" or "50%" and durations "2s", as in `rampctl render --script`. Blank lines and \
-      lines starting with # are skipped.
+      "-6dB" or "50%" and durations "2s", as in `rampctl render --script`. A relative file \
+      path ("path", "queue", "paths") is taken from the script's directory (standard input: \
+      the current directory). Blank lines and lines starting with # are skipped.
 
       The whole script is checked before anything is sent; bad lines are reported as \
       file:line and nothing runs (exit 65). Then rampctl sends each line shortly before its \
-      time, scheduled for the exact moment (rampd applies it at that sample), and prints each \
-      reply as it arrives; a line rampd refuses is reported as file:line and the rest go on \
-      (exit 65 at the end). Lines sharing an "at" take effect on the same sample.
+      time, scheduled for the exact moment (rampd applies it at that sample), once the lines \
+      before it have been answered, and prints each reply. Lines sharing an "at" go as one \
+      protocol batch: they take effect on the same sample, or none does (batch, wait and the \
+      other commands a batch cannot hold go alone). The first line rampd refuses stops the \
+      run: it is reported as file:line with rampd's error, the lines after it are not sent, \
+      and rampctl exits 65.
 
       --atomic sends the lines as one protocol batch instead: all applied at the same sample, \
       or none if one is refused (the lines may not have "at").
@@ -27,7 +31,7 @@ struct BatchCommand: ParsableCommand {
       Example script (ducks.jsonl):
         {"cmd": "play", "path": "/srv/show.wav", "stream": "show"}
         {"at": 5, "cmd": "fade", "key": "streams.show.gain", "to": "-12dB", "duration": "2s"}
-        {"at": 20, "cmd": "fade-out", "duration": "3s", "then": "stop"}
+        {"at": 20, "cmd": "fade-out", "key": "streams.show.gain", "duration": "3s", "then": "stop"}
 
       Examples:
         rampctl batch ducks.jsonl
@@ -63,8 +67,8 @@ struct BatchCommand: ParsableCommand {
       guard !entries.isEmpty else { return }
       let daemon = try ClientRun(options: connection).connect()
       Interruption.catchSignals()
-      let refused = atomic ? try runAtomically(entries, on: daemon) : try runTimeline(entries, on: daemon)
-      if refused > 0 { throw ExitCode(ClientFailure.ExitStatus.refused) }
+      let refused = atomic ? try runAtomically(entries, on: daemon) > 0 : try runTimeline(entries, on: daemon)
+      if refused { throw ExitCode(ClientFailure.ExitStatus.refused) }
     } catch let failure as Timeline.Failure {
       for message in failure.messages { Output.error(message) }
       throw ExitCode(ClientFailure.ExitStatus.refused)
@@ -74,41 +78,78 @@ struct BatchCommand: ParsableCommand {
     }
   }
 
-  /// Sends each line `lead` seconds before it is due, for its exact time, and collects replies.
-  /// Returns how many lines rampd refused.
+  /// Sends the lines in time order, each `lead` seconds before it is due, for its exact time.
+  /// Lines sharing a time go as one protocol batch (applied on one sample, or none; a line a batch
+  /// cannot hold goes alone, after the ones before it), and each is sent only once everything
+  /// before it has been answered, so the first line refused is the last sent: nothing after it
+  /// is applied. Returns whether a line was refused.
   private func runTimeline(_ entries: [Timeline.Entry], on daemon: DaemonConnection) throws(ClientFailure)
-    -> Int
+    -> Bool
   {
     let start = Date()
-    let queue = entries.enumerated().sorted { ($0.element.offset, $0.offset) < ($1.element.offset, $1.offset) }
-      .map(\.element)
-    var next = 0
-    // By the id's JSON text: ids are numbers rampctl chose.
-    var waiting: [String: Timeline.Entry] = [:]
-    var refused = 0
-    while next < queue.count || !waiting.isEmpty {
-      let now = Date().timeIntervalSince(start)
-      while next < queue.count, queue[next].offset <= now + Self.lead {
-        let entry = queue[next]
-        var request = entry.request
-        switch entry.at {
-        case .delay(let seconds)? where seconds > 0:
-          request.at = .date(start.timeIntervalSince1970 + seconds)
-        case .date?: request.at = entry.at
-        default: request.at = nil
+    for group in Self.groups(entries, start: start) {
+      let first = group[0]
+      // Until the group is due (less the lead), reading what comes meanwhile (events).
+      let sendAt = start.addingTimeInterval(Self.due(first, start: start) - Self.lead)
+      while Date() < sendAt { _ = try daemon.nextLine(until: sendAt) }
+      var request = group.count == 1 ? first.request : Request(.batch(group.map(\.request)))
+      switch first.at {
+      case .delay(let seconds)? where seconds > 0:
+        request.at = .date(start.timeIntervalSince1970 + seconds)
+      case .date?: request.at = first.at
+      default: request.at = nil
+      }
+      let id = try daemon.send(request)
+      do {
+        let reply = try daemon.reply(to: id)
+        if group.count == 1 {
+          Output.print(
+            connection.json ? reply.text : "\(first.label): \(first.request.command.name): \(reply.result.serialized())"
+          )
+        } else {
+          printBatch(reply, group)
         }
-        waiting[try daemon.send(request).serialized()] = entry
-        next += 1
+      } catch .refused(let error) {
+        let refused = group.count == 1 ? first : Self.line(refusedBy: error, in: group) ?? first
+        Output.error("\(refused.label): \(ClientFailure.describe(error))")
+        let others = group.filter { $0.line != refused.line }.map(\.label)
+        let together =
+          others.isEmpty ? "" : " (sent as one batch with \(others.joined(separator: ", ")), which share its time)"
+        Output.error("batch stopped at \(refused.label)\(together): the lines after it were not sent")
+        return true
       }
-      let dueNext = next < queue.count ? start.addingTimeInterval(queue[next].offset - Self.lead) : nil
-      guard let received = try daemon.nextLine(until: dueNext) else { continue }
-      guard case .reply(let id?, let result) = received.line, let entry = waiting.removeValue(forKey: id.serialized())
-      else {
-        continue
-      }
-      refused += report(entry, result, text: received.text)
     }
-    return refused
+    return false
+  }
+
+  /// Seconds after `start` at which `entry` is due: its delay, or its date's distance from
+  /// `start` (without "at": 0).
+  static func due(_ entry: Timeline.Entry, start: Date) -> Double {
+    if case .date(let time)? = entry.at { return time - start.timeIntervalSince1970 }
+    return entry.offset
+  }
+
+  /// The lines in the order they are due (file order among lines due together), cut into what is
+  /// sent at once: the lines sharing a time (as many as a batch holds); a line a batch
+  /// cannot hold (`Command.notInBatch`) alone.
+  static func groups(_ entries: [Timeline.Entry], start: Date) -> [[Timeline.Entry]] {
+    let ordered = entries.enumerated().sorted {
+      (due($0.element, start: start), $0.offset) < (due($1.element, start: start), $1.offset)
+    }.map(\.element)
+    var groups: [[Timeline.Entry]] = []
+    var batchable = false
+    for entry in ordered {
+      let fits = !Command.notInBatch.contains(entry.request.command.name)
+      if let last = groups.last?.last, due(last, start: start) == due(entry, start: start), batchable, fits,
+        groups[groups.count - 1].count < ProtocolLimits.batchCount
+      {
+        groups[groups.count - 1].append(entry)
+      } else {
+        groups.append([entry])
+        batchable = fits
+      }
+    }
+    return groups
   }
 
   /// One protocol `batch` of every line; a refusal names the line through `commands[i]`.
@@ -117,37 +158,31 @@ struct BatchCommand: ParsableCommand {
   {
     let id = try daemon.send(Request(.batch(entries.map(\.request))))
     do {
-      let reply = try daemon.reply(to: id, deadline: Date().addingTimeInterval(ClientRun.replyTimeout))
-      if connection.json {
-        Output.print(reply.text)
-      } else {
-        for (entry, result) in zip(entries, reply.result["results"]?.arrayValue ?? []) {
-          Output.print("\(entry.label): \(entry.request.command.name): \(result.serialized())")
-        }
-      }
+      printBatch(try daemon.reply(to: id, deadline: Date().addingTimeInterval(ClientRun.replyTimeout)), entries)
       return 0
     } catch .refused(let error) {
-      var label = "batch"
-      if let field = error.field, field.hasPrefix("commands["),
-        let index = Int(field.dropFirst("commands[".count).prefix { $0.isNumber }), entries.indices.contains(index)
-      {
-        label = entries[index].label
-      }
+      let label = Self.line(refusedBy: error, in: entries)?.label ?? "batch"
       Output.error("\(label): \(ClientFailure.describe(error)); nothing was applied")
       return 1
     }
   }
 
-  /// Prints one line's reply; 1 when it was refused.
-  private func report(_ entry: Timeline.Entry, _ result: Result<JSONValue, ProtocolError>, text: String) -> Int {
-    switch result {
-    case .success(let value):
-      Output.print(connection.json ? text : "\(entry.label): \(entry.request.command.name): \(value.serialized())")
-      return 0
-    case .failure(let error):
-      if connection.json { Output.print(text) }
-      Output.error("\(entry.label): \(ClientFailure.describe(error))")
-      return 1
+  /// A protocol batch's reply: as sent with --json, else each line's result after its label.
+  private func printBatch(_ reply: (text: String, result: JSONValue), _ entries: [Timeline.Entry]) {
+    if connection.json {
+      Output.print(reply.text)
+      return
     }
+    for (entry, result) in zip(entries, reply.result["results"]?.arrayValue ?? []) {
+      Output.print("\(entry.label): \(entry.request.command.name): \(result.serialized())")
+    }
+  }
+
+  /// The line of a protocol batch of `entries` that a refusal names (its field: `commands[i]…`).
+  static func line(refusedBy error: ProtocolError, in entries: [Timeline.Entry]) -> Timeline.Entry? {
+    guard let field = error.field, field.hasPrefix("commands["),
+      let index = Int(field.dropFirst("commands[".count).prefix { $0.isNumber }), entries.indices.contains(index)
+    else { return nil }
+    return entries[index]
   }
 }

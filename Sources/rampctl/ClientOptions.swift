@@ -95,6 +95,16 @@ enum Parse {
     ValidationError(error.description.replacingOccurrences(of: "\u{2212}", with: "-"))
   }
 
+  /// A duration that must say its unit, where a bare number is ambiguous (a sleep timer of 30
+  /// could be minutes or seconds).
+  static func spokenDuration(_ text: String, _ option: String) throws -> Double {
+    let source = text.trimmingCharacters(in: .whitespaces)
+    if let number = Double(source), number.isFinite {
+      throw ValidationError("\(option): '\(source)' has no unit: \(source)m or \(source)s?")
+    }
+    return try duration(source, option)
+  }
+
   static func duration(_ text: String?, _ option: String) throws -> Double? {
     try text.map { try duration($0, option) }
   }
@@ -131,10 +141,9 @@ enum Parse {
   }
 
   /// `song.flac` → `/current/directory/song.flac`: rampd resolves paths against its own
-  /// directory (or its media roots), not the client's.
+  /// directory (or its media roots), not the client's (the rule timelines follow too).
   static func absolutePath(_ path: String, directory: String = FileManager.default.currentDirectoryPath) -> String {
-    if path.hasPrefix("/") { return path }
-    return URL(fileURLWithPath: directory + "/" + path).standardized.path
+    Timeline.absolutePath(path, directory: directory)
   }
 
   /// Checks the request as rampd will, so what it would refuse on sight is a usage error here,

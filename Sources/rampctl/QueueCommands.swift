@@ -23,20 +23,6 @@ struct QueueCommand: ParsableCommand {
     subcommands: [QueueAddCommand.self, QueueListCommand.self, QueueRemoveCommand.self, QueueClearCommand.self])
 }
 
-/// A queue as `queue-list` and `queue-add` reply with it, one line per item.
-func queueText(_ stream: String, _ queue: JSONValue?) -> String {
-  let items = queue?["items"]?.arrayValue ?? []
-  var rows = [["", "#", "duration", "file"]]
-  for item in items {
-    rows.append([
-      item["playing"] == true ? ">" : "", ReplyText.number(item["index"] ?? .null),
-      HumanUnits.format(duration: item["duration"]?.numberValue ?? 0), item["path"]?.stringValue ?? "?",
-    ])
-  }
-  let loop = queue?["loop"] == true ? " (loops)" : ""
-  return "queue of \(stream)\(loop):\n" + ReplyText.table(rows)
-}
-
 struct QueueAddCommand: DaemonCommand {
   static let configuration = CommandConfiguration(
     commandName: "add",
@@ -66,7 +52,7 @@ struct QueueAddCommand: DaemonCommand {
       waiting: false)
   }
 
-  func summary(of result: JSONValue) -> String { queueText(stream, result["queue"]) }
+  func summary(of result: JSONValue) -> String { ReplyText.queue(stream, result["queue"]) }
 }
 
 struct QueueListCommand: DaemonCommand {
@@ -91,10 +77,10 @@ struct QueueListCommand: DaemonCommand {
   }
 
   func summary(of result: JSONValue) -> String {
-    if let stream { return queueText(stream, result["queue"]) }
+    if let stream { return ReplyText.queue(stream, result["queue"]) }
     let queues = result["queues"]?.arrayValue ?? []
     guard !queues.isEmpty else { return "no stream plays a queue" }
-    return queues.map { queueText($0["stream"]?.stringValue ?? "?", $0["queue"]) }.joined(separator: "\n")
+    return queues.map { ReplyText.queue($0["stream"]?.stringValue ?? "?", $0["queue"]) }.joined(separator: "\n")
   }
 }
 
@@ -127,7 +113,7 @@ struct QueueRemoveCommand: DaemonCommand {
       waiting: false)
   }
 
-  func summary(of result: JSONValue) -> String { queueText(stream, result["queue"]) }
+  func summary(of result: JSONValue) -> String { ReplyText.queue(stream, result["queue"]) }
 }
 
 struct QueueClearCommand: DaemonCommand {
@@ -153,7 +139,7 @@ struct QueueClearCommand: DaemonCommand {
       Parse.checked(Request(.queueClear(stream: stream)), options: ["stream": "<stream>"]), waiting: false)
   }
 
-  func summary(of result: JSONValue) -> String { queueText(stream, result["queue"]) }
+  func summary(of result: JSONValue) -> String { ReplyText.queue(stream, result["queue"]) }
 }
 
 /// What `next` and `previous` share.

@@ -40,7 +40,8 @@ struct RenderCommand: ParsableCommand {
       --script applies a timeline: the file rampctl batch runs against rampd, one protocol \
       request per line (PROTOCOL.md), each with an optional "at" in seconds from the start \
       (2.5, "1m30s", "+10s"), applied on that exact sample. Gains may be written "-6dB" or "50%" \
-      and durations "2s". A render runs play (more files as streams, with every play option), \
+      and durations "2s"; a relative file path is taken from the timeline's directory. A \
+      render runs play (more files as streams, with every play option), \
       stop, pause, resume, seek, fade, fade-in, fade-out, set, animate (every kind), cancel, \
       remove and batch; a command that needs a live daemon (status, wait, subscribe, observe, \
       get, list, ...) or a clock-time "at" is refused, naming its line.

@@ -58,7 +58,6 @@ struct UnscheduleCommand: DaemonCommand {
     var lines = removed.map {
       "unscheduled #\($0["schedule"].map(ReplyText.number) ?? "?") \($0["cmd"]?.stringValue ?? "?")"
     }
-    for id in result["queued"]?.arrayValue ?? [] { lines.append("#\(ReplyText.number(id)) is due now; it stays") }
     return lines.isEmpty ? "nothing tagged \(tag ?? "?") is scheduled" : lines.joined(separator: "\n")
   }
 }
@@ -120,7 +119,7 @@ struct AlarmCommand: DaemonCommand {
       throw ValidationError("--every: an alarm repeats on days: --daily, --weekdays, --days")
     }
     let level: Double = try Parse.gain(to, "--to")
-    let fadeSeconds: Double = try Parse.duration(fadeIn, "--fade-in")
+    let fadeSeconds: Double = try Parse.spokenDuration(fadeIn, "--fade-in")
     let play = Play(
       path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: level,
       fadeIn: fadeSeconds, curve: try Parse.curve(curve), space: try Parse.space(space),
@@ -153,9 +152,10 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
       that master.gain is set back to the level it had, for the next play. Each yields \
       to master.gain: any newer command that changes master.gain (set, fade, fade-in, fade-out, \
       animate, cancel, remove) cancels the sleep timer, and a fade already under way is held \
-      where it is, from where the newer command takes over. `rampctl sleep --cancel` cancels it \
-      too, fading master.gain back to its level if the fade had begun. A new sleep replaces the \
-      old one.
+      where it is, from where the newer command takes over. One timer at a time: a new sleep \
+      replaces the old one, and `rampctl sleep --cancel` removes it; either way a fade that had \
+      begun stops where it is and master.gain fades back to its level before the timer over 2 s. \
+      TIME and --fade need their unit (30m, 90s).
 
       Examples:
         rampctl sleep 30m
@@ -201,8 +201,8 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
   /// What a sleep timer of `time` is, for a master.gain of `level` now.
   func requests(level: Double) throws -> [Request] {
     guard let time else { throw ValidationError("give how long until everything stops (30m), or --cancel") }
-    let total = try Parse.duration(time, "<time>")
-    let fadeSeconds = min(try Parse.duration(fade, "--fade"), total)
+    let total = try Parse.spokenDuration(time, "<time>")
+    let fadeSeconds = min(try Parse.spokenDuration(fade, "--fade"), total)
     func sleeping(_ command: Command, at seconds: Double) -> Request {
       Request(at: .delay(seconds), ack: .scheduled, tag: Self.tag, yield: Fade.defaultKey, command)
     }
@@ -219,12 +219,23 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
   func run() throws {
     do {
       let daemon = try ClientRun(options: connection).connect()
-      let replaced = try daemon.call(Request(.unschedule(schedule: nil, tag: Self.tag)))
+      // One timer at a time: the old one is taken back whole, its fade too if it had begun.
+      let replaced = try daemon.call(Request(.unschedule(schedule: nil, tag: Self.tag))).result
+      let removed = replaced["unscheduled"]?.arrayValue ?? []
+      let level =
+        try Self.levelBefore(removed) ?? daemon.call(Request(.get(key: Fade.defaultKey))).result["model"]?
+        .numberValue ?? 1
+      let fadeBegun = removed.contains { $0["cmd"]?.stringValue == "fade" && $0["started"] == true }
+      if fadeBegun {
+        let back = Fade(kind: .fade, key: Fade.defaultKey, to: level, duration: Self.fadeBack, space: .decibels)
+        // Part of the timer, it yields to master.gain as the timer did: a newer command takes
+        // over from where it is.
+        _ = try daemon.call(Request(at: .delay(0), yield: Fade.defaultKey, .fade(back)))
+      }
       if cancel {
-        try cancelled(replaced.result, daemon: daemon)
+        cancelled(replaced, removed: removed, fadeBegun: fadeBegun)
         return
       }
-      let level = try daemon.call(Request(.get(key: Fade.defaultKey))).result["model"]?.numberValue ?? 1
       var lines: [String] = []
       for request in try requests(level: level) {
         let reply = try daemon.call(request)
@@ -234,6 +245,15 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
     } catch let failure as ClientFailure {
       throw ClientRun.exit(failure)
     }
+  }
+
+  /// How long master.gain takes to come back when a timer whose fade had begun is cancelled or
+  /// replaced.
+  static let fadeBack = 2.0
+
+  /// The level master.gain had before the timer taken back: what its last step would have set.
+  private static func levelBefore(_ removed: [JSONValue]) -> Double? {
+    removed.lazy.filter { $0["cmd"]?.stringValue == "set" }.compactMap { $0["request"]?["value"]?.numberValue }.first
   }
 
   private func scheduledLine(_ request: Request, _ result: JSONValue) -> String {
@@ -247,18 +267,10 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
     return "sleep (#\(result["scheduled"].map(ReplyText.number) ?? "?")): \(what) at \(due)"
   }
 
-  /// After `unschedule`: a fade already under way is taken back to the level it left.
-  private func cancelled(_ result: JSONValue, daemon: DaemonConnection) throws {
-    let removed = result["unscheduled"]?.arrayValue ?? []
+  private func cancelled(_ result: JSONValue, removed: [JSONValue], fadeBegun: Bool) {
     guard !removed.isEmpty else {
       Output.print(connection.json ? "{\"sleep\":null}" : "no sleep timer is set")
       return
-    }
-    let fadeBegun = removed.contains { $0["cmd"]?.stringValue == "fade" && $0["started"] == true }
-    let level = removed.lazy.compactMap { $0["request"]?["value"]?.numberValue }.first
-    if fadeBegun, let level {
-      let back = Fade(kind: .fade, key: Fade.defaultKey, to: level, duration: 2, space: .decibels)
-      _ = try daemon.call(Request(.fade(back)))
     }
     Output.print(
       connection.json ? result.serialized() : "sleep timer cancelled" + (fadeBegun ? "; master.gain fades back" : ""))

@@ -15,7 +15,12 @@
  *   - while the file named by `flag` exists, opening fails with -ENODEV, and a write to an open
  *     PCM fails with -ENODEV and leaves the PCM DISCONNECTED: like a real unplugged card, that
  *     handle stays dead (write, start and prepare keep failing) even after the flag is removed;
- *     only a new open gets a working device.
+ *     only a new open gets a working device;
+ *   - while the file named by `gone` exists, it behaves as ALSA's `pipewire` PCM does while its
+ *     audio server is down: opening fails with -EHOSTDOWN, and every write to an open PCM fails
+ *     with -EPIPE (an xrun) although preparing it again succeeds, so snd_pcm_recover "recovers"
+ *     each time and the next write fails the same way. Once the file is gone, the same handle
+ *     plays again.
  *
  *   pcm_type.rampd_flaky { lib "/path/to/libasound_module_pcm_rampd_flaky.so" }
  *   pcm.name {
@@ -44,6 +49,7 @@ typedef struct {
 	snd_pcm_ioplug_t io;
 	int fd;      /* the output file, O_APPEND; also the poll descriptor (always writable) */
 	char *flag;  /* NULL: never fails */
+	char *gone;  /* NULL: never gone */
 	int dead;    /* set by the first failed write; never cleared */
 } flaky_t;
 
@@ -95,6 +101,8 @@ static snd_pcm_sframes_t flaky_transfer(snd_pcm_ioplug_t *io, const snd_pcm_chan
 	flaky_t *f = io->private_data;
 	if (f->dead || unplugged(f))
 		return disconnect(f);
+	if (f->gone != NULL && access(f->gone, F_OK) == 0)
+		return -EPIPE;
 
 	/* Interleaved (the only access offered): one area layout, frames contiguous from channel 0. */
 	const char *data = (const char *)areas[0].addr + (areas[0].first + areas[0].step * offset) / 8;
@@ -117,6 +125,7 @@ static int flaky_close(snd_pcm_ioplug_t *io)
 	flaky_t *f = io->private_data;
 	close(f->fd);
 	free(f->flag);
+	free(f->gone);
 	free(f);
 	return 0;
 }
@@ -154,18 +163,20 @@ static void log_open(const char *path)
 SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 {
 	snd_config_iterator_t it, next;
-	const char *file = NULL, *flag = NULL, *opens = NULL;
+	const char *file = NULL, *flag = NULL, *opens = NULL, *gone = NULL;
 	flaky_t *f;
 	int err;
 	(void)root;
 
-	const struct fixture_string_field strings[] = { { "file", &file }, { "flag", &flag }, { "opens", &opens } };
+	const struct fixture_string_field strings[] = {
+		{ "file", &file }, { "flag", &flag }, { "opens", &opens }, { "gone", &gone },
+	};
 	snd_config_for_each(it, next, conf) {
 		snd_config_t *n = snd_config_iterator_entry(it);
 		const char *id = fixture_field_id(n);
 		if (id == NULL)
 			continue;
-		if ((err = fixture_take_string(n, "rampd_flaky", id, strings, 3)) != 0) {
+		if ((err = fixture_take_string(n, "rampd_flaky", id, strings, 4)) != 0) {
 			if (err < 0)
 				return err;
 			continue;
@@ -185,12 +196,17 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 		log_open(opens);
 	if (flag != NULL && access(flag, F_OK) == 0)
 		return -ENODEV; /* unplugged: no device to open */
+	if (gone != NULL && access(gone, F_OK) == 0)
+		return -EHOSTDOWN; /* no server to connect to */
 
 	f = calloc(1, sizeof(*f));
 	if (f == NULL)
 		return -ENOMEM;
 	f->flag = flag != NULL ? strdup(flag) : NULL;
-	if (flag != NULL && f->flag == NULL) {
+	f->gone = gone != NULL ? strdup(gone) : NULL;
+	if ((flag != NULL && f->flag == NULL) || (gone != NULL && f->gone == NULL)) {
+		free(f->flag);
+		free(f->gone);
 		free(f);
 		return -ENOMEM;
 	}
@@ -199,6 +215,7 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 		err = -errno;
 		SNDERR("rampd_flaky: cannot open %s: %s", file, strerror(errno));
 		free(f->flag);
+		free(f->gone);
 		free(f);
 		return err;
 	}
@@ -216,6 +233,7 @@ SND_PCM_PLUGIN_DEFINE_FUNC(rampd_flaky)
 	if (err < 0) {
 		close(f->fd);
 		free(f->flag);
+		free(f->gone);
 		free(f);
 		return err;
 	}

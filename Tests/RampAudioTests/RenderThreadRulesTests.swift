@@ -56,7 +56,9 @@ import Testing
   /// (its arithmetic on the decoder thread) comes out as zeros.
   @Test func aDecoderFlushesSubnormalSamples() throws {
     let file = try temporaryDirectory().appendingPathComponent("tiny.wav").path
-    try writeSignal(file, frames: 44_100, channels: 2, rate: 44_100) { f, _ in f % 2 == 0 ? 3e-39 : -2e-39 }
+    // A quarter and an eighth of the smallest normal Float: both subnormal.
+    let tiny = Float.leastNormalMagnitude / 4
+    try writeSignal(file, frames: 44_100, channels: 2, rate: 44_100) { f, _ in f % 2 == 0 ? tiny : -tiny / 2 }
     let decoder = try StreamDecoder(path: file, outputRate: 48_000, outputChannels: 2, bufferSeconds: 2)
     defer { decoder.cancel() }
     decoder.waitUntilPrefilled(seconds: 0.9)

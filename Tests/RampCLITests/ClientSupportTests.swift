@@ -82,6 +82,26 @@ import Testing
     #expect(script.entries[3].request == Request(.stop(Transport())), "the id is rampctl's to choose")
   }
 
+  /// Relative file paths are made absolute against the timeline's directory: `play`'s `path` and
+  /// `queue`, `queue-add`'s `paths`, inside a `batch` too; absolute ones are left as they are.
+  @Test func relativePathsAreTakenFromTheTimelinesDirectory() throws {
+    let text = """
+      {"cmd": "play", "path": "a.wav", "stream": "a", "queue": ["../b.wav", "/srv/c.wav"]}
+      {"cmd": "queue-add", "stream": "a", "paths": ["./d.wav"]}
+      {"at": 1, "cmd": "batch", "commands": [{"cmd": "play", "path": "sub/e.wav", "stream": "e"}]}
+      """
+    let script = Timeline.parse(text, file: "show.jsonl", directory: "/home/me/shows")
+    #expect(script.errors.isEmpty, "\(script.errors)")
+    let requests = script.entries.map(\.request)
+    #expect(
+      requests[0]
+        == Request(.play(Play(path: "/home/me/shows/a.wav", stream: "a", queue: ["/home/me/b.wav", "/srv/c.wav"]))))
+    #expect(requests[1] == Request(.queueAdd(stream: "a", paths: ["/home/me/shows/d.wav"])))
+    #expect(requests[2] == Request(.batch([Request(.play(Play(path: "/home/me/shows/sub/e.wav", stream: "e")))])))
+    #expect(Timeline.directory(of: "/home/me/shows/show.jsonl") == "/home/me/shows")
+    #expect(Timeline.directory(of: "-") == FileManager.default.currentDirectoryPath)
+  }
+
   @Test func everyBadScriptLineIsReportedWithFileAndLine() {
     let text = """
       {"cmd": "play", "path": "/srv/a.wav"}

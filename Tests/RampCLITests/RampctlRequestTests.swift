@@ -180,6 +180,19 @@ import Testing
     #expect(animate == Request(.animate(Animate(key: "master.gain", animation: expected, continuity: .slope))))
   }
 
+  /// With --additive, keyframes are changes added to the value beneath: plain numbers, which
+  /// may be negative (a tremolo under a gain's own ramps).
+  @Test func additiveKeyframesAreSignedChanges() throws {
+    let animate = try request(
+      "animate", "master.gain", "--keyframes", "0,-0.25,0", "--additive", "--duration", "1s", "--repeat", "inf",
+      "--name", "tremolo")
+    var expected = Animation.keyframes([0, -0.25, 0], duration: 1)
+    expected.isAdditive = true
+    expected.timing.repeatCount = .infinity
+    #expect(animate == Request(.animate(Animate(key: "master.gain", name: "tremolo", animation: expected))))
+    #expect(throws: (any Error).self) { try request("animate", "master.gain", "--keyframes", "0,-0.25,0") }
+  }
+
   @Test func animateSprings() throws {
     let physical = try request(
       "animate", "master.gain", "--spring", "--to", "0.5", "--mass", "2", "--stiffness", "300", "--damping", "20")

@@ -153,7 +153,6 @@ import Testing
 
     let configuration = DaemonConfiguration()
     let session = try Session(configuration, label: "commit-test")
-    let player = session.player
     let controller = session.controller
     // Persisted model values are read after each command that may change them.
     let store = StateStore(path: "\(scratch.directory)/state.json", logger: session.logger)
@@ -475,7 +474,6 @@ import Testing
     defer { withExtendedLifetime(scratch) {} }
     let path = try scratch.tone("tone", seconds: 1)
     let session = try Session(streams: Player.streamCapacity, label: "many-test")
-    let player = session.player
     let client = session.client
     func send(_ line: String) { session.send(line) }
     let count = RenderThreadCount()

@@ -161,10 +161,7 @@ final class DaemonProcess {
   }
 
   deinit {
-    if process.isRunning {
-      process.terminate()
-      process.waitUntilExit()
-    }
+    if process.isRunning { terminate() }
     if ownsDirectory { try? FileManager.default.removeItem(atPath: directory) }
   }
 
@@ -173,10 +170,19 @@ final class DaemonProcess {
   /// Stops the daemon (SIGTERM) and returns its exit status.
   @discardableResult
   func stop() -> Int32 {
-    process.terminate()
-    process.waitUntilExit()
+    terminate()
     _ = readLog()
     return process.terminationStatus
+  }
+
+  /// SIGTERM, and SIGKILL if that has not ended it within 20 s: a daemon that no longer stops (a
+  /// render thread spinning on a failed device) fails its test instead of hanging the suite.
+  private func terminate() {
+    process.terminate()
+    let deadline = Date().addingTimeInterval(20)
+    while process.isRunning, Date() < deadline { usleep(20_000) }
+    if process.isRunning { Glibc.kill(process.processIdentifier, SIGKILL) }
+    process.waitUntilExit()
   }
 
   /// The log so far; once the daemon has exited, all of it.

@@ -14,24 +14,10 @@ import Testing
   /// during the outage runs on the clock; plugged back, the device is reopened and plays at the
   /// levels the fades reached, not where they were when it was lost.
   @Test func theDeviceFailsWhileRampingAndComesBack() throws {
-    let scratch = NSTemporaryDirectory() + "rampd-flaky-\(getpid())"
-    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: scratch) }
-    let library = "\(scratch)/libasound_module_pcm_rampd_flaky.so"
-    try Fixture.compile("pcm_flaky.c", to: library)
-    let raw = "\(scratch)/played.raw"
-    let flag = "\(scratch)/unplugged"
-    let daemon = try DaemonProcess(
-      extraALSA: """
-        pcm_type.rampd_flaky { lib "\(library)" }
-        pcm.rampd_flaky_e2e { type rampd_flaky; file "\(raw)"; flag "\(flag)" }
-        """,
-      environment: ["RAMPD_OUTPUT_DEVICE": "rampd_flaky_e2e"])
-    let watcher = try daemon.client()
-    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
-    let client = try daemon.client()
-    let file = try daemon.constantFile("one", seconds: 2)
-    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "a", "loop": true]).isOK)
+    let output = try FlakyOutput(failingWhile: "flag", device: "rampd_flaky_e2e")
+    defer { output.remove() }
+    let (daemon, raw, flag) = (output.daemon, output.raw, output.trigger)
+    let (watcher, client) = try output.playing()
     let before = try client.request(["cmd": "status"]).result
     #expect(before["output"]?["device"] == "rampd_flaky_e2e" && before["output"]?["state"] == "playing")
     usleep(300_000)
@@ -82,6 +68,35 @@ import Testing
     // Before the loss: the first fade, falling from 1 and not yet at its end.
     let lost = Array(samples[..<(framesBeforeReplug * 2)])
     #expect(lost.contains(1) && (lost.last ?? 0) < 1 && (lost.last ?? 0) > 0.2, "\(lost.last ?? -1)")
+    #expect(daemon.stop() == 0)
+  }
+
+  /// An audio server that goes away under rampd (ALSA's `pipewire` PCM while PipeWire restarts,
+  /// as `pcm_flaky`'s `gone` plays it): every write is an xrun that snd_pcm_recover "recovers"
+  /// and the next write fails the same way. rampd does not spin on it: it says `device-failed`,
+  /// goes on answering and keeping time at a CPU cost near nothing, and `device-recovered` once
+  /// the server is back, playing at the level set meanwhile.
+  @Test func anAudioServerThatGoesAwayEndsInDeviceFailedNotASpin() throws {
+    let output = try FlakyOutput(failingWhile: "gone", device: "rampd_gone_e2e")
+    defer { output.remove() }
+    let (daemon, raw, gone) = (output.daemon, output.raw, output.trigger)
+    let (watcher, client) = try output.playing()
+    usleep(300_000)
+    guard FileManager.default.createFile(atPath: gone, contents: nil) else {
+      throw HarnessError("cannot create \(gone)")
+    }
+    let failed = try watcher.waitForEvent(timeout: 3) { $0["event"] == "device-failed" }
+    #expect(failed["message"]?.stringValue?.isEmpty == false, "\(failed.serialized())")
+    try expectQuietOutage(daemon, client, setting: 0.5)
+    let framesBefore = try floatSamples(raw).count / 2
+    try FileManager.default.removeItem(atPath: gone)
+    let recovered = try watcher.waitForEvent(timeout: 10) { $0["event"] == "device-recovered" }
+    #expect(recovered["device"] == "rampd_gone_e2e", "\(recovered.serialized())")
+    usleep(500_000)
+    #expect(try client.request(["cmd": "status"]).result["output"]?["state"] == "playing")
+    let samples = try floatSamples(raw)
+    let resumed = samples[(framesBefore * 2)...].dropLast(2 * 4_800)
+    #expect(resumed.count > 2 * 4_800 && resumed.allSatisfy { $0 == 0.5 }, "\(resumed.count / 2) frames since")
     #expect(daemon.stop() == 0)
   }
 
@@ -178,4 +193,55 @@ func floatSamples(_ path: String) throws -> [Float] {
   guard FileManager.default.fileExists(atPath: path) else { return [] }
   let data = try Data(contentsOf: URL(fileURLWithPath: path))
   return data.withUnsafeBytes { Array($0.bindMemory(to: Float.self).prefix(data.count / 4)) }
+}
+
+/// rampd on a `pcm_flaky` device (`Tests/Fixtures/pcm_flaky.c`) of its own, which fails while the
+/// file `trigger` exists: with `failingWhile` "flag", as an unplugged card; "gone", as ALSA's
+/// `pipewire` PCM while its server is away. What it plays is appended to `raw`.
+struct FlakyOutput {
+  let scratch: String
+  let raw: String
+  let trigger: String
+  let daemon: DaemonProcess
+
+  init(failingWhile option: String, device: String) throws {
+    scratch = NSTemporaryDirectory() + "rampd-\(device)-\(getpid())"
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    let library = "\(scratch)/libasound_module_pcm_rampd_flaky.so"
+    try Fixture.compile("pcm_flaky.c", to: library)
+    raw = "\(scratch)/played.raw"
+    trigger = "\(scratch)/\(option)"
+    daemon = try DaemonProcess(
+      extraALSA: """
+        pcm_type.rampd_flaky { lib "\(library)" }
+        pcm.\(device) { type rampd_flaky; file "\(raw)"; \(option) "\(trigger)" }
+        """,
+      environment: ["RAMPD_OUTPUT_DEVICE": device])
+  }
+
+  /// A client subscribed to the device's events, and one that started a stream `a` playing a
+  /// constant 1 in a loop.
+  func playing() throws -> (watcher: LineClient, client: LineClient) {
+    let watcher = try daemon.client()
+    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
+    let client = try daemon.client()
+    let file = try daemon.constantFile("one", seconds: 2)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "a", "loop": true]).isOK)
+    return (watcher, client)
+  }
+
+  func remove() { try? FileManager.default.removeItem(atPath: scratch) }
+}
+
+/// While rampd's device is lost (after `device-failed`): it is all but idle for two seconds,
+/// `status` answers that the output failed, and master.gain takes `setting` for when it is back.
+func expectQuietOutage(_ daemon: DaemonProcess, _ client: LineClient, setting: Double) throws {
+  let pid = daemon.process.processIdentifier
+  let cpuBefore = try cpuSeconds(pid)
+  usleep(2_000_000)
+  let cpu = try cpuSeconds(pid) - cpuBefore
+  #expect(cpu < 0.5, "\(cpu) s of CPU in 2 s without a device")
+  let outage = try client.request(["cmd": "status"])
+  #expect(outage.result["output"]?["state"] == "failed", "\(outage.serialized())")
+  #expect(try client.request(["cmd": "set", "key": "master.gain", "value": .number(setting), "duration": 0]).isOK)
 }

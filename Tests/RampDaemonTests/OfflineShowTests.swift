@@ -392,6 +392,49 @@ final class ShowBench {
     #expect(samples[(72_000 + Self.declick)..<96_000].allSatisfy { $0 == held }, "back to the model value")
   }
 
+  /// README's "At a terminal" sequence, rendered as the requests rampctl sends: a 30 s fade-in,
+  /// master.gain to -6 dB over 500 ms and the tremolo a few milliseconds apart as typed, then
+  /// (later than in the README, so the fade-in has come up) a 5 s fade-out that stops, and the
+  /// tremolo removed. On a constant input the output is the gain
+  /// itself: no step from one sample to the next is larger than the ramps make (together well
+  /// under 1e-4 a sample). The tremolo as the README had it (replacing the fade-in on
+  /// streams.s1.gain) jumps, and this check finds it.
+  @Test func readmeTerminalSequenceNeverJumps() throws {
+    let readme = try Markdown.read("README.md")
+    let tremolo =
+      "rampctl animate master.gain --keyframes 0,-0.25,0 --additive --duration 1s --repeat inf --name tremolo"
+    #expect(readme.contains(tremolo), "README.md's tremolo is the one rendered here")
+    let bench = try ShowBench()
+    // Longer than the render: the file's own end would be a step.
+    let alarm = try bench.file("alarm.wav", frames: 27 * 48_000, channels: 2) { _, _ in 0.25 }
+    func largestStep(_ tremolo: String) throws -> Float {
+      let (samples, channels, _) = try bench.render(
+        input: nil,
+        """
+        {"cmd": "play", "path": "\(alarm)", "stream": "s1", "fadeIn": 30}
+        {"at": 0.05, "cmd": "set", "key": "master.gain", "value": "-6dB", "duration": 0.5}
+        {"at": 0.1, \(tremolo)}
+        {"at": 20, "cmd": "fade-out", "duration": 5, "then": "stop"}
+        \(tremolo.contains("master.gain") ? #"{"at": 25.1, "cmd": "remove", "key": "master.gain", "name": "tremolo"}"# : "")
+        """
+      ) { $0.duration = 26 }
+      var largest: Float = 0
+      for index in stride(from: channels, to: samples.count, by: channels) {
+        largest = max(largest, abs(samples[index] - samples[index - channels]))
+      }
+      #expect(samples.contains { $0 > 0.01 }, "it was heard")
+      return largest
+    }
+    let additive = try largestStep(
+      #""cmd": "animate", "key": "master.gain", "name": "tremolo", "animation": {"type": "keyframe", "values": [0, -0.25, 0], "duration": 1, "additive": true, "repeatCount": "inf"}"#
+    )
+    #expect(additive < 1e-4, "the largest step from one sample to the next: \(additive)")
+    let replacing = try largestStep(
+      #""cmd": "animate", "key": "streams.s1.gain", "name": "tremolo", "animation": {"type": "keyframe", "values": [1, 0.5, 1], "duration": 1, "repeatCount": "inf"}"#
+    )
+    #expect(replacing > 0.05, "a tremolo that replaces the fade-in jumps: \(replacing)")
+  }
+
   /// A command that needs a live daemon, or a clock time, is refused before anything is written,
   /// naming its line.
   @Test func liveOnlyCommandsAreRefusedByLine() throws {

@@ -209,6 +209,38 @@ import Testing
     }
   }
 
+  /// queue-clear on a looping queue ends the loop too: the playing item plays to its end, once,
+  /// and the stream ends there (queue-list says `loop` false); what was played is that item's
+  /// audio, then silence.
+  @Test func clearingALoopingQueueEndsTheStreamAfterThePlayingItem() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["item-started", "stream-ended"]])
+    let a = try daemon.constantFile("a", seconds: 0.6, left: 0.125, right: 0)
+    let b = try daemon.constantFile("b", seconds: 0.6, left: 0.25, right: 0)
+    #expect(
+      try client.request([
+        "cmd": "play", "path": .string(a), "stream": "music", "queue": [.string(b)], "loop": true,
+      ]).isOK)
+    let cleared = try client.request(["cmd": "queue-clear", "stream": "music"])
+    #expect(cleared.result["queue"]?["items"]?.arrayValue?.count == 1, "\(cleared.serialized())")
+    #expect(cleared.result["queue"]?["loop"] == false, "\(cleared.serialized())")
+    let listed = try client.request(["cmd": "queue-list", "stream": "music"])
+    #expect(listed.result["queue"]?["loop"] == false, "\(listed.serialized())")
+    let ended = try client.waitForEvent(timeout: 5) { $0["event"] == "stream-ended" && $0["stream"] == "music" }
+    #expect(ended["reason"] == "finished", "\(ended.serialized())")
+    #expect(try client.request(["cmd": "status"]).result["streams"] == [], "the stream is gone")
+    daemon.stop()
+
+    let started = Self.itemEvents(client, "music", "item-started")
+    #expect(started.map { $0["path"] } == [.string(a)], "a once, nothing after: \(started.map { $0.serialized() })")
+    let left = try daemon.played(channel: 0)
+    let first = try #require(left.firstIndex { $0 != 0 })
+    let last = try #require(left.lastIndex { $0 != 0 })
+    #expect(last - first < 28_800 + 480, "one item's length of audio, not a loop: \(last - first) frames")
+    #expect(left[first...last].allSatisfy { $0 <= 0.125 }, "only a's level was played")
+  }
+
   /// queue-add, queue-remove and queue-clear change what follows; the playing item cannot be
   /// removed; bad input names its field and the stream plays on.
   @Test func queueCommandsChangeWhatFollows() throws {

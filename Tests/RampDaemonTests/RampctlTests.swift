@@ -145,25 +145,24 @@ import Testing
     #expect(wait.status == 75 && wait.stderr.contains("timeout"), "\(wait)")
   }
 
-  /// A timeline: lines are applied at their `at`, a refused line is reported as file:line and the
-  /// others still run; a script with an invalid line runs nothing.
+  /// A timeline: lines are applied at their `at`, a relative path is taken from the script's
+  /// directory (not rampctl's), and a script with an invalid line runs nothing.
   @Test func timelineBatch() throws {
     let daemon = try DaemonProcess()
     let file = try daemon.constantFile("one", seconds: 10)
     let script = "\(daemon.directory)/show.jsonl"
     try """
     # two changes after the start
-    {"cmd": "play", "path": "\(file)", "stream": "m"}
+    {"cmd": "play", "path": "one.wav", "stream": "m"}
     {"at": 0.4, "cmd": "set", "key": "master.gain", "value": "-12dB", "duration": 0}
-    {"at": 0.4, "cmd": "fade", "key": "streams.gone.gain", "to": 0}
-    {"at": "600ms", "cmd": "stop", "fade": "50ms"}
+    {"at": "600ms", "cmd": "stop", "stream": "m", "fade": "50ms"}
     """.write(toFile: script, atomically: true, encoding: .utf8)
     let before = try #require(try daemon.client().request(["cmd": "status"]).result["sample"]?.int)
     let started = Date()
-    let run = try rampctl(["batch", script], socket: daemon.socket)
-    #expect(run.status == 65, "one line was refused: \(run)")
-    #expect(run.stderr.contains("\(script):4: unknown-key-path"), "\(run)")
-    #expect(run.stdout.contains("\(script):3: set") && run.stdout.contains("\(script):5: stop"), "\(run)")
+    let run = try rampctl(["batch", script], socket: daemon.socket, directory: "/")
+    #expect(run.status == 0, "\(run)")
+    #expect(run.stdout.contains("\(script):2: play: ") && run.stdout.contains(file), "played \(file): \(run)")
+    #expect(run.stdout.contains("\(script):3: set") && run.stdout.contains("\(script):4: stop"), "\(run)")
     #expect(Date().timeIntervalSince(started) >= 0.6, "returned after the last line took effect")
     daemon.stop()
     let left = try daemon.played(channel: 0)
@@ -181,6 +180,109 @@ import Testing
     """.write(toFile: script, atomically: true, encoding: .utf8)
     let bad = try rampctl(["batch", script], socket: daemon.socket)
     #expect(bad.status == 65 && bad.stderr.contains("\(script):2: unknown-field: valu"), "\(bad)")
+  }
+
+  /// The first line rampd refuses stops a timeline: reported with the file, line and rampd's
+  /// error, exit 65, and no line after it applied. Here the refused `play` is followed by a
+  /// `stop` of its stream name, which another stream, already playing, has: it plays on, at the
+  /// level it had, to the end of the recording.
+  @Test func aRefusedLineStopsTheTimeline() throws {
+    let daemon = try DaemonProcess()
+    let file = try daemon.constantFile("one", seconds: 10)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "bed"]).isOK)
+    let script = "\(daemon.directory)/show.jsonl"
+    try """
+    {"cmd": "play", "path": "missing.flac", "stream": "bed"}
+    {"at": 0.2, "cmd": "stop", "stream": "bed"}
+    {"at": 0.3, "cmd": "set", "key": "master.gain", "value": 0.5}
+    """.write(toFile: script, atomically: true, encoding: .utf8)
+    let run = try rampctl(["batch", script], socket: daemon.socket)
+    #expect(run.status == 65, "\(run)")
+    #expect(run.stderr.contains("\(script):1: ") && run.stderr.contains("missing.flac"), "line and error: \(run)")
+    #expect(run.stderr.contains("batch stopped at \(script):1"), "\(run)")
+    #expect(!run.stdout.contains("\(script):2") && !run.stdout.contains("\(script):3"), "\(run)")
+    usleep(800_000)
+    let status = try client.request(["cmd": "status"])
+    #expect(status.result["streams"]?.arrayValue?.map { $0["stream"] } == ["bed"], "bed plays on: \(status)")
+    #expect(status.result["master"]?["model"] == 1, "the set after the refused line was not sent")
+    daemon.stop()
+    let left = try daemon.played(channel: 0)
+    let playing = try #require(left.firstIndex { $0 == 1 })
+    // Up to the status, well after the lines' times: nothing of bed changed.
+    let reached = try #require(status.result["sample"]?.int)
+    #expect(reached - playing > 36_000, "bed played past the lines' times before the status")
+    #expect(left[playing..<min(reached, left.count)].allSatisfy { $0 == 1 }, "bed was never stopped nor lowered")
+
+    // Lines sharing a time go as one batch: the refused one keeps the others of its time out too.
+    try """
+    {"at": 0.1, "cmd": "set", "key": "master.gain", "value": 0.25}
+    {"at": 0.1, "cmd": "stop", "stream": "nope"}
+    {"at": 0.2, "cmd": "set", "key": "master.gain", "value": 0.5}
+    """.write(toFile: script, atomically: true, encoding: .utf8)
+    let daemon2 = try DaemonProcess()
+    let together = try rampctl(["batch", script], socket: daemon2.socket)
+    #expect(together.status == 65, "\(together)")
+    #expect(together.stderr.contains("\(script):2: unknown-stream"), "\(together)")
+    #expect(together.stderr.contains("\(script):1"), "names the line sent with it: \(together)")
+    let master = try daemon2.client().request(["cmd": "get", "key": "master.gain"])
+    #expect(master.result["model"] == 1, "neither line of that time, nor the one after, applied: \(master)")
+    daemon2.stop()
+  }
+
+  /// `rampctl render --script` takes a timeline's relative paths from the timeline's directory,
+  /// wherever rampctl runs: the file plays.
+  @Test func renderTakesRelativePathsFromTheTimelinesDirectory() throws {
+    let bench = try ShowBench()
+    try bench.file("half.wav", frames: 4_800, channels: 2) { _, _ in 0.5 }
+    try """
+    {"cmd": "play", "path": "half.wav", "stream": "a"}
+    {"at": 0.05, "cmd": "batch", "commands": [{"cmd": "play", "path": "./half.wav", "stream": "b"}]}
+    """.write(toFile: bench.path("show.jsonl"), atomically: true, encoding: .utf8)
+    let run = try runProcess(
+      Executables.rampctl, ["render", bench.path("out.wav"), "--script", bench.path("show.jsonl")], directory: "/")
+    #expect(run.status == 0, "\(run)")
+    let reader = try SoundFileReader(path: bench.path("out.wav"))
+    var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
+    _ = try samples.withUnsafeMutableBufferPointer {
+      try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
+    }
+    #expect(reader.frames == 4_800 + 2_400, "b starts 50 ms after a and plays to its end")
+    #expect(samples[2 * 1_000] == 0.5 && samples[2 * 3_000] == 1 && samples[2 * 6_000] == 0.5, "a, a + b, b")
+  }
+
+  /// Plain `status` shows each stream's position in its file and the file's duration, and a
+  /// queue stream's queue with the playing item marked; a looping file's position stays within
+  /// the file (it starts again from 0 at each loop), in the reply and in the text.
+  @Test func statusShowsPositionsDurationsAndQueues() throws {
+    let daemon = try DaemonProcess()
+    let short = try daemon.constantFile("short", seconds: 0.5)
+    let long = try daemon.constantFile("long", seconds: 10)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "play", "path": .string(short), "stream": "looped", "loop": true]).isOK)
+    #expect(
+      try client.request(["cmd": "play", "path": .string(long), "stream": "list", "queue": [.string(short)]]).isOK)
+    usleep(1_300_000)
+    let status = try client.request(["cmd": "status"])
+    let streams = try #require(status.result["streams"]?.arrayValue)
+    let looped = try #require(streams.first { $0["stream"] == "looped" })
+    let position = try #require(looped["position"]?.numberValue)
+    #expect(looped["duration"]?.numberValue == 0.5, "\(looped)")
+    #expect(position >= 0 && position < 0.5, "a looping file's position within it: \(looped)")
+    let list = try #require(streams.first { $0["stream"] == "list" })
+    #expect(list["duration"]?.numberValue == 10 && list["queue"]?["items"]?.arrayValue?.count == 2, "\(list)")
+
+    let text = try rampctl(["status"], socket: daemon.socket)
+    #expect(text.status == 0, "\(text)")
+    let rows = text.stdout.split(separator: "\n").map(String.init)
+    let loopRow = try #require(rows.first { $0.hasPrefix("looped") }, "\(text)")
+    #expect(loopRow.contains(" / 500ms"), "position / duration: \(loopRow)")
+    let listRow = try #require(rows.first { $0.hasPrefix("list") }, "\(text)")
+    #expect(listRow.contains(" / 10s"), "\(listRow)")
+    let heading = try #require(rows.firstIndex { $0.hasPrefix("queue of list") }, "the queue is shown: \(text)")
+    #expect(rows[heading + 2].hasPrefix(">") && rows[heading + 2].hasSuffix("long.wav"), "\(text)")
+    #expect(rows[heading + 3].hasSuffix("short.wav"), "\(text)")
+    daemon.stop()
   }
 
   /// `watch` prints events one per line; `--count` ends it.

@@ -205,6 +205,100 @@ import Testing
     #expect(largest < 0.01, "largest step \(largest)")
   }
 
+  /// One sleep timer at a time, whatever happens: a timer whose fade runs from the start
+  /// (`sleep 30s`) replaced by a longer one, then cancelled; or replaced, then overruled by a
+  /// `set`. The first fade stops where it is, master.gain comes back without a jump, and once
+  /// settled what is heard is the model value.
+  @Test(arguments: ["cancel", "set"])
+  func aReplacedSleepTimerLeavesNothingBehind(ending: String) throws {
+    let daemon = try Self.roomyDaemon(name: "sleep-\(ending)")
+    let file = try daemon.constantFile("music", seconds: 1)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "music", "loop": true]).isOK)
+    let first = try rampctl(["sleep", "30s"], daemon)
+    #expect(first.status == 0, "\(first)")
+    usleep(2_000_000)
+    // The first timer's fade (over all of its 30 s) has been under way for 2 s.
+    let second = try rampctl(["sleep", "45m"], daemon)
+    #expect(second.status == 0, "\(second)")
+    // The new timer, and the fade back to the level before the first (which yields to master.gain).
+    let listed = try #require(client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue)
+      .filter { $0["tag"] == "sleep" }
+    #expect(listed.count == 3 && listed.allSatisfy { $0["started"] == false }, "only the new timer: \(listed)")
+    let restore = listed.last?["request"]?["value"]?.numberValue
+    #expect(restore == 1, "the new timer sets back the level before the first: \(listed)")
+    usleep(500_000)
+    let expected: Double
+    if ending == "cancel" {
+      let cancel = try rampctl(["sleep", "--cancel"], daemon)
+      #expect(cancel.status == 0 && cancel.stdout.contains("cancelled"), "\(cancel)")
+      expected = 1
+    } else {
+      #expect(try rampctl(["set", "master.gain", "0.5"], daemon).status == 0)
+      expected = 0.5
+    }
+    usleep(3_000_000)
+    #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
+    let gain = try client.request(["cmd": "get", "key": "master.gain"]).result
+    #expect(gain["model"]?.numberValue == expected && gain["presentation"]?.numberValue == expected, "\(gain)")
+    #expect(try client.request(["cmd": "status"]).result["streams"]?.arrayValue?.count == 1)
+    #expect(daemon.stop() == 0)
+    let played = try daemon.played(channel: 0)
+    let target = Float(expected)
+    // Settled at the model value from the end of the last ramp until rampd's fade-out at SIGTERM.
+    let held = try #require(played.lastIndex { abs(Double($0) - expected) < 1e-6 })
+    let settled = try #require(played[..<held].lastIndex { abs(Double($0) - expected) >= 1e-6 }) + 1
+    #expect(held - settled > Int(Self.rate), "\(held - settled) samples at \(target)")
+    let start = try #require(played.firstIndex(of: 1))
+    // Every ramp here moves by less than a thousandth a sample; a jump between two levels more.
+    var largest: Float = 0
+    var at = start
+    for index in start..<held where abs(played[index + 1] - played[index]) > largest {
+      largest = abs(played[index + 1] - played[index])
+      at = index
+    }
+    #expect(largest < 0.001, "a step of \(largest) at \(Double(at - start) / Self.rate) s")
+    // The first fade was heard and stopped: the level went down, then came back.
+    let lowest = try #require(played[start..<held].min())
+    #expect(lowest < 0.8 && lowest > 0.1, "lowest \(lowest)")
+  }
+
+  /// A schedule due within a second is already on the render thread, waiting for its sample:
+  /// unscheduled there, it never applies; a newer command it yields to takes it back the same way.
+  @Test func aScheduleHandedOnForItsSampleCanStillBeTakenBack() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    for round in 0..<20 {
+      let scheduled = try client.request([
+        "cmd": "set", "key": "master.gain", "value": 0.2, "at": 0.5, "ack": "scheduled", "tag": "soon",
+        "yield": "master.gain",
+      ])
+      #expect(scheduled.isOK, "\(scheduled.serialized())")
+      if round % 2 == 0 {
+        let removed = try client.request(["cmd": "unschedule", "tag": "soon"]).result["unscheduled"]?.arrayValue
+        #expect(removed?.count == 1 && removed?.first?["started"] == false, "\(removed ?? [])")
+      } else {
+        #expect(try client.request(["cmd": "set", "key": "master.gain", "value": 1, "duration": 0]).isOK)
+      }
+    }
+    usleep(1_000_000)
+    #expect(try client.request(["cmd": "get", "key": "master.gain"]).result["model"]?.numberValue == 1)
+    #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
+  }
+
+  @Test func sleepTakesNoBareNumber() throws {
+    let daemon = try DaemonProcess()
+    for arguments in [
+      ["sleep", "30"], ["sleep", "1h", "--fade", "10"], ["alarm", "07:00", "x.flac", "--fade-in", "30"],
+    ] {
+      let refused = try rampctl(arguments, daemon)
+      #expect(
+        refused.status == 64 && refused.stderr.contains("has no unit") && refused.stderr.contains("m or "), "\(refused)"
+      )
+    }
+    #expect(try daemon.client().request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
+  }
+
   @Test func sleepCancelRemovesItAndUnscheduleNamesBadInput() throws {
     let daemon = try DaemonProcess()
     let file = try daemon.constantFile("music", seconds: 1)

@@ -103,9 +103,9 @@ import Testing
 
   /// Every kind of animation and every timing field, at the extremes the horizon allows.
   @Test func everyKindAtTheExtremesRendersFinite() throws {
-    let times: [Double] = [0, 5e-324, 1e-9, 1, 1e9, -1e9, 9_007_199_254_740_991 / 1e7]
-    let counts: [Double] = [0, 5e-324, 0.5, 1e300, .infinity]
-    let speeds: [Double] = [0, 5e-324, 1, 1e300, .greatestFiniteMagnitude]
+    let times: [Double] = [0, .leastNonzeroMagnitude, 1e-9, 1, 1e9, -1e9, 9_007_199_254_740_991 / 1e7]
+    let counts: [Double] = [0, .leastNonzeroMagnitude, 0.5, 1e300, .infinity]
+    let speeds: [Double] = [0, .leastNonzeroMagnitude, 1, 1e300, .greatestFiniteMagnitude]
     var kinds: [Animation] = [
       .basic(from: 0, to: 1, duration: 1), .keyframes([0, 1, 0.25, 0.5], duration: 1),
       .keyframes([0, 1, 0.25], duration: 1, calculationMode: .cubic),

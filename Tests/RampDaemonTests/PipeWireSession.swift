@@ -1,0 +1,122 @@
+import Foundation
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// A PipeWire of the test's own, as a desktop login has one, with no sound card and no systemd: a
+/// private `XDG_RUNTIME_DIR`, a session D-Bus, `pipewire`, `wireplumber`, and a null sink made
+/// with `pw-cli create-node` that `pw-record` records from. A client that has `environment`
+/// reaches it, through ALSA's `pipewire` PCM (pipewire-alsa) or `pulse` (pipewire-pulse).
+final class PipeWireSession {
+  static let sink = "rampd-test-sink"
+  let runtime: String
+  let environment: [String: String]
+  private var bus: Process?
+  private var servers: [Process] = []
+
+  init(name: String = #function) throws {
+    runtime =
+      NSTemporaryDirectory()
+      + "rampd-pw-\(getpid())-\(name.prefix { $0.isLetter })-\(UInt32.random(in: 0...UInt32.max))"
+    try FileManager.default.createDirectory(
+      atPath: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    environment = [
+      "XDG_RUNTIME_DIR": runtime, "DBUS_SESSION_BUS_ADDRESS": "unix:path=\(runtime)/bus",
+      // Its configuration and state in the test's directory, not the user's.
+      "XDG_CONFIG_HOME": "\(runtime)/config", "XDG_STATE_HOME": "\(runtime)/state", "HOME": runtime,
+      "PIPEWIRE_RUNTIME_DIR": runtime,
+    ]
+    let bus = try launch("dbus-daemon", ["--session", "--nofork", "--address=unix:path=\(runtime)/bus"], log: "dbus")
+    self.bus = bus
+    try waitFor("the session bus") { FileManager.default.fileExists(atPath: "\(runtime)/bus") }
+    try start()
+  }
+
+  deinit {
+    // Killed, not asked: wireplumber may take its time over SIGTERM, and nothing of theirs is kept.
+    stop()
+    if let bus, bus.isRunning {
+      Glibc.kill(bus.processIdentifier, SIGKILL)
+      bus.waitUntilExit()
+    }
+    try? FileManager.default.removeItem(atPath: runtime)
+  }
+
+  /// Starts the audio server and the session manager, and makes the null sink.
+  func start() throws {
+    servers = [try launch("pipewire", [], log: "pipewire")]
+    try waitFor("pipewire's socket") { FileManager.default.fileExists(atPath: "\(runtime)/pipewire-0") }
+    servers.append(try launch("wireplumber", [], log: "wireplumber"))
+    let made = try runProcess(
+      "/usr/bin/pw-cli",
+      [
+        "create-node", "adapter",
+        "{ factory.name=support.null-audio-sink node.name=\(Self.sink) media.class=Audio/Sink object.linger=true"
+          + " audio.position=[FL FR] audio.rate=48000 }",
+      ], environment: fullEnvironment)
+    guard made.status == 0 else { throw HarnessError("pw-cli create-node: \(made)") }
+    // The sink is usable once the session manager has taken it as the default.
+    try waitFor("the null sink as the default") {
+      let status = try? runProcess("/usr/bin/wpctl", ["inspect", "@DEFAULT_AUDIO_SINK@"], environment: fullEnvironment)
+      return status?.status == 0 && status?.stdout.contains(Self.sink) == true
+    }
+  }
+
+  /// Kills the server and the session manager (SIGKILL), as a crash does, or a restart that
+  /// does not wait for its clients.
+  func stop() {
+    for server in servers.reversed() where server.isRunning {
+      Glibc.kill(server.processIdentifier, SIGKILL)
+      server.waitUntilExit()
+    }
+    servers = []
+    try? FileManager.default.removeItem(atPath: "\(runtime)/pipewire-0")
+    try? FileManager.default.removeItem(atPath: "\(runtime)/pipewire-0.lock")
+  }
+
+  /// Records `seconds` of what the null sink plays, as interleaved stereo floats.
+  func record(seconds: Double) throws -> [Float] {
+    let wav = "\(runtime)/recorded-\(UInt32.random(in: 0...UInt32.max)).wav"
+    let recorder = Process()
+    recorder.executableURL = URL(fileURLWithPath: "/usr/bin/pw-record")
+    recorder.arguments = ["--target", Self.sink, "--format", "f32", "--rate", "48000", "--channels", "2", wav]
+    recorder.environment = fullEnvironment
+    recorder.standardOutput = FileHandle.nullDevice
+    recorder.standardError = FileHandle.nullDevice
+    try recorder.run()
+    usleep(UInt32(seconds * 1e6))
+    recorder.interrupt()
+    recorder.waitUntilExit()
+    let raw = wav + ".raw"
+    let converted = try runProcess("/usr/bin/sox", [wav, "-t", "f32", raw])
+    guard converted.status == 0 else { throw HarnessError("sox: \(converted)") }
+    let data = try Data(contentsOf: URL(fileURLWithPath: raw))
+    return data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+  }
+
+  var fullEnvironment: [String: String] {
+    ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging(environment) { $1 }
+  }
+
+  private func launch(_ program: String, _ arguments: [String], log: String) throws -> Process {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/\(program)")
+    process.arguments = arguments
+    process.environment = fullEnvironment
+    _ = FileManager.default.createFile(atPath: "\(runtime)/\(log).log", contents: nil)
+    let output = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(runtime)/\(log).log"))
+    process.standardOutput = output
+    process.standardError = output
+    try process.run()
+    return process
+  }
+
+  private func waitFor(_ what: String, timeout: Double = 15, _ ready: () -> Bool) throws {
+    let deadline = Date().addingTimeInterval(timeout)
+    while !ready() {
+      guard Date() < deadline else { throw HarnessError("\(what) did not come up within \(timeout) s in \(runtime)") }
+      usleep(50_000)
+    }
+  }
+}

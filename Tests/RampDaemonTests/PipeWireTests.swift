@@ -1,0 +1,64 @@
+import Foundation
+import RampProtocol
+import Testing
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// rampd where a desktop's audio runs: ALSA's `pipewire` PCM into a real PipeWire with
+/// WirePlumber (`PipeWireSession`), what it plays recorded from the sink with `pw-record`.
+@Suite(.serialized) struct PipeWireTests {
+  /// Plays through PipeWire, level for level; PipeWire killed while rampd plays (a restart at
+  /// login, logout or upgrade): `device-failed`, a `status` that answers, next to no CPU while
+  /// the server is away; PipeWire back: `device-recovered`, playing at the level set meanwhile.
+  @Test func playsThroughPipeWireAndOutlivesItsRestart() throws {
+    let session = try PipeWireSession()
+    let daemon = try DaemonProcess(
+      periodMs: 20, bufferMs: 100,
+      environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": "pipewire"]) { $1 }, pacing: "device")
+    let watcher = try daemon.client()
+    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
+    let client = try daemon.client()
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.25, right: 0.25)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    usleep(500_000)
+    let before = try session.record(seconds: 1)
+    #expect(Self.longestRun(of: 0.25, in: before) > 48_000 / 2, "\(Self.summary(before))")
+
+    session.stop()
+    let failed = try watcher.waitForEvent(timeout: 5) { $0["event"] == "device-failed" }
+    #expect(failed["message"]?.stringValue?.isEmpty == false, "\(failed.serialized())")
+    try expectQuietOutage(daemon, client, setting: 0.5)
+
+    try session.start()
+    let recovered = try watcher.waitForEvent(timeout: 20) { $0["event"] == "device-recovered" }
+    #expect(recovered["device"] == "pipewire", "\(recovered.serialized())")
+    usleep(500_000)
+    #expect(try client.request(["cmd": "status"]).result["output"]?["state"] == "playing")
+    let after = try session.record(seconds: 1)
+    #expect(Self.longestRun(of: 0.125, in: after) > 48_000 / 2, "\(Self.summary(after))")
+    #expect(daemon.stop() == 0)
+  }
+
+  /// The most frames in a row whose two channels are both `level`, within a float's rounding.
+  static func longestRun(of level: Float, in interleaved: [Float]) -> Int {
+    var longest = 0
+    var run = 0
+    var index = 0
+    while index + 1 < interleaved.count {
+      if abs(interleaved[index] - level) < 1e-6 && abs(interleaved[index + 1] - level) < 1e-6 {
+        run += 1
+        longest = max(longest, run)
+      } else {
+        run = 0
+      }
+      index += 2
+    }
+    return longest
+  }
+
+  static func summary(_ samples: [Float]) -> String {
+    "\(samples.count / 2) frames, from \(samples.min() ?? .nan) to \(samples.max() ?? .nan)"
+  }
+}
