@@ -14,7 +14,7 @@ import RampProtocol
 ///     <!-- example: daemon -->                          a long-running daemon: started in the background
 ///     <!-- example: until-interrupted -->               runs until Ctrl-C, which must end it with 0
 ///     <!-- example: given {"cmd":"play",...} -->        a request sent (and accepted) before the block
-///     <!-- example: installed -->                       run after `script/install`, with PREFIX naming where
+///     <!-- example: installed -->                       run after `script/install`; PREFIX names its prefix
 struct DocBlock {
   var language: String
   var text: String
