@@ -70,6 +70,7 @@ let package = Package(
       name: "rampd",
       dependencies: [
         "RampDaemon",
+        "RampAudio",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
@@ -95,6 +96,7 @@ let package = Package(
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Hummingbird", package: "hummingbird"),
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+        .product(name: "NIOCore", package: "swift-nio"),
       ],
       resources: [.embedInCode("Page/page.html"), .embedInCode("Page/page.js"), .embedInCode("Page/page.css")]
     ),

@@ -29,9 +29,7 @@ struct WatchCommand: DaemonCommand {
     commandName: "watch",
     abstract: "Print rampd's events as they happen, one per line, until Ctrl-C.",
     discussion: """
-      Event kinds: animation-started, animation-finished (with whether it finished or was \
-      removed), stream-started, stream-ended (finished, stopped or failed), device-failed, \
-      device-recovered, config-reloaded, underrun.
+      Event kinds: \(EventKind.allCases.map(\.helpEntry).joined(separator: ", ")).
 
       Examples:
         rampctl watch
@@ -80,6 +78,27 @@ struct WatchCommand: DaemonCommand {
     } catch let failure as ClientFailure {
       throw ClientRun.exit(failure)
     }
+  }
+}
+
+extension EventKind {
+  /// The kind's name, with what it carries where the name alone does not say it. The list of
+  /// kinds is the protocol's (`EventKind.allCases`); the switch makes a new kind say something.
+  var helpEntry: String {
+    let note: String? =
+      switch self {
+      case .animationFinished: "with whether it finished or was removed"
+      case .streamEnded: "finished, stopped or failed"
+      case .scheduleApplied: "a saved schedule took effect"
+      case .eventsLost: "how many were dropped"
+      case .duckStarted: "a duck rule began lowering its targets"
+      case .duckEnded: "its targets are back"
+      case .itemStarted: "an item of a stream's queue began"
+      case .itemEnded: "finished, skipped, stopped or failed"
+      case .underrun: "a stream's decoder fell behind"
+      case .animationStarted, .streamStarted, .deviceFailed, .deviceRecovered, .configReloaded: nil
+      }
+    return note.map { "\(rawValue) (\($0))" } ?? rawValue
   }
 }
 

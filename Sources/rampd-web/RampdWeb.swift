@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
+import NIOCore
 
 #if canImport(Glibc)
   import Glibc
@@ -82,7 +83,30 @@ struct WebServer {
       },
       logger: logger
     )
-    try await app.runService()
+    do {
+      try await app.runService()
+    } catch let error as IOError {
+      // The server's only socket error is its bind: say which address, and why, in words.
+      FileHandle.standardError.write(
+        Data("rampd-web: \(Self.listenFailure(address: address, port: settings.port, errno: error.errnoCode))\n".utf8))
+      throw ExitCode.failure
+    }
+  }
+
+  /// Why listening on `address`:`port` failed, from the errno of the bind: `cannot listen on
+  /// 127.0.0.1:6690: address already in use (another rampd-web?)`.
+  static func listenFailure(address: String, port: Int, errno code: Int32) -> String {
+    let host = address.contains(":") ? "[\(address)]" : address
+    var reason = String(cString: strerror(code))
+    if let first = reason.first { reason = first.lowercased() + reason.dropFirst() }
+    let hint =
+      switch code {
+      case EADDRINUSE: " (another rampd-web? choose another with --port or RAMPD_WEB_PORT)"
+      case EACCES: " (a port below 1024 needs privileges; choose another with --port)"
+      case EADDRNOTAVAIL: " (no interface of this machine has that address)"
+      default: ""
+      }
+    return "cannot listen on \(host):\(port): \(reason)\(hint)"
   }
 
   static func file(_ bytes: [UInt8], _ type: String) -> Response {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import RampAudio
 import RampDaemon
 
 /// `rampd`: the daemon. Configuration layers: built-in defaults < `--config` file < `RAMPD_*`
@@ -96,6 +97,9 @@ struct Rampd: ParsableCommand {
     let level = DaemonLogHandler.SharedLevel(configuration.log.level)
     LoggingSystem.bootstrap { _ in DaemonLogHandler(level: level, environment: environment) }
     let logger = Logger(label: "rampd")
+    // alsa-lib's raw lines would come before rampd's own account of what failed (no sound card:
+    // eight of them): they go to the log, for debugging.
+    AlsaMessages.route { message in logger.debug("alsa-lib: \(message)") }
     let signals = SignalHandling(reload: load, level: level, logger: logger)
     let daemon: Daemon
     do {

@@ -68,6 +68,57 @@ import Testing
         == .refuse("unknown command 'frobnicate'; `rampctl --help` lists the commands"))
   }
 
+  /// A flag the command does not take is refused before ArgumentParser sees it, pointing at what
+  /// was meant: an argument written as a flag (`fade --to`: the target is `<to>`), else the
+  /// nearest option, else nothing; a value that starts with `--`, and what follows `--`, are not
+  /// flags.
+  @Test func unknownOptionsPointAtWhatWasMeant() {
+    #expect(
+      CommandLineRoute.route(["fade", "master.gain", "--to", "0.5"])
+        == .refuse(
+          "'--to' is not an option of fade: <to> is an argument, given without a flag: "
+            + "rampctl fade [<options>] <key> <to>"))
+    #expect(
+      CommandLineRoute.route(["--json", "set", "master.gain", "1", "--durration", "1s"])
+        == .refuse(
+          "'--durration' is not an option of set (did you mean --duration?); `rampctl set --help` lists its options"))
+    #expect(
+      CommandLineRoute.route(["queue", "add", "radio", "a.wav", "--ta", "23:00"])
+        == .refuse(
+          "'--ta' is not an option of queue add (did you mean --at?); `rampctl queue add --help` lists its options"))
+    #expect(
+      CommandLineRoute.route(["fade", "s1", "0", "--zzz"])
+        == .refuse("'--zzz' is not an option of fade; `rampctl fade --help` lists its options"))
+    // Real options, their values and what follows `--` pass through.
+    #expect(
+      CommandLineRoute.route(["fade-in", "s1", "--to", "-6dB", "--duration=2s"])
+        == .run(["fade-in", "s1", "--to", "-6dB", "--duration=2s"]))
+    #expect(
+      CommandLineRoute.route(["play", "--stream", "--odd", "a.wav"]) == .run(["play", "--stream", "--odd", "a.wav"]))
+    #expect(CommandLineRoute.route(["play", "--", "--file.wav"]) == .run(["play", "--", "--file.wav"]))
+    #expect(CommandLineRoute.route(["fade", "--help"]) == .run(["fade", "--help"]))
+  }
+
+  /// `rampctl watch --help` lists every kind of event the protocol has, in its order, each once.
+  @Test func watchHelpListsEveryEventKind() throws {
+    let discussion = WatchCommand.configuration.discussion
+    let start = try #require(discussion.range(of: "Event kinds: "))
+    let paragraph = discussion[start.upperBound...].prefix { $0 != "\n" }.dropLast()  // the final "."
+    // The names: the paragraph without its parentheses, split at its commas.
+    var depth = 0
+    let bare = paragraph.filter { character in
+      if character == "(" { depth += 1 }
+      defer { if character == ")" { depth -= 1 } }
+      return depth == 0 && character != ")"
+    }
+    let listed = bare.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+    #expect(listed == EventKind.allCases.map(\.rawValue))
+    let help = Self.collapsed(WatchCommand.helpMessage(columns: 1000))
+    for kind in EventKind.allCases { #expect(help.contains(kind.helpEntry), "\(kind)") }
+  }
+
+  static func collapsed(_ text: String) -> String { text.split(whereSeparator: \.isWhitespace).joined(separator: " ") }
+
   // MARK: Times
 
   /// 2026-11-25 10:00:00 in the local time zone.

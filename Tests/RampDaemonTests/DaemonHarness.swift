@@ -379,3 +379,26 @@ extension JSONValue {
   var result: JSONValue { self["result"] ?? .null }
   var int: Int? { numberValue.map { Int($0) } }
 }
+
+/// ALSA's own configuration, for a test that uses the default device.
+enum AlsaConfiguration {
+  /// /usr/share/alsa/alsa.conf without its top-level `@hooks [...]`: without the files it loads
+  /// from /etc and home, which alsa-lib reads after every file of `ALSA_CONFIG_PATH` (so a
+  /// machine's PipeWire or PulseAudio `pcm.!default` would win over a test's own).
+  static func withoutHooks(_ path: String = "/usr/share/alsa/alsa.conf") throws -> String {
+    let configuration = try String(contentsOfFile: path, encoding: .utf8)
+    guard let start = configuration.range(of: "\n@hooks [") else { return configuration }
+    var depth = 0
+    var index = configuration.index(after: start.lowerBound)
+    while index < configuration.endIndex {
+      if configuration[index] == "[" { depth += 1 }
+      if configuration[index] == "]" {
+        depth -= 1
+        if depth == 0 { break }
+      }
+      index = configuration.index(after: index)
+    }
+    guard index < configuration.endIndex else { return configuration }
+    return String(configuration[..<start.lowerBound]) + "\n" + configuration[configuration.index(after: index)...]
+  }
+}

@@ -14,6 +14,7 @@ import RampProtocol
 ///     <!-- example: daemon -->                          a long-running daemon: started in the background
 ///     <!-- example: until-interrupted -->               runs until Ctrl-C, which must end it with 0
 ///     <!-- example: given {"cmd":"play",...} -->        a request sent (and accepted) before the block
+///     <!-- example: installed -->                       run after `script/install`; PREFIX names its prefix
 struct DocBlock {
   var language: String
   var text: String
@@ -29,7 +30,7 @@ struct DocBlock {
   }
   func has(_ marker: String) -> Bool { markers.contains(marker) }
 
-  static let knownMarkers = ["skip", "daemon", "until-interrupted", "given"]
+  static let knownMarkers = ["skip", "daemon", "until-interrupted", "given", "installed"]
 
   /// Markers this harness does not understand (a typo must not silently skip a check).
   var unknownMarkers: [String] {
@@ -179,5 +180,115 @@ final class BlockProcess {
     // Let the readers take the last of the output.
     usleep(50_000)
     return process.terminationStatus
+  }
+}
+
+/// Who pastes a document's examples into a shell.
+enum DocReader: String, CaseIterable, Sendable, CustomStringConvertible {
+  /// root, as after `sudo -i`: no `XDG_RUNTIME_DIR`, no `RAMPD_SOCKET`, so rampd and rampctl meet
+  /// on the system socket, /run/rampd/rampd.sock, and rampd keeps its state in /var/lib/rampd.
+  case root
+  /// An ordinary user (`DocSandbox.userName`), with the `XDG_RUNTIME_DIR` a login gives
+  /// (/run/user/UID, theirs, mode 0700).
+  case user
+
+  var description: String { rawValue }
+}
+
+/// Where a reader runs the examples: as that reader, with the machine's default paths, in a
+/// private mount namespace where /run and /var/lib are overlays whose changes stay in a tmpfs of
+/// the namespace's own, /run/rampd and /var/lib/rampd start empty, and a user has
+/// /run/user/UID as logind makes it. rampd's defaults (/run/rampd, /var/lib/rampd, the user's
+/// runtime directory) are then this run's own: nothing reaches the machine, and another run at the
+/// same time does not meet this one's daemon. Needs root (the user, the namespace, the mounts).
+final class DocSandbox {
+  /// The ordinary user, created with useradd when missing.
+  static let userName = "rampd-docs"
+
+  let reader: DocReader
+  let uid: uid_t
+  let gid: gid_t
+  /// A process that holds the namespace while the examples run: it ends when its input closes.
+  private let holder = Process()
+  private let keepAlive = Pipe()
+
+  /// `scratch`, an empty directory, holds the overlays' changes (a tmpfs mounted there, seen only
+  /// in the namespace).
+  init(_ reader: DocReader, scratch: String) throws {
+    self.reader = reader
+    (uid, gid) = reader == .root ? (0, 0) : try Self.ordinaryUser()
+    var setup = """
+      set -e
+      mount -t tmpfs -o mode=0700 rampd-docs "$0"
+      for d in run var/lib; do
+        mkdir -p "$0/$d/upper" "$0/$d/work"
+        mount -t overlay -o "lowerdir=/$d,upperdir=$0/$d/upper,workdir=$0/$d/work" rampd-docs "/$d"
+      done
+      for d in /run/rampd /var/lib/rampd; do
+        if [ -d "$d" ]; then mount -t tmpfs -o mode=0755 rampd-docs "$d"; fi
+      done
+
+      """
+    if reader == .user {
+      setup += """
+        mkdir -p /run/user/\(uid)
+        mount -t tmpfs -o mode=0700,uid=\(uid),gid=\(gid) rampd-docs /run/user/\(uid)
+
+        """
+    }
+    setup += "echo ready\nexec cat >/dev/null\n"
+    holder.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    holder.arguments = ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", setup, scratch]
+    let output = Pipe()
+    let errors = Pipe()
+    holder.standardInput = keepAlive
+    holder.standardOutput = output
+    holder.standardError = errors
+    try holder.run()
+    let said = String(decoding: output.fileHandleForReading.readData(ofLength: 6), as: UTF8.self)
+    guard said == "ready\n" else {
+      close()
+      let why = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+      throw HarnessError("the namespace for the examples could not be set up: \(why)")
+    }
+  }
+
+  deinit { close() }
+
+  /// The user's runtime directory, as a login sets `XDG_RUNTIME_DIR` (nil for root).
+  var runtimeDirectory: String? { reader == .root ? nil : "/run/user/\(uid)" }
+
+  /// `arguments` run in the namespace, as the reader, in `directory`.
+  func command(_ arguments: [String], directory: String) -> [String] {
+    let enter = ["nsenter", "--target", "\(holder.processIdentifier)", "--mount", "--wd=\(directory)", "--"]
+    let become =
+      reader == .root ? [] : ["setpriv", "--reuid=\(uid)", "--regid=\(gid)", "--init-groups", "--"]
+    return enter + become + arguments
+  }
+
+  /// `path` in the namespace, as the test (outside it) reaches it.
+  func outside(_ path: String) -> String { "/proc/\(holder.processIdentifier)/root\(path)" }
+
+  /// Gives `path` to the reader.
+  func own(_ path: String) throws {
+    guard chown(path, uid, gid) == 0 else {
+      throw HarnessError("chown \(path): \(String(cString: strerror(errno)))")
+    }
+  }
+
+  /// Ends the holder; the namespace goes with the last process in it.
+  func close() {
+    try? keepAlive.fileHandleForWriting.close()
+    if holder.isRunning { holder.waitUntilExit() }
+  }
+
+  private static func ordinaryUser() throws -> (uid_t, gid_t) {
+    if let entry = getpwnam(userName) { return (entry.pointee.pw_uid, entry.pointee.pw_gid) }
+    let made = try runProcess(
+      "/usr/bin/env",
+      ["useradd", "--no-create-home", "--shell", "/bin/sh", "--comment", "rampd's documented examples", userName])
+    // Another test run may have created it in the meantime.
+    guard let entry = getpwnam(userName) else { throw HarnessError("useradd \(userName): \(made)") }
+    return (entry.pointee.pw_uid, entry.pointee.pw_gid)
   }
 }

@@ -6,91 +6,114 @@ import Testing
   import Glibc
 #endif
 
-/// The documents' examples, run: README.md's shell and Python blocks in order, as a user pastes
-/// them, and PROTOCOL.md's JSON exchanges, each request sent to a real rampd playing into ALSA's
+/// The documents' examples, run: README.md's and systemd/README.md's shell and Python blocks in
+/// order, as root and as an ordinary user paste them, and PROTOCOL.md's JSON exchanges, each request sent to a real rampd playing into ALSA's
 /// `file` plugin and its reply compared with the documented one. A block that cannot run here
 /// says why in the document (`<!-- example: skip (…) -->`, DocBlock), so a doc that stops being
 /// true turns this suite red.
 @Suite struct DocExamplesTests {
-  /// README.md: every `sh` and `python` block, in order, with `rampd` and `rampctl` on PATH from
-  /// the build directory, in an empty directory of their own, as a user who has run the quick start.
-  @Test func readmeExamplesRun() throws {
-    let directory = NSTemporaryDirectory() + "rampd-readme-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+  /// README.md, then systemd/README.md: every `sh` and `python` block, in order, as a user who
+  /// has run the quick start pastes them: with `rampd` and `rampctl` on PATH from the build
+  /// directory, in an empty directory of their own, once as root and once as an ordinary user
+  /// (DocReader), each with the environment they have (no `RAMPD_SOCKET`; `XDG_RUNTIME_DIR` only
+  /// for the user), so that rampd and every example find the socket by the default rule. They run
+  /// in a DocSandbox, where those default paths are the run's own.
+  @Test(
+    .enabled(if: geteuid() == 0, "runs the examples as root and as a user it creates, in a namespace: needs root"),
+    arguments: DocReader.allCases)
+  func documentExamplesRun(as reader: DocReader) throws {
+    let directory = NSTemporaryDirectory() + "rampd-readme-\(reader)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     defer { try? FileManager.default.removeItem(atPath: directory) }
+    try FileManager.default.createDirectory(atPath: "\(directory)/namespace", withIntermediateDirectories: true)
+    let sandbox = try DocSandbox(reader, scratch: "\(directory)/namespace")
     let work = "\(directory)/work"
-    let runtime = "\(directory)/run"
-    for path in [work, runtime, "\(directory)/home"] {
+    let home = "\(directory)/home"
+    let output = "\(directory)/out"
+    for path in [work, home, output] {
       try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+      try sandbox.own(path)
     }
-    chmod(runtime, 0o700)
     // ALSA's default device is a file PCM over null: what rampd plays lands in played.raw, never
-    // on a sound card this machine might have.
-    let recording = "\(directory)/played.raw"
+    // on a sound card (or a sound server's default) this machine might have.
+    let recording = "\(output)/played.raw"
+    try AlsaConfiguration.withoutHooks().write(toFile: "\(directory)/alsa.conf", atomically: true, encoding: .utf8)
     try "pcm.!default { type file; slave.pcm null; file \"\(recording)\"; format raw }\n".write(
       toFile: "\(directory)/asound.conf", atomically: true, encoding: .utf8)
     var environment = ProcessInfo.processInfo.environment.filter {
       !$0.key.hasPrefix("RAMPD_") && !$0.key.hasPrefix("XDG_") && !$0.key.hasPrefix("LISTEN_")
     }
-    environment["PATH"] = Executables.directory + ":" + (environment["PATH"] ?? "/usr/bin:/bin")
-    environment["HOME"] = "\(directory)/home"
-    environment["XDG_RUNTIME_DIR"] = runtime
-    environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
+    switch reader {
+    case .root:
+      environment["PATH"] = Executables.directory + ":" + (environment["PATH"] ?? "/usr/bin:/bin")
+    case .user:
+      // What a login gives: the user's names, the standard PATH, the runtime directory.
+      environment["PATH"] = Executables.directory + ":/usr/local/bin:/usr/bin:/bin"
+      environment["USER"] = DocSandbox.userName
+      environment["LOGNAME"] = DocSandbox.userName
+      environment["XDG_RUNTIME_DIR"] = sandbox.runtimeDirectory
+    }
+    environment["HOME"] = home
+    environment["ALSA_CONFIG_PATH"] = "\(directory)/alsa.conf:\(directory)/asound.conf"
     // What `pip install ./clients/python` gives: the rampd module, the package's own source.
     environment["PYTHONPATH"] = "\(Markdown.root)/clients/python"
-    // Root's defaults are the system's paths (/run/rampd, /var/lib/rampd): the test names its own,
-    // for rampd (its configuration's environment layer) and for its clients alike.
-    let socket = "\(directory)/rampd.sock"
-    environment["RAMPD_SOCKET"] = socket
-    environment["RAMPD_SOCKET_PATH"] = socket
-    environment["RAMPD_STATE_PATH"] = "\(directory)/state.json"
-    environment["RAMPD_EMBEDDED_OUTPUT_PATH"] = "\(directory)/output.wav"
+    // Where rampd listens and rampctl connects by default, for this reader.
+    let socket = SocketLocation.defaultPath(environment: environment, isRoot: reader == .root)
 
     var daemon: BlockProcess?
     defer { daemon?.signal(SIGKILL) }
-    var ran = 0
-    for block in Markdown.blocks(try Markdown.read("README.md")) {
-      let place = "README.md:\(block.line)"
-      #expect(block.unknownMarkers.isEmpty, "\(place): unknown example markers \(block.unknownMarkers)")
-      if let reason = block.skipReason {
-        #expect(reason.hasPrefix("(") && reason.count > 4, "\(place): a skipped block says why, in parentheses")
-        continue
-      }
-      let arguments: [String]
-      switch block.language {
-      case "sh": arguments = ["bash", "-e", "-o", "pipefail", "-c", block.text]
-      case "python": arguments = ["python3", "-"]
-      default:
-        Issue.record("\(place): a \(block.language) block is not run; mark it <!-- example: skip (why) -->")
-        continue
-      }
-      let process = try BlockProcess(
-        arguments, stdin: block.language == "python" ? block.text : nil, environment: environment, directory: work)
-      ran += 1
-      if block.has("daemon") {
-        #expect(daemon == nil, "\(place): a second daemon block")
-        daemon = process
-        let deadline = Date().addingTimeInterval(30)
-        while (try? LineClient(path: socket)) == nil {
-          guard process.process.isRunning, Date() < deadline else {
-            throw HarnessError("\(place): the daemon did not listen on \(socket)\n\(process.text)")
-          }
-          usleep(20_000)
+    var installation: Installation?
+    for name in ["README.md", "systemd/README.md"] {
+      var ran = 0
+      for block in Markdown.blocks(try Markdown.read(name)) {
+        let place = "\(name):\(block.line) (as \(reader))"
+        #expect(block.unknownMarkers.isEmpty, "\(place): unknown example markers \(block.unknownMarkers)")
+        if let reason = block.skipReason {
+          #expect(reason.hasPrefix("(") && reason.count > 4, "\(place): a skipped block says why, in parentheses")
+          continue
         }
-        continue
+        let arguments: [String]
+        switch block.language {
+        case "sh": arguments = ["bash", "-e", "-o", "pipefail", "-c", block.text]
+        case "python": arguments = ["python3", "-"]
+        default:
+          Issue.record("\(place): a \(block.language) block is not run; mark it <!-- example: skip (why) -->")
+          continue
+        }
+        var blockEnvironment = environment
+        if block.has("installed") {
+          if installation == nil { installation = try Installation(prefix: true) }
+          blockEnvironment["PREFIX"] = installation?.prefix
+        }
+        let process = try BlockProcess(
+          sandbox.command(arguments, directory: work), stdin: block.language == "python" ? block.text : nil,
+          environment: blockEnvironment, directory: work)
+        ran += 1
+        if block.has("daemon") {
+          #expect(daemon == nil, "\(place): a second daemon block")
+          daemon = process
+          let deadline = Date().addingTimeInterval(30)
+          while (try? LineClient(path: sandbox.outside(socket))) == nil {
+            guard process.process.isRunning, Date() < deadline else {
+              throw HarnessError("\(place): the daemon did not listen on \(socket)\n\(process.text)")
+            }
+            usleep(20_000)
+          }
+          continue
+        }
+        if block.has("until-interrupted") {
+          usleep(1_500_000)
+          #expect(process.process.isRunning, "\(place): ended before Ctrl-C\n\(process.text)")
+          process.signal(SIGINT)
+          let status = process.wait(timeout: 10)
+          #expect(
+            status == 0, "\(place): Ctrl-C should end it with 0, got \(String(describing: status))\n\(process.text)")
+          continue
+        }
+        let status = process.wait(timeout: 120)
+        #expect(status == 0, "\(place): exit \(String(describing: status))\n\(block.text)\n\(process.text)")
       }
-      if block.has("until-interrupted") {
-        usleep(1_500_000)
-        #expect(process.process.isRunning, "\(place): ended before Ctrl-C\n\(process.text)")
-        process.signal(SIGINT)
-        let status = process.wait(timeout: 10)
-        #expect(
-          status == 0, "\(place): Ctrl-C should end it with 0, got \(String(describing: status))\n\(process.text)")
-        continue
-      }
-      let status = process.wait(timeout: 120)
-      #expect(status == 0, "\(place): exit \(String(describing: status))\n\(block.text)\n\(process.text)")
+      #expect(ran >= (name == "README.md" ? 10 : 1), "only \(ran) \(name) blocks ran")
     }
-    #expect(ran >= 10, "only \(ran) README blocks ran")
     let running = try #require(daemon, "README.md starts no daemon for its examples")
     #expect(running.process.isRunning, "rampd ended during the examples\n\(running.text)")
     // It played: the file PCM holds audio that is not all silence.

@@ -445,6 +445,44 @@ import Testing
     try startRampdWithoutADevice(in: directory, file: file, environment: extra)
   }
 
+  /// The default device on a machine without a sound card: alsa-lib's own error lines (`ALSA lib
+  /// confmisc.c:855:(parse_card) cannot find card '0'`, eight of them) do not reach standard
+  /// error; rampd's warning does, and at debug level the log holds alsa-lib's messages.
+  @Test func withoutACardOnlyRampdsOwnWarningIsPrinted() throws {
+    let directory = NSTemporaryDirectory() + "rampd-no-card-\(getpid())"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    // ALSA's configuration as on a machine without a card: alsa.conf without the files its hooks
+    // load (a desktop's PipeWire or PulseAudio default), and a card that no machine has.
+    try AlsaConfiguration.withoutHooks().write(toFile: "\(directory)/alsa.conf", atomically: true, encoding: .utf8)
+    for level in ["info", "debug"] {
+      let log = "\(directory)/\(level).log"
+      let process = Process()
+      process.executableURL = URL(fileURLWithPath: Executables.rampd)
+      process.arguments = [
+        "--socket", "\(directory)/s.sock", "--embedded-file", "\(directory)/out.wav", "--log-level", level,
+      ]
+      process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging([
+        "RAMPD_STATE_PATH": "\(directory)/state.json", "ALSA_CONFIG_PATH": "\(directory)/alsa.conf",
+        "ALSA_CARD": "rampd_no_such_card",
+      ]) { $1 }
+      _ = FileManager.default.createFile(atPath: log, contents: nil)
+      process.standardError = FileHandle(forWritingAtPath: log)
+      try process.run()
+      for _ in 0..<400 where process.isRunning && (try? LineClient(path: "\(directory)/s.sock")) == nil {
+        usleep(10_000)
+      }
+      process.terminate()
+      process.waitUntilExit()
+      let text = try String(contentsOfFile: log, encoding: .utf8)
+      #expect(!text.contains("ALSA lib"), "\(level):\n\(text)")
+      #expect(text.contains("output device unusable; playing into a WAV file instead"), "\(level):\n\(text)")
+      #expect(
+        text.contains("debug alsa-lib: confmisc.c:") == (level == "debug")
+          && text.contains("cannot find card 'rampd_no_such_card'") == (level == "debug"), "\(level):\n\(text)")
+    }
+  }
+
   /// With no usable device, rampd plays into a WAV file through ALSA's file plugin, in real
   /// time, and says so in `status`.
   @Test func withoutADeviceItPlaysIntoTheEmbeddedWAVFile() throws {

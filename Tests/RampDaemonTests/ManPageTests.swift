@@ -15,7 +15,6 @@ import Testing
         "PATH": "/usr/bin:/bin", "MANWIDTH": "10000", "MANPAGER": "cat", "PAGER": "cat", "LC_ALL": "C",
         "HOME": NSTemporaryDirectory(),
       ])
-    // (mdoc's warnings about empty lines in discussions go to stderr; the text is what counts.)
     guard outcome.status == 0 else { throw HarnessError("man -l \(tool).1: \(outcome)") }
     return outcome.stdout
   }
@@ -60,6 +59,34 @@ import Testing
     // Traces of characters lost on the way: a list or a parenthesis left open at its end.
     for trace in [", )", ",)", "()", "( )"] {
       #expect(!page.contains(trace), "doc/\(tool).1 has \"\(trace)\"")
+    }
+  }
+
+  /// groff reads every page without a warning (a blank line in a help text, a character outside
+  /// ASCII, an empty list were warnings), at every level groff has and through man(1).
+  @Test(arguments: ["rampd", "rampctl", "rampd-web"])
+  func pagesRenderWithoutWarnings(_ tool: String) throws {
+    let page = "\(Markdown.root)/doc/\(tool).1"
+    let groff = try runProcess(
+      "/usr/bin/env", ["groff", "-ww", "-mandoc", "-Tutf8", "-z", page], environment: ["PATH": "/usr/bin:/bin"])
+    #expect(groff.status == 0 && groff.stderr.isEmpty, "groff on doc/\(tool).1: \(groff)")
+    let man = try runProcess(
+      "/usr/bin/env", ["man", "--warnings", "-l", page],
+      environment: [
+        "PATH": "/usr/bin:/bin", "MANWIDTH": "80", "MANPAGER": "cat", "PAGER": "cat", "HOME": NSTemporaryDirectory(),
+      ])
+    #expect(man.status == 0 && man.stderr.isEmpty, "man --warnings on doc/\(tool).1: \(man)")
+  }
+
+  /// The options every command takes (the global --socket and --json, --version, --help) are
+  /// described once, in rampctl's own list, not again under each subcommand.
+  @Test func rampctlDescribesTheGlobalOptionsOnce() throws {
+    let page = Self.collapsed(try Self.rendered("rampctl"))
+    for help in [
+      "rampd's socket (default:", "Print rampd's reply lines as they are", "Show the version.",
+      "Show help information.",
+    ] {
+      #expect(page.components(separatedBy: help).count - 1 == 1, "doc/rampctl.1 has \"\(help)\" more than once")
     }
   }
 

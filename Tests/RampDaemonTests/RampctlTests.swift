@@ -113,6 +113,13 @@ import Testing
     #expect(units.status == 64 && units.stderr.contains("--duration"), "\(units)")
     let unknown = try rampctl(["set", "master.gain", "1", "--durration", "1s"], socket: daemon.socket)
     #expect(unknown.status == 64 && unknown.stderr.contains("--durration"), "\(unknown)")
+    #expect(unknown.stderr.contains("did you mean --duration?"), "\(unknown)")
+    // fade's target is an argument, not a --to (which fade-in and fade-out have).
+    let target = try rampctl(["fade", "master.gain", "--to", "0.5"], socket: daemon.socket)
+    #expect(target.status == 64, "\(target)")
+    #expect(
+      target.stderr.hasPrefix("rampctl: '--to' is not an option of fade: <to> is an argument")
+        && !target.stderr.contains("--at"), "\(target)")
   }
 
   @Test func refusedCommandExits65WithTheCode() throws {
@@ -325,5 +332,47 @@ extension RampctlTests {
     #expect(try rampctl(["tone", "\(directory)/a.xyz"], socket: "/none").status == 65)
     #expect(try rampctl(["envelope", "\(directory)/missing.wav"], socket: "/none").status == 65)
     #expect(try rampctl(["envelope", path, "--width", "0"], socket: "/none").status == 64)
+  }
+
+  /// `envelope --from --to` plots only that part of the file, over the whole width, and `--db` in
+  /// dBFS: two seconds of silence then a -6 dB tone, seen from 1 s to 3 s, are silence at the
+  /// bottom over the left half and the tone in the top row over the right half. A window outside
+  /// the file, or one that ends before it starts, is a usage error naming the option.
+  @Test func envelopeTimeWindowAndDecibels() throws {
+    let directory = NSTemporaryDirectory() + "rampctl-envelope-\(getpid())"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = "\(directory)/late.wav"
+    let made = try runProcess(
+      "/usr/bin/env",
+      ["sox", "-n", "-r", "48000", "-c", "2", path, "synth", "2", "sine", "100", "gain", "-6", "pad", "2", "0"])
+    #expect(made.status == 0, "\(made)")
+    let plotted = try rampctl(
+      ["envelope", path, "--ascii", "--height", "4", "--width", "20", "--from", "1s", "--to", "3s", "--db"],
+      socket: "/none")
+    #expect(plotted.status == 0, "\(plotted)")
+    let lines = plotted.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    #expect(lines.first?.hasPrefix("Peak level in dBFS of \(path) (48000 Hz, 2 ch, 1s to 3s)") == true, "\(plotted)")
+    // The plotting area of each row: what follows the y axis (the column of the x axis' corner).
+    let corner = try #require(lines.count > 5 ? lines[5].firstIndex(of: "+") : nil, "\(plotted)")
+    let offset = lines[5].distance(from: lines[5].startIndex, to: corner) + 1
+    let area = { (row: Int) in String(lines[row].dropFirst(offset)).padding(toLength: 20, withPad: " ", startingAt: 0) }
+    let (top, bottom) = (area(1), area(4))
+    #expect(
+      top.prefix(10).allSatisfy { $0 == " " } && top.dropFirst(11).contains("-"), "top row: \(top)\n\(plotted.stdout)")
+    #expect(
+      bottom.prefix(10).allSatisfy { $0 == "." } && lines[4].hasPrefix("-50 "),
+      "bottom row: \(bottom)\n\(plotted.stdout)")
+
+    let refusals: [([String], String)] = [
+      (["--from", "5s"], "rampctl envelope: --from 5s is not before the end of \(path) (4s long)"),
+      (["--to", "4.5s"], "rampctl envelope: --to 4.5s is past the end of \(path) (4s long)"),
+      (["--from", "2s", "--to", "1s"], "--to 1s must come after --from 2s"),
+      (["--from", "soon"], "--from: 'soon' is not valid"),
+    ]
+    for (arguments, message) in refusals {
+      let refused = try rampctl(["envelope", path] + arguments, socket: "/none")
+      #expect(refused.status == 64 && refused.stderr.contains(message), "\(arguments): \(refused)")
+    }
   }
 }

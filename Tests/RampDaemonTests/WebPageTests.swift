@@ -120,6 +120,19 @@ import Testing
     }
   }
 
+  /// A second rampd-web on a port in use says which address and why, in words (not NIO's text),
+  /// and exits 1 (the man page's status for an address that cannot be bound).
+  @Test func aPortInUseIsNamed() throws {
+    let first = try WebServerProcess([])
+    let second = try runProcess(Executables.rampdWeb, ["--port", "\(first.port)"], environment: [:])
+    #expect(second.status == 1, "\(second)")
+    #expect(
+      second.stderr
+        == "rampd-web: cannot listen on 127.0.0.1:\(first.port): address already in use "
+        + "(another rampd-web? choose another with --port or RAMPD_WEB_PORT)\n", "\(second)")
+    #expect(first.process.isRunning)
+  }
+
   /// With a token every request must carry it (401 otherwise, the WebSocket included); any of the
   /// three ways works; a WebSocket from another site's page is refused even with it.
   @Test func requestsWithoutTheTokenAreRefused() throws {
