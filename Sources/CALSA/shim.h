@@ -16,8 +16,24 @@ static inline rampd_alsa_error_sink *rampd_alsa_sink(void)
 	return &sink;
 }
 
+/* Set on the render thread, which may not format, lock or log: alsa-lib's messages raised there
+ * (snd_pcm_recover's when a prepare fails) are dropped; the failed write's error code says what
+ * went wrong, and is put in words on another thread. */
+static inline int *rampd_alsa_quiet_here(void)
+{
+	static __thread int quiet;
+	return &quiet;
+}
+
+static inline void rampd_alsa_quiet_on_this_thread(void)
+{
+	*rampd_alsa_quiet_here() = 1;
+}
+
 static void rampd_alsa_error_handler(const char *file, int line, const char *function, int err, const char *fmt, ...)
 {
+	if (*rampd_alsa_quiet_here())
+		return;
 	char message[1024];
 	int length = snprintf(message, sizeof message, "%s:%d:(%s) ", file ? file : "?", line, function ? function : "?");
 	if (length < 0 || (size_t)length >= sizeof message)

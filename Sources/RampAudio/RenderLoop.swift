@@ -1,3 +1,4 @@
+import CALSA
 import Foundation
 import RampEngine
 import Synchronization
@@ -99,6 +100,7 @@ final class RenderLoop: @unchecked Sendable {
   /// The render thread's body, from `Player.start` until `running` goes false.
   func run() {
     nameThisThread("rampd-render")
+    rampd_alsa_quiet_on_this_thread()
     flushSubnormalsOnThisThread()
     raisePriority()
     link.renderThread.store(currentThreadID(), ordering: .releasing)

@@ -43,8 +43,11 @@ public final class Controller: @unchecked Sendable {
   private let scheduled = Atomic<Int>(0)
   /// Saved schedules not yet handed to the render thread.
   let wallClock = WallClockSchedules()
-  /// Saved schedules handed to it and not yet applied.
+  /// Saved schedules on their way to it or handed to it, and not yet applied.
   let handed = HandedSchedules()
+  /// Taken while a schedule is withdrawn: two at once (an `unschedule` and a newer command it
+  /// yields to, on two connections) would each see the other's half.
+  let withdrawals = Mutex<Void>(())
   private let playing = Mutex<[String]>([])
   /// Where model values and acknowledged schedules are kept across restarts (set before start).
   public var persistence: Persistence?
@@ -281,8 +284,7 @@ public final class Controller: @unchecked Sendable {
   public func restore(_ schedules: [PersistedSchedule]) {
     let now = Date().timeIntervalSince1970
     for entry in schedules {
-      let (_, parsed) = Request.parse(utf8: Array(JSONValue.object(entry.request).serialized().utf8))
-      guard case .success(var request) = parsed else {
+      guard case .success(var request) = Self.request(of: entry) else {
         logger.error("a saved schedule no longer parses; dropped", metadata: ["schedule": "\(entry.id)"])
         persistence?.finish(entry.id)
         continue
@@ -381,7 +383,13 @@ public final class Controller: @unchecked Sendable {
   ) {
     // On a device without a clock a delay counts in samples from the request's arrival: it goes
     // to the render thread at once (the wall clock says nothing of where the samples are).
-    guard let record, !countsInSamples(at) else {
+    guard let record else {
+      submit(at)
+      return
+    }
+    // From here until its ticket is back it can be withdrawn (`HandedSchedules`).
+    handed.depart(record.id)
+    guard !countsInSamples(at) else {
       submit(at)
       return
     }
@@ -405,6 +413,7 @@ public final class Controller: @unchecked Sendable {
 
   /// A schedule that did not take effect: forgotten, unless it repeats (it then comes again).
   private func settle(_ record: SavedSchedule) {
+    handed.settled(record.id)
     if record.repeats == nil { persistence?.finish(record.id) }
   }
 
@@ -442,10 +451,7 @@ public final class Controller: @unchecked Sendable {
     }
     let changesModels = commands.contains { $0.mayChangeModels }
     let persistedKeys = persistence == nil ? [] : persistedKeys
-    let rampKey: String? = {
-      guard record?.rampSeconds != nil, case .fade(let fade) = commands.first, fade.then == nil else { return nil }
-      return fade.key
-    }()
+    let rampKey = record?.rampSeconds != nil ? commands.first?.rampKey : nil
     /// Refuses it once it is counted among the scheduled ones (if it has a schedule).
     func refuse(_ error: ProtocolError) {
       if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }

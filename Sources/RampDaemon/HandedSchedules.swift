@@ -1,53 +1,66 @@
 import Synchronization
 
-/// Saved schedules handed to the render thread for their sample, until it has applied them.
+/// Saved schedules from the moment they are armed until the render thread has applied them.
 ///
-/// A schedule leaves the wall clock (`WallClockSchedules`) a second before it is due, is
-/// prepared, and waits on the render thread for its sample. Taken back in any of those moments
-/// (`unschedule`, or a newer command it yields to), it must neither apply later nor leave a ramp
-/// that already began running on unseen: `withdraw` says which of the two it was, decided by the
-/// ticket itself (`DaemonTicket.withdraw`), so there is no moment in which it is neither.
+/// A schedule waits on the wall clock (`WallClockSchedules`), leaves it a second before it is
+/// due, is prepared, and waits on the render thread for its sample. Taken back at any of those
+/// moments (`unschedule`, or a newer command it yields to), it must neither apply later nor leave
+/// a ramp that already began running on unseen: `withdraw` says which of the two it was, decided
+/// by the ticket itself (`DaemonTicket.withdraw`), so there is no moment in which it is neither.
 final class HandedSchedules: Sendable {
   /// Where a withdrawn schedule was.
   enum Withdrawal {
     /// It will not apply.
     case beforeApplying
-    /// The render thread applied it first: what it started (a ramp) is under way.
-    case afterApplying
+    /// The render thread applied it first: the ramp it started (on `rampKey`) is under way.
+    case afterApplying(rampKey: String?)
   }
 
   private struct Table {
+    /// Armed, and not yet handed on.
+    var departing: Set<UInt64> = []
+    /// Handed on, and not yet back.
     var tickets: [UInt64: DaemonTicket] = [:]
-    /// Withdrawn between leaving the wall clock and being handed on.
+    /// Withdrawn while departing: not to be handed on.
     var withdrawn: Set<UInt64> = []
   }
 
   private let table = Mutex(Table())
 
+  /// Schedule `id` is armed: on the wall clock, or on its way to the render thread.
+  func depart(_ id: UInt64) {
+    table.withLock { _ = $0.departing.insert(id) }
+  }
+
   /// Before the ticket of schedule `id` goes to the render thread: false when the schedule was
   /// withdrawn meanwhile, and the ticket is then not to be queued.
   func hand(_ id: UInt64, _ ticket: DaemonTicket) -> Bool {
     table.withLock { table in
+      table.departing.remove(id)
       guard table.withdrawn.remove(id) == nil else { return false }
       table.tickets[id] = ticket
       return true
     }
   }
 
-  /// Once its ticket came back (after what it did was recorded in the state file).
+  /// Schedule `id` applied, was refused, or left the wall clock's keeping otherwise: forgotten.
   func settled(_ id: UInt64) {
-    table.withLock { _ = $0.tickets.removeValue(forKey: id) }
+    table.withLock { table in
+      table.tickets[id] = nil
+      table.departing.remove(id)
+      table.withdrawn.remove(id)
+    }
   }
 
-  /// Takes schedule `id` back; nil when it is not handed on (it applied and settled, or it is
-  /// about to be handed on, which it then will not be).
+  /// Takes schedule `id` back; nil when it is not on its way (it applied and came back).
   func withdraw(_ id: UInt64) -> Withdrawal? {
     table.withLock { table in
-      guard let ticket = table.tickets.removeValue(forKey: id) else {
-        table.withdrawn.insert(id)
-        return nil
+      if let ticket = table.tickets.removeValue(forKey: id) {
+        return ticket.withdraw() ? .beforeApplying : .afterApplying(rampKey: ticket.rampKey)
       }
-      return ticket.withdraw() ? .beforeApplying : .afterApplying
+      guard table.departing.remove(id) != nil else { return nil }
+      table.withdrawn.insert(id)
+      return .beforeApplying
     }
   }
 }

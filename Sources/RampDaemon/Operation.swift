@@ -316,7 +316,8 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
   private let defined: KeyPathNames?
   /// A refusal's field goes under `fieldPrefix[index]` (a batch's `commands`).
   private let fieldPrefix: String?
-  private let rampKey: String?
+  /// The key path of the ramp it starts, for a saved schedule's ramp (nil: none).
+  let rampKey: String?
   /// The persisted key paths whose model values are read after the command (empty: none).
   private let persistedKeys: [String]
   private var modelValues: ContiguousArray<Double>

@@ -124,11 +124,14 @@ public final class Persistence: Sendable {
     }
   }
 
-  func finish(_ id: UInt64) {
+  /// Forgets schedule `id`; the entry it removed (nil: it was not kept).
+  @discardableResult
+  func finish(_ id: UInt64) -> PersistedSchedule? {
     state.withLock { recorded in
-      guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return }
-      recorded.state.schedules.remove(at: index)
+      guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return nil }
+      let removed = recorded.state.schedules.remove(at: index)
       saver.update(recorded.state)
+      return removed
     }
   }
 

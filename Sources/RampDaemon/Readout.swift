@@ -430,7 +430,7 @@ enum CommandRefusal: Error {
     case .engine(let error, let underAnimation):
       return underAnimation ? ProtocolError(refusingAnimation: error) : ProtocolError(error)
     case .withdrawn:
-      return ProtocolError(.invalidField, field: "schedule", "the schedule was withdrawn before its time came")
+      return ProtocolError(.invalidField, "the schedule was withdrawn before its time came")
     }
   }
 }

@@ -35,7 +35,8 @@ extension Controller {
     }
     let removed: [JSONValue] = entries.map { entry in
       [
-        "schedule": .integer(entry.id), "cmd": entry.request["cmd"] ?? .null, "started": .bool(withdraw(entry)),
+        "schedule": .integer(entry.id), "cmd": entry.request["cmd"] ?? .null,
+        "started": .bool(withdraw(entry) ?? false),
         "request": .object(entry.request),
       ]
     }
@@ -52,31 +53,63 @@ extension Controller {
     else { return }
     for entry in schedules {
       guard let key = entry.request["yield"]?.stringValue, keys.contains(key) else { continue }
-      _ = withdraw(entry)
+      guard withdraw(entry) != nil else { continue }
       logger.info("a schedule gave way to a newer command", metadata: ["schedule": "\(entry.id)", "key": "\(key)"])
     }
   }
 
-  /// Takes schedule `entry` back wherever it is; true when it had applied already. A ramp of one
-  /// that yields to a key path is then held where it is, before anything sent after this applies.
-  private func withdraw(_ entry: PersistedSchedule) -> Bool {
-    guard let persistence else { return false }
-    defer { persistence.finish(entry.id) }
-    if wallClock.remove(entry.id) { return false }
-    let started: Bool
-    switch handed.withdraw(entry.id) {
-    case .beforeApplying: started = false
-    case .afterApplying: started = true
-    case nil:
-      // Applied and back: a ramp keeps its entry, with where it started, while it is under way.
-      started = entry.from != nil || persistence.snapshot.schedules.first { $0.id == entry.id }?.from != nil
+  /// Takes schedule `entry` back wherever it is: whether it had applied already, or nil when it
+  /// was no longer kept (withdrawn by another, or over). A ramp of one that yields to a key path
+  /// is held where it is (on its own key path), before anything sent after this applies. Only
+  /// the one withdrawal that removes the entry acts on it.
+  private func withdraw(_ entry: PersistedSchedule) -> Bool? {
+    guard let persistence else { return nil }
+    return withdrawals.withLock { _ -> Bool? in
+      let withdrawal: HandedSchedules.Withdrawal?
+      if wallClock.remove(entry.id) {
+        handed.settled(entry.id)
+        withdrawal = .beforeApplying
+      } else {
+        withdrawal = handed.withdraw(entry.id)
+      }
+      guard let removed = persistence.finish(entry.id) else { return nil }
+      let rampKey: String?
+      switch withdrawal {
+      case .beforeApplying: return false
+      case .afterApplying(let key): rampKey = key
+      case nil:
+        // Applied and back: a ramp keeps its entry, with where it started, while it is under way.
+        guard removed.from != nil else { return false }
+        rampKey = (try? Self.request(of: removed).get())?.command.rampKey
+      }
+      if removed.request["yield"] != nil, let rampKey { hold(rampKey) }
+      return true
     }
-    if started, entry.request["cmd"] == "fade", let key = entry.request["yield"]?.stringValue { hold(key) }
-    return started
+  }
+
+  /// The request a saved schedule keeps, parsed as it was received. Its `at` is not kept (the
+  /// entry's `due` says when), but a `tag` or `yield` is only taken with one: one is given back
+  /// (any: what counts is `due`), unless it repeats.
+  static func request(of entry: PersistedSchedule) -> Result<Request, ProtocolError> {
+    var object = entry.request
+    if object["repeat"] == nil { object["at"] = .integer(0) }
+    let (_, parsed) = Request.parse(utf8: Array(JSONValue.object(object).serialized().utf8))
+    return parsed.map { request in
+      var request = request
+      request.at = nil
+      return request
+    }
   }
 }
 
 extension Command {
+  /// The key path a saved schedule's ramp moves: a fade's (fade-in and fade-out too) that does
+  /// nothing after it; nil for anything else.
+  var rampKey: String? {
+    guard case .fade(let fade) = self, fade.then == nil else { return nil }
+    return fade.key
+  }
+
   /// The key paths applying it changes (a transport fade-out counts for its key); nil for none.
   var changedKeys: Set<String>? {
     switch self {

@@ -18,12 +18,12 @@ struct BatchCommand: ParsableCommand {
 
       The whole script is checked before anything is sent; bad lines are reported as \
       file:line and nothing runs (exit 65). Then rampctl sends each line shortly before its \
-      time, scheduled for the exact moment (rampd applies it at that sample), once the lines \
-      before it have been answered, and prints each reply. Lines sharing an "at" go as one \
-      protocol batch: they take effect on the same sample, or none does (batch, wait and the \
-      other commands a batch cannot hold go alone). The first line rampd refuses stops the \
-      run: it is reported as file:line with rampd's error, the lines after it are not sent, \
-      and rampctl exits 65.
+      time, scheduled for the exact moment (rampd applies it at that sample), and prints each \
+      reply. Lines sharing an "at" go as one protocol batch: they take effect on the same \
+      sample, or none does (batch, wait and the other commands a batch cannot hold go alone). \
+      The first line rampd refuses stops the run: it is reported as file:line with rampd's \
+      error, the lines after it already sent are taken back (unschedule, by a tag of the run's \
+      own) and the rest are not sent, and rampctl exits 65.
 
       --atomic sends the lines as one protocol batch instead: all applied at the same sample, \
       or none if one is refused (the lines may not have "at").
@@ -78,48 +78,93 @@ struct BatchCommand: ParsableCommand {
     }
   }
 
-  /// Sends the lines in time order, each `lead` seconds before it is due, for its exact time.
-  /// Lines sharing a time go as one protocol batch (applied on one sample, or none; a line a batch
-  /// cannot hold goes alone, after the ones before it), and each is sent only once everything
-  /// before it has been answered, so the first line refused is the last sent: nothing after it
-  /// is applied. Returns whether a line was refused.
+  /// Sends the lines in time order, each `lead` seconds before it is due, for its exact time,
+  /// without waiting for the replies of those before (a line with a time is answered only when it
+  /// applies), so each lands on its sample however close it follows another. Lines sharing a time
+  /// go as one protocol batch (applied on one sample, or none; a line a batch cannot hold goes
+  /// alone). A line without a time applies at once: it is sent once everything before it is
+  /// answered. Every line with a time carries the run's tag: at the first line refused, those
+  /// already sent after it are taken back with `unschedule` (rampd withdraws them even when they
+  /// wait on the render thread for their sample), and nothing after it is sent. Returns whether a
+  /// line was refused.
   private func runTimeline(_ entries: [Timeline.Entry], on daemon: DaemonConnection) throws(ClientFailure)
     -> Bool
   {
     let start = Date()
-    for group in Self.groups(entries, start: start) {
-      let first = group[0]
-      // Until the group is due (less the lead), reading what comes meanwhile (events).
-      let sendAt = start.addingTimeInterval(Self.due(first, start: start) - Self.lead)
-      while Date() < sendAt { _ = try daemon.nextLine(until: sendAt) }
-      var request = group.count == 1 ? first.request : Request(.batch(group.map(\.request)))
-      switch first.at {
-      case .delay(let seconds)? where seconds > 0:
-        request.at = .date(start.timeIntervalSince1970 + seconds)
-      case .date?: request.at = first.at
-      default: request.at = nil
-      }
-      let id = try daemon.send(request)
-      do {
-        let reply = try daemon.reply(to: id)
-        if group.count == 1 {
-          Output.print(
-            connection.json ? reply.text : "\(first.label): \(first.request.command.name): \(reply.result.serialized())"
-          )
-        } else {
-          printBatch(reply, group)
+    let tag = "rampctl-batch-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    let groups = Self.groups(entries, start: start)
+    var next = 0
+    // Sent and not yet answered, by the id's JSON text (ids are numbers rampctl chose).
+    var waiting: [String: [Timeline.Entry]] = [:]
+    while next < groups.count || !waiting.isEmpty {
+      let sendAt =
+        next < groups.count ? start.addingTimeInterval(Self.due(groups[next][0], start: start) - Self.lead) : nil
+      if let sendAt, Date() >= sendAt {
+        let group = groups[next]
+        var request = group.count == 1 ? group[0].request : Request(.batch(group.map(\.request)))
+        switch group[0].at {
+        case .delay(let seconds)? where seconds > 0: request.at = .date(start.timeIntervalSince1970 + seconds)
+        case .date?: request.at = group[0].at
+        default: request.at = nil
         }
-      } catch .refused(let error) {
-        let refused = group.count == 1 ? first : Self.line(refusedBy: error, in: group) ?? first
-        Output.error("\(refused.label): \(ClientFailure.describe(error))")
-        let others = group.filter { $0.line != refused.line }.map(\.label)
-        let together =
-          others.isEmpty ? "" : " (sent as one batch with \(others.joined(separator: ", ")), which share its time)"
-        Output.error("batch stopped at \(refused.label)\(together): the lines after it were not sent")
-        return true
+        if request.at == nil, !waiting.isEmpty {
+          // At once, after what is before it: wait for those replies first.
+          if let received = try daemon.nextLine(until: nil), let refused = answer(received, &waiting, daemon: daemon) {
+            return stop(at: refused, daemon: daemon, tag: tag, sent: waiting)
+          }
+          continue
+        }
+        if request.at != nil { request.tag = tag }
+        waiting[try daemon.send(request).serialized()] = group
+        next += 1
+        continue
+      }
+      guard let received = try daemon.nextLine(until: sendAt) else { continue }
+      if let refused = answer(received, &waiting, daemon: daemon) {
+        return stop(at: refused, daemon: daemon, tag: tag, sent: waiting)
       }
     }
     return false
+  }
+
+  /// A line read while running a timeline: a reply to a group sent is printed and the group is
+  /// no longer waited for; the refusal of one is returned (with its group and error).
+  private func answer(
+    _ received: ReceivedLine, _ waiting: inout [String: [Timeline.Entry]], daemon: DaemonConnection
+  ) -> (group: [Timeline.Entry], error: ProtocolError)? {
+    guard case .reply(let id?, let result) = received.line, let group = waiting.removeValue(forKey: id.serialized())
+    else { return nil }
+    switch result {
+    case .success(let value):
+      if group.count == 1 {
+        Output.print(
+          connection.json ? received.text : "\(group[0].label): \(group[0].request.command.name): \(value.serialized())"
+        )
+      } else {
+        printBatch((received.text, value), group)
+      }
+      return nil
+    case .failure(let error):
+      _ = daemon.refusal(error, line: received.text)
+      return (group, error)
+    }
+  }
+
+  /// The first refusal: reported, and every line sent after it that has not applied yet taken
+  /// back.
+  private func stop(
+    at refused: (group: [Timeline.Entry], error: ProtocolError), daemon: DaemonConnection, tag: String,
+    sent: [String: [Timeline.Entry]]
+  ) -> Bool {
+    let group = refused.group
+    let line = group.count == 1 ? group[0] : Self.line(refusedBy: refused.error, in: group) ?? group[0]
+    Output.error("\(line.label): \(ClientFailure.describe(refused.error))")
+    let others = group.filter { $0.line != line.line }.map(\.label)
+    let together =
+      others.isEmpty ? "" : " (sent as one batch with \(others.joined(separator: ", ")), which share its time)"
+    if !sent.isEmpty { _ = try? daemon.call(Request(.unschedule(schedule: nil, tag: tag))) }
+    Output.error("batch stopped at \(line.label)\(together): the lines after it were not applied")
+    return true
   }
 
   /// Seconds after `start` at which `entry` is due: its delay, or its date's distance from

@@ -225,7 +225,10 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
       let level =
         try Self.levelBefore(removed) ?? daemon.call(Request(.get(key: Fade.defaultKey))).result["model"]?
         .numberValue ?? 1
-      let fadeBegun = removed.contains { $0["cmd"]?.stringValue == "fade" && $0["started"] == true }
+      // The fade had begun (or even ended, its step gone, the set back not yet come): master.gain
+      // is to come back to its level.
+      let fadeWaits = removed.contains { $0["cmd"]?.stringValue == "fade" && $0["started"] == false }
+      let fadeBegun = !fadeWaits && removed.contains { $0["cmd"]?.stringValue == "set" }
       if fadeBegun {
         let back = Fade(kind: .fade, key: Fade.defaultKey, to: level, duration: Self.fadeBack, space: .decibels)
         // Part of the timer, it yields to master.gain as the timer did: a newer command takes

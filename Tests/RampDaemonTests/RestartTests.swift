@@ -90,6 +90,24 @@ import Testing
     #expect(try again.request(["cmd": "status"]).result["scheduled"]?.arrayValue == [])
   }
 
+  /// A sleep timer is scheduled commands with a tag and a yield: killed and restarted, rampd
+  /// has them all back, with their tag and yield, and they still give way to a newer command.
+  @Test func aSleepTimerIsThereAfterARestartAndStillYields() throws {
+    let first = try DaemonProcess()
+    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["RAMPD_SOCKET"] = first.socket
+    let sleep = try runProcess(Executables.rampctl, ["sleep", "1h", "--fade", "10m"], environment: environment)
+    #expect(sleep.status == 0, "\(sleep)")
+    first.kill()
+    let second = try DaemonProcess(reusing: first.directory)
+    let client = try second.client()
+    let kept = try #require(client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue)
+    #expect(kept.map { $0["cmd"]?.stringValue } == ["fade", "stop", "set"], "\(kept)")
+    #expect(kept.allSatisfy { $0["tag"] == "sleep" && $0["yield"] == "master.gain" }, "\(kept)")
+    #expect(try client.request(["cmd": "set", "key": "master.gain", "value": 0.5]).isOK)
+    #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
+  }
+
   @Test func everyAcknowledgedScheduleIsThereAfterKill9WhileAdding() throws {
     let first = try DaemonProcess()
     let client = try first.client()
