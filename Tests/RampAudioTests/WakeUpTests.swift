@@ -178,19 +178,20 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     player.start()
     defer { player.shutdown() }
     #expect(secondsUntil(5) { master.latest.value == 1 } != nil)
-    let waited = Mutex<Double?>(nil)
+    // When the reader woke, on the monotonic clock: after the change, whenever its thread began.
+    let woke = Mutex<Double?>(nil)
     let reader = Thread {
-      let start = monotonicSeconds()
       master.waitForChange(from: 1, timeout: 5)
-      waited.withLock { $0 = monotonicSeconds() - start }
+      woke.withLock { $0 = monotonicSeconds() }
     }
     reader.start()
     usleep(300_000)
-    #expect(waited.withLock { $0 } == nil, "still asleep while the value holds")
+    #expect(woke.withLock { $0 } == nil, "still asleep while the value holds")
+    let changed = monotonicSeconds()
     player.perform { state in _ = try? state.engine.set("master.gain", to: 0.5, transaction: .instant) }
-    #expect(secondsUntil(1) { waited.withLock { $0 } != nil } != nil)
-    let seconds = waited.withLock { $0 } ?? 0
-    #expect((0.3...0.4).contains(seconds), "woke after \(seconds) s")
+    #expect(secondsUntil(1) { woke.withLock { $0 } != nil } != nil)
+    let after = (woke.withLock { $0 } ?? 0) - changed
+    #expect(after >= 0 && after < 1, "woke \(after) s after the change")
 
     let interrupted = Mutex<Bool>(false)
     let sleeper = Thread {

@@ -80,14 +80,21 @@ import Testing
     #expect(left[start..<min(start + 4_800, left.count)].allSatisfy { $0 == 0 }, "silence after the last item")
   }
 
-  /// A crossfade's two ramps follow the curve's law at every sample: with the default (qsin,
-  /// equal-power) their squares sum to 1, with `linear` they sum to 1.
-  @Test func crossfadeRampsSumToTheirLaw() throws {
+  /// A daemon, a client that hears each item start and each stream end, and two 0.6 s files,
+  /// `a` and `b`, each constant at its (left, right) levels.
+  static func twoItems(a: (Float, Float), b: (Float, Float)) throws -> (DaemonProcess, LineClient, String, String) {
     let daemon = try DaemonProcess()
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "stream-ended"]])
-    let a = try daemon.constantFile("a", seconds: 0.6, left: 0.5, right: 0)
-    let b = try daemon.constantFile("b", seconds: 0.6, left: 0, right: 0.5)
+    let first = try daemon.constantFile("a", seconds: 0.6, left: a.0, right: a.1)
+    let second = try daemon.constantFile("b", seconds: 0.6, left: b.0, right: b.1)
+    return (daemon, client, first, second)
+  }
+
+  /// A crossfade's two ramps follow the curve's law at every sample: with the default (qsin,
+  /// equal-power) their squares sum to 1, with `linear` they sum to 1.
+  @Test func crossfadeRampsSumToTheirLaw() throws {
+    let (daemon, client, a, b) = try Self.twoItems(a: (0.5, 0), b: (0, 0.5))
     let frames = 12_000
     var starts: [(curve: String, sample: Int)] = []
     for (stream, curve) in [("power", nil), ("straight", "linear")] as [(String, String?)] {
@@ -213,11 +220,7 @@ import Testing
   /// and the stream ends there (queue-list says `loop` false); what was played is that item's
   /// audio, then silence.
   @Test func clearingALoopingQueueEndsTheStreamAfterThePlayingItem() throws {
-    let daemon = try DaemonProcess()
-    let client = try daemon.client()
-    try client.request(["cmd": "subscribe", "events": ["item-started", "stream-ended"]])
-    let a = try daemon.constantFile("a", seconds: 0.6, left: 0.125, right: 0)
-    let b = try daemon.constantFile("b", seconds: 0.6, left: 0.25, right: 0)
+    let (daemon, client, a, b) = try Self.twoItems(a: (0.125, 0), b: (0.25, 0))
     #expect(
       try client.request([
         "cmd": "play", "path": .string(a), "stream": "music", "queue": [.string(b)], "loop": true,
