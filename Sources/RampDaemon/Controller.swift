@@ -517,11 +517,12 @@ public final class Controller: @unchecked Sendable {
       }
       if let record {
         if case .success = ticket.result {
+          // After what it started is recorded: a withdrawal that no longer finds it reads that.
           applied(record, from: ticket.rampFrom)
+          handed.settled(record.id)
         } else {
           settle(record)
         }
-        handed.settled(record.id)
       }
       guard foregone == nil else {
         if case .failure(let error) = ticket.result {

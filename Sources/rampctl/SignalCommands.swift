@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import RampAudio
 import RampCLI
+import RampEngine
 import RampProtocol
 
 /// `rampctl tone`: a test signal written by the project itself, so the demo and a first try need
@@ -207,7 +208,8 @@ struct EnvelopeCommand: ParsableCommand {
     }
     // The envelope is the top of each column's range: the loudest sample there (in dB, the
     // loudest is still the highest).
-    let level = { (peak: Double) in db ? max(Self.floor, 20 * log10(peak)) : peak }
+    let scale = db ? ValueSpace.decibels(floor: Self.floor) : .amplitude
+    let level = { (peak: Double) in scale.encode(peak) }
     let columns = peaks.ranges.map { $0.map { ColumnRange(low: level($0.high), high: level($0.high)) } }
     var title = "Peak level\(db ? " in dBFS" : "") of \(input) (\(reader.sampleRate) Hz, \(channels) ch"
     if window != 0..<frames {
