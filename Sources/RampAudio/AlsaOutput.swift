@@ -49,6 +49,12 @@ public struct OutputConfiguration: Sendable, Equatable {
   /// A `file` plugin's file then starts afresh rather than grow without bound (the daemon's
   /// embedded output); whatever the device holds at that moment is cut short.
   public var reopenAfter: Double?
+  /// Whether the device keeps writing silence while nothing plays. With clock pacing over a
+  /// `file` plugin, false cuts idle spells out of the file (it then holds what was played,
+  /// each idle spell shortened to the silence written before the stop) and keeps the render
+  /// thread asleep meanwhile; true keeps the file a time line, a sample for every sample of
+  /// wall-clock time.
+  public var writesIdleSilence = true
   /// Whether a change rewrites what the device holds and has not played yet (`snd_pcm_rewind`),
   /// so it is heard within ``AlsaPCMOutput/rewindMargin`` whatever the buffer, instead of once
   /// the buffer has played (``AlsaPCMOutput/allowsRewind``).
@@ -299,6 +305,8 @@ public final class AlsaPCMOutput {
       pacing = Self.automaticPacing(setupDump: dump)
     }
     swallowsSilently = dump.contains("Null PCM") && !dump.contains("File PCM")
+    writesIdleSilence = configuration.writesIdleSilence
+    releasesWhenIdle = Self.isAudioServerClient(device)
     allowsRewind = rewinds
 
     negotiated = Negotiated(
@@ -411,7 +419,9 @@ public final class AlsaPCMOutput {
       // A device that plays in real time holds at least part of what was just written. One that
       // cannot say (an error) is taken to have a clock: waiting on it unbounded would be worse.
       clockProbed = true
-      hasNoClock = deviceDelay() == 0
+      // An audio server's client plays in real time, though it may say it holds nothing
+      // before it has started (`pulse` does).
+      hasNoClock = !releasesWhenIdle && deviceDelay() == 0
     }
     return true
   }
@@ -448,11 +458,18 @@ public final class AlsaPCMOutput {
   }
 
   /// Whether the player may stop writing while nothing plays (`stopForIdle`): a device that
-  /// plays in real time, or a clock-paced `null` that keeps nothing; not a chain that writes a
-  /// file, nor a device without a clock (or not yet known to have one).
+  /// plays in real time, or a clock-paced `null` that keeps nothing (or a `file` over it that is
+  /// not to keep idle silence: `OutputConfiguration.writesIdleSilence`); not a chain that writes
+  /// a file sample for sample, nor a device without a clock (or not yet known to have one).
   public var stopsWhenIdle: Bool {
-    negotiated.pacing == .clock ? swallowsSilently : clockProbed && !hasNoClock
+    negotiated.pacing == .clock ? swallowsSilently || !writesIdleSilence : clockProbed && !hasNoClock
   }
+
+  /// Whether a device stopped for idle is also closed, and opened again when something is to
+  /// play: a client of an audio server (PipeWire, PulseAudio), whose stream keeps the server's
+  /// graph running while it is open, stopped or not.
+  public let releasesWhenIdle: Bool
+  private let writesIdleSilence: Bool
 
   /// Set by `stopForIdle`: the next writes start the device once it holds two blocks instead of
   /// its start threshold (a buffer less a period), so what wakes it from idle is heard within
@@ -599,6 +616,22 @@ public final class AlsaPCMOutput {
     return text.withMemoryRebound(to: UInt8.self, capacity: length) {
       String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
     }
+  }
+
+  /// Whether `device` is defined as an audio server's ALSA plugin (`type pipewire` or `type pulse`).
+  static func isAudioServerClient(_ device: String) -> Bool {
+    var top: OpaquePointer?
+    guard snd_config_update_ref(&top) >= 0, let top else { return false }
+    defer { snd_config_unref(top) }
+    var definition: OpaquePointer?
+    guard snd_config_search_definition(top, "pcm", device, &definition) >= 0, let definition else { return false }
+    defer { snd_config_delete(definition) }
+    var typeNode: OpaquePointer?
+    var type: UnsafePointer<CChar>?
+    guard snd_config_search(definition, "type", &typeNode) >= 0, snd_config_get_string(typeNode, &type) >= 0, let type
+    else { return false }
+    let name = String(cString: type)
+    return name == "pipewire" || name == "pulse"
   }
 
   /// `.clock` when the chain ends in ALSA's null PCM (which swallows samples without blocking), else

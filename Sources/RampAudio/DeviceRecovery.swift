@@ -21,6 +21,8 @@ struct DeviceRecovery: Sendable {
     /// Reopening a device retired on schedule, which the render thread still counts as healthy.
     var reopening = false
     var reopenedAt = -Double.infinity
+    /// Opening a device parked while idle, for a render thread that waits for it.
+    var waitedFor = false
     var delay = recoveryBackoff.first
     var nextAttempt = 0.0
     while link.running.load(ordering: .acquiring) {
@@ -39,6 +41,13 @@ struct DeviceRecovery: Sendable {
         delay = retired || !soon ? recoveryBackoff.first : min(delay * 2, recoveryBackoff.last)
         nextAttempt = monotonicSeconds() + (retired ? 0 : delay)
       }
+      while let parked = link.parkedDevices.pop() { parked.close() }
+      if link.deviceWanted.exchange(false, ordering: .acquiring) {
+        wanted = true
+        waitedFor = true
+        delay = recoveryBackoff.first
+        nextAttempt = 0
+      }
       if wanted, monotonicSeconds() >= nextAttempt {
         switch openAgain() {
         case .success(let fresh):
@@ -46,10 +55,20 @@ struct DeviceRecovery: Sendable {
           wanted = false
           reopening = false
           reopenedAt = monotonicSeconds()
+          if waitedFor {
+            waitedFor = false
+            link.deviceReady.ring()
+          }
         case .failure(let problem):
           if reopening {
             _ = link.deviceFailures.push("reopening \(configuration.device) on schedule: \(problem)")
             reopening = false
+          }
+          if waitedFor {
+            // The render thread goes on without it, as after a loss; this says why.
+            waitedFor = false
+            _ = link.deviceFailures.push("reopening \(configuration.device) after idle: \(problem)")
+            link.deviceReady.ring()
           }
           delay = min(delay * 2, recoveryBackoff.last)
           nextAttempt = monotonicSeconds() + delay

@@ -392,6 +392,14 @@ public final class Player: Sendable {
     return nanoseconds < 0 ? nil : Double(nanoseconds) / 1e9
   }
 
+  /// Seconds a device let go of while idle (an audio server's) took to open again, as last
+  /// measured (nil before the first time). A command that ends the idle is heard this plus
+  /// ``resumeLatency`` after it came.
+  public var reopenLatency: Double? {
+    let nanoseconds = link.measuredReopen.load(ordering: .relaxed)
+    return nanoseconds < 0 ? nil : Double(nanoseconds) / 1e9
+  }
+
   /// The output sample heard at `wallClock` (seconds since the epoch, CLOCK_REALTIME): by the
   /// device's own delay and timestamps and its clock rate as measured (`status.output`'s
   /// `delay` and `drift`), kept current at every block. Before the device has said anything (or

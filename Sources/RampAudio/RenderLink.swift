@@ -69,6 +69,15 @@ final class RenderLink: Sendable {
   /// Why a device was lost, or why one retired on schedule could not be opened again: put in
   /// words on the recovery thread, so the render thread posts them without building a string.
   let deviceFailures = SPSCQueue<String>(minimumCapacity: 8)
+  /// Devices let go of while idle (an audio server's, whose stream would keep its graph
+  /// running): the recovery thread closes them, and opens the device again once `deviceWanted`.
+  let parkedDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  /// Set by the render thread when it wakes with its device parked.
+  let deviceWanted = Atomic<Bool>(false)
+  /// Rung by the recovery thread when the device wanted is open (or could not be opened).
+  let deviceReady: Bell
+  /// Nanoseconds a parked device took to open again, as last measured (−1: not yet).
+  let measuredReopen = Atomic<Int64>(-1)
   /// Devices opened again, from the recovery thread to the render thread.
   let freshDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
   /// Set by the recovery thread as it ends.
@@ -102,6 +111,7 @@ final class RenderLink: Sendable {
     doorbell = try Bell("event")
     commandBell = try Bell("command")
     recoveryBell = try Bell("recovery")
+    deviceReady = try Bell("device")
   }
 
   /// Frees what the render thread let go of (the recovery thread does, and an offline player's

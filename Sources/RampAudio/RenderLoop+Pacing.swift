@@ -181,8 +181,11 @@ extension RenderLoop {
   func idleIfNothingToRender(_ buffers: RenderBuffers) {
     guard let device, device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), nothingToRender else { return }
     let nanosecondsPerFrame = 1e9 / Double(output.rate)
-    // How long before a scheduled command the device must run again.
-    let lead = Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
+    // How long before a scheduled command the device must run again (opened again first if it
+    // is let go of while idle).
+    let lead =
+      Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
+      + (device.releasesWhenIdle ? reopenNanoseconds : 0)
     if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
       return
     }
@@ -206,16 +209,28 @@ extension RenderLoop {
     guard sleepIdle(until: lastHeard - period) else { return }
     device.stopForIdle()
     heardClock.restart()
+    // A device of an audio server is let go of: a stream that is merely stopped keeps the
+    // server's graph running (and waking) for nothing.
+    let releases = device.releasesWhenIdle
+    if releases { park(device) }
     link.stoppedIdle.store(true, ordering: .relaxed)
-    // A scheduled command wakes it in time to be rendered and heard at its sample.
+    defer { link.stoppedIdle.store(false, ordering: .relaxed) }
     let deadline = scheduled.firstSample.map { first in
       heardClock.known
         ? heardClock.nanoseconds(of: first) - lead
         : HeardClock.clamped(Double(lastHeard) + Double(first - state.engine.now) * nanosecondsPerFrame) - lead
     }
-    // True only once the deadline has passed; false when a command came (or shutdown).
-    let scheduledWake = sleepIdle(until: deadline)
-    link.stoppedIdle.store(false, ordering: .relaxed)
+    // True only once the deadline has passed; false when a change came (or shutdown).
+    let scheduledWake = sleepAnsweringReads(until: deadline)
+    guard link.running.load(ordering: .relaxed) else { return }
+    if releases {
+      let woken = monotonicNanoseconds()
+      guard let reopened = reopenParked() else { return }
+      reopenNanoseconds = monotonicNanoseconds() - woken
+      link.measuredReopen.store(reopenNanoseconds, ordering: .relaxed)
+      reopened.stopForIdle()
+    }
+    guard let device = self.device else { return }
     let wake = monotonicNanoseconds()
     var heardFrom = wake + resumeNanoseconds
     // Woken for a scheduled command, with time to spare: the device starts at a set moment
@@ -233,6 +248,61 @@ extension RenderLoop {
     resumed = timed ? nil : (wake, state.engine.now)
     batchStart = nil
   }
+
+  /// Sleeps until `deadline` as `sleepIdle` does, answering the requests that only read (a
+  /// `status`, a `list`) as they come: they change nothing heard, so the device stays stopped
+  /// and the thread asleep. False when a command that may change the sound came (or shutdown),
+  /// true once the deadline has passed.
+  func sleepAnsweringReads(until deadline: Int64?) -> Bool {
+    while link.running.load(ordering: .relaxed) {
+      if sleepIdle(until: deadline) { return true }
+      var answered = false
+      while link.events.freeSlots > link.eventReserve, let command = link.commands.first {
+        guard !command.changesSound, (command.sample ?? 0) <= state.engine.now else { break }
+        _ = link.commands.pop()
+        run(command)
+        answered = true
+      }
+      if answered { flushEvents() }
+      if !link.commands.isEmpty { return false }
+    }
+    return false
+  }
+
+  /// Lets go of a device while idle: the recovery thread closes it, and opens it again when
+  /// asked (`reopenParked`).
+  func park(_ device: AlsaPCMOutput) {
+    underrunsOfLostDevices += device.underruns
+    underrunsObserved = 0
+    self.device = nil
+    _ = link.parkedDevices.push(device)
+    link.recoveryBell.ring()
+  }
+
+  /// Asks the recovery thread for the parked device again and sleeps until it comes (opening
+  /// is a few milliseconds for an audio server's device). Nil when it could not be opened in
+  /// `reopenLimit` (the recovery thread then goes on trying, with backoff, as for a lost device,
+  /// and the loop keeps time meanwhile) or at shutdown.
+  func reopenParked() -> AlsaPCMOutput? {
+    link.deviceWanted.store(true, ordering: .releasing)
+    link.recoveryBell.ring()
+    let limit = monotonicNanoseconds() + Self.reopenLimit
+    while link.running.load(ordering: .relaxed) {
+      if let fresh = link.freshDevices.pop() {
+        device = fresh
+        framesSinceOpen = 0
+        return fresh
+      }
+      let left = limit - monotonicNanoseconds()
+      if left <= 0 || !link.deviceFailures.isEmpty { break }
+      _ = link.deviceReady.wait(milliseconds: pollMilliseconds(Double(left) / 1e9))
+    }
+    return nil
+  }
+
+  /// How long the render thread waits for a parked device to open again before it counts it
+  /// as lost.
+  static let reopenLimit: Int64 = 2_000_000_000
 
   /// Sleeps on the command bell until `deadline` (monotonic nanoseconds; nil: none). False when
   /// a command came first (or the player stops), true once the deadline has passed.

@@ -26,7 +26,7 @@ final class RenderLoop: @unchecked Sendable {
   /// What a rewind needs to render again what the device holds (`Rewind.swift`).
   let rewindHistory: RewindHistory
   /// The device written to (nil while it is lost and reopened, or for an offline player).
-  private(set) var device: AlsaPCMOutput?
+  var device: AlsaPCMOutput?
   /// An offline player's output, instead of a device.
   let sink: (any BlockSink)?
   /// An offline player's block: it has no render thread to own one.
@@ -53,6 +53,9 @@ final class RenderLoop: @unchecked Sendable {
   /// Nanoseconds from waking up idle to the first sample heard, as last measured (one period
   /// until measured; its copy for status is `link.measuredResume`).
   var resumeNanoseconds: Int64
+  /// Nanoseconds a device let go of while idle takes to open again, as last measured (an
+  /// estimate until then).
+  var reopenNanoseconds: Int64 = 50_000_000
   /// When the render thread last woke up idle, and the sample it resumed at, until the device
   /// says when that sample is heard.
   var resumed: (nanoseconds: Int64, sample: Int64)?

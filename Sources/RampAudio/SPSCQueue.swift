@@ -40,6 +40,13 @@ public final class SPSCQueue<Element>: @unchecked Sendable {
   /// Consumer: whether nothing waits (a producer may push meanwhile).
   public var isEmpty: Bool { tail.load(ordering: .relaxed) >= head.load(ordering: .sequentiallyConsistent) }
 
+  /// Consumer: the oldest value, left in the queue (nil when empty).
+  public var first: Element? {
+    let position = tail.load(ordering: .relaxed)
+    guard position < head.load(ordering: .acquiring) else { return nil }
+    return slots[position & mask]
+  }
+
   /// Consumer: the oldest value, or nil when empty.
   public func pop() -> Element? {
     let position = tail.load(ordering: .relaxed)

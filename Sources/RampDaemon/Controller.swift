@@ -223,6 +223,7 @@ public final class Controller: @unchecked Sendable {
     object["rewindMargin"] = .number(rewind.margin)
     object["rewinds"] = .integer(rewind.rewinds)
     if let latency = player.resumeLatency { object["resumeLatency"] = .number(latency) }
+    if let latency = player.reopenLatency { object["reopenLatency"] = .number(latency) }
     for (key, value) in outputNotes { object[key] = value }
     return object
   }

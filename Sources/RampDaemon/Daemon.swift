@@ -114,6 +114,9 @@ public final class Daemon: @unchecked Sendable {
     // The file plugin writes a correct WAV header for integer samples only.
     output.format = .s16
     output.pacing = .clock
+    // Idle spells are cut out: a machine without a sound card is not woken a hundred times a
+    // second to write silence into a file.
+    output.writesIdleSilence = false
     output.reopenAfter = maxDuration > 0 ? maxDuration : nil
     return output
   }
