@@ -484,27 +484,72 @@ import Testing
   }
 
   /// With no usable device, rampd plays into a WAV file through ALSA's file plugin, in real
-  /// time, and says so in `status`.
+  /// time, and says so in `status`. Idle, it writes nothing and its render thread sleeps: a
+  /// `status` is answered without waking the output (`idle` stays true), and the file holds
+  /// what was played, each idle spell cut short.
   @Test func withoutADeviceItPlaysIntoTheEmbeddedWAVFile() throws {
     let directory = NSTemporaryDirectory() + "rampd-embedded-\(getpid())"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    // It plays from its start: the file's length is bounded by the time since the launch.
+    let tone = "\(directory)/tone.wav"
+    let level: Float = 0.5
+    let writer = try SoundFileWriter(path: tone, sampleRate: 48_000, channels: 2, encoding: .float)
+    try [Float](repeating: level, count: 48_000).withUnsafeBufferPointer {
+      try writer.write($0.baseAddress!, frames: 24_000)
+    }
+    try writer.close()
     let started = Date()
     let process = try startWithoutADevice(in: directory, file: "\(directory)/out.wav")
     defer { if process.isRunning { process.terminate() } }
     let client = try LineClient(path: "\(directory)/s.sock")
-    let output = try client.request(["cmd": "status"]).result["output"]
+    var output = try client.request(["cmd": "status"]).result["output"]
     #expect(output?["embedded"] == true && output?["file"] == .string("\(directory)/out.wav"), "\(output ?? .null)")
     #expect(output?["requestedDevice"] == "rampd_no_such_device")
-    usleep(500_000)
+    // Asked again and again while it goes idle: each answer leaves it idle.
+    let deadline = Date().addingTimeInterval(5)
+    while output?["idle"] != true && Date() < deadline {
+      usleep(50_000)
+      output = try client.request(["cmd": "status"]).result["output"]
+    }
+    #expect(output?["idle"] == true, "\(output ?? .null)")
+    let thread = try #require(renderThreadID(of: process.processIdentifier))
+    let before = try voluntarySwitches(pid: process.processIdentifier, thread: thread)
+    // (The file plugin writes its file in chunks of its own: the size, not the frames, is read.)
+    func size() -> Int {
+      (try? FileManager.default.attributesOfItem(atPath: "\(directory)/out.wav")[.size] as? Int) ?? 0
+    }
+    let written = size()
+    for _ in 0..<10 {
+      #expect(try client.request(["cmd": "status"]).result["output"]?["idle"] == true)
+      usleep(100_000)
+    }
+    let answering = try voluntarySwitches(pid: process.processIdentifier, thread: thread) - before
+    usleep(2_000_000)
+    let after = try voluntarySwitches(pid: process.processIdentifier, thread: thread) - before
+    #expect(answering <= 10 * 2, "\(answering) wake-ups of the render thread for 10 status requests")
+    #expect(after == answering, "\(after - answering) wake-ups in 2 s idle after them")
+    #expect(size() == written, "\(size() - written) bytes written while idle")
+    #expect(try client.request(["cmd": "play", "path": .string(tone), "stream": "t", "fadeIn": 0]).isOK)
+    try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
+    _ = try client.waitForEvent(timeout: 5) { $0["event"] == "stream-ended" }
+    usleep(300_000)
     process.terminate()
     process.waitUntilExit()
     let elapsed = Date().timeIntervalSince(started)
     let reader = try RampAudio.SoundFileReader(path: "\(directory)/out.wav")
-    let seconds = Double(reader.frames) / Double(reader.sampleRate)
+    let frames = Int(reader.frames)
+    let seconds = Double(frames) / Double(reader.sampleRate)
     #expect(reader.sampleRate == 48_000 && reader.channels == 2)
-    #expect(seconds > 0.3 && seconds < elapsed + 0.5, "\(seconds) s written in \(elapsed) s: paced in real time")
+    // The half second played, the silence before the stop and the stop's, not the seconds idle.
+    #expect(seconds > 0.5 && seconds < 1.2 && seconds < elapsed - 2, "\(seconds) s written in \(elapsed) s")
+    var recorded = [Float](repeating: 0, count: frames * 2)
+    let read = try recorded.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: frames) }
+    // The tone, sample for sample after its declick ramp (16-bit: within a step).
+    let first = try #require((0..<read).first { recorded[2 * $0] != 0 })
+    let steady = (first + 1_440)..<(first + 24_000 - 1_440)
+    #expect(steady.upperBound <= read, "\(read) frames, the tone from \(first)")
+    let off = steady.filter { $0 < read && abs(recorded[2 * $0] - level) > 1.0 / 32_768 }
+    #expect(off.isEmpty, "\(off.count) frames of the tone are not at \(level), first at \(off.first ?? -1)")
   }
 
   /// A file that cannot be written again when its time comes (its directory removed) is a device
@@ -520,6 +565,14 @@ import Testing
     defer { if process.isRunning { process.terminate() } }
     let client = try LineClient(path: "\(directory)/s.sock")
     try client.request(["cmd": "subscribe"])
+    // Something plays (an idle output writes nothing, and would never start a file afresh).
+    let tone = "\(directory)/tone.wav"
+    let writer = try SoundFileWriter(path: tone, sampleRate: 48_000, channels: 2, encoding: .float)
+    try [Float](repeating: 0.5, count: 9_600).withUnsafeBufferPointer {
+      try writer.write($0.baseAddress!, frames: 4_800)
+    }
+    try writer.close()
+    #expect(try client.request(["cmd": "play", "path": .string(tone), "stream": "t", "loop": true]).isOK)
     try FileManager.default.removeItem(atPath: wavDirectory)
     _ = try client.waitForEvent(timeout: 5) { $0["event"] == "device-failed" }
     // The file plugin opens its file at the first write: reopening succeeds, playing does not. That
@@ -565,10 +618,12 @@ import Testing
       "cmd": "play", "path": .string(tone), "stream": "t", "loop": true, "fadeIn": 0,
     ])
     #expect(played.isOK, "\(played.serialized())")
-    // Half a second into the third file: past two restarts, well before the next.
+    // Half a second into the third file: past two restarts, well before the next. (The files
+    // count what was written, from the stream's start: an idle output writes nothing.)
     var status = try client.request(["cmd": "status"]).result
+    let start = status["sample"]?.numberValue ?? 0
     let deadline = Date().addingTimeInterval(10)
-    while (status["sample"]?.numberValue ?? 0) < 2.5 * 48_000 && Date() < deadline {
+    while (status["sample"]?.numberValue ?? 0) < start + 2.5 * 48_000 && Date() < deadline {
       usleep(20_000)
       status = try client.request(["cmd": "status"]).result
     }

@@ -171,15 +171,9 @@ final class ResidentSampler: Sendable {
 /// it take, where RLIMIT_RTPRIO cannot be raised but the test may set a policy (root in a
 /// container). False where neither is allowed.
 func renderThreadMadeRealtime(_ pid: pid_t) -> Bool {
-  let tasks = "/proc/\(pid)/task"
-  for task in (try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? [] {
-    guard let name = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8),
-      name.trimmingCharacters(in: .whitespacesAndNewlines) == "rampd-render", let tid = pid_t(task)
-    else { continue }
-    var parameters = sched_param(sched_priority: 20)
-    return sched_setscheduler(tid, SCHED_FIFO, &parameters) == 0
-  }
-  return false
+  guard let thread = renderThreadID(of: pid) else { return false }
+  var parameters = sched_param(sched_priority: 20)
+  return sched_setscheduler(thread, SCHED_FIFO, &parameters) == 0
 }
 
 /// User and system CPU time of a process, in seconds.

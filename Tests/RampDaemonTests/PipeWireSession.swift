@@ -1,4 +1,5 @@
 import Foundation
+import RampProtocol
 
 #if canImport(Glibc)
   import Glibc
@@ -25,7 +26,7 @@ final class PipeWireSession {
       "XDG_RUNTIME_DIR": runtime, "DBUS_SESSION_BUS_ADDRESS": "unix:path=\(runtime)/bus",
       // Its configuration and state in the test's directory, not the user's.
       "XDG_CONFIG_HOME": "\(runtime)/config", "XDG_STATE_HOME": "\(runtime)/state", "HOME": runtime,
-      "PIPEWIRE_RUNTIME_DIR": runtime,
+      "PIPEWIRE_RUNTIME_DIR": runtime, "PULSE_RUNTIME_PATH": "\(runtime)/pulse",
     ]
     let bus = try launch("dbus-daemon", ["--session", "--nofork", "--address=unix:path=\(runtime)/bus"], log: "dbus")
     self.bus = bus
@@ -48,6 +49,8 @@ final class PipeWireSession {
     servers = [try launch("pipewire", [], log: "pipewire")]
     try waitFor("pipewire's socket") { FileManager.default.fileExists(atPath: "\(runtime)/pipewire-0") }
     servers.append(try launch("wireplumber", [], log: "wireplumber"))
+    // ALSA's `pulse` PCM reaches PipeWire through it, as on a desktop that runs PipeWire.
+    servers.append(try launch("pipewire-pulse", [], log: "pipewire-pulse"))
     let made = try runProcess(
       "/usr/bin/pw-cli",
       [
@@ -63,6 +66,21 @@ final class PipeWireSession {
     }
   }
 
+  /// The PipeWire server's process id while it runs.
+  var serverPID: pid_t? { servers.first.map(\.processIdentifier) }
+
+  /// The state of the null sink's node (`running`, `idle`, `suspended`), from `pw-dump`.
+  func sinkState() throws -> String? {
+    let dump = try runProcess("/usr/bin/pw-dump", [], environment: fullEnvironment)
+    guard dump.status == 0, case .array(let objects) = try JSON.parse(dump.stdout, maxDepth: 64) else {
+      throw HarnessError("pw-dump: \(dump.status)")
+    }
+    for object in objects where object["type"] == "PipeWire:Interface:Node" {
+      if object["info"]?["props"]?["node.name"] == .string(Self.sink) { return object["info"]?["state"]?.stringValue }
+    }
+    return nil
+  }
+
   /// Kills the server and the session manager (SIGKILL), as a crash does, or a restart that
   /// does not wait for its clients.
   func stop() {
@@ -73,6 +91,7 @@ final class PipeWireSession {
     servers = []
     try? FileManager.default.removeItem(atPath: "\(runtime)/pipewire-0")
     try? FileManager.default.removeItem(atPath: "\(runtime)/pipewire-0.lock")
+    try? FileManager.default.removeItem(atPath: "\(runtime)/pulse")
   }
 
   /// Records `seconds` of what the null sink plays, as interleaved stereo floats.

@@ -41,6 +41,71 @@ import Testing
     #expect(daemon.stop() == 0)
   }
 
+  /// Idle through `pipewire` and through `pulse` (pipewire-pulse), one rampd on each: from
+  /// start-up and again after each has played, neither's render thread wakes over 10 s, the
+  /// server does next to nothing, and the sink suspends (rampd lets go of its stream while
+  /// idle). Each play after idle is heard at its level, its reopen time in `status`.
+  @Test func idleThroughPipeWireAndPulseLetsTheSinkSuspend() throws {
+    let session = try PipeWireSession()
+    let daemons = try ["pipewire", "pulse"].map { device in
+      (
+        device,
+        try DaemonProcess(
+          periodMs: 10, bufferMs: 50,
+          environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": device]) { $1 }, pacing: "device")
+      )
+    }
+    func expectIdle(_ when: String) throws {
+      for (device, daemon) in daemons {
+        let client = try daemon.client()
+        let deadline = Date().addingTimeInterval(5)
+        var output = try client.request(["cmd": "status"]).result["output"]
+        while output?["idle"] != true && Date() < deadline {
+          usleep(100_000)
+          output = try client.request(["cmd": "status"]).result["output"]
+        }
+        #expect(output?["idle"] == true, "\(device), \(when): \(output ?? .null)")
+      }
+      // WirePlumber suspends a node idle for 5 s.
+      let deadline = Date().addingTimeInterval(12)
+      var state = try session.sinkState()
+      while state != "suspended" && Date() < deadline {
+        usleep(200_000)
+        state = try session.sinkState()
+      }
+      #expect(state == "suspended", "the sink, \(when): \(state ?? "gone")")
+      let server = try #require(session.serverPID)
+      let threads = try daemons.map { try #require(renderThreadID(of: $0.1.process.processIdentifier)) }
+      let before = try zip(daemons, threads).map {
+        try voluntarySwitches(pid: $0.1.process.processIdentifier, thread: $1)
+      }
+      let serverBefore = try voluntarySwitches(pid: server)
+      usleep(10_000_000)
+      for ((device, daemon), (thread, count)) in zip(daemons, zip(threads, before)) {
+        let woke = try voluntarySwitches(pid: daemon.process.processIdentifier, thread: thread) - count
+        #expect(woke == 0, "\(device), \(when): the render thread woke \(woke) times in 10 s idle")
+      }
+      let serverWoke = try voluntarySwitches(pid: server) - serverBefore
+      #expect(serverWoke < 10, "\(when): PipeWire woke \(serverWoke) times in 10 s")
+      #expect(try session.sinkState() == "suspended", "the sink, \(when)")
+    }
+    try expectIdle("from start-up")
+    for (device, daemon) in daemons {
+      let client = try daemon.client()
+      let file = try daemon.constantFile("probe-\(device)", seconds: 1.5, left: 0.25, right: 0.25)
+      #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe"]).isOK)
+      usleep(200_000)
+      let heard = try session.record(seconds: 0.8)
+      #expect(Self.longestRun(of: 0.25, in: heard) > 48_000 / 2, "\(device): \(Self.summary(heard))")
+      let output = try client.request(["cmd": "status"]).result["output"]
+      let reopened = output?["reopenLatency"]?.numberValue ?? .infinity
+      #expect(reopened < 0.5, "\(device): reopened in \(reopened) s")
+      usleep(800_000)
+    }
+    try expectIdle("after a play")
+    for (_, daemon) in daemons { #expect(daemon.stop() == 0) }
+  }
+
   /// The most frames in a row whose two channels are both `level`, within a float's rounding.
   static func longestRun(of level: Float, in interleaved: [Float]) -> Int {
     var longest = 0

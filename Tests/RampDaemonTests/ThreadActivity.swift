@@ -1,0 +1,35 @@
+import Foundation
+
+/// The kernel id of rampd's render thread in process `pid` (nil until it runs).
+func renderThreadID(of pid: pid_t) -> pid_t? {
+  let tasks = "/proc/\(pid)/task"
+  for task in (try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? [] {
+    guard let name = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8),
+      name.trimmingCharacters(in: .whitespacesAndNewlines) == "rampd-render", let tid = pid_t(task)
+    else { continue }
+    return tid
+  }
+  return nil
+}
+
+/// How many times a thread has gone to sleep of its own accord so far (its
+/// `voluntary_ctxt_switches`): each wake-up of a thread that sleeps between them counts one.
+func voluntarySwitches(pid: pid_t, thread: pid_t) throws -> Int {
+  try switchCount(in: "/proc/\(pid)/task/\(thread)/status")
+}
+
+/// The same, summed over every thread of process `pid` (an audio server's data and main loops).
+func voluntarySwitches(pid: pid_t) throws -> Int {
+  let tasks = "/proc/\(pid)/task"
+  return try FileManager.default.contentsOfDirectory(atPath: tasks).reduce(0) {
+    $0 + ((try? switchCount(in: "\(tasks)/\($1)/status")) ?? 0)
+  }
+}
+
+private func switchCount(in statusFile: String) throws -> Int {
+  let status = try String(contentsOfFile: statusFile, encoding: .utf8)
+  guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
+    let count = Int(line.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "")
+  else { throw HarnessError("no voluntary_ctxt_switches in \(statusFile)") }
+  return count
+}
