@@ -96,6 +96,13 @@ final class PipeWireSession {
 
   /// Records `seconds` of what the null sink plays, as interleaved stereo floats.
   func record(seconds: Double) throws -> [Float] {
+    let recording = try startRecording()
+    usleep(UInt32(seconds * 1e6))
+    return try recording.finish()
+  }
+
+  /// Starts recording what the null sink plays; `finish` returns it.
+  func startRecording() throws -> Recording {
     let wav = "\(runtime)/recorded-\(UInt32.random(in: 0...UInt32.max)).wav"
     let recorder = Process()
     recorder.executableURL = URL(fileURLWithPath: "/usr/bin/pw-record")
@@ -104,14 +111,23 @@ final class PipeWireSession {
     recorder.standardOutput = FileHandle.nullDevice
     recorder.standardError = FileHandle.nullDevice
     try recorder.run()
-    usleep(UInt32(seconds * 1e6))
-    recorder.interrupt()
-    recorder.waitUntilExit()
-    let raw = wav + ".raw"
-    let converted = try runProcess("/usr/bin/sox", [wav, "-t", "f32", raw])
-    guard converted.status == 0 else { throw HarnessError("sox: \(converted)") }
-    let data = try Data(contentsOf: URL(fileURLWithPath: raw))
-    return data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    return Recording(recorder: recorder, file: wav)
+  }
+
+  struct Recording {
+    let recorder: Process
+    let file: String
+
+    /// Stops the recorder; what it recorded, as interleaved stereo floats.
+    func finish() throws -> [Float] {
+      recorder.interrupt()
+      recorder.waitUntilExit()
+      let raw = file + ".raw"
+      let converted = try runProcess("/usr/bin/sox", [file, "-t", "f32", raw])
+      guard converted.status == 0 else { throw HarnessError("sox: \(converted)") }
+      let data = try Data(contentsOf: URL(fileURLWithPath: raw))
+      return data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
+    }
   }
 
   var fullEnvironment: [String: String] {
