@@ -6,10 +6,13 @@ import Synchronization
 ///
 /// A device's clock is not the system's: a card's crystal runs ±50–100 ppm off, seconds a day.
 /// The rate is measured, not assumed: over each run of the device (from its start to an underrun,
-/// a reopen or an idle stop), the samples played against the nanoseconds elapsed, once the run is
-/// long enough to say (`minimumSpan`). It is kept across runs (the crystal stays the same) and
-/// only ever refined. The position follows each observation, smoothed against a pointer that
-/// moves in steps (a card that reports it per period).
+/// a reopen or an idle stop), a least-squares line through the samples played against the
+/// nanoseconds elapsed, once the run is long enough to say (`minimumSpan`). A run's rate replaces
+/// the one in use only when it is known better (within a smaller error): a pointer that
+/// moves in steps of tens of milliseconds at uneven times (an audio server's graph running late)
+/// then moves the rate by the little it knows, not by thousands of ppm. The rate is kept across
+/// runs (the crystal stays the same) and only ever refined; a new device starts over. The
+/// position follows each observation, smoothed against a pointer that moves in steps.
 struct HeardClock {
   /// The nominal rate (frames per second).
   let nominal: Double
@@ -19,8 +22,11 @@ struct HeardClock {
   private(set) var sample: Double = 0
   private(set) var nanoseconds: Int64 = 0
   private(set) var known = false
-  /// The run's first observation (nil: the next observation starts a run).
-  private var runStart: (sample: Double, nanoseconds: Int64)?
+  /// The line fitted through the run's observations (nil: the next observation starts a run).
+  private var run: RunFit?
+  /// How far off `rate` may be (three standard errors), in frames per second: before any run,
+  /// what a clock taken at its nominal rate may be off by (1000 ppm).
+  private var rateError: Double
   /// Nanoseconds a run must last before its rate is trusted over the nominal or earlier one.
   static let minimumSpan: Int64 = 500_000_000
   /// Of each observation's difference from the prediction, the part taken at once (a pointer
@@ -30,22 +36,28 @@ struct HeardClock {
   init(rate: Int) {
     nominal = Double(rate)
     self.rate = Double(rate) / 1e9
+    rateError = Self.nominalError * Double(rate)
   }
+
+  /// How far off a device's clock may be before it is measured (1000 ppm).
+  static let nominalError = 1e-3
 
   /// The device played `sample` at `nanoseconds`. The first observation of a run sets the
   /// position outright.
   mutating func observe(sample observed: Int64, at time: Int64) {
     let observed = Double(observed)
-    guard let start = runStart, known else {
-      runStart = (observed, time)
+    guard var fit = run, known else {
+      run = RunFit(sample: observed, nanoseconds: time, nominal: nominal)
       sample = observed
       nanoseconds = time
       known = true
       return
     }
-    let span = time - start.nanoseconds
-    if span >= Self.minimumSpan {
-      rate = (observed - start.sample) / Double(span)
+    fit.add(sample: observed, at: time)
+    run = fit
+    if time - fit.nanoseconds >= Self.minimumSpan, let line = fit.line, line.error <= rateError {
+      rate = line.framesPerSecond / 1e9
+      rateError = line.error
     }
     let predicted = sample + Double(time - nanoseconds) * rate
     sample = predicted + (observed - predicted) * Self.positionGain
@@ -54,7 +66,61 @@ struct HeardClock {
 
   /// The device stopped (an underrun, an idle stop, a reopen): the next observation starts a run;
   /// the rate measured so far stays.
-  mutating func restart() { runStart = nil }
+  mutating func restart() { run = nil }
+
+  /// Another device: its clock is measured afresh.
+  mutating func forgetRate() {
+    run = nil
+    rate = nominal / 1e9
+    rateError = Self.nominalError * nominal
+  }
+
+  /// A least-squares line through a run's observations: samples played against seconds since its
+  /// first, less the nominal rate (so the sums stay small over hours and keep their precision).
+  struct RunFit {
+    let sample: Double
+    let nanoseconds: Int64
+    let nominal: Double
+    private var count = 0.0
+    private var sumX = 0.0
+    private var sumY = 0.0
+    private var sumXX = 0.0
+    private var sumXY = 0.0
+    private var sumYY = 0.0
+
+    init(sample: Double, nanoseconds: Int64, nominal: Double) {
+      self.sample = sample
+      self.nanoseconds = nanoseconds
+      self.nominal = nominal
+      add(sample: sample, at: nanoseconds)
+    }
+
+    mutating func add(sample observed: Double, at time: Int64) {
+      let x = Double(time - nanoseconds) / 1e9
+      let y = observed - sample - x * nominal
+      count += 1
+      sumX += x
+      sumY += y
+      sumXX += x * x
+      sumXY += x * y
+      sumYY += y * y
+    }
+
+    /// The slope in frames per second and how far off it may be; nil until three observations
+    /// spread in time.
+    var line: (framesPerSecond: Double, error: Double)? {
+      guard count >= 3 else { return nil }
+      let sxx = sumXX - sumX * sumX / count
+      guard sxx > 0 else { return nil }
+      let sxy = sumXY - sumX * sumY / count
+      let syy = sumYY - sumY * sumY / count
+      let slope = sxy / sxx
+      let residual = max(syy - slope * sxy, 0) / (count - 2)
+      // Three standard errors: a pointer that moves in steps errs in runs, not independently,
+      // and one standard error would promise more than the line knows.
+      return (nominal + slope, 3 * (residual / sxx).squareRoot())
+    }
+  }
 
   /// The device's clock error against the system's, in parts per million (0 until measured).
   var driftPPM: Double { (rate * 1e9 / nominal - 1) * 1e6 }

@@ -385,7 +385,8 @@ final class RenderLoop: @unchecked Sendable {
   func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<AlsaPCMOutput>) {
     underrunsOfLostDevices += device.underruns
     underrunsObserved = 0
-    heardClock.restart()
+    // A lost device may come back as another (an audio server restarted with another graph).
+    if queue === link.deadDevices { heardClock.forgetRate() } else { heardClock.restart() }
     self.device = nil
     idleClock.reset()
     batchStart = nil
