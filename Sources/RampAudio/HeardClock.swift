@@ -27,6 +27,11 @@ struct HeardClock {
   /// How far off `rate` may be (three standard errors), in frames per second: before any run,
   /// what a clock taken at its nominal rate may be off by (1000 ppm).
   private var rateError: Double
+  /// Whether a rate more than `nominalError` off is refused. An audio server's clock is a
+  /// card's or the system's, within ppm of nominal, but the delay its client reports drifts for
+  /// seconds while the server settles its latency (`pulse` through pipewire-pulse: by thousands
+  /// of ppm), which a line through the positions cannot tell from a clock running off.
+  var boundsDrift = false
   /// Nanoseconds a run must last before its rate is trusted over the nominal or earlier one.
   static let minimumSpan: Int64 = 500_000_000
   /// Of each observation's difference from the prediction, the part taken at once (a pointer
@@ -55,7 +60,9 @@ struct HeardClock {
     }
     fit.add(sample: observed, at: time)
     run = fit
-    if time - fit.nanoseconds >= Self.minimumSpan, let line = fit.line, line.error <= rateError {
+    if time - fit.nanoseconds >= Self.minimumSpan, let line = fit.line, line.error <= rateError,
+      !boundsDrift || abs(line.framesPerSecond / nominal - 1) <= Self.nominalError
+    {
       rate = line.framesPerSecond / 1e9
       rateError = line.error
     }

@@ -371,6 +371,7 @@ final class RenderLoop: @unchecked Sendable {
       heardClock.restart()
     }
     guard let position = device.heardPosition() else { return }
+    heardClock.boundsDrift = device.releasesWhenIdle
     heardClock.observe(sample: state.engine.now - Int64(position.delay), at: position.nanoseconds)
     link.heard.store(heardClock, delay: Int64(position.delay))
     if let resumed {
