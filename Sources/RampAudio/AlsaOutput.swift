@@ -21,7 +21,8 @@ public struct OutputConfiguration: Sendable, Equatable {
 
   /// How `write` keeps time. `.device` relies on the blocking device; `.clock` sleeps so that writes
   /// never run more than one buffer ahead of wall-clock time (for sinks that swallow samples as fast as
-  /// they come, like ALSA's `null`); `.auto` is `.clock` when the PCM chain ends in a null PCM.
+  /// they come, like ALSA's `null`); `.auto` is `.clock` when the PCM chain ends in a null PCM
+  /// (``OutputChain/automaticPacing``).
   public enum Pacing: String, CaseIterable, Sendable {
     case auto
     case clock
@@ -146,6 +147,8 @@ public final class AlsaPCMOutput {
     public var bufferFrames: Int
     /// Never `.auto`.
     public var pacing: OutputConfiguration.Pacing
+    /// What the device is (``OutputChain/kind``).
+    public var kind: OutputKind
   }
 
   public let negotiated: Negotiated
@@ -163,11 +166,9 @@ public final class AlsaPCMOutput {
   public let allowsRewind: Bool
   private var clockProbed = false
 
-  /// The chain ends in ALSA's `null` and writes no file: nothing it takes is kept or checked, so
-  /// a clock-paced writer may stop while idle. (A `file` plugin's recording is the time line of
-  /// what was played, every sample in order; another sink may fail on a write, which is how a
-  /// lost device is noticed.)
-  private let swallowsSilently: Bool
+  /// The configured PCM's chain, classified once when it is opened: it decides pacing, rewind and
+  /// stopping while idle.
+  public let chain: OutputChain
 
   /// Frames converted per `snd_pcm_writei` call: the conversion buffer holds this many frames.
   /// Equal to the period size (at least 64 frames); larger writes are done in blocks of this size.
@@ -249,13 +250,10 @@ public final class AlsaPCMOutput {
     var periodMicros = UInt32((configuration.periodTime * 1e6).rounded())
     err = snd_pcm_hw_params_set_period_time_near(pcm, hw, &periodMicros, nil)
     if err < 0 { throw fail("cannot set a period near \(configuration.periodTime) s", err) }
-    // The chain as configured (its plugins are known before the setup): whether it may rewind,
-    // and with it the buffer.
-    let chain = Self.setupDump(pcm)
-    let rewinds =
-      (configuration.pacing == .device
-        || configuration.pacing == .auto && Self.automaticPacing(setupDump: chain) == .device)
-      && Self.chainRewinds(setupDump: chain, rewind: configuration.rewind)
+    // The chain (known before the setup) decides whether it may rewind, and with it the buffer.
+    let chain = OutputChain(opened: pcm, name: device)
+    let pacing = configuration.pacing == .auto ? chain.automaticPacing : configuration.pacing
+    let rewinds = pacing == .device && chain.rewinds(under: configuration.rewind)
     let bufferTime = rewinds ? max(configuration.bufferTime, configuration.rewindBufferTime) : configuration.bufferTime
     var bufferMicros = UInt32((bufferTime * 1e6).rounded())
     err = snd_pcm_hw_params_set_buffer_time_near(pcm, hw, &bufferMicros, nil)
@@ -296,22 +294,14 @@ public final class AlsaPCMOutput {
     err = snd_pcm_status_malloc(&statusOptional)
     guard err >= 0, let status = statusOptional else { throw fail("cannot allocate a status", err) }
 
-    let dump = Self.setupDump(pcm)
-    let pacing: OutputConfiguration.Pacing
-    switch configuration.pacing {
-    case .clock, .device:
-      pacing = configuration.pacing
-    case .auto:
-      pacing = Self.automaticPacing(setupDump: dump)
-    }
-    swallowsSilently = dump.contains("Null PCM") && !dump.contains("File PCM")
+    self.chain = chain
     writesIdleSilence = configuration.writesIdleSilence
-    releasesWhenIdle = Self.isAudioServerClient(device)
+    releasesWhenIdle = chain.kind == .pipewire || chain.kind == .pulse
     allowsRewind = rewinds
 
     negotiated = Negotiated(
       device: device, format: format, rate: Int(rate), channels: configuration.channels,
-      periodFrames: Int(periodSize), bufferFrames: Int(bufferSize), pacing: pacing)
+      periodFrames: Int(periodSize), bufferFrames: Int(bufferSize), pacing: pacing, kind: chain.kind)
     blockFrames = max(Int(periodSize), 64)
     clock = ClockPacer(rate: negotiated.rate)
     bytesPerFrame = format.bytesPerSample * configuration.channels
@@ -462,7 +452,7 @@ public final class AlsaPCMOutput {
   /// not to keep idle silence: `OutputConfiguration.writesIdleSilence`); not a chain that writes
   /// a file sample for sample, nor a device without a clock (or not yet known to have one).
   public var stopsWhenIdle: Bool {
-    negotiated.pacing == .clock ? swallowsSilently || !writesIdleSilence : clockProbed && !hasNoClock
+    negotiated.pacing == .clock ? chain.swallowsSilently || !writesIdleSilence : clockProbed && !hasNoClock
   }
 
   /// Whether a device stopped for idle is also closed, and opened again when something is to
@@ -600,44 +590,6 @@ public final class AlsaPCMOutput {
       // clock-paced output (the embedded WAV file, tests) would never report a late render.
       underruns += 1
     }
-  }
-
-  // MARK: Setup inspection
-
-  /// `snd_pcm_dump` of the configured PCM chain (e.g. "Plug PCM: …\nSlave: File PCM …\nSlave: Null PCM").
-  static func setupDump(_ pcm: OpaquePointer) -> String {
-    var outOptional: OpaquePointer?
-    guard snd_output_buffer_open(&outOptional) >= 0, let out = outOptional else { return "" }
-    defer { snd_output_close(out) }
-    guard snd_pcm_dump(pcm, out) >= 0 else { return "" }
-    var text: UnsafeMutablePointer<CChar>?
-    let length = snd_output_buffer_string(out, &text)
-    guard let text, length > 0 else { return "" }
-    return text.withMemoryRebound(to: UInt8.self, capacity: length) {
-      String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
-    }
-  }
-
-  /// Whether `device` is defined as an audio server's ALSA plugin (`type pipewire` or `type pulse`).
-  static func isAudioServerClient(_ device: String) -> Bool {
-    var top: OpaquePointer?
-    guard snd_config_update_ref(&top) >= 0, let top else { return false }
-    defer { snd_config_unref(top) }
-    var definition: OpaquePointer?
-    guard snd_config_search_definition(top, "pcm", device, &definition) >= 0, let definition else { return false }
-    defer { snd_config_delete(definition) }
-    var typeNode: OpaquePointer?
-    var type: UnsafePointer<CChar>?
-    guard snd_config_search(definition, "type", &typeNode) >= 0, snd_config_get_string(typeNode, &type) >= 0, let type
-    else { return false }
-    let name = String(cString: type)
-    return name == "pipewire" || name == "pulse"
-  }
-
-  /// `.clock` when the chain ends in ALSA's null PCM (which swallows samples without blocking), else
-  /// `.device`. The dump names it "Null PCM" for `null`, as the slave of `file`, and under `plug`.
-  static func automaticPacing(setupDump: String) -> OutputConfiguration.Pacing {
-    setupDump.contains("Null PCM") ? .clock : .device
   }
 }
 

@@ -21,23 +21,6 @@ extension AlsaPCMOutput {
   /// known to play in real time (it held audio after the first write).
   public var rewindsNow: Bool { allowsRewind && stopsWhenIdle }
 
-  /// Whether a chain (its `snd_pcm_dump`) rewinds under `rewind`: never through ALSA's `file`
-  /// plugin (what it has passed on to its file stays there), `null` (it plays nothing in real
-  /// time) or `dmix` (other clients' audio is mixed in what it holds); with `auto`, only on a
-  /// kernel PCM (`hw`, alone or under `plug`), which plays from its ring as it goes (an ALSA
-  /// plugin that takes what is written at once, such as `pulse`, would play what was rewound);
-  /// with `on`, on any other chain too.
-  static func chainRewinds(setupDump: String, rewind: OutputConfiguration.Rewind) -> Bool {
-    guard !setupDump.contains("File PCM"), !setupDump.contains("Null PCM"),
-      !setupDump.contains("Direct Stream Mixing")
-    else { return false }
-    switch rewind {
-    case .off: return false
-    case .on: return true
-    case .auto: return setupDump.contains("Hardware PCM")
-    }
-  }
-
   /// Frames the device holds and may rewind (`snd_pcm_rewindable` after `snd_pcm_avail`, which
   /// brings its pointer up to date); 0 on any error.
   public func rewindableFrames() -> Int {

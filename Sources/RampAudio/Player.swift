@@ -115,7 +115,7 @@ public final class Player: Sendable {
   ) throws {
     let negotiated = AlsaPCMOutput.Negotiated(
       device: "offline", format: .float32, rate: rate, channels: channels, periodFrames: blockFrames,
-      bufferFrames: blockFrames, pacing: .device)
+      bufferFrames: blockFrames, pacing: .device, kind: .other)
     try self.init(
       device: nil, sink: sink, negotiated: negotiated,
       configuration: OutputConfiguration(

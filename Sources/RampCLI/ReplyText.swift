@@ -73,6 +73,7 @@ public enum ReplyText {
     if let master = result["master"] { lines.append("master gain " + levels(master, key: "master.gain")) }
     if let output = result["output"] {
       var text = "output \(output["device"]?.stringValue ?? "?")"
+      if let kind = output["kind"]?.stringValue { text += " (\(kind))" }
       if let rate = output["rate"] { text += ", \(number(rate)) Hz" }
       if let channels = output["channels"] { text += ", \(number(channels)) ch" }
       if let format = output["format"]?.stringValue { text += ", \(format)" }

@@ -209,6 +209,7 @@ public final class Controller: @unchecked Sendable {
       "device": .string(output.device), "rate": .integer(output.rate), "channels": .integer(output.channels),
       "format": .string(output.format.rawValue), "periodFrames": .integer(output.periodFrames),
       "bufferFrames": .integer(output.bufferFrames), "pacing": .string(output.pacing.rawValue),
+      "kind": .string(output.kind.rawValue),
       "state": .string(player.deviceIsHealthy ? "playing" : "failed"),
       "underruns": .integer(player.deviceUnderruns),
       "realtimePriority": .integer(player.realtimePriority),

@@ -34,6 +34,10 @@ enum AlsaTestConfig {
       + plug("rampd_test_auto_plug", "rampd_test_auto_plug_file", "S16_LE")
       + file("rampd_test_auto_plug_file", "autoplug.wav", "wav")
       + "pcm.rampd_test_int_only { type linear; slave { pcm null; format S16_LE } }\n"
+      // A chain through a slave definition, an inline PCM and an alias (OutputKindTests).
+      + "pcm_slave.rampd_kind_slave { pcm \"rampd_test_int_only\" }\n"
+      + "pcm.rampd_kind_chain { type asym; playback.pcm { type plug; slave rampd_kind_slave } }\n"
+      + "pcm.rampd_kind_alias \"rampd_kind_chain\"\n"
       + (1...21).map { file("rampd_test_player\($0)", "player\($0).raw", "raw") }.joined()
     let path = "\(dir)/asound-test.conf"
     try! config.write(toFile: path, atomically: true, encoding: .utf8)
@@ -313,7 +317,7 @@ private func testSignal(frames: Int, amplitude: Double = 0.9) -> [Float] {
       #expect(output.negotiated.format == .float32, "\(device)")
       output.close()
     }
-    #expect(AlsaPCMOutput.automaticPacing(setupDump: "Hardware PCM card 0 'HDA Intel PCH' device 0\n") == .device)
+    #expect(OutputChain(types: ["plug", "hw"]).automaticPacing == .device)
     try? FileManager.default.removeItem(atPath: AlsaTestConfig.path("auto.raw"))
     try? FileManager.default.removeItem(atPath: AlsaTestConfig.path("autoplug.wav"))
   }

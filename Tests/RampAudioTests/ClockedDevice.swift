@@ -50,14 +50,15 @@ enum ClockedDevice {
     "rampd_clocked_hour_fast": 120_000, "rampd_clocked_hour_slow": -120_000,
     "rampd_clocked_idle": 0, "rampd_clocked_status": 35, "rampd_clocked_device": 0,
     "rampd_clocked_rewind": 0, "rampd_clocked_rewind_query": 0, "rampd_clocked_rewind_safety": 0,
-    "rampd_clocked_behind_file": 0,
+    "rampd_clocked_behind_file": 0, "rampd_clocked_kind": 0,
   ]
 
   /// Devices that reach a clocked one through another plugin: ALSA's `file` plugin, which cannot
   /// rewind (what it passed on to its file stays there), in front of `rampd_clocked_behind_file`.
   static let chains = [
     "rampd_clocked_no_rewind":
-      "type file; slave.pcm \"rampd_clocked_behind_file\"; file \"/dev/null\"; format raw"
+      "type file; slave.pcm \"rampd_clocked_behind_file\"; file \"/dev/null\"; format raw",
+    "rampd_clocked_kind_file": "type file; slave.pcm \"rampd_clocked_kind\"; file \"/dev/null\"; format raw",
   ]
 
   private static let setup: Result<String, TestSetupError> = {

@@ -8,15 +8,19 @@ import RampProtocol
 /// A PipeWire of the test's own, as a desktop login has one, with no sound card and no systemd: a
 /// private `XDG_RUNTIME_DIR`, a session D-Bus, `pipewire`, `wireplumber`, and a null sink made
 /// with `pw-cli create-node` that `pw-record` records from. A client that has `environment`
-/// reaches it, through ALSA's `pipewire` PCM (pipewire-alsa) or `pulse` (pipewire-pulse).
+/// reaches it, through ALSA's `pipewire` PCM (pipewire-alsa) or, with `pulse`, ALSA's `pulse`
+/// PCM (pipewire-pulse).
 final class PipeWireSession {
   static let sink = "rampd-test-sink"
   let runtime: String
   let environment: [String: String]
   private var bus: Process?
   private var servers: [Process] = []
+  /// Whether `pipewire-pulse` serves PulseAudio clients too (ALSA's `pulse` PCM).
+  private let pulse: Bool
 
-  init(name: String = #function) throws {
+  init(name: String = #function, pulse: Bool = false) throws {
+    self.pulse = pulse
     runtime =
       NSTemporaryDirectory()
       + "rampd-pw-\(getpid())-\(name.prefix { $0.isLetter })-\(UInt32.random(in: 0...UInt32.max))"
@@ -49,8 +53,10 @@ final class PipeWireSession {
     servers = [try launch("pipewire", [], log: "pipewire")]
     try waitFor("pipewire's socket") { FileManager.default.fileExists(atPath: "\(runtime)/pipewire-0") }
     servers.append(try launch("wireplumber", [], log: "wireplumber"))
-    // ALSA's `pulse` PCM reaches PipeWire through it, as on a desktop that runs PipeWire.
-    servers.append(try launch("pipewire-pulse", [], log: "pipewire-pulse"))
+    if pulse {
+      servers.append(try launch("pipewire-pulse", [], log: "pipewire-pulse"))
+      try waitFor("pipewire-pulse's socket") { FileManager.default.fileExists(atPath: "\(runtime)/pulse/native") }
+    }
     let made = try runProcess(
       "/usr/bin/pw-cli",
       [

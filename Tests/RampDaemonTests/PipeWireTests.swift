@@ -46,7 +46,7 @@ import Testing
   /// server does next to nothing, and the sink suspends (rampd lets go of its stream while
   /// idle). Each play after idle is heard at its level, its reopen time in `status`.
   @Test func idleThroughPipeWireAndPulseLetsTheSinkSuspend() throws {
-    let session = try PipeWireSession()
+    let session = try PipeWireSession(pulse: true)
     let daemons = try ["pipewire", "pulse"].map { device in
       (
         device,
@@ -111,6 +111,28 @@ import Testing
     }
     try expectIdle("after a play")
     for (_, daemon) in daemons { #expect(daemon.stop() == 0) }
+  }
+
+  /// `status` names the output's kind, ALSA's `pipewire` PCM or its `pulse` PCM (served by
+  /// pipewire-pulse), and the kind's defaults hold: paced by the device, no rewind under `auto`.
+  /// Each plays, level for level, at the sink.
+  @Test func statusNamesPipeWireAndPulse() throws {
+    let session = try PipeWireSession(pulse: true)
+    for (device, level) in [("pipewire", Float(0.25)), ("pulse", Float(0.5))] {
+      let daemon = try DaemonProcess(
+        name: "kind-\(device)", periodMs: 20, bufferMs: 100,
+        environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": device]) { $1 }, pacing: "auto")
+      let client = try daemon.client()
+      let output = try client.request(["cmd": "status"]).result["output"]
+      #expect(output?["kind"]?.stringValue == device, "\(output?.serialized() ?? "")")
+      #expect(output?["pacing"] == "device" && output?["rewind"] == false, "\(output?.serialized() ?? "")")
+      let file = try daemon.constantFile("probe", seconds: 2, left: level, right: level)
+      #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+      usleep(500_000)
+      let played = try session.record(seconds: 1)
+      #expect(Self.longestRun(of: level, in: played) > 48_000 / 4, "\(device): \(Self.summary(played))")
+      #expect(daemon.stop() == 0)
+    }
   }
 
   /// The most frames in a row whose two channels are both `level`, within a float's rounding.

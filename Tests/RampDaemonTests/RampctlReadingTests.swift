@@ -49,7 +49,7 @@ extension RampctlTests {
     let status = try rampctl(["status"], socket: daemon.socket)
     #expect(status.status == 0, "\(status)")
     #expect(status.stdout.contains("\nmaster gain 0 (-inf dB)\n"), "\(status)")
-    #expect(status.stdout.contains("output rampd_e2e, 48000 Hz"), "\(status)")
+    #expect(status.stdout.contains("output rampd_e2e (file), 48000 Hz"), "\(status)")
     let row = try #require(status.stdout.split(separator: "\n").first { $0.hasPrefix("a ") }, "\(status)")
     #expect(row.contains("playing") && row.contains("0.5 (-6.02 dB)") && row.contains(file), "\(row)")
     let scheduled = #/1 scheduled, next at \d{4}-\d\d-\d\d 23:00:00\.000 [+-]\d\d:\d\d:/#
