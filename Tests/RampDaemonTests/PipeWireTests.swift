@@ -135,6 +135,49 @@ import Testing
     }
   }
 
+  /// A fade through `pipewire` and through `pulse`, recorded at the sink: a linear fade of a
+  /// constant 0.5 from gain 1 to 0.2 over one second is the line, sample for sample (within the
+  /// float rounding of the sink's path), from the level before to the level after, with no
+  /// step larger than the line's own slope and no underrun.
+  @Test func fadesThroughPipeWireAndPulseFollowTheLine() throws {
+    let session = try PipeWireSession(pulse: true)
+    for device in ["pipewire", "pulse"] {
+      let daemon = try DaemonProcess(
+        name: "fade-\(device)", periodMs: 10, bufferMs: 50,
+        environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": device]) { $1 }, pacing: "device")
+      let client = try daemon.client()
+      let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
+      #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+      usleep(500_000)
+      let recording = try session.startRecording()
+      usleep(300_000)
+      let faded = try client.request([
+        "cmd": "fade", "key": "master.gain", "to": 0.2, "duration": 1, "curve": "linear",
+      ])
+      #expect(faded.isOK, "\(faded.serialized())")
+      usleep(1_600_000)
+      let heard = try recording.finish()
+      let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
+      // The fade: from the last frame at 0.5 to the first at 0.1.
+      let start = try #require(left.lastIndex { abs($0 - 0.5) < 1e-6 }, "\(device): \(Self.summary(heard))")
+      let end = try #require(left.firstIndex { abs($0 - 0.1) < 1e-6 }, "\(device): \(Self.summary(heard))")
+      #expect(abs(end - start - 48_000) <= 2, "\(device): the fade lasted \(end - start) frames")
+      let slope = 0.4 / 48_000
+      var worst = 0.0
+      var steepest = 0.0
+      for frame in start...end {
+        worst = max(worst, abs(Double(left[frame]) - (0.5 - slope * Double(frame - start))))
+        if frame > start { steepest = max(steepest, abs(Double(left[frame] - left[frame - 1]))) }
+      }
+      #expect(worst < 2 * slope, "\(device): off the line by \(worst)")
+      #expect(steepest < 1.5 * slope, "\(device): a step of \(steepest), the line's \(slope)")
+      #expect(left[end...].prefix(24_000).allSatisfy { abs($0 - 0.1) < 1e-6 }, "\(device): after the fade")
+      let output = try client.request(["cmd": "status"]).result["output"]
+      #expect(output?["underruns"] == 0, "\(device): \(output?.serialized() ?? "")")
+      #expect(daemon.stop() == 0)
+    }
+  }
+
   /// The most frames in a row whose two channels are both `level`, within a float's rounding.
   static func longestRun(of level: Float, in interleaved: [Float]) -> Int {
     var longest = 0
