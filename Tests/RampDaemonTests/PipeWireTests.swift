@@ -135,6 +135,36 @@ import Testing
     }
   }
 
+  /// Idle, rampd holds no stream, so a restart of PipeWire then goes unnoticed; a play while it
+  /// is down finds no device to open again: `device-failed`, a `status` that answers, next to no
+  /// CPU; PipeWire back: `device-recovered` and the stream heard at its level.
+  @Test func aPlayWhilePipeWireIsDownAfterIdleWaitsForIt() throws {
+    let session = try PipeWireSession()
+    let daemon = try DaemonProcess(
+      periodMs: 10, bufferMs: 50,
+      environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": "pipewire"]) { $1 }, pacing: "device")
+    let watcher = try daemon.client()
+    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
+    let client = try daemon.client()
+    let deadline = Date().addingTimeInterval(5)
+    while try client.request(["cmd": "status"]).result["output"]?["idle"] != true && Date() < deadline {
+      usleep(100_000)
+    }
+    session.stop()
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.25, right: 0.25)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    let failed = try watcher.waitForEvent(timeout: 5) { $0["event"] == "device-failed" }
+    #expect(failed["message"]?.stringValue?.contains("pipewire") == true, "\(failed.serialized())")
+    try expectQuietOutage(daemon, client, setting: 0.5)
+    try session.start()
+    let recovered = try watcher.waitForEvent(timeout: 20) { $0["event"] == "device-recovered" }
+    #expect(recovered["device"] == "pipewire", "\(recovered.serialized())")
+    usleep(300_000)
+    let after = try session.record(seconds: 1)
+    #expect(Self.longestRun(of: 0.125, in: after) > 48_000 / 4, "\(Self.summary(after))")
+    #expect(daemon.stop() == 0)
+  }
+
   /// A fade through `pipewire` and through `pulse`, recorded at the sink: a linear fade of a
   /// constant 0.5 from gain 1 to 0.2 over one second is the line, sample for sample (within the
   /// float rounding of the sink's path), from the level before to the level after, with no
