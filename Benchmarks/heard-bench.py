@@ -10,7 +10,9 @@ Measures, in one run:
   (b) rampd: a `set` with `at` (1 s ahead, wall clock): how far from that time it is heard;
   (c) idle, nothing playing: CPU (% of a core) and wake-ups per second, summed over all threads
       (schedstat), of rampd on the clocked device (pacing "device"), rampd on ALSA `null` (pacing
-      "clock") and MPD 0.23, over the same seconds.
+      "clock"), rampd on its embedded output, rampd through ALSA's `pipewire` and `pulse` PCMs
+      into a PipeWire of its own (pipewire_session.py) with PipeWire itself and its sink's state,
+      and MPD 0.23, over the same seconds.
 
 Reuses daemon-bench.py's daemons and clients. Prints a report and writes the raw figures as JSON
 (--results). Standard library only.
@@ -27,6 +29,9 @@ here = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("daemon_bench", os.path.join(here, "daemon-bench.py"))
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
+spec = importlib.util.spec_from_file_location("pipewire_session", os.path.join(here, "pipewire_session.py"))
+pipewire = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pipewire)
 
 RATE = 48000
 
@@ -151,17 +156,35 @@ def idle(args, work, say):
     music = os.path.join(work, "music")
     os.makedirs(music, exist_ok=True)
     daemons = {}
+    session = None
     try:
         daemons["rampd, clocked device (pacing device)"] = clocked_daemon(args, work, "rampd-idle-device", 0.05)[0]
         daemons["rampd, null (pacing clock)"] = bench.start_rampd(
             args.rampd, work, "rampd-idle-null", 'device = "null"\npacing = "clock"')
         daemons["MPD 0.23"] = bench.start_mpd(args.mpd, work, music)
-        time.sleep(2)
+        # The embedded output: a device that cannot be opened, the WAV file instead.
+        embedded = os.path.join(work, "rampd-idle-embedded")
+        os.makedirs(embedded, exist_ok=True)
+        daemons["rampd, embedded output (WAV file)"] = bench.Daemon(
+            "rampd-idle-embedded", [args.rampd, "--socket", f"{embedded}/rampd.sock", "--device",
+                                    "rampd_no_such_device", "--embedded-file", f"{embedded}/out.wav"],
+            f"{embedded}/rampd.sock", work, {**{k: v for k, v in os.environ.items() if not k.startswith("RAMPD_")},
+                                             "RAMPD_STATE_PATH": f"{embedded}/state.json"})
+        # A desktop: rampd through ALSA's pipewire and pulse PCMs into a PipeWire of its own.
+        session = pipewire.PipeWireSession(work)
+        for device in ("pipewire", "pulse"):
+            daemons[f"rampd, {device} (PipeWire 0.3)"] = bench.start_rampd(
+                args.rampd, work, f"rampd-idle-{device}", f'device = "{device}"', env=session.environment)
+        # WirePlumber suspends a sink idle for 5 s.
+        time.sleep(7)
         before = {name: schedstat_totals(d.pid) for name, d in daemons.items()}
+        server_before = schedstat_totals(session.server.pid)
         t0 = time.monotonic()
         time.sleep(args.idle_seconds)
         seconds = time.monotonic() - t0
         after = {name: schedstat_totals(d.pid) for name, d in daemons.items()}
+        server_after = schedstat_totals(session.server.pid)
+        sink = session.sink_state()
         result = {name: {"cpu_percent": 100 * (after[name][0] - before[name][0]) / seconds,
                          "wakeups_per_s": (after[name][1] - before[name][1]) / seconds}
                   for name in daemons}
@@ -169,9 +192,19 @@ def idle(args, work, say):
         result["rampd_idle_status"] = {k: v for k, v in c.request("status")["output"].items()
                                        if k in ("idle", "resumeLatency", "delay", "drift")}
         c.close()
+        result["PipeWire 0.3 serving the two (pipewire process)"] = {
+            "cpu_percent": 100 * (server_after[0] - server_before[0]) / seconds,
+            "wakeups_per_s": (server_after[1] - server_before[1]) / seconds}
+        result["sink_state"] = sink
+        for device in ("pipewire", "pulse"):
+            c = bench.Rampd(daemons[f"rampd, {device} (PipeWire 0.3)"].socket_path)
+            result[f"rampd_idle_{device}"] = c.request("status")["output"].get("idle")
+            c.close()
     finally:
         for d in daemons.values():
             d.stop()
+        if session:
+            session.stop()
     say(f"idle: {result}")
     return result
 
@@ -210,10 +243,12 @@ def main():
     print(f"| idle, nothing playing, {args.idle_seconds:g} s | CPU, % of a core | wake-ups per second (all threads) |")
     print("|---|---|---|")
     for name, x in results["idle"].items():
-        if name == "rampd_idle_status":
+        if not isinstance(x, dict) or name == "rampd_idle_status":
             continue
         print(f"| {name} | {x['cpu_percent']:.3f} | {x['wakeups_per_s']:.1f} |")
     print(f"\nrampd's status while idle on the clocked device: {results['idle']['rampd_idle_status']}")
+    print(f"PipeWire's null sink: {results['idle']['sink_state']}; output.idle through pipewire: "
+          f"{results['idle']['rampd_idle_pipewire']}, through pulse: {results['idle']['rampd_idle_pulse']}")
 
 
 if __name__ == "__main__":

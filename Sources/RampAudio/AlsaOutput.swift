@@ -494,11 +494,14 @@ public final class AlsaPCMOutput {
 
   /// Stops the device, which has played what it holds but its last silence (nothing plays): it
   /// neither runs dry (no underrun) nor wakes anyone until the next writes start it again, once
-  /// it holds two blocks. With clock pacing, the clock starts
-  /// again at the next write. Allocation-free.
+  /// it holds two blocks. With clock pacing, the clock starts again at the next write, and what
+  /// the chain still buffers is written out (`snd_pcm_drain`: a `file` plugin's last chunk
+  /// reaches its file, which then holds all that was played while rampd idles). Allocation-free.
   public func stopForIdle() {
     guard let pcm else { return }
     if negotiated.pacing == .clock {
+      snd_pcm_drain(pcm)
+      snd_pcm_prepare(pcm)
       clock.reset()
       return
     }

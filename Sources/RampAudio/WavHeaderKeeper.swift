@@ -1,4 +1,5 @@
-import Dispatch
+import Foundation
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -7,34 +8,84 @@ import Dispatch
 #endif
 
 /// Keeps the sizes in a growing WAV file's header true while another writer appends to it (ALSA's
-/// `file` plugin writes them only when it closes the file): once a second, on a thread of its
-/// own, never the render thread. Any reader (`rampctl envelope`, sox, a browser) can then read
-/// the file while it is being written, up to the last whole frame.
-public final class WavHeaderKeeper: @unchecked Sendable {
+/// `file` plugin writes them only when it closes the file): at most once a second, on a queue of
+/// its own, never the render thread. Any reader (`rampctl envelope`, sox, a browser) can then
+/// read the file while it is being written, up to the last whole frame.
+///
+/// It wakes only when the file changes (inotify's `IN_MODIFY`): a file nothing is written to (the
+/// embedded output while idle) costs no wake-up. Its own header write is a change too, seen once:
+/// the refresh after it finds the header true and writes nothing.
+public final class WavHeaderKeeper: Sendable {
   private let descriptor: CInt
-  private let timer: DispatchSourceTimer
-  private var running = false
+  private let interval: Double
+  /// inotify's descriptor, watching the file for writes (−1 when it cannot).
+  private let watch: CInt
+  /// Rung by `stop`: the keeper's thread ends.
+  private let stopBell: Bell?
+  private let running = Atomic<Bool>(false)
+  private let finished = Atomic<Bool>(false)
 
-  /// `descriptor`: the WAV file, open for reading and writing; it stays the caller's.
-  public init(descriptor: CInt, interval: Double = 1) {
+  /// `descriptor`: the WAV file at `path`, open for reading and writing; it stays the caller's.
+  public init(descriptor: CInt, path: String, interval: Double = 1) {
     self.descriptor = descriptor
-    timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "rampd.wav-header", qos: .utility))
-    timer.schedule(deadline: .now() + interval, repeating: interval, leeway: .milliseconds(100))
-    timer.setEventHandler { [descriptor] in _ = Self.refresh(descriptor: descriptor) }
+    self.interval = interval
+    var watch = inotify_init1(CInt(IN_NONBLOCK | IN_CLOEXEC))
+    if watch >= 0 && inotify_add_watch(watch, path, UInt32(IN_MODIFY)) < 0 {
+      close(watch)
+      watch = -1
+    }
+    self.watch = watch
+    stopBell = try? Bell("wav-header")
+  }
+
+  deinit {
+    if watch >= 0 { close(watch) }
   }
 
   public func start() {
-    guard !running else { return }
-    running = true
-    timer.resume()
+    guard watch >= 0, stopBell != nil,
+      running.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
+    else { return }
+    let thread = Thread { [self] in run() }
+    thread.name = "rampd-wav-header"
+    thread.start()
   }
 
-  /// Stops the timer and brings the header up to date a last time.
+  /// Stops watching and brings the header up to date a last time.
   public func stop() {
-    guard running else { return }
-    running = false
-    timer.cancel()
+    guard running.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged else {
+      return
+    }
+    stopBell?.ring()
+    while !finished.load(ordering: .acquiring) { usleep(1_000) }
     _ = Self.refresh(descriptor: descriptor)
+  }
+
+  /// The keeper's thread: sleeps until the file changes, then refreshes the header, at most once
+  /// an interval.
+  private func run() {
+    defer { finished.store(true, ordering: .releasing) }
+    guard let stopBell else { return }
+    var refreshed = -Double.infinity
+    var due: Double?
+    var events = [UInt8](repeating: 0, count: 4096)
+    while running.load(ordering: .acquiring) {
+      var descriptors = [
+        pollfd(fd: watch, events: Int16(POLLIN), revents: 0),
+        pollfd(fd: stopBell.readEnd, events: Int16(POLLIN), revents: 0),
+      ]
+      let timeout = due.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1
+      _ = poll(&descriptors, 2, timeout)
+      if descriptors[0].revents & Int16(POLLIN) != 0 {
+        while events.withUnsafeMutableBytes({ read(watch, $0.baseAddress, $0.count) }) > 0 {}
+        if due == nil { due = max(refreshed + interval, monotonicSeconds()) }
+      }
+      if let deadline = due, monotonicSeconds() >= deadline {
+        due = nil
+        refreshed = monotonicSeconds()
+        _ = Self.refresh(descriptor: descriptor)
+      }
+    }
   }
 
   /// Sets the RIFF size and the `data` chunk's size from the file's length (whole frames only).

@@ -64,7 +64,7 @@ public final class Daemon: @unchecked Sendable {
       let embedded = try Self.embeddedOutput(configuration.output, file: file, maxDuration: limit)
       let lock = try InstanceLock.claim(embeddedFile: file)
       locks.append(lock)
-      headerKeeper = WavHeaderKeeper(descriptor: lock.descriptor)
+      headerKeeper = WavHeaderKeeper(descriptor: lock.descriptor, path: file)
       logger.warning(
         "output device unusable; playing into a WAV file instead (embedded output)",
         metadata: [

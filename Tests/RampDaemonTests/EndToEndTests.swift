@@ -524,15 +524,25 @@ import Testing
       usleep(100_000)
     }
     let answering = try voluntarySwitches(pid: process.processIdentifier, thread: thread) - before
-    usleep(2_000_000)
+    // (The header keeper brings the header up to date within a second of the last write, and
+    // sees its own write once.)
+    usleep(1_500_000)
+    let everyThread = try voluntarySwitches(pid: process.processIdentifier)
+    usleep(2_500_000)
     let after = try voluntarySwitches(pid: process.processIdentifier, thread: thread) - before
     #expect(answering <= 10 * 2, "\(answering) wake-ups of the render thread for 10 status requests")
-    #expect(after == answering, "\(after - answering) wake-ups in 2 s idle after them")
+    #expect(after == answering, "\(after - answering) wake-ups in 4 s idle after them")
+    // Nor any other thread: the header keeper sleeps while the file does not change.
+    let woken = try voluntarySwitches(pid: process.processIdentifier) - everyThread
+    #expect(woken == 0, "\(woken) wake-ups of rampd's threads in 2.5 s idle")
     #expect(size() == written, "\(size() - written) bytes written while idle")
     #expect(try client.request(["cmd": "play", "path": .string(tone), "stream": "t", "fadeIn": 0]).isOK)
     try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
     _ = try client.waitForEvent(timeout: 5) { $0["event"] == "stream-ended" }
-    usleep(300_000)
+    // Its header brought up to date while rampd runs (within a second of the last write).
+    usleep(1_300_000)
+    let growing = try RampAudio.SoundFileReader(path: "\(directory)/out.wav").frames
+    #expect(growing >= 24_000, "the header says \(growing) frames while rampd runs")
     process.terminate()
     process.waitUntilExit()
     let elapsed = Date().timeIntervalSince(started)
