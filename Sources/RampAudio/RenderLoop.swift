@@ -128,19 +128,15 @@ final class RenderLoop: @unchecked Sendable {
       // it lands on the block's first sample, heard at most one buffer later.
       var due: Int64 = 0
       if let device, output.pacing == .device {
-        observeAfterWrite = waitForRoomTakingCommands(on: device, frames: buffers.frames)
+        let waited = waitForRoomTakingCommands(on: device, frames: buffers.frames)
+        observeAfterWrite = waited
+        // A device that rewinds is filled by timer, several blocks per wake-up, as with the clock.
+        if rewindHistory.enabled && device.rewindsNow { due = dueOfBlock(waited: waited) }
       }
       if let device, output.pacing == .clock {
-        // The blocks of one wake-up become `latest` one period apart, from the wake-up on.
         let waited = takeCommandsWhileWaiting(for: device, frames: buffers.frames)
         observeAfterWrite = waited
-        // (A writer that never waits, always behind the clock, starts a batch every buffer.)
-        if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > Int64(output.bufferFrames) {
-          batchStart = (monotonicNanoseconds(), state.engine.now)
-        }
-        if let batchStart {
-          due = batchStart.nanoseconds + (state.engine.now - batchStart.sample) * 1_000_000_000 / Int64(output.rate)
-        }
+        due = dueOfBlock(waited: waited)
       }
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
@@ -249,6 +245,17 @@ final class RenderLoop: @unchecked Sendable {
       throw AudioError(.device, device.failureMessage)
     }
     observeHeard(device)
+  }
+
+  /// When the block about to be rendered becomes `latest` for the published values (monotonic
+  /// nanoseconds): the blocks of one wake-up (`waited`: the first of them) one period apart, from
+  /// the wake-up on. A writer that never waits, always behind, starts a batch every buffer.
+  func dueOfBlock(waited: Bool) -> Int64 {
+    if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > Int64(output.bufferFrames) {
+      batchStart = (monotonicNanoseconds(), state.engine.now)
+    }
+    guard let batchStart else { return 0 }
+    return batchStart.nanoseconds + (state.engine.now - batchStart.sample) * 1_000_000_000 / Int64(output.rate)
   }
 
   /// Rings the doorbell once if anything was posted since the last time.
