@@ -43,8 +43,10 @@ public struct OutputConfiguration: Sendable, Equatable {
   /// With clock pacing, the seconds of audio left ahead of the clock when the render thread wakes
   /// to refill the buffer: how late a wake-up may be without an underrun. The thread then writes
   /// blocks back to back until the buffer is full, so it wakes once per (buffer − margin). Nil:
-  /// the buffer less one period, the most there can be (a wake-up per period, as a device that
-  /// wakes its writer whenever a period is free). From one period to the buffer less one period.
+  /// half the buffer rounded up to whole periods (with 10 ms periods, 30 ms of a 50 ms buffer: a
+  /// wake-up per two periods). From one period to the buffer less one period.
+  /// On a device that rewinds (device pacing), the same margin for a render thread that fills the
+  /// buffer and sleeps until this much is left (nil there: ``AlsaPCMOutput/rewindingLead``).
   public var marginTime: Double?
   /// Seconds of audio after which the player closes the device and opens it again; nil: never.
   /// A `file` plugin's file then starts afresh rather than grow without bound (the daemon's

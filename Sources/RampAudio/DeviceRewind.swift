@@ -14,6 +14,13 @@ extension AlsaPCMOutput {
   /// late.
   public static let rewindMargin = 0.003
 
+  /// Seconds of audio left in the device when a render thread that fills a device that rewinds
+  /// wakes to refill it, unless `OutputConfiguration.marginTime` says otherwise: the margin against a
+  /// late wake-up (on a loaded virtual machine one comes up to about 30 ms late). Latency does not
+  /// depend on it (a change rewinds what the device holds); the rest of the buffer is filled per
+  /// wake-up, so a longer buffer means fewer wake-ups.
+  public static let rewindingLead = 0.05
+
   /// `rewindMargin` in frames at the negotiated rate.
   public var rewindMarginFrames: Int { Int((Self.rewindMargin * Double(negotiated.rate)).rounded(.up)) }
 

@@ -129,6 +129,9 @@ struct HeardClock {
     }
   }
 
+  /// Whether the device has been observed since it last started (`restart`).
+  var running: Bool { run != nil }
+
   /// The device's clock error against the system's, in parts per million (0 until measured).
   var driftPPM: Double { (rate * 1e9 / nominal - 1) * 1e6 }
 

@@ -10,10 +10,11 @@ import Synchronization
 ///
 /// Paced by the clock, the render thread writes blocks back to back until the buffer is full (one
 /// buffer ahead of the clock), then sleeps until only the margin is left ahead
-/// (`OutputConfiguration.marginTime`: by default the buffer less a period, so a wake-up may be
-/// that late without an underrun; a smaller margin buys one wake-up per several periods). A
-/// command arriving meanwhile wakes it and is applied at once, to the next block, so it is heard
-/// within one buffer.
+/// (`OutputConfiguration.marginTime`: by default half the buffer in whole periods, so a wake-up
+/// may be that late without an underrun, and one wake-up serves the other half). A command
+/// arriving meanwhile wakes it and is applied at once, to the next block, so it is heard within
+/// one buffer. A device that rewinds is filled the same way, by timer (`waitForRoomTakingCommands`):
+/// a command then rewinds what the device holds and is heard within the rewind margin.
 ///
 /// Commands run on the render thread between blocks (the engine belongs to that thread); a
 /// command scheduled for a sample splits the block there, so it lands on that exact sample. The

@@ -7,13 +7,15 @@ import Synchronization
 /// only while the value moves can sleep in `waitForChange` while it holds still, if the value was
 /// published with `wakesOnChange` (the render thread then rings it when the value changes).
 ///
-/// Paced by the clock, the render thread renders several blocks at one wake-up; each block's value
+/// Paced by the clock, or filling a device that rewinds, the render thread renders several blocks
+/// at one wake-up; each block's value
 /// then carries the time at which it becomes `latest`, one period after the one before, so a
 /// reader still sees a new value every period, as if the blocks had been rendered one at a time.
 public final class PublishedValue: @unchecked Sendable {
   public let keyPath: String
   /// The last values published, newest at `written - 1`: more than a batch of blocks holds at the
-  /// default period and buffer.
+  /// default period and buffer, also on a device that rewinds (a 200 ms buffer refilled at once
+  /// after a rewind: 20 blocks).
   private let slots: [Slot]
   private let written = Atomic<Int>(0)
   /// The newest value stored (what `waitForChange` compares with).
@@ -32,7 +34,7 @@ public final class PublishedValue: @unchecked Sendable {
     let due = Atomic<Int64>(0)
   }
 
-  private static let slotCount = 16
+  private static let slotCount = 32
   /// The key path's property as the render thread last looked it up (render thread only).
   var handle: PropertyHandle?
 

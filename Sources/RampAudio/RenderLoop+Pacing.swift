@@ -145,13 +145,19 @@ extension RenderLoop {
   }
 
   /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the
-  /// buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by default the
-  /// buffer less one period (in the buffer as negotiated, never less than a period unless the
-  /// buffer holds under two).
+  /// buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by default half
+  /// the buffer rounded up to whole periods (30 ms of a 50 ms buffer in 10 ms periods: a wake-up
+  /// per two periods, where most of a wake-up's cost is the waking itself). In the buffer as
+  /// negotiated, never less than a period unless the buffer holds under two, never more than
+  /// the buffer less one period.
   var refillLead: Int {
-    let most = max(output.bufferFrames - output.periodFrames, 0)
-    guard let margin = configuration.marginTime else { return most }
-    return min(max(Int((margin * Double(output.rate)).rounded()), output.periodFrames), most)
+    let period = output.periodFrames
+    let most = max(output.bufferFrames - period, 0)
+    guard let margin = configuration.marginTime else {
+      let half = (output.bufferFrames + 1) / 2
+      return min(max((half + period - 1) / max(period, 1) * period, period), most)
+    }
+    return min(max(Int((margin * Double(output.rate)).rounded()), period), most)
   }
 
   // MARK: Idle
@@ -291,6 +297,7 @@ extension RenderLoop {
       if let fresh = link.freshDevices.pop() {
         device = fresh
         framesSinceOpen = 0
+        roomAhead = 0
         return fresh
       }
       let left = limit - monotonicNanoseconds()

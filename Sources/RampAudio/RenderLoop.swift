@@ -62,6 +62,14 @@ final class RenderLoop: @unchecked Sendable {
   /// The device's underruns at the last observation: one more means the device stopped and
   /// started again.
   var underrunsObserved = 0
+  /// With device pacing on a device that rewinds: frames the device had room for when last asked,
+  /// less those written since. A lower bound (the device only makes room as it plays), so the
+  /// blocks of one wake-up are written without asking the device before each.
+  var roomAhead = 0
+  /// Whether the device is asked where it plays after the next write: after the first block of a
+  /// wake-up (the mapping needs no more: the blocks after it follow on the sample clock), and
+  /// after every block of a device whose write blocks.
+  var observeAfterWrite = true
 
   init(
     link: RenderLink, state: RenderState, device: AlsaPCMOutput?, sink: (any BlockSink)?,
@@ -122,17 +130,16 @@ final class RenderLoop: @unchecked Sendable {
       // With clock pacing, the wait comes before the block is rendered: a command taken during
       // it lands on the block's first sample, heard at most one buffer later.
       var due: Int64 = 0
-      if let device, output.pacing == .device { waitForRoomTakingCommands(on: device, frames: buffers.frames) }
+      if let device, output.pacing == .device {
+        let waited = waitForRoomTakingCommands(on: device, frames: buffers.frames)
+        observeAfterWrite = waited
+        // A device that rewinds is filled by timer, several blocks per wake-up, as with the clock.
+        if rewindHistory.enabled && device.rewindsNow { due = dueOfBlock(waited: waited) }
+      }
       if let device, output.pacing == .clock {
-        // The blocks of one wake-up become `latest` one period apart, from the wake-up on.
         let waited = takeCommandsWhileWaiting(for: device, frames: buffers.frames)
-        // (A writer that never waits, always behind the clock, starts a batch every buffer.)
-        if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > Int64(output.bufferFrames) {
-          batchStart = (monotonicNanoseconds(), state.engine.now)
-        }
-        if let batchStart {
-          due = batchStart.nanoseconds + (state.engine.now - batchStart.sample) * 1_000_000_000 / Int64(output.rate)
-        }
+        observeAfterWrite = waited
+        due = dueOfBlock(waited: waited)
       }
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
@@ -243,6 +250,17 @@ final class RenderLoop: @unchecked Sendable {
     observeHeard(device)
   }
 
+  /// When the block about to be rendered becomes `latest` for the published values (monotonic
+  /// nanoseconds): the blocks of one wake-up (`waited`: the first of them) one period apart, from
+  /// the wake-up on. A writer that never waits, always behind, starts a batch every buffer.
+  func dueOfBlock(waited: Bool) -> Int64 {
+    if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > Int64(output.bufferFrames) {
+      batchStart = (monotonicNanoseconds(), state.engine.now)
+    }
+    guard let batchStart else { return 0 }
+    return batchStart.nanoseconds + (state.engine.now - batchStart.sample) * 1_000_000_000 / Int64(output.rate)
+  }
+
   /// Rings the doorbell once if anything was posted since the last time.
   func flushEvents() {
     if retiredInBlock {
@@ -327,6 +345,7 @@ final class RenderLoop: @unchecked Sendable {
     if device == nil, let fresh = link.freshDevices.pop() {
       device = fresh
       framesSinceOpen = 0
+      roomAhead = 0
     }
     guard let device else {
       keepTime(frames: buffers.frames)
@@ -343,8 +362,11 @@ final class RenderLoop: @unchecked Sendable {
       return
     }
     framesSinceOpen += buffers.frames
+    roomAhead = max(roomAhead - buffers.frames, 0)
     link.noClock.store(device.hasNoClock, ordering: .relaxed)
-    observeHeard(device)
+    // Until a run of the device has been observed, after every block (a device that starts only
+    // once it holds two blocks says nothing before).
+    if observeAfterWrite || !heardClock.running || device.underruns != underrunsObserved { observeHeard(device) }
     // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
     // at the first write and writes it once its own buffer fills. (A device reopened on
     // schedule was never lost.)
@@ -388,6 +410,7 @@ final class RenderLoop: @unchecked Sendable {
     underrunsObserved = 0
     // A lost device may come back as another (an audio server restarted with another graph).
     if queue === link.deadDevices { heardClock.forgetRate() } else { heardClock.restart() }
+    roomAhead = 0
     self.device = nil
     idleClock.reset()
     batchStart = nil

@@ -236,8 +236,17 @@ extension RenderLoop {
       return
     }
     rewindHistory.active.store(true, ordering: .relaxed)
-    let played = state.engine.now - Int64(device.delayFrames)
-    rewindHistory.end(state, played: played)
+    rewindHistory.end(state, played: playedSample(device))
+  }
+
+  /// The last sample the device has played, or an earlier one: from the sample-to-time mapping
+  /// while the device runs (no call into the device), less a period for a mapping that
+  /// follows a pointer moving in steps; else what the device says it still holds.
+  func playedSample(_ device: AlsaPCMOutput) -> Int64 {
+    let now = state.engine.now
+    guard heardClock.running else { return now - Int64(device.delayFrames) }
+    let heard = heardClock.sample(at: monotonicNanoseconds()) - Double(output.periodFrames)
+    return min(Int64(max(heard, -0x1p62)), now)
   }
 
   /// Render thread, before a command that may change what is heard runs now: when the device
@@ -269,20 +278,43 @@ extension RenderLoop {
     history.framesRewound.add(rewound, ordering: .relaxed)
   }
 
-  /// Render thread, with device pacing on a device that rewinds, before a block is rendered:
-  /// waits until the device has room for it, taking commands meanwhile (the command pipe wakes
-  /// it), so a command is taken when it comes, not once the block is written: everything
-  /// rendered has been written then, and a rewind rewrites it.
-  func waitForRoomTakingCommands(on device: AlsaPCMOutput, frames: Int) {
-    guard rewindHistory.enabled, device.rewindsNow else { return }
-    while let room = device.availableFrames(), room < frames {
-      let seconds = Double(frames - room) / Double(output.rate)
+  /// Render thread, with device pacing on a device that rewinds, before a block is rendered: as
+  /// long as the device has room for the block (`roomAhead`, asked of the device only once that
+  /// runs out), returns at once, so blocks go out back to back until the buffer is full. Once it
+  /// is, sleeps on the command pipe until only `rewindingLead` frames are left ahead of what the
+  /// device plays (a timer, as PulseAudio schedules a card: one wake-up per buffer less the lead,
+  /// not per period), taking commands meanwhile: a change rewinds what the device holds, which
+  /// leaves room, and the buffer is refilled at once. Returns true when it slept (a new batch of
+  /// blocks starts); a device that does not rewind now returns true (its write blocks instead).
+  @discardableResult
+  func waitForRoomTakingCommands(on device: AlsaPCMOutput, frames: Int) -> Bool {
+    guard rewindHistory.enabled, device.rewindsNow else { return true }
+    if roomAhead >= frames { return false }
+    guard var room = device.availableFrames() else { return true }
+    let refill = max(output.bufferFrames - rewindingLead, frames)
+    var waited = false
+    while room < frames || waited && room < refill {
+      waited = true
+      let seconds = Double(refill - room) / Double(output.rate)
       if link.commandBell.wait(milliseconds: pollMilliseconds(seconds)) {
         takeCommands()
         flushEvents()
-        if !link.running.load(ordering: .relaxed) { return }
       }
+      if !link.running.load(ordering: .relaxed) { break }
+      guard let now = device.availableFrames() else { break }
+      room = now
     }
+    roomAhead = room
+    return waited
+  }
+
+  /// Frames left ahead of what the device plays when a render thread that fills a device that
+  /// rewinds wakes to refill it: `OutputConfiguration.marginTime`, by default
+  /// `AlsaPCMOutput.rewindingLead` (within one period to the buffer less one period).
+  var rewindingLead: Int {
+    let most = max(output.bufferFrames - output.periodFrames, output.periodFrames)
+    let lead = Int(((configuration.marginTime ?? AlsaPCMOutput.rewindingLead) * Double(output.rate)).rounded())
+    return min(max(lead, output.periodFrames), most)
   }
 }
 

@@ -146,7 +146,7 @@ enum ConfigSchema {
     outputKey(
       "margin", render: { $0.marginTime.map(ConfigText.durationValue) ?? ConfigText.quoted("") }, computedDefault: true,
       set: { output, value throws(ValueProblem) in
-        // "": the buffer less one period.
+        // "": half the buffer in whole periods (50 ms on a device that rewinds).
         if case .string(let text) = value, text.isEmpty {
           output.marginTime = nil
         } else {

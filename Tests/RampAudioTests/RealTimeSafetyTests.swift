@@ -245,7 +245,7 @@ private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers, finishin
 
 extension RealTimeSafetyTests {
   /// Rewinding allocates and frees nothing either: on the clocked device with rewind on, blocks
-  /// recorded for rewind, rendered and written, and every twentieth a rewind of what the device
+  /// waited for, recorded for rewind, rendered and written, and every twentieth a rewind of what the device
   /// holds (rendering again up to the rewind point included), as before a command.
   @Test func rewindingAllocatesNothing() throws {
     let player = try ClockedDevice.player("rampd_clocked_rewind_safety", period: 0.005, buffer: 0.05, rewind: .on)
@@ -260,6 +260,8 @@ extension RealTimeSafetyTests {
     let buffers = RenderBuffers(frames: frames, channels: player.output.channels)
     defer { buffers.deallocate() }
     func block() throws {
+      // Waits as the render thread does: for the device to run low, by timer, taking commands.
+      if let device = player.renderer.device { player.renderer.waitForRoomTakingCommands(on: device, frames: frames) }
       player.renderer.beginRewindableBlock()
       player.renderer.renderBlock(buffers)
       try player.renderer.writeToDevice(buffers.mix, frames: frames)

@@ -161,4 +161,37 @@ import Testing
     #expect(outcome.largestStep <= Self.slope * 1.01 + 1e-5, "a step of \(outcome.largestStep)")
     #expect(outcome.finished == 7)
   }
+
+  /// On a device that rewinds, the render thread fills the buffer and sleeps until only the
+  /// margin (50 ms) is left, as PulseAudio's timer does, instead of waking at every period: with
+  /// a 200 ms buffer and 10 ms blocks, a wake-up per 15 blocks or so (a few more while the
+  /// decoder's ring is topped up). What is heard is still every frame of the file, in order,
+  /// without an underrun.
+  @Test func aDeviceThatRewindsIsFilledOncePerBufferLessTheMargin() throws {
+    let player = try ClockedDevice.player("rampd_clocked_rewind_timer", rewind: .on)
+    let file = try temporaryDirectory().appendingPathComponent("signal.wav").path
+    let frames = 48_000 * 3
+    try writeSignal(file, frames: frames, channels: 2) { frame, _ in Self.signal(frame) }
+    player.start()
+    try player.play(file, id: "signal")
+    #expect(secondsUntil(5) { player.renderThreadID > 0 && player.blocksRendered > 50 } != nil)
+    #expect(player.outputRewind.active, "the clocked device rewinds")
+    let (woke, rendered) = try wakeUpsAndBlocksInASecond(player)
+    #expect((80...120).contains(rendered), "\(rendered) blocks in a second")
+    #expect(woke * 4 < rendered, "\(woke) wake-ups for \(rendered) blocks")
+    #expect(secondsUntil(5) { player.nextEvent() == .streamEnded(id: "signal", reason: .finished) } != nil)
+    #expect(player.deviceUnderruns == 0)
+    player.shutdown()
+    let played = try ClockedDevice.recording("rampd_clocked_rewind_timer")
+    // After the fade-in, at unity gain: the file itself, frame for frame.
+    let first = try #require((0..<played.frames).first { played.sample($0) != 0 }, "the signal was heard")
+    let start = try #require(
+      (max(first - 3, 0)...first + 3).first { start in
+        (24_000..<24_100).allSatisfy { played.sample(start + $0) == Self.signal($0) }
+      }, "the signal's first frame")
+    let mismatch = (4_800..<frames).first {
+      start + $0 >= played.frames || played.sample(start + $0) != Self.signal($0)
+    }
+    #expect(mismatch == nil, "frame \(mismatch ?? -1) differs from the file")
+  }
 }

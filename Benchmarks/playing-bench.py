@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""What playing costs per minute in real time, and when a change is heard, per device kind, in one
+run (driven by `BENCH_ONLY=playing script/bench-daemon`).
+
+  (a) CPU and wake-ups while playing a WAV in real time, every player at once over the same
+      seconds: MPD 0.23 on its own `null` output (sync "yes", software volume 50%), and each rampd
+      build given (--rampd, and --before for the build before a change) on ALSA `null` (pacing
+      "clock") and on the clocked test device (Tests/Fixtures/pcm_clocked.c, plays in real time)
+      with rewind on, the daemon's defaults otherwise (period 10 ms, buffer 50 ms, rewind buffer
+      200 ms). Per daemon, over the middle of the playback: the process's CPU seconds per minute,
+      and the render (or output) thread's CPU and voluntary context switches (its wake-ups) per
+      second, from /proc/<pid>/task/<tid>/{schedstat,status}. The clocked device's own clock
+      thread runs in the daemon's process (a card's interrupt does not): it is reported apart.
+  (b) `set` → first changed sample heard, median/p99/max, on the clocked device with rewind
+      (defaults as above) and without (buffer 50 ms), per build (heard-bench.py's measure).
+
+Standard library only.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import threading
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(name, file):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(here, file))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load("daemon_bench", "daemon-bench.py")
+heard = load("heard_bench", "heard-bench.py")
+
+
+def threads(pid):
+    """Per thread: name, CPU seconds (schedstat), voluntary context switches."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                cpu = int(f.read().split()[0]) / 1e9
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                switches = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+            out[int(tid)] = (name, cpu, switches)
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            pass
+    return out
+
+
+def rates(before, after, seconds):
+    """(tid, name, CPU ms per second, wake-ups per second) for each thread alive at both ends."""
+    return [(tid, name, (cpu - before[tid][1]) / seconds * 1e3, (switches - before[tid][2]) / seconds)
+            for tid, (name, cpu, switches) in sorted(after.items()) if tid in before]
+
+
+def clocked_rewinding(args, work, name, rampd, rewind="on", buffer=None):
+    """rampd on the clocked device, the daemon's defaults but for rewind (and `buffer`)."""
+    d = os.path.join(work, name)
+    os.makedirs(d, exist_ok=True)
+    raw, times = os.path.join(d, "played.raw"), os.path.join(d, "played.times")
+    asound = os.path.join(d, "asound.conf")
+    with open(asound, "w") as f:
+        f.write(f'pcm_type.rampd_clocked {{ lib "{args.plugin}" }}\n'
+                f'pcm.rampd_heard {{ type rampd_clocked; file "{raw}"; times "{times}" }}\n')
+    output = f'device = "rampd_heard"\nformat = "float"\npacing = "device"\nrewind = "{rewind}"'
+    if buffer is not None:
+        output += f"\nbuffer = {buffer}"
+    daemon = bench.start_rampd(rampd, work, name, output,
+                               env={"ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{asound}"})
+    return daemon, raw, times
+
+
+def playing(args, say):
+    builds = [("after", args.rampd)] + ([("before", args.before)] if args.before else [])
+    daemons = {}
+    mpd = bench.start_mpd(args.mpd, args.work, os.path.dirname(args.track))
+    try:
+        for build, rampd in builds:
+            daemons[f"rampd {build}, null (pacing clock)"] = bench.start_rampd(
+                rampd, args.work, f"rampd-{build}-null", 'device = "null"\npacing = "clock"')
+            daemons[f"rampd {build}, clocked device, rewind"] = clocked_rewinding(
+                args, args.work, f"rampd-{build}-clocked", rampd)[0]
+        time.sleep(1)
+        say(f"{len(daemons)} rampd and MPD play {args.seconds:g} s in real time ...")
+        results, snapshots = {}, []
+
+        def snapshot():
+            everyone = dict(daemons, MPD=mpd)
+            snapshots.append((time.monotonic(), {name: threads(d.pid) for name, d in everyone.items()}))
+
+        window = (min(5, args.seconds / 4), max(args.seconds - 5, args.seconds * 3 / 4))
+        timers = [threading.Timer(t, snapshot) for t in window]
+        players = [threading.Thread(target=lambda: results.update(MPD=bench.play_mpd(mpd, os.path.basename(args.track), output=1)))]
+        for name, daemon in daemons.items():
+            players.append(threading.Thread(
+                target=lambda name=name, daemon=daemon: results.update(
+                    {name: bench.play_rampd(daemon, args.track, args.seconds, count_underruns=True)})))
+        for thread in players + timers:
+            thread.start()
+        for thread in players + timers:
+            thread.join()
+    finally:
+        for daemon in daemons.values():
+            daemon.stop()
+        mpd.stop()
+    (t0, before), (t1, after) = sorted(snapshots, key=lambda x: x[0])
+    out = {}
+    for name in results:
+        per_thread = rates(before[name], after[name], t1 - t0)
+        if name == "MPD":
+            # Its output thread: the one that woke most.
+            main = max(per_thread, key=lambda t: t[3])
+        else:
+            main = next(t for t in per_thread if t[1] == "rampd-render")
+        # The clocked device's clock thread (unnamed: it has the process's name) wakes once a period.
+        device = [t for t in per_thread if t[1] == "rampd" and t[0] != min(before[name])]
+        device_ms = sum(t[2] for t in device if t[3] >= 80)
+        total_ms = sum(t[2] for t in per_thread)
+        out[name] = {
+            "cpu_s_per_min": 60 * total_ms / 1e3, "cpu_s_per_min_without_device": 60 * (total_ms - device_ms) / 1e3,
+            "main_thread": main[1], "main_ms_per_s": main[2], "main_wakeups_per_s": main[3],
+            "wakeups_per_s_all": sum(t[3] for t in per_thread), "threads": per_thread,
+            "underrun_events": results[name].get("underrun_blocks"), "wall_s": results[name]["wall_s"],
+        }
+        say(f"{name}: {out[name]}")
+    return out
+
+
+def heard_per_kind(args, say):
+    """set → heard on the clocked device, with rewind (defaults) and without (buffer 50 ms)."""
+    constant = os.path.join(args.work, "constant.wav")
+    bench.write_constant_wav(constant, int(args.tries * 0.35 + 10))
+    out = {}
+    builds = [("after", args.rampd)] + ([("before", args.before)] if args.before else [])
+    for build, rampd in builds:
+        for rewind in ("on", "off"):
+            name = f"rampd {build}, clocked device, rewind {rewind}"
+            daemon, raw, times = clocked_rewinding(args, args.work, f"heard-{build}-{rewind}", rampd, rewind=rewind)
+            try:
+                c = bench.Rampd(daemon.socket_path)
+                status = c.request("status")["output"]
+                c.request("set", key="master.gain", value=1, duration=0)
+                c.request("play", path=constant, stream="constant")
+                time.sleep(1.5)
+                rng = heard.random.Random(7)
+                sets, value = [], 1.0
+                for _ in range(args.tries):
+                    time.sleep(rng.uniform(0.02, 0.06))
+                    value = 0.6 if value == 1.0 else 1.0
+                    t0 = time.monotonic()
+                    c.request("set", key="master.gain", value=value, duration=0)
+                    sets.append((t0, value))
+                    time.sleep(0.25)
+                final = c.request("status")["output"]
+                c.close()
+            finally:
+                daemon.stop()
+            left, runs = heard.read_recording(raw, times)
+            latencies, start = [], 0
+            for t0, value in sets:
+                while start < len(left) and heard.heard_at(runs, start) < t0:
+                    start += 1
+                i = start
+                while i < len(left) and abs(left[i] - 0.5 * value) > 1e-6:
+                    i += 1
+                if i >= len(left):
+                    raise RuntimeError(f"{name}: the change to {value} is not in the recording")
+                start = i
+                latencies.append(heard.heard_at(runs, i) - t0)
+            out[name] = {"median_ms": 1e3 * heard.percentile(latencies, 50), "p99_ms": 1e3 * heard.percentile(latencies, 99),
+                         "max_ms": 1e3 * max(latencies), "tries": len(latencies), "buffer_ms": 1e3 * status["bufferFrames"] / 48000,
+                         "rewinds": final.get("rewinds"), "device_underruns": final.get("underruns")}
+            say(f"{name}: {out[name]}")
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rampd", required=True)
+    parser.add_argument("--before", help="a second rampd build, measured beside --rampd")
+    parser.add_argument("--mpd", default="/usr/bin/mpd")
+    parser.add_argument("--plugin", required=True, help="libasound_module_pcm_rampd_clocked.so")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--track", required=True, help="the WAV played, inside a music directory")
+    parser.add_argument("--seconds", type=float, required=True, help="its length")
+    parser.add_argument("--tries", type=int, default=50)
+    parser.add_argument("--results", required=True)
+    args = parser.parse_args()
+    say = lambda *a: print(*a, flush=True)
+    results = {"playing": playing(args, say), "heard": heard_per_kind(args, say)}
+    with open(args.results, "w") as f:
+        json.dump(results, f, indent=1)
+    print()
+    print(f"| playing {args.seconds:g} s in real time, all at once | CPU s per minute (process) | without the test device's thread"
+          " | render / output thread, ms per s | its wake-ups per s | wake-ups per s, all threads | underrun events |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, x in results["playing"].items():
+        print(f"| {name} | {x['cpu_s_per_min']:.3f} | {x['cpu_s_per_min_without_device']:.3f} | {x['main_ms_per_s']:.3f} |"
+              f" {x['main_wakeups_per_s']:.1f} | {x['wakeups_per_s_all']:.1f} | {x['underrun_events'] if x['underrun_events'] is not None else ''} |")
+    print()
+    print("| `set` → first changed sample heard | buffer | median | p99 | max | rewinds | device underruns |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, x in results["heard"].items():
+        print(f"| {name} ({x['tries']} tries) | {x['buffer_ms']:g} ms | {x['median_ms']:.1f} ms | {x['p99_ms']:.1f} ms |"
+              f" {x['max_ms']:.1f} ms | {x['rewinds']} | {x['device_underruns']} |")
+
+
+if __name__ == "__main__":
+    main()
