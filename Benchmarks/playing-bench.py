@@ -7,7 +7,9 @@ run (driven by `BENCH_ONLY=playing script/bench-daemon`).
       build given (--rampd, and --before for the build before a change) on ALSA `null` (pacing
       "clock") and on the clocked test device (Tests/Fixtures/pcm_clocked.c, plays in real time)
       with rewind on, the daemon's defaults otherwise (period 10 ms, buffer 50 ms, rewind buffer
-      200 ms). Per daemon, over the middle of the playback: the process's CPU seconds per minute,
+      200 ms); and the build after the change through ALSA's `pipewire` PCM into a PipeWire of the
+      benchmark's own (pipewire_session.py: a null sink, as a desktop without a card), with
+      PipeWire's own process beside it. Per daemon, over the middle of the playback: the process's CPU seconds per minute,
       and the render (or output) thread's CPU and voluntary context switches (its wake-ups) per
       second, from /proc/<pid>/task/<tid>/{schedstat,status}. The clocked device's own clock
       thread runs in the daemon's process (a card's interrupt does not): it is reported apart.
@@ -35,6 +37,7 @@ def load(name, file):
 
 bench = load("daemon_bench", "daemon-bench.py")
 heard = load("heard_bench", "heard-bench.py")
+pipewire = load("pipewire_session", "pipewire_session.py")
 
 
 def threads(pid):
@@ -81,18 +84,22 @@ def playing(args, say):
     builds = [("after", args.rampd)] + ([("before", args.before)] if args.before else [])
     daemons = {}
     mpd = bench.start_mpd(args.mpd, args.work, os.path.dirname(args.track))
+    # A desktop's PipeWire of the benchmark's own: rampd plays into it through ALSA's pipewire PCM.
+    session = pipewire.PipeWireSession(args.work)
     try:
         for build, rampd in builds:
             daemons[f"rampd {build}, null (pacing clock)"] = bench.start_rampd(
                 rampd, args.work, f"rampd-{build}-null", 'device = "null"\npacing = "clock"')
             daemons[f"rampd {build}, clocked device, rewind"] = clocked_rewinding(
                 args, args.work, f"rampd-{build}-clocked", rampd)[0]
+        daemons["rampd after, pipewire (PipeWire 0.3)"] = bench.start_rampd(
+            args.rampd, args.work, "rampd-after-pipewire", 'device = "pipewire"', env=session.environment)
         time.sleep(1)
         say(f"{len(daemons)} rampd and MPD play {args.seconds:g} s in real time ...")
         results, snapshots = {}, []
 
         def snapshot():
-            everyone = dict(daemons, MPD=mpd)
+            everyone = dict(daemons, MPD=mpd, **{"PipeWire 0.3 (its process, serving rampd)": session.server})
             snapshots.append((time.monotonic(), {name: threads(d.pid) for name, d in everyone.items()}))
 
         window = (min(5, args.seconds / 4), max(args.seconds - 5, args.seconds * 3 / 4))
@@ -110,8 +117,18 @@ def playing(args, say):
         for daemon in daemons.values():
             daemon.stop()
         mpd.stop()
+        session.stop()
     (t0, before), (t1, after) = sorted(snapshots, key=lambda x: x[0])
     out = {}
+    server = "PipeWire 0.3 (its process, serving rampd)"
+    per_thread = rates(before[server], after[server], t1 - t0)
+    busiest = max(per_thread, key=lambda t: t[3])
+    total_ms = sum(t[2] for t in per_thread)
+    out[server] = {"cpu_s_per_min": 60 * total_ms / 1e3, "cpu_s_per_min_without_device": 60 * total_ms / 1e3,
+                   "main_thread": busiest[1], "main_ms_per_s": busiest[2], "main_wakeups_per_s": busiest[3],
+                   "wakeups_per_s_all": sum(t[3] for t in per_thread), "threads": per_thread,
+                   "underrun_events": None}
+    say(f"{server}: {out[server]}")
     for name in results:
         per_thread = rates(before[name], after[name], t1 - t0)
         if name == "MPD":
@@ -120,7 +137,8 @@ def playing(args, say):
         else:
             main = next(t for t in per_thread if t[1] == "rampd-render")
         # The clocked device's clock thread (unnamed: it has the process's name) wakes once a period.
-        device = [t for t in per_thread if t[1] == "rampd" and t[0] != min(before[name])]
+        # (Through PipeWire, the client's data thread is part of playing there: it is counted.)
+        device = [t for t in per_thread if "clocked" in name and t[1] == "rampd" and t[0] != min(before[name])]
         device_ms = sum(t[2] for t in device if t[3] >= 80)
         total_ms = sum(t[2] for t in per_thread)
         out[name] = {
