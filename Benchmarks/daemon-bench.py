@@ -491,10 +491,11 @@ def play_rampd(daemon, track, seconds, count_underruns=False, interval=0.1):
     return result
 
 
-def thread_cpu(pid, runs=None):
+def thread_cpu(pid, runs=None, switches=None):
     """CPU seconds of each thread (schedstat, nanosecond resolution), by thread id. With a dict as
     `runs`, also fills it with each thread's count of times it ran (schedstat's third field: its
-    wake-ups, plus the preemptions it resumed from)."""
+    wake-ups, plus the preemptions it resumed from); with one as `switches`, with its voluntary
+    context switches (its wake-ups alone)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -502,10 +503,14 @@ def thread_cpu(pid, runs=None):
                 name = f.read().strip()
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 fields = f.read().split()
+            if switches is not None:
+                with open(f"/proc/{pid}/task/{tid}/status") as f:
+                    switches[int(tid)] = next(int(line.split()[1]) for line in f
+                                              if line.startswith("voluntary_ctxt_switches"))
             out[int(tid)] = (name, int(fields[0]) / 1e9)
             if runs is not None:
                 runs[int(tid)] = int(fields[2])
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
             pass
     return out
 

@@ -66,7 +66,11 @@ def heard_at(runs, frame, ppm=0.0):
     raise RuntimeError(f"frame {frame} not in the recording's times")
 
 
-def clocked_daemon(args, work, name, buffer, ppm=0, rewind="off"):
+def clocked_daemon(args, work, name, buffer=None, ppm=0, rewind="off", rampd=None):
+    """rampd (`args.rampd`, or `rampd`) on the clocked device. With `buffer`, that buffer, also
+    when it rewinds (rewind-buffer 0), and a 10 ms period; without, the daemon's defaults (its
+    200 ms rewind buffer when it rewinds). rewind "on": the clocked device plays from its ring as
+    it goes ("auto" rewinds on sound cards only)."""
     d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     raw, times = os.path.join(d, "played.raw"), os.path.join(d, "played.times")
@@ -74,13 +78,51 @@ def clocked_daemon(args, work, name, buffer, ppm=0, rewind="off"):
     with open(asound, "w") as f:
         f.write(f'pcm_type.rampd_clocked {{ lib "{args.plugin}" }}\n'
                 f'pcm.rampd_heard {{ type rampd_clocked; file "{raw}"; times "{times}"; ppm {ppm} }}\n')
-    # rewind "on": the clocked device plays from its ring as it goes ("auto" rewinds on sound cards
-    # only); rewind-buffer 0: the buffer is the one asked for.
-    output = (f'device = "rampd_heard"\nformat = "float"\npacing = "device"\nperiod = 0.01\nbuffer = {buffer}\n'
-              f'rewind = "{rewind}"\nrewind-buffer = 0')
-    daemon = bench.start_rampd(args.rampd, work, name, output,
+    output = f'device = "rampd_heard"\nformat = "float"\npacing = "device"\nrewind = "{rewind}"'
+    if buffer is not None:
+        output += f"\nperiod = 0.01\nbuffer = {buffer}\nrewind-buffer = 0"
+    daemon = bench.start_rampd(rampd or args.rampd, work, name, output,
                                env={"ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{asound}"})
     return daemon, raw, times
+
+
+def send_sets(c, constant, tries, pause):
+    """Plays `constant` at master.gain 1, then, 1.5 s later, `tries` sets of master.gain to 0.6
+    and 1.0 in turn, each after a random 20–60 ms (a random phase against the period) and
+    followed by `pause` seconds: (send time, value) of each."""
+    c.request("set", key="master.gain", value=1, duration=0)
+    c.request("play", path=constant, stream="constant")
+    time.sleep(1.5)
+    rng = random.Random(7)
+    sets, value = [], 1.0
+    for _ in range(tries):
+        time.sleep(rng.uniform(0.02, 0.06))
+        value = 0.6 if value == 1.0 else 1.0
+        t0 = time.monotonic()
+        c.request("set", key="master.gain", value=value, duration=0)
+        sets.append((t0, value))
+        time.sleep(pause)
+    return sets
+
+
+def finder(left, runs):
+    """heard(after, value): when the first frame at `value` (× the file's 0.5) heard from `after`
+    on was heard in the recording; each search goes on from where the last one ended."""
+    position = [0]
+
+    def heard(after, value):
+        start = position[0]
+        while start < len(left) and heard_at(runs, start) < after:
+            start += 1
+        i = start
+        while i < len(left) and abs(left[i] - 0.5 * value) > 1e-6:
+            i += 1
+        if i >= len(left):
+            raise RuntimeError(f"the change to {value} is not in the recording")
+        position[0] = i
+        return heard_at(runs, i)
+
+    return heard
 
 
 def set_to_heard(args, work, buffer, rewind, constant, say):
@@ -90,18 +132,8 @@ def set_to_heard(args, work, buffer, rewind, constant, say):
     try:
         c = bench.Rampd(daemon.socket_path)
         output = c.request("status")["output"]
-        c.request("set", key="master.gain", value=1, duration=0)
-        c.request("play", path=constant, stream="constant")
-        time.sleep(1.5)
-        rng = random.Random(7)
-        sets, value = [], 1.0
-        for _ in range(args.tries):
-            time.sleep(rng.uniform(0.02, 0.06))  # a random phase against the period
-            value = 0.6 if value == 1.0 else 1.0
-            t0 = time.monotonic()
-            c.request("set", key="master.gain", value=value, duration=0)
-            sets.append((t0, value))
-            time.sleep(buffer + 0.05)
+        sets = send_sets(c, constant, args.tries, buffer + 0.05)
+        value = sets[-1][1]
         scheduled = []
         for _ in range(args.scheduled):
             value = 0.6 if value == 1.0 else 1.0
@@ -116,22 +148,7 @@ def set_to_heard(args, work, buffer, rewind, constant, say):
         c.close()
     finally:
         daemon.stop()
-    left, runs = read_recording(raw, times)
-    position = [0]
-
-    def heard(after, value):
-        """When the first frame at `value` (× the file's 0.5) heard from `after` on was heard."""
-        start = position[0]
-        while start < len(left) and heard_at(runs, start) < after:
-            start += 1
-        i = start
-        while i < len(left) and abs(left[i] - 0.5 * value) > 1e-6:
-            i += 1
-        if i >= len(left):
-            raise RuntimeError(f"the change to {value} is not in the recording")
-        position[0] = i
-        return heard_at(runs, i)
-
+    heard = finder(*read_recording(raw, times))
     latencies = [heard(t0, value) - t0 for t0, value in sets]
     errors = [heard(due - 0.5, value) - due for due, value in scheduled]
     result = {"buffer_s": buffer, "rewind": status.get("rewind"), "rewinds": status.get("rewinds"),
@@ -209,13 +226,20 @@ def idle(args, work, say):
     return result
 
 
-def main():
+def clocked_arguments():
+    """The arguments every benchmark on the clocked device takes: rampd, MPD, the device's plugin,
+    a work directory and the number of `set` tries."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--rampd", required=True)
     parser.add_argument("--mpd", default="mpd")
     parser.add_argument("--plugin", required=True, help="libasound_module_pcm_rampd_clocked.so")
     parser.add_argument("--work", required=True)
     parser.add_argument("--tries", type=int, default=50)
+    return parser
+
+
+def main():
+    parser = clocked_arguments()
     parser.add_argument("--scheduled", type=int, default=5)
     parser.add_argument("--idle-seconds", type=float, default=10)
     parser.add_argument("--results")

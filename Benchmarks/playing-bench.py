@@ -42,42 +42,15 @@ pipewire = load("pipewire_session", "pipewire_session.py")
 
 def threads(pid):
     """Per thread: name, CPU seconds (schedstat), voluntary context switches."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                cpu = int(f.read().split()[0]) / 1e9
-            with open(f"/proc/{pid}/task/{tid}/status") as f:
-                switches = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
-            out[int(tid)] = (name, cpu, switches)
-        except (FileNotFoundError, ProcessLookupError, StopIteration):
-            pass
-    return out
+    switches = {}
+    cpu = bench.thread_cpu(pid, switches=switches)
+    return {tid: (name, seconds, switches[tid]) for tid, (name, seconds) in cpu.items() if tid in switches}
 
 
 def rates(before, after, seconds):
     """(tid, name, CPU ms per second, wake-ups per second) for each thread alive at both ends."""
     return [(tid, name, (cpu - before[tid][1]) / seconds * 1e3, (switches - before[tid][2]) / seconds)
             for tid, (name, cpu, switches) in sorted(after.items()) if tid in before]
-
-
-def clocked_rewinding(args, work, name, rampd, rewind="on", buffer=None):
-    """rampd on the clocked device, the daemon's defaults but for rewind (and `buffer`)."""
-    d = os.path.join(work, name)
-    os.makedirs(d, exist_ok=True)
-    raw, times = os.path.join(d, "played.raw"), os.path.join(d, "played.times")
-    asound = os.path.join(d, "asound.conf")
-    with open(asound, "w") as f:
-        f.write(f'pcm_type.rampd_clocked {{ lib "{args.plugin}" }}\n'
-                f'pcm.rampd_heard {{ type rampd_clocked; file "{raw}"; times "{times}" }}\n')
-    output = f'device = "rampd_heard"\nformat = "float"\npacing = "device"\nrewind = "{rewind}"'
-    if buffer is not None:
-        output += f"\nbuffer = {buffer}"
-    daemon = bench.start_rampd(rampd, work, name, output,
-                               env={"ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{asound}"})
-    return daemon, raw, times
 
 
 def playing(args, say):
@@ -90,8 +63,8 @@ def playing(args, say):
         for build, rampd in builds:
             daemons[f"rampd {build}, null (pacing clock)"] = bench.start_rampd(
                 rampd, args.work, f"rampd-{build}-null", 'device = "null"\npacing = "clock"')
-            daemons[f"rampd {build}, clocked device, rewind"] = clocked_rewinding(
-                args, args.work, f"rampd-{build}-clocked", rampd)[0]
+            daemons[f"rampd {build}, clocked device, rewind"] = heard.clocked_daemon(
+                args, args.work, f"rampd-{build}-clocked", rewind="on", rampd=rampd)[0]
         daemons["rampd after, pipewire (PipeWire 0.3)"] = bench.start_rampd(
             args.rampd, args.work, "rampd-after-pipewire", 'device = "pipewire"', env=session.environment)
         time.sleep(1)
@@ -160,38 +133,17 @@ def heard_per_kind(args, say):
     for build, rampd in builds:
         for rewind in ("on", "off"):
             name = f"rampd {build}, clocked device, rewind {rewind}"
-            daemon, raw, times = clocked_rewinding(args, args.work, f"heard-{build}-{rewind}", rampd, rewind=rewind)
+            daemon, raw, times = heard.clocked_daemon(args, args.work, f"heard-{build}-{rewind}", rewind=rewind, rampd=rampd)
             try:
                 c = bench.Rampd(daemon.socket_path)
                 status = c.request("status")["output"]
-                c.request("set", key="master.gain", value=1, duration=0)
-                c.request("play", path=constant, stream="constant")
-                time.sleep(1.5)
-                rng = heard.random.Random(7)
-                sets, value = [], 1.0
-                for _ in range(args.tries):
-                    time.sleep(rng.uniform(0.02, 0.06))
-                    value = 0.6 if value == 1.0 else 1.0
-                    t0 = time.monotonic()
-                    c.request("set", key="master.gain", value=value, duration=0)
-                    sets.append((t0, value))
-                    time.sleep(0.25)
+                sets = heard.send_sets(c, constant, args.tries, 0.25)
                 final = c.request("status")["output"]
                 c.close()
             finally:
                 daemon.stop()
-            left, runs = heard.read_recording(raw, times)
-            latencies, start = [], 0
-            for t0, value in sets:
-                while start < len(left) and heard.heard_at(runs, start) < t0:
-                    start += 1
-                i = start
-                while i < len(left) and abs(left[i] - 0.5 * value) > 1e-6:
-                    i += 1
-                if i >= len(left):
-                    raise RuntimeError(f"{name}: the change to {value} is not in the recording")
-                start = i
-                latencies.append(heard.heard_at(runs, i) - t0)
+            find = heard.finder(*heard.read_recording(raw, times))
+            latencies = [find(t0, value) - t0 for t0, value in sets]
             out[name] = {"median_ms": 1e3 * heard.percentile(latencies, 50), "p99_ms": 1e3 * heard.percentile(latencies, 99),
                          "max_ms": 1e3 * max(latencies), "tries": len(latencies), "buffer_ms": 1e3 * status["bufferFrames"] / 48000,
                          "rewinds": final.get("rewinds"), "device_underruns": final.get("underruns")}
@@ -200,15 +152,10 @@ def heard_per_kind(args, say):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rampd", required=True)
+    parser = heard.clocked_arguments()
     parser.add_argument("--before", help="a second rampd build, measured beside --rampd")
-    parser.add_argument("--mpd", default="/usr/bin/mpd")
-    parser.add_argument("--plugin", required=True, help="libasound_module_pcm_rampd_clocked.so")
-    parser.add_argument("--work", required=True)
     parser.add_argument("--track", required=True, help="the WAV played, inside a music directory")
     parser.add_argument("--seconds", type=float, required=True, help="its length")
-    parser.add_argument("--tries", type=int, default=50)
     parser.add_argument("--results", required=True)
     args = parser.parse_args()
     say = lambda *a: print(*a, flush=True)

@@ -14,11 +14,7 @@ import Testing
   /// the server is away; PipeWire back: `device-recovered`, playing at the level set meanwhile.
   @Test func playsThroughPipeWireAndOutlivesItsRestart() throws {
     let session = try PipeWireSession()
-    let daemon = try DaemonProcess(
-      periodMs: 20, bufferMs: 100,
-      environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": "pipewire"]) { $1 }, pacing: "device")
-    let watcher = try daemon.client()
-    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
+    let (daemon, watcher) = try Self.watchedDaemon(in: session, periodMs: 20, bufferMs: 100)
     let client = try daemon.client()
     let file = try daemon.constantFile("probe", seconds: 2, left: 0.25, right: 0.25)
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
@@ -140,11 +136,7 @@ import Testing
   /// CPU; PipeWire back: `device-recovered` and the stream heard at its level.
   @Test func aPlayWhilePipeWireIsDownAfterIdleWaitsForIt() throws {
     let session = try PipeWireSession()
-    let daemon = try DaemonProcess(
-      periodMs: 10, bufferMs: 50,
-      environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": "pipewire"]) { $1 }, pacing: "device")
-    let watcher = try daemon.client()
-    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
+    let (daemon, watcher) = try Self.watchedDaemon(in: session, periodMs: 10, bufferMs: 50)
     let client = try daemon.client()
     let deadline = Date().addingTimeInterval(5)
     while try client.request(["cmd": "status"]).result["output"]?["idle"] != true && Date() < deadline {
@@ -206,6 +198,19 @@ import Testing
       #expect(output?["underruns"] == 0, "\(device): \(output?.serialized() ?? "")")
       #expect(daemon.stop() == 0)
     }
+  }
+
+  /// rampd through ALSA's `pipewire` PCM into `session`, and a client subscribed to its device
+  /// events.
+  static func watchedDaemon(in session: PipeWireSession, periodMs: Int, bufferMs: Int) throws -> (
+    DaemonProcess, LineClient
+  ) {
+    let daemon = try DaemonProcess(
+      periodMs: periodMs, bufferMs: bufferMs,
+      environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": "pipewire"]) { $1 }, pacing: "device")
+    let watcher = try daemon.client()
+    #expect(try watcher.request(["cmd": "subscribe", "events": ["device-failed", "device-recovered"]]).isOK)
+    return (daemon, watcher)
   }
 
   /// The most frames in a row whose two channels are both `level`, within a float's rounding.
