@@ -14,7 +14,6 @@ import RampProtocol
 struct RampdWeb: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "rampd-web",
-    version: RampdBuild.version,
     abstract: "A web page for rampd: faders, fades, meters and the event log, in a browser.",
     discussion: """
       rampd-web is a client of rampd's socket, as rampctl is: it serves one page, and a WebSocket \
@@ -30,7 +29,8 @@ struct RampdWeb: AsyncParsableCommand {
 
       Environment: RAMPD_WEB_LISTEN, RAMPD_WEB_PORT and RAMPD_WEB_TOKEN stand for the flags; \
       RAMPD_SOCKET (or RAMPD_SOCKET_PATH) for --socket.
-      """
+      """,
+    version: RampdBuild.version
   )
 
   @Option(help: "The address to listen on, an IP address or localhost (default 127.0.0.1).")

@@ -34,7 +34,7 @@ enum WebToken {
     } catch {
       throw Failure(description: "cannot create its state directory \(directory): \(reason(error))")
     }
-    let token = try fresh()
+    let token = fresh()
     // Written under a name of its own, then linked into place: a rampd-web starting at the same
     // moment either finds no token or a whole one, and the loser of the race takes the winner's.
     let temporary = "\(path).tmp-\(getpid())"
@@ -85,18 +85,11 @@ enum WebToken {
     return token
   }
 
-  /// `byteCount` bytes from getrandom(2), which blocks only until the kernel's generator is seeded.
-  private static func fresh() throws(Failure) -> String {
-    var bytes = [UInt8](repeating: 0, count: byteCount)
-    var filled = 0
-    while filled < byteCount {
-      let count = bytes.withUnsafeMutableBytes { getrandom($0.baseAddress! + filled, byteCount - filled, 0) }
-      if count < 0 {
-        if errno == EINTR { continue }
-        throw Failure(description: "cannot make a token: getrandom: \(text(errno))")
-      }
-      filled += count
-    }
+  /// `byteCount` bytes from the system's generator: Swift's `SystemRandomNumberGenerator` is
+  /// getrandom(2) on Linux (the kernel's CSPRNG, waiting only until it is seeded).
+  private static func fresh() -> String {
+    var generator = SystemRandomNumberGenerator()
+    let bytes = (0..<byteCount).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
     return bytes.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
   }
 
