@@ -197,8 +197,10 @@ import Testing
     func asStranger(_ arguments: [String]) throws -> ProcessOutcome {
       try runProcess(
         SystemTool.path("setpriv")!,
-        ["--reuid=65534", "--regid=65534", "--clear-groups", "--", SystemTool.path("curl")!, "-s", "-o", "/dev/null",
-          "-w", "%{http_code}"] + arguments, environment: [:])
+        [
+          "--reuid=65534", "--regid=65534", "--clear-groups", "--", SystemTool.path("curl")!, "-s", "-o", "/dev/null",
+          "-w", "%{http_code}",
+        ] + arguments, environment: [:])
     }
     let base = "http://127.0.0.1:\(web.port)"
     for path in ["/", "/page.js", "/live", "/?token=", "/?token=\(String(web.token.reversed()))"] {
