@@ -9,6 +9,13 @@ let renderPath: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"
 // cost about 3 % of the instructions a `set` round trip takes there (callgrind).
 let requestPath = renderPath
 
+// The version the tools report: script/package sets RAMPD_VERSION (from `git describe`, through
+// script/version); other builds report the base version in Sources/CRampVersion/version.c.
+let versionSettings: [CSetting] =
+  Context.environment["RAMPD_VERSION"].flatMap { version in
+    version.isEmpty ? nil : [.define("RAMPD_VERSION", to: "\"\(version)\"")]
+  } ?? []
+
 let package = Package(
   name: "rampd",
   platforms: [.macOS(.v14)],
@@ -51,7 +58,8 @@ let package = Package(
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
     // Knows the engine's types (curves, animations), does no I/O.
-    .target(name: "RampProtocol", dependencies: ["RampEngine"], swiftSettings: requestPath),
+    .target(name: "RampProtocol", dependencies: ["RampEngine", "CRampVersion"], swiftSettings: requestPath),
+    .target(name: "CRampVersion", cSettings: versionSettings),
     // The daemon: configuration, the socket server, sessions, command dispatch onto the player.
     .target(
       name: "RampDaemon",

@@ -264,17 +264,7 @@ public struct StateSettings: Sendable, Equatable {
     environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
   ) -> String {
     if let path { return path }
-    // systemd's StateDirectory= (the first, when several are given).
-    if let directory = environment["STATE_DIRECTORY"]?.split(separator: ":").first, directory.hasPrefix("/") {
-      return directory + "/state.json"
-    }
-    if !isRoot {
-      if let state = environment["XDG_STATE_HOME"], state.hasPrefix("/") { return state + "/rampd/state.json" }
-      if let home = environment["HOME"], home.hasPrefix("/"), home != "/" {
-        return home + "/.local/state/rampd/state.json"
-      }
-    }
-    return "/var/lib/rampd/state.json"
+    return StateLocation.directory(name: "rampd", environment: environment, isRoot: isRoot) + "/state.json"
   }
 }
 

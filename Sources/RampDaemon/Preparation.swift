@@ -307,5 +307,5 @@ final class StreamNames: Sendable {
 }
 
 public enum RampdVersion {
-  public static let current = "0.2.0"
+  public static let current = RampdBuild.version
 }

@@ -1,11 +1,12 @@
 import ArgumentParser
 import RampCLI
+import RampProtocol
 
 /// `rampctl`: the command-line client of rampd. Each subcommand lives in its own file and is
 /// listed in `subcommands` below.
 @main
 struct RampCtl: ParsableCommand {
-  static let version = "0.2.0"
+  static let version = RampdBuild.version
 
   static let configuration = CommandConfiguration(
     commandName: "rampctl",

@@ -4,6 +4,7 @@ import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import RampProtocol
 
 #if canImport(Glibc)
   import Glibc
@@ -17,15 +18,19 @@ struct RampdWeb: AsyncParsableCommand {
     discussion: """
       rampd-web is a client of rampd's socket, as rampctl is: it serves one page, and a WebSocket \
       (/live) through which the page speaks rampd's protocol. It listens on 127.0.0.1:6690 by \
-      default. Any address that is not a loopback address needs a token (--token-file or \
-      RAMPD_WEB_TOKEN): then every request must carry it, as /?token=TOKEN when opening the page, \
-      or as the header Authorization: Bearer TOKEN. Without a token, any local user who can reach \
-      the address drives rampd through rampd-web with rampd-web's rights: on a machine shared \
-      with users who should not, give it a token on 127.0.0.1 too.
+      default. Every request must carry its token, as /?token=TOKEN when opening the page (the \
+      page then keeps it in a cookie), or as the header Authorization: Bearer TOKEN: it prints \
+      the page's address with the token when it starts, and --show-url prints it again. The \
+      token is --token-file's or RAMPD_WEB_TOKEN when given (an address that is not a loopback \
+      address needs one of these); otherwise rampd-web makes one on its first start, 192 bits \
+      from the kernel's random generator, and keeps it in the file token in its state directory \
+      (STATE_DIRECTORY under systemd, else $XDG_STATE_HOME/rampd-web or \
+      ~/.local/state/rampd-web, /var/lib/rampd-web for root), readable by its user alone.
 
       Environment: RAMPD_WEB_LISTEN, RAMPD_WEB_PORT and RAMPD_WEB_TOKEN stand for the flags; \
       RAMPD_SOCKET (or RAMPD_SOCKET_PATH) for --socket.
-      """
+      """,
+    version: RampdBuild.version
   )
 
   @Option(help: "The address to listen on, an IP address or localhost (default 127.0.0.1).")
@@ -40,15 +45,38 @@ struct RampdWeb: AsyncParsableCommand {
   @Option(help: "rampd's socket (default: as rampctl finds it).")
   var socket: String?
 
+  @Flag(
+    name: .customLong("show-url"),
+    help: "Print the page's address with its token (made now if there is none yet) and exit.")
+  var showURL = false
+
   mutating func run() async throws {
-    let settings: WebSettings
+    let environment = ProcessInfo.processInfo.environment
+    let isRoot = geteuid() == 0
+    var settings: WebSettings
     do {
       settings = try WebSettings.resolve(
-        listen: listen, port: port, tokenFile: tokenFile, socket: socket,
-        environment: ProcessInfo.processInfo.environment, isRoot: geteuid() == 0)
+        listen: listen, port: port, tokenFile: tokenFile, socket: socket, environment: environment, isRoot: isRoot)
     } catch {
       // Exit 64 (EX_USAGE), as rampd and rampctl do for bad usage; systemd does not restart it.
       throw ValidationError(error.description)
+    }
+    var made: String?
+    if settings.token == nil {
+      do {
+        let stored = try WebToken.load(in: WebToken.directory(environment: environment, isRoot: isRoot))
+        settings.token = stored.token
+        if stored.made { made = stored.path }
+      } catch {
+        FileHandle.standardError.write(Data("rampd-web: \(error.description)\n".utf8))
+        // 73 (EX_CANTCREAT): the state directory is not writable; usage is not at fault.
+        throw ExitCode(73)
+      }
+    }
+    if let made { FileHandle.standardError.write(Data("rampd-web: made a token, kept in \(made)\n".utf8)) }
+    if showURL {
+      print(settings.url(port: settings.port))
+      return
     }
     try await WebServer(settings: settings).run()
   }
@@ -62,7 +90,8 @@ struct WebServer {
     var logger = Logger(label: "rampd-web")
     logger.logLevel = .notice
     let router = Router(context: BasicWebSocketRequestContext.self)
-    router.middlewares.add(AccessCheck(token: settings.token))
+    // run() always sets a token; an empty one would admit nobody.
+    router.middlewares.add(AccessCheck(token: settings.token ?? ""))
     router.get("/") { _, _ in Self.file(PageFiles.html, "text/html; charset=utf-8") }
     router.get("/page.js") { _, _ in Self.file(PageFiles.script, "text/javascript; charset=utf-8") }
     router.get("/page.css") { _, _ in Self.file(PageFiles.style, "text/css; charset=utf-8") }
@@ -72,14 +101,14 @@ struct WebServer {
       try await LiveRelay(socket: socket).run(inbound: inbound, outbound: outbound)
     }
     let address = settings.address
+    let page = settings
     let app = Application(
       router: router,
       server: .http1WebSocketUpgrade(webSocketRouter: router),
       configuration: .init(address: .hostname(address, port: settings.port), serverName: "rampd-web"),
       onServerRunning: { channel in
-        let port = channel.localAddress?.port ?? 0
-        let host = address.contains(":") ? "[\(address)]" : address
-        FileHandle.standardError.write(Data("rampd-web: serving http://\(host):\(port)/ for rampd at \(socket)\n".utf8))
+        let url = page.url(port: channel.localAddress?.port ?? 0)
+        FileHandle.standardError.write(Data("rampd-web: serving \(url) for rampd at \(socket)\n".utf8))
       },
       logger: logger
     )

@@ -9,17 +9,24 @@ import RampProtocol
 
 /// What rampd-web serves, where, and to whom: its flags and environment, checked.
 ///
-/// The rule that keeps a page for a headless box from becoming a remote control for anyone on the
-/// network: it listens on a loopback address unless told another, and another needs a token,
-/// which every request must then carry.
+/// The rules that keep a page for a headless box from becoming a remote control for anyone on the
+/// machine or the network: every request carries a token, and rampd-web listens on a loopback
+/// address unless told another, which needs a token given rather than made.
 struct WebSettings: Equatable {
   /// The address to bind, as given (`localhost` binds 127.0.0.1).
   var address: String
   var port: Int
-  /// When set, every request must carry it (header, query or cookie: `AccessCheck`).
+  /// The token every request must carry (header, query or cookie: `AccessCheck`): the one
+  /// configured, else (nil after `resolve`) the one `WebToken` keeps.
   var token: String?
   /// rampd's socket.
   var socket: String
+
+  /// The page's address, the token included, as a person opens it.
+  func url(port: Int) -> String {
+    let host = address.contains(":") ? "[\(address)]" : address
+    return "http://\(host):\(port)/?token=\(token ?? "")"
+  }
 
   static let defaultAddress = "127.0.0.1"
   static let defaultPort = 6690
@@ -91,8 +98,8 @@ struct WebSettings: Equatable {
 
     if !loopback && token == nil {
       throw Invalid(
-        "\(addressSource ?? "--listen") \(chosenAddress) is not a loopback address: listening there needs a token as well "
-          + "(--token-file FILE or \(Variable.token)), which every request must then carry"
+        "\(addressSource ?? "--listen") \(chosenAddress) is not a loopback address: listening there needs a token of your own "
+          + "(--token-file FILE or \(Variable.token)), not one rampd-web makes and keeps on this machine"
       )
     }
     let socketPath = SocketLocation.clientPath(option: socket, environment: environment, isRoot: isRoot)
@@ -128,7 +135,7 @@ struct WebSettings: Equatable {
     return nil
   }
 
-  private static func isTokenCharacter(_ scalar: Unicode.Scalar) -> Bool {
+  static func isTokenCharacter(_ scalar: Unicode.Scalar) -> Bool {
     switch scalar {
     case "a"..."z", "A"..."Z", "0"..."9", ".", "_", "~", "-": return true
     default: return false

@@ -9,20 +9,30 @@ extension Executables {
   static var rampdWeb: String { "\(directory)/rampd-web" }
 }
 
-/// A real `rampd-web` process, started on a free loopback port (`--port 0`): the port is read
-/// from the line it prints once it serves.
+/// A real `rampd-web` process, started on a free loopback port (`--port 0`): the port and the
+/// token are read from the address it prints once it serves. Its state directory (where it keeps
+/// the token it makes) is one of its own unless the environment names one (`STATE_DIRECTORY`).
 final class WebServerProcess {
   let process = Process()
   let port: Int
+  /// The address it printed, the token included.
+  let url: String
+  let token: String
+  /// Where it keeps a token it makes (`STATE_DIRECTORY`).
+  let stateDirectory: String
+  private let state: TemporaryDirectory
   private let errors = Pipe()
   private let sink = LogSink()
   var log: String { sink.text }
 
   init(_ arguments: [String], environment extra: [String: String] = [:]) throws {
+    state = try TemporaryDirectory("web-state")
     process.executableURL = URL(fileURLWithPath: Executables.rampdWeb)
     process.arguments = ["--port", "0"] + arguments
     var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    environment["STATE_DIRECTORY"] = "\(state.path)/rampd-web"
     environment.merge(extra) { $1 }
+    stateDirectory = environment["STATE_DIRECTORY"]!
     process.environment = environment
     process.standardOutput = FileHandle.nullDevice
     process.standardError = errors
@@ -30,9 +40,11 @@ final class WebServerProcess {
     try process.run()
     let deadline = Date().addingTimeInterval(20)
     while true {
-      if let range = sink.text.range(of: #"serving http://127\.0\.0\.1:(\d+)/"#, options: .regularExpression) {
-        let text = sink.text[range]
-        port = Int(text.split(separator: ":").last!.dropLast())!
+      let pattern = #"serving (http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9._~-]+)) "#
+      if let match = sink.text.firstMatch(of: try Regex(pattern)) {
+        url = String(match.output[1].substring!)
+        port = Int(match.output[2].substring!)!
+        token = String(match.output[3].substring!)
         break
       }
       guard process.isRunning, Date() < deadline else { throw HarnessError("rampd-web did not start: \(sink.text)") }

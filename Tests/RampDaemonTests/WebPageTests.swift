@@ -79,7 +79,8 @@ import Testing
     let first = try DaemonProcess()
     let web = try WebServerProcess(["--socket", first.socket])
     let browser = try WebDriver()
-    try browser.open("http://127.0.0.1:\(web.port)/")
+    // The address rampd-web printed, as a person would paste it.
+    try browser.open(web.url)
     try browser.wait(for: "return document.body.dataset.state === 'live'")
     first.stop()
     try browser.wait(for: "return document.body.dataset.state === 'down'")
@@ -124,7 +125,8 @@ import Testing
   /// and exits 1 (the man page's status for an address that cannot be bound).
   @Test func aPortInUseIsNamed() throws {
     let first = try WebServerProcess([])
-    let second = try runProcess(Executables.rampdWeb, ["--port", "\(first.port)"], environment: [:])
+    let second = try runProcess(
+      Executables.rampdWeb, ["--port", "\(first.port)"], environment: ["STATE_DIRECTORY": first.stateDirectory])
     #expect(second.status == 1, "\(second)")
     #expect(
       second.stderr
@@ -168,15 +170,87 @@ import Testing
     #expect(foreign.status == 403, "\(foreign.status) \(foreign.body)")
   }
 
-  /// Without a token (loopback only), a request must be addressed to a loopback name: a page on
-  /// another site that a DNS rebinding points at 127.0.0.1 is refused.
-  @Test func withoutATokenOnlyLoopbackHostsAreServed() throws {
-    let directory = try TemporaryDirectory("web-host")
-    let web = try WebServerProcess(["--socket", "\(directory.path)/no-rampd.sock"])
-    #expect(try HTTP.request(port: web.port, "GET", "/").status == 200)
-    #expect(try HTTP.request(port: web.port, "GET", "/", headers: [("Host", "localhost:\(web.port)")]).status == 200)
-    #expect(try HTTP.request(port: web.port, "GET", "/", headers: [("Host", "[::1]:\(web.port)")]).status == 200)
-    let rebound = try HTTP.request(port: web.port, "GET", "/", headers: [("Host", "rebind.example:\(web.port)")])
-    #expect(rebound.status == 403, "\(rebound.status)")
+  /// Without a token configured, rampd-web makes one on its first start: 192 random bits, in a
+  /// file of mode 0600 in a directory of mode 0700, the same on every later start and in
+  /// `--show-url`. Another local user's request without it is refused; the page answers only the
+  /// token.
+  @Test(
+    .enabled(
+      if: geteuid() == 0 && SystemTool.path("setpriv") != nil && SystemTool.path("curl") != nil,
+      "needs root, setpriv and curl to make requests as another user"))
+  func withoutATokenOneIsMadeAndRequired() throws {
+    let directory = try TemporaryDirectory("web-made")
+    let socket = "\(directory.path)/no-rampd.sock"
+    let web = try WebServerProcess(["--socket", socket])
+    let tokenFile = "\(web.stateDirectory)/token"
+    #expect(web.log.contains("made a token, kept in \(tokenFile)"), "\(web.log)")
+    var status = stat()
+    try #require(stat(tokenFile, &status) == 0, "no token file at \(tokenFile)")
+    #expect(status.st_mode & 0o777 == 0o600, "mode \(String(status.st_mode & 0o777, radix: 8))")
+    try #require(stat(web.stateDirectory, &status) == 0)
+    #expect(status.st_mode & 0o777 == 0o700, "mode \(String(status.st_mode & 0o777, radix: 8))")
+    let stored = try String(contentsOfFile: tokenFile, encoding: .utf8)
+    #expect(stored == web.token + "\n")
+    #expect(web.token.count == 48 && web.token.allSatisfy(\.isHexDigit), "\(web.token)")
+
+    // `nobody`, with no group of the test's, on the same loopback address.
+    func asStranger(_ arguments: [String]) throws -> ProcessOutcome {
+      try runProcess(
+        SystemTool.path("setpriv")!,
+        [
+          "--reuid=65534", "--regid=65534", "--clear-groups", "--", SystemTool.path("curl")!, "-s", "-o", "/dev/null",
+          "-w", "%{http_code}",
+        ] + arguments, environment: [:])
+    }
+    let base = "http://127.0.0.1:\(web.port)"
+    for path in ["/", "/page.js", "/live", "/?token=", "/?token=\(String(web.token.reversed()))"] {
+      let outcome = try asStranger([base + path])
+      #expect(outcome.stdout == "401", "\(path) as nobody: \(outcome)")
+    }
+    let unreadable = try runProcess(
+      SystemTool.path("setpriv")!, ["--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/cat", tokenFile],
+      environment: [:])
+    #expect(unreadable.status != 0 && unreadable.stdout.isEmpty, "nobody read the token: \(unreadable)")
+    #expect(try asStranger([web.url]).stdout == "200", "the printed address works, for whoever holds it")
+    #expect(try asStranger(["-H", "Authorization: Bearer \(web.token)", base + "/"]).stdout == "200")
+
+    // The same token on every start, and in --show-url (which serves nothing).
+    let environment = ["STATE_DIRECTORY": web.stateDirectory]
+    let shown = try runProcess(Executables.rampdWeb, ["--show-url", "--port", "6690"], environment: environment)
+    #expect(shown.status == 0, "\(shown)")
+    #expect(shown.stdout == "http://127.0.0.1:6690/?token=\(web.token)\n", "\(shown)")
+    let again = try WebServerProcess(["--socket", socket], environment: environment)
+    #expect(again.token == web.token)
+    #expect(!again.log.contains("made a token"), "\(again.log)")
+  }
+
+  /// Two states directories, two tokens: a system unit and a user unit each get their own.
+  @Test func eachStateDirectoryHasItsOwnToken() throws {
+    let first = try WebServerProcess([])
+    let second = try WebServerProcess([])
+    #expect(first.token != second.token)
+    #expect(try HTTP.request(port: second.port, "GET", "/?token=\(first.token)").status == 401)
+    #expect(try HTTP.request(port: second.port, "GET", "/?token=\(second.token)").status == 200)
+  }
+
+  /// A token file that others may read, or that holds no token, is refused (exit 73) rather than
+  /// trusted or silently replaced.
+  @Test func aTokenFileOthersMayReadIsRefused() throws {
+    let directory = try TemporaryDirectory("web-mode")
+    let state = "\(directory.path)/state"
+    try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+    let tokenFile = "\(state)/token"
+    try "\(Self.token)\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
+    chmod(tokenFile, 0o644)
+    let refused = try runProcess(Executables.rampdWeb, ["--show-url"], environment: ["STATE_DIRECTORY": state])
+    #expect(refused.status == 73, "\(refused)")
+    #expect(refused.stderr.contains("\(tokenFile) may be read by others (mode 644)"), "\(refused)")
+    chmod(tokenFile, 0o600)
+    let accepted = try runProcess(Executables.rampdWeb, ["--show-url"], environment: ["STATE_DIRECTORY": state])
+    #expect(accepted.stdout == "http://127.0.0.1:6690/?token=\(Self.token)\n", "\(accepted)")
+    try "short\n".write(toFile: tokenFile, atomically: false, encoding: .utf8)
+    let garbled = try runProcess(Executables.rampdWeb, ["--show-url"], environment: ["STATE_DIRECTORY": state])
+    #expect(garbled.status == 73, "\(garbled)")
+    #expect(garbled.stderr.contains("\(tokenFile) does not hold a token"), "\(garbled)")
   }
 }

@@ -22,7 +22,8 @@ import Testing
       ("EnvironmentFile", "-@SYSCONFDIR@/rampd/web.env"), ("DynamicUser", "yes"), ("SupplementaryGroups", "audio"),
       ("RestartPreventExitStatus", "64"), ("IPAddressAllow", "localhost"), ("IPAddressDeny", "any"),
       ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"), ("CapabilityBoundingSet", ""),
-      ("PrivateDevices", "yes"), ("NoNewPrivileges", "yes"),
+      ("PrivateDevices", "yes"), ("NoNewPrivileges", "yes"), ("StateDirectory", "rampd-web"),
+      ("StateDirectoryMode", "0700"),
     ]
     for (key, value) in expected { #expect(service.value("Service", key) == value, "\(key)") }
     #expect(service.value("Unit", "Wants") == "rampd.socket")
@@ -30,6 +31,7 @@ import Testing
     let user = try UnitFile(path: "\(Repository.root)/systemd/user/rampd-web.service")
     #expect(user.value("Service", "ExecStart") == "@BINDIR@/rampd-web --socket %t/rampd/rampd.sock")
     #expect(user.value("Service", "User") == nil, "a user service runs as its user")
+    #expect(user.value("Service", "StateDirectory") == "rampd-web", "its token apart from the system unit's")
     #expect(user.value("Service", "RestrictAddressFamilies") == "AF_UNIX AF_INET AF_INET6")
   }
 }
