@@ -20,7 +20,7 @@ import Testing
     let expected: [(String, String)] = [
       ("ExecStart", "@BINDIR@/rampd-web --socket /run/rampd/rampd.sock"),
       ("EnvironmentFile", "-@SYSCONFDIR@/rampd/web.env"), ("DynamicUser", "yes"), ("SupplementaryGroups", "audio"),
-      ("RestartPreventExitStatus", "64"), ("IPAddressAllow", "localhost"), ("IPAddressDeny", "any"),
+      ("RestartPreventExitStatus", "64 73"), ("IPAddressAllow", "localhost"), ("IPAddressDeny", "any"),
       ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6"), ("CapabilityBoundingSet", ""),
       ("PrivateDevices", "yes"), ("NoNewPrivileges", "yes"), ("StateDirectory", "rampd-web"),
       ("StateDirectoryMode", "0700"),
