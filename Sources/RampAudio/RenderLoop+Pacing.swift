@@ -218,7 +218,8 @@ extension RenderLoop {
     // A device of an audio server is let go of: a stream that is merely stopped keeps the
     // server's graph running (and waking) for nothing.
     let releases = device.releasesWhenIdle
-    if releases { park(device) }
+    // The recovery thread closes it, and opens it again when asked (`reopenParked`).
+    if releases { handOver(device, to: link.parkedDevices) }
     link.stoppedIdle.store(true, ordering: .relaxed)
     defer { link.stoppedIdle.store(false, ordering: .relaxed) }
     let deadline = scheduled.firstSample.map { first in
@@ -275,16 +276,6 @@ extension RenderLoop {
     return false
   }
 
-  /// Lets go of a device while idle: the recovery thread closes it, and opens it again when
-  /// asked (`reopenParked`).
-  func park(_ device: AlsaPCMOutput) {
-    underrunsOfLostDevices += device.underruns
-    underrunsObserved = 0
-    self.device = nil
-    _ = link.parkedDevices.push(device)
-    link.recoveryBell.ring()
-  }
-
   /// Asks the recovery thread for the parked device again and sleeps until it comes (opening
   /// is a few milliseconds for an audio server's device). Nil when it could not be opened in
   /// `reopenLimit` (the recovery thread then goes on trying, with backoff, as for a lost device,
@@ -295,9 +286,7 @@ extension RenderLoop {
     let limit = monotonicNanoseconds() + Self.reopenLimit
     while link.running.load(ordering: .relaxed) {
       if let fresh = link.freshDevices.pop() {
-        device = fresh
-        framesSinceOpen = 0
-        roomAhead = 0
+        use(fresh)
         return fresh
       }
       let left = limit - monotonicNanoseconds()

@@ -89,6 +89,7 @@ final class RenderLoop: @unchecked Sendable {
     reopenAfterFrames = configuration.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
     idleClock = ClockPacer(rate: output.rate)
     heardClock = HeardClock(rate: output.rate)
+    heardClock.boundsDrift = device?.releasesWhenIdle ?? false
     resumeNanoseconds = Int64(output.periodFrames) * 1_000_000_000 / Int64(output.rate)
     scheduled = CommandSchedule(capacity: max(scheduledCapacity, 16))
     offlineBuffers = sink == nil ? nil : RenderBuffers(frames: output.periodFrames, channels: output.channels)
@@ -342,11 +343,7 @@ final class RenderLoop: @unchecked Sendable {
       link.healthy.store(false, ordering: .relaxed)
       state.post(.deviceFailed(failure))
     }
-    if device == nil, let fresh = link.freshDevices.pop() {
-      device = fresh
-      framesSinceOpen = 0
-      roomAhead = 0
-    }
+    if device == nil, let fresh = link.freshDevices.pop() { use(fresh) }
     guard let device else {
       keepTime(frames: buffers.frames)
       return
@@ -393,7 +390,6 @@ final class RenderLoop: @unchecked Sendable {
       heardClock.restart()
     }
     guard let position = device.heardPosition() else { return }
-    heardClock.boundsDrift = device.releasesWhenIdle
     heardClock.observe(sample: state.engine.now - Int64(position.delay), at: position.nanoseconds)
     link.heard.store(heardClock, delay: Int64(position.delay))
     if let resumed {
@@ -403,8 +399,17 @@ final class RenderLoop: @unchecked Sendable {
     }
   }
 
+  /// Takes a device the recovery thread opened.
+  func use(_ fresh: AlsaPCMOutput) {
+    device = fresh
+    framesSinceOpen = 0
+    roomAhead = 0
+    heardClock.boundsDrift = fresh.releasesWhenIdle
+  }
+
   /// Gives the device to the recovery thread: `deadDevices` (lost) or `retiredDevices` (healthy,
-  /// reopened on schedule), to be closed and opened again. Time follows the clock meanwhile.
+  /// reopened on schedule), to be closed and opened again, or `parkedDevices` (idle), to be
+  /// closed and opened again when asked. Time follows the clock meanwhile.
   func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<AlsaPCMOutput>) {
     underrunsOfLostDevices += device.underruns
     underrunsObserved = 0
