@@ -187,11 +187,14 @@ extension RenderLoop {
   func idleIfNothingToRender(_ buffers: RenderBuffers) {
     guard let device, device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), nothingToRender else { return }
     let nanosecondsPerFrame = 1e9 / Double(output.rate)
+    // A device of an audio server is let go of while idle: a stream that is merely stopped keeps
+    // the server's graph running (and waking) for nothing.
+    let releases = device.releasesWhenIdle
     // How long before a scheduled command the device must run again (opened again first if it
     // is let go of while idle).
     let lead =
       Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
-      + (device.releasesWhenIdle ? reopenNanoseconds : 0)
+      + (releases ? reopenNanoseconds : 0)
     if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
       return
     }
@@ -215,9 +218,6 @@ extension RenderLoop {
     guard sleepIdle(until: lastHeard - period) else { return }
     device.stopForIdle()
     heardClock.restart()
-    // A device of an audio server is let go of: a stream that is merely stopped keeps the
-    // server's graph running (and waking) for nothing.
-    let releases = device.releasesWhenIdle
     // The recovery thread closes it, and opens it again when asked (`reopenParked`).
     if releases { handOver(device, to: link.parkedDevices) }
     link.stoppedIdle.store(true, ordering: .relaxed)
