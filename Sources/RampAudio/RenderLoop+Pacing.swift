@@ -13,7 +13,7 @@ extension RenderLoop {
   func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
     var waited = false
     while link.running.load(ordering: .relaxed) {
-      let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead)
+      let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead(on: device))
       if wait <= 0 { break }
       waited = true
       // Rounded up to whole milliseconds: the block then fits when poll returns.
@@ -144,14 +144,15 @@ extension RenderLoop {
     return false
   }
 
-  /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the
-  /// buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by default the
-  /// buffer less one period (in the buffer as negotiated, never less than a period unless the
-  /// buffer holds under two).
-  var refillLead: Int {
-    let most = max(output.bufferFrames - output.periodFrames, 0)
+  /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill
+  /// `device`'s buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by
+  /// default the buffer less one period (in the buffer as `device` negotiated it, never less than
+  /// a period unless the buffer holds under two).
+  func refillLead(on device: AlsaPCMOutput) -> Int {
+    let negotiated = device.negotiated
+    let most = max(negotiated.bufferFrames - negotiated.periodFrames, 0)
     guard let margin = configuration.marginTime else { return most }
-    return min(max(Int((margin * Double(output.rate)).rounded()), output.periodFrames), most)
+    return min(max(Int((margin * Double(negotiated.rate)).rounded()), negotiated.periodFrames), most)
   }
 
   // MARK: Idle
