@@ -12,12 +12,12 @@ struct DeviceRecovery: Sendable {
   let link: RenderLink
   let configuration: OutputConfiguration
   /// Played into while the configured device is waited for (the daemon's embedded output).
-  let fallback: OutputConfiguration?
+  var fallback: OutputConfiguration? = nil
   let output: AlsaPCMOutput.Negotiated
   /// Seconds between reopen attempts: doubling from the first to the last.
   let recoveryBackoff: (first: Double, last: Double)
   /// Why the configured device did not open at start, when it did not.
-  let startFailure: String?
+  var startFailure: String? = nil
 
   /// When a device is opened again: wanted, when next, with what backoff.
   struct Attempts {

@@ -127,10 +127,12 @@ extension RenderLoop {
     return nil
   }
 
-  /// Without a device to block on, waits until the block just rendered is due on the clock (one
-  /// block ahead of it); after an outage of the render thread itself the clock re-anchors.
+  /// Without a device to block on, waits until the block just rendered is due on the clock, up
+  /// to a buffer ahead of it, as a device would hold: blocks go out back to back, a buffer's worth
+  /// per wake-up, and a command still lands within a buffer. After an outage of the render thread
+  /// itself the clock re-anchors.
   func keepTime(frames: Int) {
-    idleClock.wait(toWrite: frames, lead: frames)
+    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames))
     idleClock.advance(by: frames)
   }
 

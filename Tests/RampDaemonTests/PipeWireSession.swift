@@ -6,16 +6,22 @@ import Foundation
 
 /// A PipeWire of the test's own, as a desktop login has one, with no sound card and no systemd: a
 /// private `XDG_RUNTIME_DIR`, a session D-Bus, `pipewire`, `wireplumber`, and a null sink made
-/// with `pw-cli create-node` that `pw-record` records from. A client that has `environment`
-/// reaches it, through ALSA's `pipewire` PCM (pipewire-alsa) or `pulse` (pipewire-pulse).
+/// with `pw-cli create-node` that `pw-record` records from, and with `pulse`, `pipewire-pulse`
+/// (its socket `pulse/native` in the same directory). A client that has `environment` reaches
+/// it, through ALSA's `pipewire` PCM (pipewire-alsa) or `pulse` (libasound2-plugins, through
+/// pipewire-pulse).
 final class PipeWireSession {
   static let sink = "rampd-test-sink"
   let runtime: String
   let environment: [String: String]
+  /// Whether `start` starts pipewire-pulse too.
+  let pulse: Bool
   private var bus: Process?
   private var servers: [Process] = []
 
-  init(name: String = #function) throws {
+  /// `started` false: the bus only, the audio servers left for `start`.
+  init(name: String = #function, pulse: Bool = false, started: Bool = true) throws {
+    self.pulse = pulse
     runtime =
       NSTemporaryDirectory()
       + "rampd-pw-\(getpid())-\(name.prefix { $0.isLetter })-\(UInt32.random(in: 0...UInt32.max))"
@@ -30,7 +36,7 @@ final class PipeWireSession {
     let bus = try launch("dbus-daemon", ["--session", "--nofork", "--address=unix:path=\(runtime)/bus"], log: "dbus")
     self.bus = bus
     try waitFor("the session bus") { FileManager.default.fileExists(atPath: "\(runtime)/bus") }
-    try start()
+    if started { try start() }
   }
 
   deinit {
@@ -48,6 +54,10 @@ final class PipeWireSession {
     servers = [try launch("pipewire", [], log: "pipewire")]
     try waitFor("pipewire's socket") { FileManager.default.fileExists(atPath: "\(runtime)/pipewire-0") }
     servers.append(try launch("wireplumber", [], log: "wireplumber"))
+    if pulse {
+      servers.append(try launch("pipewire-pulse", [], log: "pipewire-pulse"))
+      try waitFor("pipewire-pulse's socket") { FileManager.default.fileExists(atPath: "\(runtime)/pulse/native") }
+    }
     let made = try runProcess(
       "/usr/bin/pw-cli",
       [
@@ -73,10 +83,30 @@ final class PipeWireSession {
     servers = []
     try? FileManager.default.removeItem(atPath: "\(runtime)/pipewire-0")
     try? FileManager.default.removeItem(atPath: "\(runtime)/pipewire-0.lock")
+    try? FileManager.default.removeItem(atPath: "\(runtime)/pulse")
   }
 
   /// Records `seconds` of what the null sink plays, as interleaved stereo floats.
   func record(seconds: Double) throws -> [Float] {
+    let recording = try startRecording()
+    usleep(UInt32(seconds * 1e6))
+    return try recording.finish()
+  }
+
+  /// What the null sink plays from now until `finish`.
+  struct Recording {
+    let recorder: Process
+    let wav: String
+
+    /// Stops recording: the samples, interleaved stereo floats.
+    func finish() throws -> [Float] {
+      recorder.interrupt()
+      recorder.waitUntilExit()
+      return try PipeWireSession.samples(of: wav)
+    }
+  }
+
+  func startRecording() throws -> Recording {
     let wav = "\(runtime)/recorded-\(UInt32.random(in: 0...UInt32.max)).wav"
     let recorder = Process()
     recorder.executableURL = URL(fileURLWithPath: "/usr/bin/pw-record")
@@ -85,9 +115,10 @@ final class PipeWireSession {
     recorder.standardOutput = FileHandle.nullDevice
     recorder.standardError = FileHandle.nullDevice
     try recorder.run()
-    usleep(UInt32(seconds * 1e6))
-    recorder.interrupt()
-    recorder.waitUntilExit()
+    return Recording(recorder: recorder, wav: wav)
+  }
+
+  private static func samples(of wav: String) throws -> [Float] {
     let raw = wav + ".raw"
     let converted = try runProcess("/usr/bin/sox", [wav, "-t", "f32", raw])
     guard converted.status == 0 else { throw HarnessError("sox: \(converted)") }
