@@ -4,12 +4,56 @@ import Synchronization
 /// The thread that closes a lost device and opens the configured one again, with backoff, off
 /// the render thread (opening a device allocates and may block); it also frees what the render
 /// thread retired. It shares nothing with the render thread but `link`.
+///
+/// A configured device that did not open at start (`link.waiting`) is opened the same way, with
+/// the same backoff, until it opens; meanwhile the fallback, when there is one, is reopened
+/// whenever it is lost or retired on schedule, and let go of once the configured device plays.
 struct DeviceRecovery: Sendable {
   let link: RenderLink
   let configuration: OutputConfiguration
+  /// Played into while the configured device is waited for (the daemon's embedded output).
+  var fallback: OutputConfiguration? = nil
   let output: AlsaPCMOutput.Negotiated
   /// Seconds between reopen attempts: doubling from the first to the last.
   let recoveryBackoff: (first: Double, last: Double)
+  /// Why the configured device did not open at start, when it did not.
+  var startFailure: String? = nil
+
+  /// When a device is opened again: wanted, when next, with what backoff.
+  struct Attempts {
+    var wanted = false
+    /// Reopening a device retired on schedule, which the render thread still counts as healthy.
+    var reopening = false
+    var reopenedAt = -Double.infinity
+    var delay: Double
+    var next = 0.0
+
+    init(first: Double) { delay = first }
+
+    /// A device handed over: lost (a moment before the first attempt) or retired (none).
+    mutating func handedOver(retired: Bool, backoff: (first: Double, last: Double)) {
+      wanted = true
+      reopening = retired
+      // A device that fails again soon after it was reopened (one that opens but cannot play)
+      // keeps the backoff growing rather than be reopened ten times a second.
+      let soon = monotonicSeconds() - reopenedAt < 2 * backoff.last
+      delay = retired || !soon ? backoff.first : min(delay * 2, backoff.last)
+      next = monotonicSeconds() + (retired ? 0 : delay)
+    }
+
+    mutating func opened() {
+      wanted = false
+      reopening = false
+      reopenedAt = monotonicSeconds()
+    }
+
+    mutating func failed(backoff: (first: Double, last: Double)) {
+      delay = min(delay * 2, backoff.last)
+      next = monotonicSeconds() + delay
+    }
+
+    var due: Bool { wanted && monotonicSeconds() >= next }
+  }
 
   /// The recovery thread's body, until `running` goes false.
   /// Closes dead devices and opens new ones, off the render thread: opening a device allocates
@@ -17,52 +61,83 @@ struct DeviceRecovery: Sendable {
   func run() {
     nameThisThread("rampd-recovery")
     defer { link.recoveryFinished.store(true, ordering: .releasing) }
-    var wanted = false
-    /// Reopening a device retired on schedule, which the render thread still counts as healthy.
-    var reopening = false
-    var reopenedAt = -Double.infinity
+    var configured = Attempts(first: recoveryBackoff.first)
+    var spare = Attempts(first: recoveryBackoff.first)
+    /// A fallback is open (at the render thread, or on its way there).
+    var fallbackHeld = false
     /// Opening a device parked while idle, for a render thread that waits for it.
     var waitedFor = false
-    var delay = recoveryBackoff.first
-    var nextAttempt = 0.0
+    if link.waiting.load(ordering: .acquiring) {
+      configured.wanted = true
+      configured.next = monotonicSeconds() + configured.delay
+      fallbackHeld = fallback != nil
+      report { wait in
+        wait.attempts = 1
+        wait.failure = startFailure ?? ""
+        wait.nextAttempt = configured.next
+      }
+    }
     while link.running.load(ordering: .acquiring) {
       // What the render thread let go of is freed here.
       link.reapRetired()
-      // A lost device is given a moment before the first attempt; a retired one none.
+      let waiting = link.waiting.load(ordering: .acquiring)
       for (queue, retired) in [(link.deadDevices, false), (link.retiredDevices, true)] {
-        guard let device = queue.pop() else { continue }
+        guard let held = queue.pop() else { continue }
+        let device = held.device
         if !retired && device.announcesFailure { _ = link.deviceFailures.push(device.failureMessage) }
+        if held.fallback {
+          device.close()
+          fallbackHeld = false
+          // Once the configured device plays, a fallback is not opened again.
+          if waiting { spare.handedOver(retired: retired, backoff: recoveryBackoff) }
+          continue
+        }
+        if waiting && !retired {
+          // Opened while waited for, but it failed before it played: still waited for.
+          let failure = device.failureMessage
+          report { $0.failure = failure }
+        }
         device.close()
-        wanted = true
-        reopening = retired
-        // A device that fails again soon after it was reopened (one that opens but cannot play)
-        // keeps the backoff growing rather than be reopened ten times a second.
-        let soon = monotonicSeconds() - reopenedAt < 2 * recoveryBackoff.last
-        delay = retired || !soon ? recoveryBackoff.first : min(delay * 2, recoveryBackoff.last)
-        nextAttempt = monotonicSeconds() + (retired ? 0 : delay)
+        configured.handedOver(retired: retired, backoff: recoveryBackoff)
+        if waiting { report { $0.nextAttempt = configured.next } }
+        if waiting && fallback != nil && !fallbackHeld && !spare.wanted {
+          spare.wanted = true
+          spare.next = 0
+        }
       }
-      while let parked = link.parkedDevices.pop() { parked.close() }
+      // Only the configured device is let go of while idle (a fallback is a file).
+      while let parked = link.parkedDevices.pop() { parked.device.close() }
       if link.deviceWanted.exchange(false, ordering: .acquiring) {
-        wanted = true
+        configured.wanted = true
+        configured.delay = recoveryBackoff.first
+        configured.next = 0
         waitedFor = true
-        delay = recoveryBackoff.first
-        nextAttempt = 0
       }
-      if wanted, monotonicSeconds() >= nextAttempt {
-        switch openAgain() {
+      if configured.due {
+        switch openAgain(configuration) {
         case .success(let fresh):
-          _ = link.freshDevices.push(fresh)
-          wanted = false
-          reopening = false
-          reopenedAt = monotonicSeconds()
+          let negotiated = fresh.negotiated
+          _ = link.freshDevices.push(HeldDevice(device: fresh, fallback: false))
+          configured.opened()
           if waitedFor {
             waitedFor = false
             link.deviceReady.ring()
+          } else if waiting {
+            // An idle render thread takes it at once, and lets the fallback go.
+            link.commandBell.ring()
+          }
+          // The render thread lets the fallback go as it takes the configured device.
+          fallbackHeld = false
+          spare.wanted = false
+          report { wait in
+            if waiting { wait.attempts += 1 }
+            wait.nextAttempt = nil
+            wait.opened = negotiated
           }
         case .failure(let problem):
-          if reopening {
+          if configured.reopening {
             _ = link.deviceFailures.push("reopening \(configuration.device) on schedule: \(problem)")
-            reopening = false
+            configured.reopening = false
           }
           if waitedFor {
             // The render thread goes on without it, as after a loss; this says why.
@@ -70,18 +145,44 @@ struct DeviceRecovery: Sendable {
             _ = link.deviceFailures.push("reopening \(configuration.device) after idle: \(problem)")
             link.deviceReady.ring()
           }
-          delay = min(delay * 2, recoveryBackoff.last)
-          nextAttempt = monotonicSeconds() + delay
+          configured.failed(backoff: recoveryBackoff)
+          if waiting {
+            let next = configured.next
+            report { wait in
+              wait.attempts += 1
+              wait.failure = problem.message
+              wait.nextAttempt = next
+            }
+          }
+        }
+      }
+      if let fallback, spare.due {
+        switch openAgain(fallback) {
+        case .success(let fresh):
+          _ = link.freshDevices.push(HeldDevice(device: fresh, fallback: true))
+          spare.opened()
+          fallbackHeld = true
+        case .failure(let problem):
+          if spare.reopening {
+            _ = link.deviceFailures.push("reopening \(fallback.device) on schedule: \(problem)")
+            spare.reopening = false
+          }
+          spare.failed(backoff: recoveryBackoff)
         }
       }
       // Healthy, it sleeps until the render thread hands a dead device over (or shutdown);
       // reopening, until the next attempt.
-      link.recoveryBell.wait(milliseconds: wanted ? pollMilliseconds(nextAttempt - monotonicSeconds()) : -1)
+      let next = [configured, spare].filter(\.wanted).map(\.next).min()
+      link.recoveryBell.wait(milliseconds: next.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1)
     }
   }
 
-  /// The configured device, opened again at the rate and channels the render thread works in.
-  func openAgain() -> Result<AlsaPCMOutput, AudioError> {
+  private func report(_ change: (inout DeviceWaitReport) -> Void) {
+    link.waitReport.withLock { change(&$0) }
+  }
+
+  /// `configuration`'s device, opened again at the rate and channels the render thread works in.
+  func openAgain(_ configuration: OutputConfiguration) -> Result<AlsaPCMOutput, AudioError> {
     do throws(AudioError) {
       let fresh = try AlsaPCMOutput(configuration)
       guard fresh.negotiated.rate == output.rate, fresh.negotiated.channels == output.channels else {
@@ -89,8 +190,9 @@ struct DeviceRecovery: Sendable {
         return .failure(
           AudioError(
             .invalidParameter,
-            "it now gives \(fresh.negotiated.rate) Hz, \(fresh.negotiated.channels) channels instead of "
-              + "\(output.rate) Hz, \(output.channels)"))
+            "ALSA device '\(configuration.device)' opened at \(fresh.negotiated.rate) Hz, "
+              + "\(fresh.negotiated.channels) channels, not the \(output.rate) Hz, \(output.channels) channels "
+              + "rampd renders at since it started: refused (a restart plays at the device's rate)"))
       }
       return .success(fresh)
     } catch {

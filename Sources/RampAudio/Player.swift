@@ -36,8 +36,14 @@ import Synchronization
 /// render thread publishes. The render thread's own state and loop are a `RenderLoop`, the
 /// device's recovery a `DeviceRecovery`; all three share only a `RenderLink`.
 public final class Player: Sendable {
+  /// What the render thread works in: the rate, the channels and the block (the period) are
+  /// fixed at start. The device written to may be another (``outputInUse``).
   public let output: AlsaPCMOutput.Negotiated
   public let configuration: OutputConfiguration
+  /// Played into while the configured device is waited for (``init(waitingFor:failure:fallback:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
+  public let fallback: OutputConfiguration?
+  /// Why the configured device did not open at start, when it did not.
+  let startFailure: String?
   /// Seconds of the ramp that starts, pauses, resumes and stops a stream.
   public let declick: Double
   /// The declick ramp in frames: also how an underrun ramps out and back in.
@@ -83,6 +89,43 @@ public final class Player: Sendable {
   public var deviceUnderruns: Int { link.underrunCount.load(ordering: .relaxed) }
   /// False while the device is lost and being reopened.
   public var deviceIsHealthy: Bool { link.healthy.load(ordering: .relaxed) }
+  /// The fallback plays (or was lost and is reopened) while the configured device is waited for.
+  public var playsIntoFallback: Bool { link.usingFallback.load(ordering: .relaxed) }
+
+  /// The wait for a configured device that did not open at start.
+  public struct DeviceWait: Sendable, Equatable {
+    /// The ALSA device waited for.
+    public var device: String
+    /// Attempts to open it so far, the one at start included.
+    public var attempts: Int
+    /// Seconds until the next attempt (nil: it opened, and is about to play).
+    public var nextAttempt: Double?
+    /// Why the last attempt failed.
+    public var failure: String
+  }
+
+  /// While the configured device is waited for, how the wait goes; nil once it plays (or when
+  /// it opened at start).
+  public var deviceWait: DeviceWait? {
+    guard link.waiting.load(ordering: .acquiring) else { return nil }
+    let report = link.waitReport.withLock { $0 }
+    return DeviceWait(
+      device: configuration.device, attempts: max(report.attempts, 1),
+      nextAttempt: report.nextAttempt.map { max($0 - monotonicSeconds(), 0) },
+      failure: report.attempts == 0 ? startFailure ?? "" : report.failure)
+  }
+
+  /// False while no device has opened since start: the configured device is waited for and
+  /// there is no fallback (``outputInUse`` then holds the configuration's values, no device's).
+  public var hasOpenedADevice: Bool {
+    fallback != nil || !link.waiting.load(ordering: .acquiring) || link.usingLateDevice.load(ordering: .relaxed)
+  }
+
+  /// The output written to now: `output`, or the configured device's once it opened after start.
+  public var outputInUse: AlsaPCMOutput.Negotiated {
+    guard link.usingLateDevice.load(ordering: .relaxed), !playsIntoFallback else { return output }
+    return link.waitReport.withLock { $0.opened } ?? output
+  }
   /// True once the device is known to have no clock (device pacing over ALSA's `null`, a `file`
   /// plugin over it): its samples go as fast as it takes them, not at the wall clock's pace.
   public var deviceHasNoClock: Bool { link.noClock.load(ordering: .relaxed) }
@@ -104,6 +147,38 @@ public final class Player: Sendable {
       device: device, sink: nil, negotiated: device.negotiated, configuration: configuration, declick: declick,
       maxGain: maxGain, scheduledCapacity: scheduledCapacity, animationsPerKeyPath: animationsPerKeyPath,
       eventCapacity: eventCapacity)
+  }
+
+  /// A player whose configured device did not open at start (`failure` says why): the recovery
+  /// thread opens it with backoff until it does, as it reopens a lost device, and the player
+  /// plays there from then on. Meanwhile it plays into `fallback` (opened here; what it cannot
+  /// open throws), or, without one, keeps time with no output, as while a device is lost. The
+  /// rate and channels are the fallback's, or the configuration's: a device that then opens at
+  /// others is refused, and ``deviceWait`` says so.
+  public convenience init(
+    waitingFor configuration: OutputConfiguration, failure: any Error, fallback: OutputConfiguration?,
+    declick: Double = 0.010, maxGain: Double = 1, scheduledCapacity: Int = Player.maximumScheduled,
+    animationsPerKeyPath: Int = 64, eventCapacity: Int = Player.defaultEventCapacity
+  ) throws {
+    try configuration.validate()
+    let device = try fallback.map { configuration throws(AudioError) in try AlsaPCMOutput(configuration) }
+    try self.init(
+      device: device, sink: nil, negotiated: device?.negotiated ?? Self.unopened(configuration),
+      configuration: configuration, fallback: fallback, startFailure: "\(failure)", declick: declick,
+      maxGain: maxGain, scheduledCapacity: scheduledCapacity, animationsPerKeyPath: animationsPerKeyPath,
+      eventCapacity: eventCapacity)
+  }
+
+  /// What the render thread works in when no device opened: the configuration's values, paced
+  /// by the device that will come (most do their own).
+  static func unopened(_ configuration: OutputConfiguration) -> AlsaPCMOutput.Negotiated {
+    let rate = Double(configuration.sampleRate)
+    return AlsaPCMOutput.Negotiated(
+      device: configuration.device, format: configuration.format == .auto ? .float32 : configuration.format,
+      rate: configuration.sampleRate, channels: configuration.channels,
+      periodFrames: max(Int((configuration.periodTime * rate).rounded()), 1),
+      bufferFrames: max(Int((configuration.bufferTime * rate).rounded()), 2),
+      pacing: configuration.pacing == .clock ? .clock : .device, kind: .other)
   }
 
   /// A player whose blocks go to `sink`, `blockFrames` at a time, on a virtual clock: no render
@@ -130,11 +205,16 @@ public final class Player: Sendable {
 
   private init(
     device: AlsaPCMOutput?, sink: (any BlockSink)?, negotiated: AlsaPCMOutput.Negotiated,
-    configuration: OutputConfiguration, declick: Double, maxGain: Double, scheduledCapacity: Int,
-    animationsPerKeyPath: Int, eventCapacity: Int
+    configuration: OutputConfiguration, fallback: OutputConfiguration? = nil, startFailure: String? = nil,
+    declick: Double, maxGain: Double, scheduledCapacity: Int, animationsPerKeyPath: Int, eventCapacity: Int
   ) throws {
     link = try RenderLink(eventCapacity: eventCapacity)
     self.configuration = configuration
+    self.fallback = fallback
+    self.startFailure = startFailure
+    let waiting = startFailure != nil
+    link.waiting.store(waiting, ordering: .releasing)
+    link.usingFallback.store(waiting && device != nil, ordering: .relaxed)
     output = negotiated
     self.declick = declick
     declickFrames = max(Int((declick * Double(negotiated.rate)).rounded()), 1)
@@ -148,7 +228,8 @@ public final class Player: Sendable {
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: link.events)
     renderer = RenderLoop(
       link: link, state: state, device: device, sink: sink, output: negotiated, configuration: configuration,
-      declickFrames: declickFrames, rewindHistory: rewindHistory, scheduledCapacity: scheduledCapacity)
+      fallback: fallback, waiting: waiting, declickFrames: declickFrames, rewindHistory: rewindHistory,
+      scheduledCapacity: scheduledCapacity)
   }
 
   /// Starts the render thread (and the thread that reopens a lost device).
@@ -162,7 +243,8 @@ public final class Player: Sendable {
     thread.name = "rampd-render"
     thread.qualityOfService = .userInteractive
     let recovery = DeviceRecovery(
-      link: link, configuration: configuration, output: output, recoveryBackoff: recoveryBackoff)
+      link: link, configuration: configuration, fallback: fallback, output: output, recoveryBackoff: recoveryBackoff,
+      startFailure: startFailure)
     let recoveryThread = Thread { recovery.run() }
     recoveryThread.name = "rampd-recovery"
     recoveryThread.start()

@@ -13,6 +13,9 @@ public enum PlayerEvent: Sendable, Equatable {
   case deviceFailed(String)
   /// A new device is open and playing again; the name of the ALSA device.
   case deviceRecovered(String)
+  /// The configured device, which did not open at start and was waited for, is open and playing;
+  /// the name of the ALSA device.
+  case deviceArrived(String)
   /// A command's ticket, posted by `RenderState.complete` after the command ran: its results
   /// travel in the ticket, in order with the events around it.
   case commandCompleted(CommandTicket)

@@ -30,6 +30,25 @@ struct PlayerCommand {
   }
 }
 
+/// A device on its way between the render and recovery threads, and whether it is the fallback
+/// (played into while the configured device is waited for) or the configured one.
+struct HeldDevice {
+  let device: AlsaPCMOutput
+  let fallback: Bool
+}
+
+/// The wait for a configured device that did not open at start, as the recovery thread saw it.
+struct DeviceWaitReport {
+  /// Attempts to open it so far, the one at start included.
+  var attempts = 0
+  /// Monotonic seconds of the next attempt (nil: none planned, the device is open).
+  var nextAttempt: Double?
+  /// Why the last attempt failed.
+  var failure = ""
+  /// What the configured device negotiated, once it opened.
+  var opened: AlsaPCMOutput.Negotiated?
+}
+
 /// What a player's threads share, and nothing else: the control side (`Player`), the render
 /// thread (`RenderLoop`) and the thread that reopens a lost device (`DeviceRecovery`) hand each
 /// other commands, events, retired objects and devices through these lock-free queues, wake each
@@ -63,15 +82,15 @@ final class RenderLink: Sendable {
   /// to be freed there (render thread → recovery thread).
   let retired = SPSCQueue<Retired>(minimumCapacity: 4096)
   // Device loss: the render thread hands the dead device over, the recovery thread hands a new one back.
-  let deadDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  let deadDevices = SPSCQueue<HeldDevice>(minimumCapacity: 4)
   /// Healthy devices handed over after `configuration.reopenAfter`, to be closed and opened afresh.
-  let retiredDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  let retiredDevices = SPSCQueue<HeldDevice>(minimumCapacity: 4)
   /// Why a device was lost, or why one retired on schedule could not be opened again: put in
   /// words on the recovery thread, so the render thread posts them without building a string.
   let deviceFailures = SPSCQueue<String>(minimumCapacity: 8)
   /// Devices let go of while idle (an audio server's, whose stream would keep its graph
   /// running): the recovery thread closes them, and opens the device again once `deviceWanted`.
-  let parkedDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  let parkedDevices = SPSCQueue<HeldDevice>(minimumCapacity: 4)
   /// Set by the render thread when it wakes with its device parked.
   let deviceWanted = Atomic<Bool>(false)
   /// Rung by the recovery thread when the device wanted is open (or could not be opened).
@@ -79,7 +98,18 @@ final class RenderLink: Sendable {
   /// Nanoseconds a parked device took to open again, as last measured (−1: not yet).
   let measuredReopen = Atomic<Int64>(-1)
   /// Devices opened again, from the recovery thread to the render thread.
-  let freshDevices = SPSCQueue<AlsaPCMOutput>(minimumCapacity: 4)
+  let freshDevices = SPSCQueue<HeldDevice>(minimumCapacity: 4)
+  /// The configured device has not played since start: the recovery thread opens it with
+  /// backoff, and the fallback (if any) plays meanwhile. Cleared by the render thread once the
+  /// configured device has taken two buffers.
+  let waiting = Atomic<Bool>(false)
+  /// The device written to (or lost) is the fallback.
+  let usingFallback = Atomic<Bool>(false)
+  /// The render thread writes to the configured device, opened after start.
+  let usingLateDevice = Atomic<Bool>(false)
+  /// What the recovery thread knows of the wait for the configured device (it writes, the control
+  /// side reads; the render thread never touches it).
+  let waitReport = Mutex<DeviceWaitReport>(DeviceWaitReport())
   /// Set by the recovery thread as it ends.
   let recoveryFinished = Atomic<Bool>(false)
   /// Which sample is heard when, as the render thread last measured it (`HeardClock`).

@@ -13,7 +13,7 @@ extension RenderLoop {
   func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
     var waited = false
     while link.running.load(ordering: .relaxed) {
-      let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead)
+      let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead(on: device))
       if wait <= 0 { break }
       waited = true
       // Rounded up to whole milliseconds: the block then fits when poll returns.
@@ -127,10 +127,12 @@ extension RenderLoop {
     return nil
   }
 
-  /// Without a device to block on, waits until the block just rendered is due on the clock (one
-  /// block ahead of it); after an outage of the render thread itself the clock re-anchors.
+  /// Without a device to block on, waits until the block just rendered is due on the clock, up
+  /// to a buffer ahead of it, as a device would hold: blocks go out back to back, a buffer's worth
+  /// per wake-up, and a command still lands within a buffer. After an outage of the render thread
+  /// itself the clock re-anchors.
   func keepTime(frames: Int) {
-    idleClock.wait(toWrite: frames, lead: frames)
+    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames))
     idleClock.advance(by: frames)
   }
 
@@ -144,20 +146,22 @@ extension RenderLoop {
     return false
   }
 
-  /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill the
-  /// buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by default half
-  /// the buffer rounded up to whole periods (30 ms of a 50 ms buffer in 10 ms periods: a wake-up
-  /// per two periods, where most of a wake-up's cost is the waking itself). In the buffer as
-  /// negotiated, never less than a period unless the buffer holds under two, never more than
-  /// the buffer less one period.
-  var refillLead: Int {
-    let period = output.periodFrames
-    let most = max(output.bufferFrames - period, 0)
+  /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill
+  /// `device`'s buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by
+  /// default half the buffer rounded up to whole periods (30 ms of a 50 ms buffer in 10 ms
+  /// periods: a wake-up per two periods, where most of a wake-up's cost is the waking itself). In
+  /// the buffer as `device` negotiated it (a fallback's may differ from the configured device's),
+  /// never less than a period unless the buffer holds under two, never more than the buffer less
+  /// one period.
+  func refillLead(on device: AlsaPCMOutput) -> Int {
+    let negotiated = device.negotiated
+    let period = negotiated.periodFrames
+    let most = max(negotiated.bufferFrames - period, 0)
     guard let margin = configuration.marginTime else {
-      let half = (output.bufferFrames + 1) / 2
+      let half = (negotiated.bufferFrames + 1) / 2
       return min(max((half + period - 1) / max(period, 1) * period, period), most)
     }
-    return min(max(Int((margin * Double(output.rate)).rounded()), period), most)
+    return min(max(Int((margin * Double(negotiated.rate)).rounded()), period), most)
   }
 
   // MARK: Idle
@@ -185,7 +189,11 @@ extension RenderLoop {
   /// starts again once it holds two blocks (`AlsaPCMOutput.stopForIdle`), its first sample
   /// being silence or the command's ramp: no click. Allocation-free.
   func idleIfNothingToRender(_ buffers: RenderBuffers) {
-    guard let device, device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), nothingToRender else { return }
+    // The configured device, once it opened after start, plays until it is known to play
+    // (`waiting` ends), so it is not let go of untried.
+    guard let device, device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
+      nothingToRender
+    else { return }
     let nanosecondsPerFrame = 1e9 / Double(output.rate)
     // A device of an audio server is let go of while idle: a stream that is merely stopped keeps
     // the server's graph running (and waking) for nothing.
@@ -271,7 +279,7 @@ extension RenderLoop {
         answered = true
       }
       if answered { flushEvents() }
-      if !link.commands.isEmpty { return false }
+      if !link.commands.isEmpty || awaitedDeviceOpened { return false }
     }
     return false
   }
@@ -287,7 +295,8 @@ extension RenderLoop {
     while link.running.load(ordering: .relaxed) {
       if let fresh = link.freshDevices.pop() {
         use(fresh)
-        return fresh
+        if let device { return device }
+        continue
       }
       let left = limit - monotonicNanoseconds()
       if left <= 0 || !link.deviceFailures.isEmpty { break }
@@ -300,11 +309,16 @@ extension RenderLoop {
   /// as lost.
   static let reopenLimit: Int64 = 2_000_000_000
 
+  /// The configured device, waited for since start, has opened: an idle render thread wakes to
+  /// play into it (and go idle there), so `status` stops saying it waits.
+  var awaitedDeviceOpened: Bool { waiting && !link.freshDevices.isEmpty }
+
   /// Sleeps on the command bell until `deadline` (monotonic nanoseconds; nil: none). False when
-  /// a command came first (or the player stops), true once the deadline has passed.
+  /// a command or the awaited device (`awaitedDeviceOpened`) came first, or the player stops;
+  /// true once the deadline has passed.
   func sleepIdle(until deadline: Int64?) -> Bool {
     while link.running.load(ordering: .relaxed) {
-      if !link.commands.isEmpty { return false }
+      if !link.commands.isEmpty || awaitedDeviceOpened { return false }
       var milliseconds: Int32 = -1
       if let deadline {
         let left = deadline - monotonicNanoseconds()

@@ -26,7 +26,11 @@ final class RenderLoop: @unchecked Sendable {
   /// What a rewind needs to render again what the device holds (`Rewind.swift`).
   let rewindHistory: RewindHistory
   /// The device written to (nil while it is lost and reopened, or for an offline player).
-  var device: AlsaPCMOutput?
+  private(set) var device: AlsaPCMOutput?
+  /// `device` is the fallback, played into while the configured device is waited for.
+  var onFallback = false
+  /// The configured device has not yet played since start (`link.waiting`, the render thread's copy).
+  var waiting = false
   /// An offline player's output, instead of a device.
   let sink: (any BlockSink)?
   /// An offline player's block: it has no render thread to own one.
@@ -40,9 +44,10 @@ final class RenderLoop: @unchecked Sendable {
   var scheduled: CommandSchedule
   /// Something was retired in this block: the loop rings the recovery thread once.
   var retiredInBlock = false
-  /// `configuration.reopenAfter` in frames (nil: never), and the frames written to the device since
-  /// it was opened.
+  /// `configuration.reopenAfter` in frames (nil: never), the fallback's, and the frames written to
+  /// the device since it was opened.
   let reopenAfterFrames: Int?
+  let fallbackReopenAfterFrames: Int?
   var framesSinceOpen = 0
   /// Keeps time while there is no device to block on (lost, or without a clock and idle).
   var idleClock: ClockPacer
@@ -73,8 +78,8 @@ final class RenderLoop: @unchecked Sendable {
 
   init(
     link: RenderLink, state: RenderState, device: AlsaPCMOutput?, sink: (any BlockSink)?,
-    output: AlsaPCMOutput.Negotiated, configuration: OutputConfiguration, declickFrames: Int,
-    rewindHistory: RewindHistory, scheduledCapacity: Int
+    output: AlsaPCMOutput.Negotiated, configuration: OutputConfiguration, fallback: OutputConfiguration? = nil,
+    waiting: Bool = false, declickFrames: Int, rewindHistory: RewindHistory, scheduledCapacity: Int
   ) {
     self.link = link
     self.state = state
@@ -87,6 +92,9 @@ final class RenderLoop: @unchecked Sendable {
     self.rewindHistory = rewindHistory
     let rate = Double(output.rate)
     reopenAfterFrames = configuration.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
+    fallbackReopenAfterFrames = fallback?.reopenAfter.map { max(Int(($0 * rate).rounded()), 1) }
+    self.waiting = waiting
+    onFallback = waiting && device != nil
     idleClock = ClockPacer(rate: output.rate)
     heardClock = HeardClock(rate: output.rate)
     heardClock.boundsDrift = device?.releasesWhenIdle ?? false
@@ -131,21 +139,22 @@ final class RenderLoop: @unchecked Sendable {
       // With clock pacing, the wait comes before the block is rendered: a command taken during
       // it lands on the block's first sample, heard at most one buffer later.
       var due: Int64 = 0
-      if let device, output.pacing == .device {
+      // The pacing of the device in use: the fallback and the configured device may differ.
+      if let device, device.negotiated.pacing == .device {
         let waited = waitForRoomTakingCommands(on: device, frames: buffers.frames)
         observeAfterWrite = waited
         // A device that rewinds is filled by timer, several blocks per wake-up, as with the clock.
-        if rewindHistory.enabled && device.rewindsNow { due = dueOfBlock(waited: waited) }
+        if rewindHistory.enabled && device.rewindsNow { due = dueOfBlock(waited: waited, on: device) }
       }
-      if let device, output.pacing == .clock {
+      if let device, device.negotiated.pacing == .clock {
         let waited = takeCommandsWhileWaiting(for: device, frames: buffers.frames)
         observeAfterWrite = waited
-        due = dueOfBlock(waited: waited)
+        due = dueOfBlock(waited: waited, on: device)
       }
       takeCommands()
       // Replies leave now, not after the block has waited for the device.
       flushEvents()
-      if let device, output.pacing == .device { waitForStreams(on: device, frames: buffers.frames) }
+      if let device, device.negotiated.pacing == .device { waitForStreams(on: device, frames: buffers.frames) }
       publishValues(due: due)
       beginRewindableBlock()
       renderScheduled(buffers)
@@ -254,8 +263,9 @@ final class RenderLoop: @unchecked Sendable {
   /// When the block about to be rendered becomes `latest` for the published values (monotonic
   /// nanoseconds): the blocks of one wake-up (`waited`: the first of them) one period apart, from
   /// the wake-up on. A writer that never waits, always behind, starts a batch every buffer.
-  func dueOfBlock(waited: Bool) -> Int64 {
-    if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > Int64(output.bufferFrames) {
+  func dueOfBlock(waited: Bool, on device: AlsaPCMOutput) -> Int64 {
+    let buffer = Int64(device.negotiated.bufferFrames)
+    if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > buffer {
       batchStart = (monotonicNanoseconds(), state.engine.now)
     }
     guard let batchStart else { return 0 }
@@ -343,7 +353,7 @@ final class RenderLoop: @unchecked Sendable {
       link.healthy.store(false, ordering: .relaxed)
       state.post(.deviceFailed(failure))
     }
-    if device == nil, let fresh = link.freshDevices.pop() { use(fresh) }
+    if device == nil || onFallback, let fresh = link.freshDevices.pop() { use(fresh) }
     guard let device else {
       keepTime(frames: buffers.frames)
       return
@@ -353,8 +363,11 @@ final class RenderLoop: @unchecked Sendable {
       // Unhealthy at once, so whoever takes the event (once the recovery thread has put the
       // failure in words) sees the device as lost. A reopened device that fails before it played
       // was never back: no second event.
-      device.announcesFailure = link.healthy.load(ordering: .relaxed)
-      link.healthy.store(false, ordering: .relaxed)
+      // The configured device while it is still waited for (it opened, and failed before it
+      // played) was never there: no event, and the wait goes on.
+      let awaited = waiting && !onFallback
+      device.announcesFailure = link.healthy.load(ordering: .relaxed) && !awaited
+      if !awaited { link.healthy.store(false, ordering: .relaxed) }
       handOver(device, to: link.deadDevices)
       return
     }
@@ -367,9 +380,16 @@ final class RenderLoop: @unchecked Sendable {
     // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
     // at the first write and writes it once its own buffer fills. (A device reopened on
     // schedule was never lost.)
-    if !link.healthy.load(ordering: .relaxed) && framesSinceOpen >= 2 * output.bufferFrames {
-      link.healthy.store(true, ordering: .relaxed)
-      state.post(.deviceRecovered(device.negotiated.device))
+    if framesSinceOpen >= 2 * device.negotiated.bufferFrames {
+      if waiting && !onFallback {
+        waiting = false
+        link.waiting.store(false, ordering: .releasing)
+        link.healthy.store(true, ordering: .relaxed)
+        state.post(.deviceArrived(device.negotiated.device))
+      } else if !link.healthy.load(ordering: .relaxed) {
+        link.healthy.store(true, ordering: .relaxed)
+        state.post(.deviceRecovered(device.negotiated.device))
+      }
     }
     link.underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
     // A device without a clock goes as fast as the streams decode; with none playing, time
@@ -379,7 +399,9 @@ final class RenderLoop: @unchecked Sendable {
     } else {
       idleClock.reset()
     }
-    if let reopenAfterFrames, framesSinceOpen >= reopenAfterFrames { handOver(device, to: link.retiredDevices) }
+    if let reopenAfter = onFallback ? fallbackReopenAfterFrames : reopenAfterFrames, framesSinceOpen >= reopenAfter {
+      handOver(device, to: link.retiredDevices)
+    }
   }
 
   /// Feeds the sample-to-time mapping what the device says right after a write: the block's
@@ -399,28 +421,46 @@ final class RenderLoop: @unchecked Sendable {
     }
   }
 
-  /// Takes a device the recovery thread opened.
-  func use(_ fresh: AlsaPCMOutput) {
-    device = fresh
+  /// Takes a device the recovery thread opened: in place of none, or of the fallback when it is
+  /// the configured device (the fallback then goes to the recovery thread, which closes it).
+  func use(_ fresh: HeldDevice) {
+    // A fallback plays only while the configured device is waited for, and never displaces it.
+    if fresh.fallback && (device != nil || !waiting) {
+      retire(.object(fresh.device))
+      return
+    }
+    if let device {
+      letGo(device, lost: false)
+      retire(.object(device))
+    }
+    device = fresh.device
+    onFallback = fresh.fallback
     framesSinceOpen = 0
     roomAhead = 0
-    heardClock.boundsDrift = fresh.releasesWhenIdle
+    heardClock.boundsDrift = fresh.device.releasesWhenIdle
+    link.usingFallback.store(onFallback, ordering: .relaxed)
+    if !onFallback && waiting { link.usingLateDevice.store(true, ordering: .relaxed) }
   }
 
   /// Gives the device to the recovery thread: `deadDevices` (lost) or `retiredDevices` (healthy,
   /// reopened on schedule), to be closed and opened again, or `parkedDevices` (idle), to be
   /// closed and opened again when asked. Time follows the clock meanwhile.
-  func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<AlsaPCMOutput>) {
+  func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<HeldDevice>) {
+    letGo(device, lost: queue === link.deadDevices)
+    _ = queue.push(HeldDevice(device: device, fallback: onFallback))
+    link.recoveryBell.ring()
+  }
+
+  /// Stops writing to `device`: its underruns are kept, the clocks start afresh.
+  private func letGo(_ device: AlsaPCMOutput, lost: Bool) {
     underrunsOfLostDevices += device.underruns
     underrunsObserved = 0
     // A lost device may come back as another (an audio server restarted with another graph).
-    if queue === link.deadDevices { heardClock.forgetRate() } else { heardClock.restart() }
+    if lost { heardClock.forgetRate() } else { heardClock.restart() }
     roomAhead = 0
     self.device = nil
     idleClock.reset()
     batchStart = nil
-    _ = queue.push(device)
-    link.recoveryBell.ring()
   }
 }
 

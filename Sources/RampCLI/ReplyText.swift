@@ -88,6 +88,12 @@ public enum ReplyText {
         let requested = output["requestedDevice"]?.stringValue.map { " (\($0) could not be opened)" } ?? ""
         lines.append("embedded output: playing into \(file)\(requested)")
       }
+      if let waiting = output["waiting"], let device = waiting["device"]?.stringValue {
+        var line = "waiting for \(device): \(waiting["attempts"].map(number) ?? "?") attempt(s)"
+        if let next = waiting["nextAttempt"] { line += ", next in \(number(next)) s" }
+        if let error = waiting["error"]?.stringValue, !error.isEmpty { line += "; last: \(error)" }
+        lines.append(line)
+      }
     }
     let streams = result["streams"]?.arrayValue ?? []
     if streams.isEmpty {

@@ -28,7 +28,11 @@ public struct DaemonConfiguration: Sendable, Equatable {
     output.rewindBufferTime = 0.2
     return output
   }()
-  /// `[embedded-output]`: the fallback when the configured device cannot be opened.
+  /// `[output] wait`: a device that cannot be opened at start is opened again with backoff until
+  /// it opens (the embedded output, when enabled, plays meanwhile). False: the embedded output
+  /// for good, or an error when it is disabled.
+  public var waitForDevice = true
+  /// `[embedded-output]`: played into while the configured device cannot be opened.
   public var embeddedOutput = EmbeddedOutputSettings()
   /// `[fade]`: what `fade`, `fade-in` and `fade-out` use when a request leaves a field out.
   public var fades = FadeDefaults()
@@ -64,7 +68,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
   public var maxGain: Double { pow(10, maxGainDecibels / 20) }
 
   public static func == (lhs: DaemonConfiguration, rhs: DaemonConfiguration) -> Bool {
-    lhs.socket == rhs.socket && lhs.output == rhs.output && lhs.embeddedOutput == rhs.embeddedOutput
+    lhs.socket == rhs.socket && lhs.output == rhs.output && lhs.waitForDevice == rhs.waitForDevice
+      && lhs.embeddedOutput == rhs.embeddedOutput
       && lhs.fades == rhs.fades && lhs.transaction.duration == rhs.transaction.duration
       && lhs.transaction.timingFunction == rhs.transaction.timingFunction
       && lhs.transaction.disableActions == rhs.transaction.disableActions

@@ -163,6 +163,12 @@ enum ConfigSchema {
       set: { output, value throws(ValueProblem) in
         output.rewindBufferTime = try ConfigParse.duration(value)
       }),
+    ConfigKey(
+      section: "output", name: "wait",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.waitForDevice = try ConfigParse.boolean(value)
+      },
+      render: { "\($0.waitForDevice)" }),
   ]
 
   /// An `[output]` key: sets the field, then checks it alone with `OutputConfiguration.validate()`

@@ -36,6 +36,8 @@ public final class Controller: @unchecked Sendable {
   public let startedAt = Date()
   /// Extra facts `status` reports about the output (embedded file, …).
   public let outputNotes: JSONObject
+  /// Those reported instead while the player plays into its fallback (`Player.playsIntoFallback`).
+  public let fallbackNotes: JSONObject
   let preparation: Preparation
   let logger: Logger
   private let subscribers = Mutex<[ObjectIdentifier: Subscription]>([:])
@@ -65,10 +67,14 @@ public final class Controller: @unchecked Sendable {
     var kinds: Set<EventKind>
   }
 
-  public init(player: Player, configuration: DaemonConfiguration, outputNotes: JSONObject = [:], logger: Logger) {
+  public init(
+    player: Player, configuration: DaemonConfiguration, outputNotes: JSONObject = [:], fallbackNotes: JSONObject = [:],
+    logger: Logger
+  ) {
     self.player = player
     live = LiveConfiguration(configuration)
     self.outputNotes = outputNotes
+    self.fallbackNotes = fallbackNotes
     self.logger = logger
     preparation = Preparation(live: live, player: player, streamNames: StreamNames())
   }
@@ -204,13 +210,14 @@ public final class Controller: @unchecked Sendable {
   }
 
   private var outputStatus: JSONObject {
-    let output = player.output
+    let output = player.outputInUse
+    let wait = player.deviceWait
+    let state = !player.deviceIsHealthy ? "failed" : wait != nil ? "waiting" : "playing"
     var object: JSONObject = [
       "device": .string(output.device), "rate": .integer(output.rate), "channels": .integer(output.channels),
       "format": .string(output.format.rawValue), "periodFrames": .integer(output.periodFrames),
       "bufferFrames": .integer(output.bufferFrames), "pacing": .string(output.pacing.rawValue),
-      "kind": .string(output.kind.rawValue),
-      "state": .string(player.deviceIsHealthy ? "playing" : "failed"),
+      "state": .string(state),
       "underruns": .integer(player.deviceUnderruns),
       "realtimePriority": .integer(player.realtimePriority),
     ]
@@ -224,8 +231,16 @@ public final class Controller: @unchecked Sendable {
     object["rewindMargin"] = .number(rewind.margin)
     object["rewinds"] = .integer(rewind.rewinds)
     if let latency = player.resumeLatency { object["resumeLatency"] = .number(latency) }
+    if player.hasOpenedADevice { object["kind"] = .string(output.kind.rawValue) }
     if let latency = player.reopenLatency { object["reopenLatency"] = .number(latency) }
-    for (key, value) in outputNotes { object[key] = value }
+    for (key, value) in player.playsIntoFallback ? fallbackNotes : outputNotes { object[key] = value }
+    if let wait {
+      var waiting: JSONObject = [
+        "device": .string(wait.device), "attempts": .integer(wait.attempts), "error": .string(wait.failure),
+      ]
+      if let next = wait.nextAttempt { waiting["nextAttempt"] = .number((next * 1000).rounded() / 1000) }
+      object["waiting"] = .object(waiting)
+    }
     return object
   }
 
@@ -733,6 +748,9 @@ public final class Controller: @unchecked Sendable {
       broadcast(.deviceFailed(message: message))
     case .deviceRecovered(let device):
       logger.notice("output device recovered", metadata: ["device": "\(device)"])
+      broadcast(.deviceRecovered(device: device))
+    case .deviceArrived(let device):
+      logger.notice("output device opened at last; playing into it", metadata: ["device": "\(device)"])
       broadcast(.deviceRecovered(device: device))
     case .duckStarted(let rule, let sample):
       logger.info("duck started", metadata: ["rule": "\(rule)"])

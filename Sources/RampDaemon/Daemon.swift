@@ -6,14 +6,14 @@ import RampEngine
 import RampProtocol
 import Synchronization
 
-/// The whole daemon: output (the configured device, or the embedded WAV file when there is none),
+/// The whole daemon: output (the configured device; while it is waited for, the embedded WAV file),
 /// player, controller, mixer bindings and socket server, started and stopped together.
 public final class Daemon: @unchecked Sendable {
   public let configuration: DaemonConfiguration
   public let player: Player
   public let controller: Controller
   public let server: Server
-  /// Where the embedded output writes, when it is in use.
+  /// Where the embedded output writes, when the configured device did not open at start.
   public let embeddedFile: String?
   private let logger: Logger
   private var mixers: [MixerDriver] = []
@@ -50,41 +50,65 @@ public final class Daemon: @unchecked Sendable {
     var headerKeeper: WavHeaderKeeper?
     notifier = ServiceNotifier(environment: environment)
     var notes: JSONObject = ["embedded": false]
+    var fallbackNotes: JSONObject = [:]
+    let requested = configuration.output
     do {
       player = try Player(
-        output: configuration.output, declick: configuration.declick, maxGain: configuration.maxGain,
+        output: requested, declick: configuration.declick, maxGain: configuration.maxGain,
         scheduledCapacity: configuration.limits.pendingScheduled,
         animationsPerKeyPath: configuration.limits.animationsPerKeyPath,
         eventCapacity: configuration.limits.eventQueue)
       embeddedFile = nil
     } catch {
-      guard configuration.embeddedOutput.enabled else { throw error }
-      let file = configuration.embeddedOutput.resolvedPath(environment: environment, isRoot: isRoot)
+      guard configuration.embeddedOutput.enabled || configuration.waitForDevice else { throw error }
+      var embedded: OutputConfiguration?
+      var file: String?
       let limit = configuration.embeddedOutput.maxDuration
-      let embedded = try Self.embeddedOutput(configuration.output, file: file, maxDuration: limit)
-      let lock = try InstanceLock.claim(embeddedFile: file)
-      locks.append(lock)
-      headerKeeper = WavHeaderKeeper(descriptor: lock.descriptor, path: file)
-      logger.warning(
-        "output device unusable; playing into a WAV file instead (embedded output)",
-        metadata: [
-          "device": "\(configuration.output.device)", "reason": "\(error)", "file": "\(file)",
-          "keeps": limit > 0 ? "the last \(ConfigText.duration(limit)) at most" : "everything",
-        ])
-      player = try Player(
-        output: embedded, declick: configuration.declick, maxGain: configuration.maxGain,
-        scheduledCapacity: configuration.limits.pendingScheduled,
-        animationsPerKeyPath: configuration.limits.animationsPerKeyPath,
-        eventCapacity: configuration.limits.eventQueue)
+      if configuration.embeddedOutput.enabled {
+        let path = configuration.embeddedOutput.resolvedPath(environment: environment, isRoot: isRoot)
+        embedded = try Self.embeddedOutput(requested, file: path, maxDuration: limit)
+        let lock = try InstanceLock.claim(embeddedFile: path)
+        locks.append(lock)
+        headerKeeper = WavHeaderKeeper(descriptor: lock.descriptor, path: path)
+        file = path
+        let facts: JSONObject = [
+          "embedded": true, "file": .string(path), "requestedDevice": .string(requested.device),
+          "maxDuration": .number(limit),
+        ]
+        if configuration.waitForDevice { fallbackNotes = facts } else { notes = facts }
+      }
+      let keeps = limit > 0 ? "the last \(ConfigText.duration(limit)) at most" : "everything"
+      if configuration.waitForDevice {
+        // Said once: the attempts that follow are in `status` (output.waiting), not the log.
+        let meanwhile =
+          file.map { _ in "playing into a WAV file meanwhile (embedded output, keeps \(keeps))" }
+          ?? "keeping time without output meanwhile (embedded-output.enabled = false)"
+        logger.warning(
+          "output device unavailable; waiting for it, retrying with backoff; \(meanwhile)",
+          metadata: ["device": "\(requested.device)", "reason": "\(error)", "file": "\(file ?? "")"])
+        player = try Player(
+          waitingFor: requested, failure: error, fallback: embedded, declick: configuration.declick,
+          maxGain: configuration.maxGain, scheduledCapacity: configuration.limits.pendingScheduled,
+          animationsPerKeyPath: configuration.limits.animationsPerKeyPath,
+          eventCapacity: configuration.limits.eventQueue)
+      } else {
+        logger.warning(
+          "output device unusable; playing into a WAV file instead (embedded output)",
+          metadata: [
+            "device": "\(requested.device)", "reason": "\(error)", "file": "\(file ?? "")", "keeps": "\(keeps)",
+          ])
+        player = try Player(
+          output: embedded ?? requested, declick: configuration.declick, maxGain: configuration.maxGain,
+          scheduledCapacity: configuration.limits.pendingScheduled,
+          animationsPerKeyPath: configuration.limits.animationsPerKeyPath,
+          eventCapacity: configuration.limits.eventQueue)
+      }
       embeddedFile = file
-      notes = [
-        "embedded": true, "file": .string(file), "requestedDevice": .string(configuration.output.device),
-        "maxDuration": .number(limit),
-      ]
     }
     self.locks = locks
     self.headerKeeper = headerKeeper
-    controller = Controller(player: player, configuration: configuration, outputNotes: notes, logger: logger)
+    controller = Controller(
+      player: player, configuration: configuration, outputNotes: notes, fallbackNotes: fallbackNotes, logger: logger)
     server = Server(path: socketPath, controller: controller, logger: logger)
     let server = server
     controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
@@ -140,7 +164,7 @@ public final class Daemon: @unchecked Sendable {
     } else {
       try server.start()
     }
-    let output = player.output
+    let output = player.outputInUse
     logger.notice(
       "rampd \(RampdVersion.current) listening",
       metadata: [
@@ -208,7 +232,10 @@ public final class Daemon: @unchecked Sendable {
       ? "idle" : "playing \(streams.count) stream\(streams.count == 1 ? "" : "s"): \(streams.joined(separator: ", "))"
     let gain = master?.latest.value ?? .nan
     let level = gain.isNaN ? "" : String(format: "; master.gain %.3f", gain)
-    return playing + level + "; output " + (embeddedFile.map { "embedded WAV \($0)" } ?? player.output.device)
+    let embedded = player.playsIntoFallback || player.fallback == nil ? embeddedFile : nil
+    let output = embedded.map { "embedded WAV \($0)" } ?? player.outputInUse.device
+    let waiting = player.deviceWait.map { "; waiting for \($0.device)" } ?? ""
+    return playing + level + "; output " + output + waiting
   }
 
   /// Feeds systemd's watchdog from the event loop, and only while the render loop has rendered

@@ -170,8 +170,9 @@ import Testing
       "version": "0.2.0", "uptime": 61.2, "clients": 0,
       "output": [
         "device": "default", "rate": 48000, "channels": 2, "format": "float", "periodFrames": 240,
-        "bufferFrames": 960, "pacing": "device", "kind": "file", "state": "playing", "underruns": 0, "embedded": true,
+        "bufferFrames": 960, "pacing": "device", "kind": "file", "state": "waiting", "underruns": 0, "embedded": true,
         "file": "/run/rampd/output.wav", "requestedDevice": "hw:0",
+        "waiting": ["device": "hw:0", "attempts": 3, "nextAttempt": 0.4, "error": "No such device"],
       ],
       "streams": [
         ["stream": "s1", "path": "/a.wav", "paused": false, "stopping": false, "loop": true, "position": 2.5]
@@ -180,8 +181,9 @@ import Testing
     #expect(
       ReplyText.status(status) == """
         rampd 0.2.0, up 1m1s
-        output default (file), 48000 Hz, 2 ch, float, period 240 / buffer 960 frames, paced by device, playing, 0 underrun(s)
+        output default (file), 48000 Hz, 2 ch, float, period 240 / buffer 960 frames, paced by device, waiting, 0 underrun(s)
         embedded output: playing into /run/rampd/output.wav (hw:0 could not be opened)
+        waiting for hw:0: 3 attempt(s), next in 0.4 s; last: No such device
         STREAM  STATE    POSITION  LOOP  PATH
         s1      playing  2.5s      yes   /a.wav
         """)

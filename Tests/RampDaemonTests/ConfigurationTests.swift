@@ -524,6 +524,10 @@ extension ConfigurationTests {
         #"test:2: state.path: "state.json" is not an absolute path (it must start with '/')"#
       ),
       (
+        "[output]\nwait = \"later\"",
+        #"test:2: output.wait: expected true or false, got string "later""#
+      ),
+      (
         "[embedded-output]\nenabled = \"sometimes\"",
         #"test:2: embedded-output.enabled: expected true or false, got string "sometimes""#
       ),
@@ -617,7 +621,7 @@ extension ConfigurationTests {
       ("[output]\ndeclick = \"5ms\"", "test:2: output.declick: unknown key in [output] (did you mean gain.declick?)"),
       (
         "[output]\nvolume = 1",
-        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
+        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
       ),
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
@@ -631,7 +635,7 @@ extension ConfigurationTests {
       ("output = 3", "test:1: output: expected a table [output], got integer 3"),
       (
         "[output.extra]\na = 1",
-        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
+        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
       ),
       ("[fade]\nduraton = 1", "test:2: fade.duraton: unknown key (did you mean fade.duration?)"),
     ])
@@ -670,8 +674,8 @@ extension ConfigurationTests {
           == "test:2: limits.clients: 0 is outside 1...4096\ntest:4: output.rate: 1 Hz is outside 8000...384000")
       #expect(
         failure("[output]\nzz = 1\naa = 2")
-          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
-          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer"
+          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
+          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
       )
       // Dotted keys and quoted keys.
       #expect(failure("\n\noutput.rate = 5") == "test:3: output.rate: 5 Hz is outside 8000...384000")

@@ -19,7 +19,8 @@ final class PipeWireSession {
   /// Whether `pipewire-pulse` serves PulseAudio clients too (ALSA's `pulse` PCM).
   private let pulse: Bool
 
-  init(name: String = #function, pulse: Bool = false) throws {
+  /// `started` false: the bus only, the audio servers left for `start`.
+  init(name: String = #function, pulse: Bool = false, started: Bool = true) throws {
     self.pulse = pulse
     runtime =
       NSTemporaryDirectory()
@@ -35,7 +36,7 @@ final class PipeWireSession {
     let bus = try launch("dbus-daemon", ["--session", "--nofork", "--address=unix:path=\(runtime)/bus"], log: "dbus")
     self.bus = bus
     try waitFor("the session bus") { FileManager.default.fileExists(atPath: "\(runtime)/bus") }
-    try start()
+    if started { try start() }
   }
 
   deinit {
