@@ -46,6 +46,17 @@ final class Bell: @unchecked Sendable {
     return true
   }
 
+  /// Sleeps until rung, `other` (a descriptor) is readable, or `milliseconds` pass (negative: no
+  /// limit), then empties the pipe. True when `other` is readable.
+  func wait(milliseconds: Int32, orReadable other: CInt) -> Bool {
+    var descriptors = [
+      pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0), pollfd(fd: other, events: Int16(POLLIN), revents: 0),
+    ]
+    guard poll(&descriptors, 2, milliseconds) > 0 else { return false }
+    if descriptors[0].revents != 0 { drain() }
+    return descriptors[1].revents & Int16(POLLIN) != 0
+  }
+
   /// Empties the pipe without waiting.
   func drain() {
     var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))

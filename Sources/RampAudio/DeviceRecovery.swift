@@ -52,6 +52,14 @@ struct DeviceRecovery: Sendable {
       next = monotonicSeconds() + delay
     }
 
+    /// Something that may be the device appeared: the next attempt now, and a quick backoff
+    /// again (a server's socket may come a moment before it serves).
+    mutating func hurry(backoff: (first: Double, last: Double)) {
+      guard wanted else { return }
+      delay = backoff.first
+      next = monotonicSeconds()
+    }
+
     var due: Bool { wanted && monotonicSeconds() >= next }
   }
 
@@ -67,6 +75,14 @@ struct DeviceRecovery: Sendable {
     var fallbackHeld = false
     /// Opening a device parked while idle, for a render thread that waits for it.
     var waitedFor = false
+    // Waited for, the configured device is tried again as soon as something that may be it
+    // appears; the timer between attempts then grows to a minute, so a wait that lasts (a
+    // machine without a sound card) costs next to no wake-ups.
+    var arrivals = link.waiting.load(ordering: .acquiring) ? DeviceArrivalWatch() : nil
+    if arrivals?.watches == false { arrivals = nil }
+    func waitBackoff() -> (first: Double, last: Double) {
+      arrivals == nil ? recoveryBackoff : (recoveryBackoff.first, max(recoveryBackoff.last, Self.watchedWaitCeiling))
+    }
     if link.waiting.load(ordering: .acquiring) {
       configured.wanted = true
       configured.next = monotonicSeconds() + configured.delay
@@ -145,7 +161,7 @@ struct DeviceRecovery: Sendable {
             _ = link.deviceFailures.push("reopening \(configuration.device) after idle: \(problem)")
             link.deviceReady.ring()
           }
-          configured.failed(backoff: recoveryBackoff)
+          configured.failed(backoff: waiting ? waitBackoff() : recoveryBackoff)
           if waiting {
             let next = configured.next
             report { wait in
@@ -173,9 +189,27 @@ struct DeviceRecovery: Sendable {
       // Healthy, it sleeps until the render thread hands a dead device over (or shutdown);
       // reopening, until the next attempt.
       let next = [configured, spare].filter(\.wanted).map(\.next).min()
-      link.recoveryBell.wait(milliseconds: next.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1)
+      let milliseconds = next.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1
+      if !link.waiting.load(ordering: .acquiring) { arrivals = nil }
+      if var watch = arrivals {
+        if link.recoveryBell.wait(milliseconds: milliseconds, orReadable: watch.descriptor),
+          watch.deviceMayHaveAppeared()
+        {
+          configured.hurry(backoff: recoveryBackoff)
+          let next = configured.next
+          report { $0.nextAttempt = next }
+        }
+        arrivals = watch
+      } else {
+        link.recoveryBell.wait(milliseconds: milliseconds)
+      }
     }
   }
+
+  /// The longest wait between attempts to open a configured device that is waited for, when
+  /// its appearance is watched (`DeviceArrivalWatch`): what the watch cannot see (a card another
+  /// program held, freed) is still found within it.
+  static let watchedWaitCeiling = 60.0
 
   private func report(_ change: (inout DeviceWaitReport) -> Void) {
     link.waitReport.withLock { change(&$0) }

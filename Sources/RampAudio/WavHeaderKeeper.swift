@@ -18,8 +18,9 @@ import Synchronization
 public final class WavHeaderKeeper: Sendable {
   private let descriptor: CInt
   private let interval: Double
-  /// inotify's descriptor, watching the file for writes (−1 when it cannot).
-  private let watch: CInt
+  /// The file, watched for writes.
+  private let watch = FileWatch()
+  private let watching: Bool
   /// Rung by `stop`: the keeper's thread ends.
   private let stopBell: Bell?
   private let running = Atomic<Bool>(false)
@@ -29,21 +30,12 @@ public final class WavHeaderKeeper: Sendable {
   public init(descriptor: CInt, path: String, interval: Double = 1) {
     self.descriptor = descriptor
     self.interval = interval
-    var watch = inotify_init1(CInt(IN_NONBLOCK | IN_CLOEXEC))
-    if watch >= 0 && inotify_add_watch(watch, path, UInt32(IN_MODIFY)) < 0 {
-      close(watch)
-      watch = -1
-    }
-    self.watch = watch
+    watching = watch.add(path, events: CInt(IN_MODIFY)) != nil
     stopBell = try? Bell("wav-header")
   }
 
-  deinit {
-    if watch >= 0 { close(watch) }
-  }
-
   public func start() {
-    guard watch >= 0, stopBell != nil,
+    guard watching, stopBell != nil,
       running.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
     else { return }
     let thread = Thread { [self] in run() }
@@ -68,16 +60,10 @@ public final class WavHeaderKeeper: Sendable {
     guard let stopBell else { return }
     var refreshed = -Double.infinity
     var due: Double?
-    var events = [UInt8](repeating: 0, count: 4096)
     while running.load(ordering: .acquiring) {
-      var descriptors = [
-        pollfd(fd: watch, events: Int16(POLLIN), revents: 0),
-        pollfd(fd: stopBell.readEnd, events: Int16(POLLIN), revents: 0),
-      ]
       let timeout = due.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1
-      _ = poll(&descriptors, 2, timeout)
-      if descriptors[0].revents & Int16(POLLIN) != 0 {
-        while events.withUnsafeMutableBytes({ read(watch, $0.baseAddress, $0.count) }) > 0 {}
+      if stopBell.wait(milliseconds: timeout, orReadable: watch.descriptor) {
+        _ = watch.changes()
         if due == nil { due = max(refreshed + interval, monotonicSeconds()) }
       }
       if let deadline = due, monotonicSeconds() >= deadline {

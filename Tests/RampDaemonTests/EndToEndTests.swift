@@ -525,22 +525,36 @@ import Testing
       (try? FileManager.default.attributesOfItem(atPath: "\(directory)/out.wav")[.size] as? Int) ?? 0
     }
     let written = size()
+    var attemptsBefore = 0
     for _ in 0..<10 {
-      #expect(try client.request(["cmd": "status"]).result["output"]?["idle"] == true)
+      let answer = try client.request(["cmd": "status"]).result["output"]
+      #expect(answer?["idle"] == true)
+      attemptsBefore = answer?["waiting"]?["attempts"]?.int ?? -1
       usleep(100_000)
     }
     let answering = try voluntarySwitches(pid: process.processIdentifier, thread: thread) - before
     // (The header keeper brings the header up to date within a second of the last write, and
     // sees its own write once.)
     usleep(1_500_000)
-    let everyThread = try voluntarySwitches(pid: process.processIdentifier)
+    // The thread that tries the configured device again wakes for its attempts only, which
+    // `status` counts, and they grow a minute apart (nothing that may be the device appears).
+    let pid = process.processIdentifier
+    let recovery = try #require(threadID(named: "rampd-recovery", of: pid))
+    let recoveryBefore = try voluntarySwitches(pid: pid, thread: recovery)
+    let everyThread = try voluntarySwitches(pid: pid) - recoveryBefore
     usleep(2_500_000)
-    let after = try voluntarySwitches(pid: process.processIdentifier, thread: thread) - before
+    let after = try voluntarySwitches(pid: pid, thread: thread) - before
     #expect(answering <= 10 * 2, "\(answering) wake-ups of the render thread for 10 status requests")
     #expect(after == answering, "\(after - answering) wake-ups in 4 s idle after them")
     // Nor any other thread: the header keeper sleeps while the file does not change.
-    let woken = try voluntarySwitches(pid: process.processIdentifier) - everyThread
+    let recoveryWoken = try voluntarySwitches(pid: pid, thread: recovery) - recoveryBefore
+    let woken = try voluntarySwitches(pid: pid) - recoveryWoken - recoveryBefore - everyThread
     #expect(woken == 0, "\(woken) wake-ups of rampd's threads in 2.5 s idle")
+    let attemptsNow = try client.request(["cmd": "status"]).result["output"]?["waiting"]?["attempts"]?.int ?? -1
+    let attemptsMade = attemptsNow - attemptsBefore
+    // (From about 2 s to 6 s after start: attempts 0.1 s apart, doubling, make two at most.)
+    #expect(attemptsMade <= 2, "\(attemptsMade) attempts to open the device in 4 s, 2 s after start")
+    #expect(recoveryWoken <= 2 * attemptsMade, "\(recoveryWoken) wake-ups for \(attemptsMade) attempts")
     #expect(size() == written, "\(size() - written) bytes written while idle")
     #expect(try client.request(["cmd": "play", "path": .string(tone), "stream": "t", "fadeIn": 0]).isOK)
     try client.request(["cmd": "subscribe", "events": ["stream-ended"]])

@@ -275,8 +275,8 @@ import Testing
 
   /// rampd started with `--device pipewire` before PipeWire is up (a user unit at login): it
   /// plays into the embedded output meanwhile, and `status` says it waits for `pipewire`, how
-  /// many attempts and why the last failed (the log says so once). PipeWire started:
-  /// `device-recovered`, `status` says it plays into `pipewire`, paced by the device, and a fade
+  /// many attempts and why the last failed (the log says so once). PipeWire started: its socket
+  /// brings an attempt at once (`DeviceArrivalWatch`), `device-recovered`, `status` says it plays into `pipewire`, paced by the device, and a fade
   /// is heard in the sink, sample for sample.
   @Test func waitsForPipeWireStartedAfterIt() throws {
     let session = try PipeWireSession(started: false)
@@ -303,10 +303,23 @@ import Testing
     let later = try client.request(["cmd": "status"]).result["output"]
     let attempts = later?["waiting"]?["attempts"]?.int ?? 0
     #expect(later?["state"] == "waiting" && attempts > firstAttempts, "\(later?.serialized() ?? "")")
+    // PipeWire's socket appearing is what brings the next attempt, not the timer: it starts
+    // once the timer's next attempt is 2.5 s away, and rampd plays there well before.
+    var planned = later?["waiting"]?["nextAttempt"]?.numberValue ?? 0
+    let deadline = Date().addingTimeInterval(10)
+    while planned < 2.5 && Date() < deadline {
+      usleep(50_000)
+      planned = try client.request(["cmd": "status"]).result["output"]?["waiting"]?["nextAttempt"]?.numberValue ?? 0
+    }
+    #expect(planned >= 2.5, "the next attempt \(planned) s away")
 
+    let starting = Date()
     try session.start()
     let recovered = try watcher.waitForEvent(timeout: 10) { $0["event"] == "device-recovered" }
     #expect(recovered["device"] == "pipewire", "\(recovered.serialized())")
+    let found = Date().timeIntervalSince(starting)
+    #expect(
+      found < planned - 0.5, "device-recovered \(found) s after PipeWire started, the timer's attempt \(planned) s")
     let playing = try #require(client.request(["cmd": "status"]).result["output"])
     #expect(playing["state"] == "playing" && playing["device"] == "pipewire", "\(playing.serialized())")
     #expect(playing["pacing"] == "device" && playing["embedded"] == false, "\(playing.serialized())")

@@ -2,10 +2,15 @@ import Foundation
 
 /// The kernel id of rampd's render thread in process `pid` (nil until it runs).
 func renderThreadID(of pid: pid_t) -> pid_t? {
+  threadID(named: "rampd-render", of: pid)
+}
+
+/// The kernel id of the thread of process `pid` named `name` (nil while there is none).
+func threadID(named name: String, of pid: pid_t) -> pid_t? {
   let tasks = "/proc/\(pid)/task"
   for task in (try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? [] {
-    guard let name = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8),
-      name.trimmingCharacters(in: .whitespacesAndNewlines) == "rampd-render", let tid = pid_t(task)
+    guard let comm = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8),
+      comm.trimmingCharacters(in: .whitespacesAndNewlines) == name, let tid = pid_t(task)
     else { continue }
     return tid
   }
