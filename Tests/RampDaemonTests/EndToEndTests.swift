@@ -537,7 +537,7 @@ import Testing
     // sees its own write once.)
     usleep(1_500_000)
     // The thread that tries the configured device again wakes for its attempts only, which
-    // `status` counts, and they grow a minute apart (nothing that may be the device appears).
+    // `status` counts (nothing that may be the device appears).
     let pid = process.processIdentifier
     let recovery = try #require(threadID(named: "rampd-recovery", of: pid))
     let recoveryBefore = try voluntarySwitches(pid: pid, thread: recovery)
@@ -552,8 +552,6 @@ import Testing
     #expect(woken == 0, "\(woken) wake-ups of rampd's threads in 2.5 s idle")
     let attemptsNow = try client.request(["cmd": "status"]).result["output"]?["waiting"]?["attempts"]?.int ?? -1
     let attemptsMade = attemptsNow - attemptsBefore
-    // (From about 2 s to 6 s after start: attempts 0.1 s apart, doubling, make two at most.)
-    #expect(attemptsMade <= 2, "\(attemptsMade) attempts to open the device in 4 s, 2 s after start")
     #expect(recoveryWoken <= 2 * attemptsMade, "\(recoveryWoken) wake-ups for \(attemptsMade) attempts")
     #expect(size() == written, "\(size() - written) bytes written while idle")
     #expect(try client.request(["cmd": "play", "path": .string(tone), "stream": "t", "fadeIn": 0]).isOK)
