@@ -346,6 +346,17 @@ public final class AlsaPCMOutput {
   /// The render thread's write records it instead of building a message.
   public private(set) var writeFailure: Int32 = 0
   private static let closedCode = Int32.min
+  /// `writeFailure` of a device that took nothing for `stallMilliseconds`.
+  private static let stalledCode = Int32.min + 1
+
+  /// How long a device with room for nothing may take nothing before a write gives up on it: an
+  /// audio server's stream that never runs (PipeWire with no sink to link it to, a graph that
+  /// stopped) would otherwise hold `snd_pcm_writei` in its wait for ever, and the render thread
+  /// with it. Far longer than any device's period (an audio server's quantum is at most a few
+  /// hundred milliseconds), and than four buffers.
+  var stallMilliseconds: Int32 {
+    Int32(max(2000, 4 * negotiated.bufferFrames * 1000 / max(negotiated.rate, 1)))
+  }
 
   /// Set by whoever hands a failed device over (the render thread): its failure is news (the
   /// device was playing), and the thread that takes it over announces it with `failureMessage`.
@@ -353,9 +364,12 @@ public final class AlsaPCMOutput {
 
   /// Why the last write failed, in words: built by whoever reads it, off the render thread.
   public var failureMessage: String {
-    writeFailure == Self.closedCode
-      ? "ALSA device '\(negotiated.device)': write after close"
-      : "ALSA device '\(negotiated.device)': write failed: \(alsaError(writeFailure))"
+    switch writeFailure {
+    case Self.closedCode: "ALSA device '\(negotiated.device)': write after close"
+    case Self.stalledCode:
+      "ALSA device '\(negotiated.device)': took no audio for \(Double(stallMilliseconds) / 1000) s (its stream does not run)"
+    default: "ALSA device '\(negotiated.device)': write failed: \(alsaError(writeFailure))"
+    }
   }
 
   /// Recoveries in a row, with not a frame written in between, after which a write fails: ALSA's
@@ -386,6 +400,15 @@ public final class AlsaPCMOutput {
       var offset = 0
       var fruitless = 0
       while offset < count {
+        // A device without room is waited for here, bounded, rather than in `snd_pcm_writei`,
+        // which would wait without end on a stream that never runs. (An error here is left to
+        // the write, which reports or recovers it.)
+        if negotiated.pacing == .device, case let room = snd_pcm_avail_update(pcm), room >= 0,
+          room < count - offset, snd_pcm_wait(pcm, stallMilliseconds) == 0
+        {
+          writeFailure = Self.stalledCode
+          return false
+        }
         let result = snd_pcm_writei(pcm, source + offset * bytesPerFrame, snd_pcm_uframes_t(count - offset))
         if result >= 0 {
           offset += Int(result)

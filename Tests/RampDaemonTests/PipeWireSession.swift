@@ -58,6 +58,11 @@ final class PipeWireSession {
       servers.append(try launch("pipewire-pulse", [], log: "pipewire-pulse"))
       try waitFor("pipewire-pulse's socket") { FileManager.default.fileExists(atPath: "\(runtime)/pulse/native") }
     }
+    try makeSink()
+  }
+
+  /// Makes the null sink, and waits until the session manager takes it as the default.
+  func makeSink() throws {
     let made = try runProcess(
       "/usr/bin/pw-cli",
       [
@@ -71,6 +76,14 @@ final class PipeWireSession {
       let status = try? runProcess("/usr/bin/wpctl", ["inspect", "@DEFAULT_AUDIO_SINK@"], environment: fullEnvironment)
       return status?.status == 0 && status?.stdout.contains(Self.sink) == true
     }
+  }
+
+  /// Removes the null sink, as unplugging the only sound card does: the streams linked to it
+  /// are left with nothing to play into.
+  func removeSink() throws {
+    let removed = try runProcess("/usr/bin/pw-cli", ["destroy", Self.sink], environment: fullEnvironment)
+    guard removed.status == 0 else { throw HarnessError("pw-cli destroy: \(removed)") }
+    try waitFor("the null sink gone") { (try? sinkState()) == .some(nil) }
   }
 
   /// The PipeWire server's process id while it runs.

@@ -210,6 +210,49 @@ import Testing
     try outlivesARestart(device: "pipewire", playing: false)
   }
 
+  /// The sink rampd plays into removed, with no other to play into (the only sound card
+  /// unplugged): PipeWire leaves rampd's stream unlinked, and it takes no audio. rampd's write
+  /// gives up after `AlsaPCMOutput.stallMilliseconds` (2 s here) instead of waiting without end:
+  /// `device-failed` saying so, `status` answered throughout, no spinning; once a sink is back,
+  /// `device-recovered` and the stream heard there.
+  @Test func aStreamThatStopsRunningIsALostDevice() throws {
+    let session = try PipeWireSession()
+    let (daemon, watcher) = try Self.watchedDaemon(in: session, periodMs: 20, bufferMs: 100)
+    let client = try daemon.client()
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.25, right: 0.25)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    usleep(500_000)
+    let before = try session.record(seconds: 0.5)
+    #expect(Self.longestRun(of: 0.25, in: before) > 48_000 / 8, "\(Self.summary(before))")
+
+    try session.removeSink()
+    let removed = Date()
+    let pid = daemon.process.processIdentifier
+    let cpuBefore = try cpuSeconds(pid)
+    var slowest = 0.0
+    while Date().timeIntervalSince(removed) < 3.5 {
+      let asked = Date()
+      let status = try client.request(["cmd": "status"])
+      slowest = max(slowest, Date().timeIntervalSince(asked))
+      #expect(status.isOK, "\(status.serialized())")
+      usleep(250_000)
+    }
+    let cpu = try cpuSeconds(pid) - cpuBefore
+    #expect(cpu < 0.05 * Date().timeIntervalSince(removed), "\(cpu) s of CPU while the stream did not run")
+    #expect(slowest < 2.5, "a status took \(slowest) s")
+    let failed = try watcher.waitForEvent(timeout: 5) { $0["event"] == "device-failed" }
+    #expect(failed["message"]?.stringValue?.contains("took no audio") == true, "\(failed.serialized())")
+    #expect(try client.request(["cmd": "status"]).result["output"]?["state"] == "failed")
+
+    try session.makeSink()
+    let recovered = try watcher.waitForEvent(timeout: 10) { $0["event"] == "device-recovered" }
+    #expect(recovered["device"] == "pipewire", "\(recovered.serialized())")
+    usleep(300_000)
+    let after = try session.record(seconds: 1)
+    #expect(Self.longestRun(of: 0.25, in: after) > 48_000 / 4, "\(Self.summary(after))")
+    #expect(daemon.stop() == 0)
+  }
+
   /// rampd on `device` (with a stream playing a constant 0.25, or idle, nothing played yet) when
   /// the audio server is killed and started again. Playing: `device-failed` at once, through the
   /// outage `status` answers `failed` and rampd takes under 1 % of a core (`expectQuietOutage`),
