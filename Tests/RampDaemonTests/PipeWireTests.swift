@@ -128,11 +128,7 @@ import Testing
     #expect(failed["message"]?.stringValue?.contains("pipewire") == true, "\(failed.serialized())")
     try expectQuietOutage(daemon, client, setting: 0.5)
     try session.start()
-    let recovered = try watcher.waitForEvent(timeout: 20) { $0["event"] == "device-recovered" }
-    #expect(recovered["device"] == "pipewire", "\(recovered.serialized())")
-    usleep(300_000)
-    let after = try session.record(seconds: 1)
-    #expect(Self.longestRun(of: 0.125, in: after) > 48_000 / 4, "\(Self.summary(after))")
+    try Self.expectRecovered(watcher, heardAt: 0.125, in: session, timeout: 20)
     #expect(daemon.stop() == 0)
   }
 
@@ -245,12 +241,20 @@ import Testing
     #expect(try client.request(["cmd": "status"]).result["output"]?["state"] == "failed")
 
     try session.makeSink()
-    let recovered = try watcher.waitForEvent(timeout: 10) { $0["event"] == "device-recovered" }
+    try Self.expectRecovered(watcher, heardAt: 0.25, in: session)
+    #expect(daemon.stop() == 0)
+  }
+
+  /// `device-recovered` for `pipewire` within `timeout` seconds, then the sink hears `level` for a
+  /// quarter second at least.
+  static func expectRecovered(
+    _ watcher: LineClient, heardAt level: Float, in session: PipeWireSession, timeout: Double = 10
+  ) throws {
+    let recovered = try watcher.waitForEvent(timeout: timeout) { $0["event"] == "device-recovered" }
     #expect(recovered["device"] == "pipewire", "\(recovered.serialized())")
     usleep(300_000)
     let after = try session.record(seconds: 1)
-    #expect(Self.longestRun(of: 0.25, in: after) > 48_000 / 4, "\(Self.summary(after))")
-    #expect(daemon.stop() == 0)
+    #expect(longestRun(of: level, in: after) > 48_000 / 4, "\(summary(after))")
   }
 
   /// rampd on `device` (with a stream playing a constant 0.25, or idle, nothing played yet) when
@@ -283,17 +287,11 @@ import Testing
     if playing {
       let failed = try watcher.waitForEvent(timeout: 5) { $0["event"] == "device-failed" }
       #expect(failed["message"]?.stringValue?.isEmpty == false, "\(failed.serialized())")
-      try expectQuietOutage(daemon, client, setting: 0.5)
-    } else {
-      let pid = daemon.process.processIdentifier
-      let cpuBefore = try cpuSeconds(pid)
-      usleep(2_000_000)
-      let cpu = try cpuSeconds(pid) - cpuBefore
-      #expect(cpu < 0.02, "\(cpu) s of CPU in 2 s idle without the audio server")
-      let status = try client.request(["cmd": "status"])
-      #expect(status.result["output"]?["state"] == "playing", "\(status.serialized())")
-      #expect(try client.request(["cmd": "set", "key": "master.gain", "value": 0.5, "duration": 0]).isOK)
     }
+    // Next to nothing through the outage: idle, it holds no stream (nothing failed); playing, it
+    // renders on as time goes (1 to 1.5 % of a core in a debug build here, a wake-up a buffer).
+    try expectQuietOutage(
+      daemon, client, setting: 0.5, state: playing ? "failed" : "playing", cpu: playing ? 0.04 : 0.02)
 
     try session.start()
     let back = Date()
