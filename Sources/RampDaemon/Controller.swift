@@ -212,8 +212,10 @@ public final class Controller: @unchecked Sendable {
       "kind": .string(output.kind.rawValue),
       "state": .string(player.deviceIsHealthy ? "playing" : "failed"),
       "underruns": .integer(player.deviceUnderruns),
-      "realtimePriority": .integer(player.realtimePriority),
     ]
+    let realtime = player.realtime
+    object["realtimePriority"] = .integer(realtime.priority)
+    object["realtime"] = .object(RealtimeStatus.scheduling(realtime))
     if let measured = player.measuredOutput {
       object["delay"] = .number(measured.delay)
       object["drift"] = .number(measured.driftPPM)

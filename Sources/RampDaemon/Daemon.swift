@@ -49,6 +49,13 @@ public final class Daemon: @unchecked Sendable {
       socket: inheritedSocket == nil ? socketPath : nil, state: statePath, record: socketPath, logger: logger)
     var headerKeeper: WavHeaderKeeper?
     notifier = ServiceNotifier(environment: environment)
+    let memoryLock = MemoryLock.lockAll()
+    let memoryStatus = RealtimeStatus.memory(memoryLock)
+    if memoryLock.granted {
+      logger.info("memory locked")
+    } else {
+      logger.info("memory not locked: \(memoryStatus["message"]?.stringValue ?? "")")
+    }
     var notes: JSONObject = ["embedded": false]
     do {
       player = try Player(
@@ -82,6 +89,7 @@ public final class Daemon: @unchecked Sendable {
         "maxDuration": .number(limit),
       ]
     }
+    notes["memoryLock"] = .object(memoryStatus)
     self.locks = locks
     self.headerKeeper = headerKeeper
     controller = Controller(player: player, configuration: configuration, outputNotes: notes, logger: logger)
