@@ -129,8 +129,15 @@ public final class Player: Sendable {
   /// True once the device is known to have no clock (device pacing over ALSA's `null`, a `file`
   /// plugin over it): its samples go as fast as it takes them, not at the wall clock's pace.
   public var deviceHasNoClock: Bool { link.noClock.load(ordering: .relaxed) }
-  /// The render thread's SCHED_FIFO priority, or 0 when it runs at normal priority.
-  public var realtimePriority: Int { link.realtime.load(ordering: .relaxed) }
+  /// The render thread's real-time priority, or 0 when it runs at normal priority.
+  public var realtimePriority: Int { realtime.priority }
+  /// Whether the render thread runs in real time (as the kernel says now, whoever set it), and
+  /// what it asked for and was answered.
+  public var realtime: RealtimeScheduling {
+    RealtimeScheduling(
+      thread: renderThreadID, limit: link.realtimeLimit.load(ordering: .relaxed),
+      error: link.realtimeError.load(ordering: .relaxed))
+  }
   /// Renders to a sink on a virtual clock (``init(sink:rate:channels:blockFrames:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
   public var isOffline: Bool { renderer.sink != nil }
 

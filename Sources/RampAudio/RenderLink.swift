@@ -132,8 +132,11 @@ final class RenderLink: Sendable {
   let healthy = Atomic<Bool>(true)
   /// The device is known to take samples as fast as they come (no clock of its own).
   let noClock = Atomic<Bool>(false)
-  /// The render thread's SCHED_FIFO priority (0: normal priority).
-  let realtime = Atomic<Int>(0)
+  /// The render thread's RLIMIT_RTPRIO when it asked for real time (-1: not yet asked, `Int.max`:
+  /// unlimited): its request's bound.
+  let realtimeLimit = Atomic<Int>(-1)
+  /// What the kernel answered the render thread's request for SCHED_FIFO (0: granted or not asked).
+  let realtimeError = Atomic<Int32>(0)
 
   init(eventCapacity: Int) throws {
     events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))

@@ -107,14 +107,19 @@ final class RenderLoop: @unchecked Sendable {
 
   /// Real time for the render thread where the process may have it without privilege: up to its
   /// RLIMIT_RTPRIO (systemd's LimitRTPRIO=), capped at 50 to stay below the kernel's own
-  /// threads. Without that limit (or when refused) it stays at normal priority.
+  /// threads. Without that limit (or when refused) it stays at normal priority; the limit and the
+  /// kernel's answer are kept for `status` to say why.
   func raisePriority() {
     var limit = rlimit()
-    guard getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &limit) == 0, limit.rlim_cur > 0 else { return }
-    var parameters = sched_param(sched_priority: Int32(min(limit.rlim_cur, 50)))
-    if pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters) == 0 {
-      link.realtime.store(Int(parameters.sched_priority), ordering: .relaxed)
+    guard getrlimit(__rlimit_resource_t(__RLIMIT_RTPRIO.rawValue), &limit) == 0 else {
+      link.realtimeError.store(errno, ordering: .relaxed)
+      return
     }
+    link.realtimeLimit.store(limit.rlim_cur == rlim_t.max ? Int.max : Int(limit.rlim_cur), ordering: .relaxed)
+    guard limit.rlim_cur > 0 else { return }
+    var parameters = sched_param(sched_priority: Int32(min(limit.rlim_cur, 50)))
+    let refused = pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters)
+    link.realtimeError.store(refused, ordering: .relaxed)
   }
 
   /// The render thread's body, from `Player.start` until `running` goes false.

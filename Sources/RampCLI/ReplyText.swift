@@ -84,6 +84,16 @@ public enum ReplyText {
       if let state = output["state"]?.stringValue { text += ", \(state)" }
       if let underruns = output["underruns"] { text += ", \(number(underruns)) underrun(s)" }
       lines.append(text)
+      if let realtime = output["realtime"] {
+        lines.append(
+          realtime["granted"] == true
+            ? "render thread: real-time priority \(realtime["priority"].map(number) ?? "?")"
+            : "render thread: normal priority: \(realtime["message"]?.stringValue ?? "?")")
+      }
+      if let lock = output["memoryLock"] {
+        lines.append(
+          lock["granted"] == true ? "memory: locked" : "memory: not locked: \(lock["message"]?.stringValue ?? "?")")
+      }
       if output["embedded"] == true, let file = output["file"]?.stringValue {
         let requested = output["requestedDevice"]?.stringValue.map { " (\($0) could not be opened)" } ?? ""
         lines.append("embedded output: playing into \(file)\(requested)")

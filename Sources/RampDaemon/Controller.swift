@@ -219,8 +219,10 @@ public final class Controller: @unchecked Sendable {
       "bufferFrames": .integer(output.bufferFrames), "pacing": .string(output.pacing.rawValue),
       "state": .string(state),
       "underruns": .integer(player.deviceUnderruns),
-      "realtimePriority": .integer(player.realtimePriority),
     ]
+    let realtime = player.realtime
+    object["realtimePriority"] = .integer(realtime.priority)
+    object["realtime"] = .object(RealtimeStatus.scheduling(realtime))
     if let measured = player.measuredOutput {
       object["delay"] = .number(measured.delay)
       object["drift"] = .number(measured.driftPPM)

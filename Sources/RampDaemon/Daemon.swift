@@ -49,6 +49,13 @@ public final class Daemon: @unchecked Sendable {
       socket: inheritedSocket == nil ? socketPath : nil, state: statePath, record: socketPath, logger: logger)
     var headerKeeper: WavHeaderKeeper?
     notifier = ServiceNotifier(environment: environment)
+    let memoryLock = MemoryLock.lockAll()
+    let memoryStatus = RealtimeStatus.memory(memoryLock)
+    if memoryLock.granted {
+      logger.info("memory locked")
+    } else {
+      logger.info("memory not locked: \(memoryStatus["message"]?.stringValue ?? "")")
+    }
     var notes: JSONObject = ["embedded": false]
     var fallbackNotes: JSONObject = [:]
     let requested = configuration.output
@@ -105,6 +112,7 @@ public final class Daemon: @unchecked Sendable {
       }
       embeddedFile = file
     }
+    notes["memoryLock"] = .object(memoryStatus)
     self.locks = locks
     self.headerKeeper = headerKeeper
     controller = Controller(

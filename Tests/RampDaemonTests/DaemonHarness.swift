@@ -102,7 +102,8 @@ final class DaemonProcess {
   init(
     name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
     bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false,
-    reusing earlier: String? = nil, realtimeLimit: Int? = nil, pacing: String = "clock", recordingIsPipe: Bool = false
+    reusing earlier: String? = nil, realtimeLimit: Int? = nil, launcher: [String] = [], pacing: String = "clock",
+    recordingIsPipe: Bool = false
   ) throws {
     ownsDirectory = earlier == nil
     directory =
@@ -126,6 +127,11 @@ final class DaemonProcess {
       // As systemd's LimitRTPRIO= does: prlimit sets it, then becomes rampd (the same process).
       process.executableURL = URL(fileURLWithPath: "/usr/bin/prlimit")
       process.arguments = ["--rtprio=\(realtimeLimit)", "--", Executables.rampd] + process.arguments!
+    }
+    if let command = launcher.first {
+      // Runs rampd (prlimit, setpriv: commands that become it).
+      process.arguments = launcher.dropFirst() + [process.executableURL!.path] + process.arguments!
+      process.executableURL = URL(fileURLWithPath: command)
     }
     var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
     environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"

@@ -139,7 +139,10 @@ import Testing
         // The status example shows the embedded output: a device that cannot be opened.
         "RAMPD_OUTPUT_DEVICE": "rampd_no_such_device", "RAMPD_EMBEDDED_OUTPUT_ENABLED": "true",
         "RAMPD_EMBEDDED_OUTPUT_PATH": "\(directory)/output.wav",
-      ], reusing: directory)
+      ], reusing: directory,
+      // And a session that allows neither real time nor locking memory, as a terminal's usually does.
+      launcher: ["/usr/bin/prlimit", "--rtprio=0", "--memlock=8388608", "--"]
+        + (geteuid() == 0 ? ["/usr/bin/setpriv", "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock", "--"] : []))
     defer { daemon.stop() }
     let document = try Markdown.read("PROTOCOL.md")
     for name in Set(document.matches(of: /\/srv\/music\/([A-Za-z0-9_.-]+)/).map { String($0.1) }) {

@@ -188,11 +188,14 @@ func cpuSeconds(_ pid: pid_t) throws -> Double {
 }
 
 /// VmRSS of a process, in KiB.
-func residentKiB(_ pid: pid_t) throws -> Int {
+func residentKiB(_ pid: pid_t) throws -> Int { try memoryKiB(pid, "VmRSS") }
+
+/// A figure of /proc/<pid>/status in KiB: VmRSS, VmLck...
+func memoryKiB(_ pid: pid_t, _ field: String) throws -> Int {
   let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
-  guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+  guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("\(field):") }),
     let kib = Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
-  else { throw HarnessError("no VmRSS for \(pid)") }
+  else { throw HarnessError("no \(field) for \(pid)") }
   return kib
 }
 

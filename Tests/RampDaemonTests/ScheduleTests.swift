@@ -286,6 +286,33 @@ import Testing
     #expect(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue == [])
   }
 
+  /// "Cancel" cancels what is not yet heard: a play scheduled 200 ms ahead and unscheduled at
+  /// once is never heard, however late the render thread or the request. A play scheduled the
+  /// same way and left alone, on the other channel, proves the recording hears such plays.
+  @Test func aPlayUnscheduledAtOnceIsNeverHeard() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let cancelled = try daemon.constantFile("cancelled", seconds: 0.5, left: 0.25, right: 0)
+    for round in 0..<10 {
+      let scheduled = try client.request([
+        "cmd": "play", "path": .string(cancelled), "stream": .string("c\(round)"), "at": 0.2, "ack": "scheduled",
+        "tag": "soon",
+      ])
+      #expect(scheduled.isOK, "\(scheduled.serialized())")
+      let removed = try client.request(["cmd": "unschedule", "tag": "soon"]).result["unscheduled"]?.arrayValue
+      #expect(removed?.count == 1 && removed?.first?["started"] == false, "\(removed ?? [])")
+    }
+    let kept = try daemon.constantFile("kept", seconds: 0.3, left: 0, right: 0.5)
+    let scheduled = try client.request(["cmd": "play", "path": .string(kept), "at": 0.2, "ack": "scheduled"])
+    #expect(scheduled.isOK, "\(scheduled.serialized())")
+    usleep(1_200_000)
+    #expect(daemon.stop() == 0)
+    let left = try daemon.played(channel: 0)
+    let right = try daemon.played(channel: 1)
+    #expect(!left.isEmpty && left.allSatisfy { $0 == 0 }, "heard: \(left.firstIndex { $0 != 0 } ?? -1)")
+    #expect(right.contains(0.5), "the play left alone was not heard")
+  }
+
   @Test func sleepTakesNoBareNumber() throws {
     let daemon = try DaemonProcess()
     for arguments in [

@@ -56,9 +56,25 @@ import Testing
   }
 
   @Test func theRenderThreadRunsInRealTimeWhereTheLimitAllowsIt() throws {
-    // Without the limit it degrades to normal priority, and says so.
+    // Without the limit it degrades to normal priority, and says why.
     let plain = try DaemonProcess(realtimeLimit: 0)
-    #expect(try plain.client().request(["cmd": "status"]).result["output"]?["realtimePriority"]?.int == 0)
+    let pid = plain.process.processIdentifier
+    var output = try plain.client().request(["cmd": "status"]).result["output"]
+    #expect(output?["realtimePriority"]?.int == 0)
+    #expect(renderThreadScheduling(pid)?.policy == SCHED_OTHER)
+    let refused = output?["realtime"]
+    #expect(refused?["granted"] == false && refused?["priority"]?.int == 0, "\(refused?.serialized() ?? "")")
+    #expect(refused?["reason"] == "limit" && refused?["limit"]?.int == 0, "\(refused?.serialized() ?? "")")
+    #expect(refused?["message"]?.stringValue?.contains("RLIMIT_RTPRIO is 0") == true)
+    // What status says is what the kernel says of the thread now, whoever set it.
+    if renderThreadMadeRealtime(pid) {
+      output = try plain.client().request(["cmd": "status"]).result["output"]
+      #expect(renderThreadScheduling(pid).map { [$0.policy, $0.priority] } == [SCHED_FIFO, 20])
+      #expect(output?["realtime"]?["granted"] == true && output?["realtime"]?["priority"]?.int == 20)
+      #expect(output?["realtimePriority"]?.int == 20, "\(output?.serialized() ?? "")")
+    } else {
+      print("sched_setscheduler refused here: status after chrt not checked")
+    }
     #expect(plain.stop() == 0)
     // Raising RLIMIT_RTPRIO needs a hard limit that allows it (some containers pin it at 0).
     var hard = rlimit()
@@ -68,19 +84,45 @@ import Testing
       return
     }
     let allowed = try DaemonProcess(realtimeLimit: 20)
-    let output = try allowed.client().request(["cmd": "status"]).result["output"]
+    output = try allowed.client().request(["cmd": "status"]).result["output"]
     #expect(output?["realtimePriority"]?.int == 20, "\(output?.serialized() ?? "")")
-    // The kernel agrees: the render thread's policy is SCHED_FIFO (1), priority 20.
-    let tasks = "/proc/\(allowed.process.processIdentifier)/task"
-    let policies = try FileManager.default.contentsOfDirectory(atPath: tasks).compactMap { task -> (String, String)? in
-      let name = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8)
-      let fields = (try? String(contentsOfFile: "\(tasks)/\(task)/stat", encoding: .utf8))?.split(separator: ")").last?
-        .split(separator: " ")
-      guard let name, let fields, fields.count > 39 else { return nil }
-      return (name.trimmingCharacters(in: .whitespacesAndNewlines), "\(fields[38]) \(fields[37])")
-    }
-    #expect(policies.contains { $0.0 == "rampd-render" && $0.1 == "1 20" }, "\(policies)")
+    #expect(output?["realtime"] == ["granted": true, "priority": 20, "limit": 20], "\(output?.serialized() ?? "")")
+    // The kernel agrees: the render thread's policy is SCHED_FIFO, priority 20.
+    let scheduling = renderThreadScheduling(allowed.process.processIdentifier)
+    #expect(scheduling.map { [$0.policy, $0.priority] } == [SCHED_FIFO, 20], "\(String(describing: scheduling))")
     #expect(allowed.stop() == 0)
+  }
+
+  @Test func statusSaysWhetherMemoryIsLockedAsTheKernelCountsIt() throws {
+    // Under a finite limit the process may not exceed, rampd does not lock (later mappings would
+    // be refused) and says why. Root may exceed any limit with CAP_IPC_LOCK: taken away here.
+    var launcher = ["/usr/bin/prlimit", "--memlock=8388608", "--"]
+    if geteuid() == 0 { launcher += ["/usr/bin/setpriv", "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock", "--"] }
+    let limited = try DaemonProcess(launcher: launcher)
+    let lock = try limited.client().request(["cmd": "status"]).result["output"]?["memoryLock"]
+    #expect(lock?["granted"] == false && lock?["reason"] == "limit", "\(lock?.serialized() ?? "")")
+    #expect(lock?["limit"]?.int == 8_388_608, "\(lock?.serialized() ?? "")")
+    #expect(lock?["message"]?.stringValue?.contains("LimitMEMLOCK=infinity") == true)
+    #expect(try memoryKiB(limited.process.processIdentifier, "VmLck") == 0)
+    #expect(limited.stop() == 0)
+    // As started here: locked or not, status agrees with the kernel's count of locked memory, and
+    // names the limit the process has.
+    let plain = try DaemonProcess()
+    let pid = plain.process.processIdentifier
+    let status = try #require(try plain.client().request(["cmd": "status"]).result["output"]?["memoryLock"])
+    let locked = try memoryKiB(pid, "VmLck")
+    #expect((status["granted"] == true) == (locked > 0), "\(status.serialized()), VmLck \(locked) kB")
+    let limits = try String(contentsOfFile: "/proc/\(pid)/limits", encoding: .utf8)
+    let soft = limits.split(separator: "\n").first { $0.hasPrefix("Max locked memory") }?
+      .split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).first
+    #expect(status["limit"]?.int == soft.flatMap { Int($0) }, "\(status.serialized()), limit \(soft ?? "?")")
+    if status["granted"] == true {
+      print("memory locked: VmLck \(locked) kB, VmRSS \(try residentKiB(pid)) kB")
+    } else {
+      #expect(status["reason"] != nil && status["message"] != nil, "\(status.serialized())")
+      print("memory not locked here: \(status.serialized())")
+    }
+    #expect(plain.stop() == 0)
   }
 
   @Test func sighupAppliesWhatItCanAndNamesWhatNeedsARestart() throws {

@@ -83,6 +83,7 @@ import Testing
     #expect(service.value("Service", "WatchdogSec") != nil)
     #expect(service.value("Service", "TimeoutStopSec") != nil)
     #expect(service.value("Service", "LimitRTPRIO").flatMap(Int.init) ?? 0 > 0, "real time allowed")
+    #expect(service.value("Service", "LimitMEMLOCK") == "infinity", "rampd locks its memory only without a limit")
     #expect(service.value("Service", "RestrictRealtime") == nil, "the render thread needs real time")
     #expect(service.value("Unit", "Requires") == "rampd.socket")
 
@@ -95,6 +96,7 @@ import Testing
     #expect(user.value("Service", "Type") == "notify")
     #expect(user.value("Service", "User") == nil, "a user service runs as its user")
     #expect(user.value("Service", "LimitRTPRIO") == nil, "a user manager cannot raise limits; the unit would fail")
+    #expect(user.value("Service", "LimitMEMLOCK") == nil, "a user manager cannot raise limits; the unit would fail")
   }
 
   // MARK: (b) systemd-analyze security

@@ -17,6 +17,18 @@ func threadID(named name: String, of pid: pid_t) -> pid_t? {
   return nil
 }
 
+/// The render thread's scheduling policy (SCHED_OTHER, SCHED_FIFO...) and real-time priority,
+/// as the kernel has them (fields 41 and 40 of its `stat`).
+func renderThreadScheduling(_ pid: pid_t) -> (policy: Int32, priority: Int32)? {
+  guard let thread = renderThreadID(of: pid),
+    let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/stat", encoding: .utf8)
+  else { return nil }
+  // After the command name (which may hold spaces), fields from the third on.
+  let fields = stat[stat.index(after: stat.lastIndex(of: ")")!)...].split(separator: " ")
+  guard fields.count > 38, let priority = Int32(fields[37]), let policy = Int32(fields[38]) else { return nil }
+  return (policy, priority)
+}
+
 /// How many times a thread has gone to sleep of its own accord so far (its
 /// `voluntary_ctxt_switches`): each wake-up of a thread that sleeps between them counts one.
 func voluntarySwitches(pid: pid_t, thread: pid_t) throws -> Int {
