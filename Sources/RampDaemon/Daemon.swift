@@ -112,7 +112,9 @@ public final class Daemon: @unchecked Sendable {
       }
       embeddedFile = file
     }
+    // Whichever device plays: it is the process's.
     notes["memoryLock"] = .object(memoryStatus)
+    fallbackNotes["memoryLock"] = .object(memoryStatus)
     self.locks = locks
     self.headerKeeper = headerKeeper
     controller = Controller(
