@@ -144,6 +144,7 @@ def finder(left, runs):
 def set_to_heard(args, work, buffer, rewind, constant, say):
     """(a) and (b) on one daemon with a `buffer`-second buffer, rewind "on" or "off"."""
     name = f"rampd-heard-{int(buffer * 1000)}ms-rewind-{rewind}"
+    load = load_average()
     daemon, raw, times = clocked_daemon(args, work, name, buffer, rewind=rewind)
     try:
         c = bench.Rampd(daemon.socket_path)
@@ -156,7 +157,7 @@ def set_to_heard(args, work, buffer, rewind, constant, say):
         c.close()
     finally:
         daemon.stop()
-    result = {"device": "clocked test device", "buffer_s": buffer,
+    result = {"device": "clocked test device", "buffer_s": buffer, "load_average_at_start": load,
               **heard_figures(finder(*read_recording(raw, times)), sets, scheduled, output, status)}
     say(f"{name}: {result}")
     return result
@@ -209,9 +210,15 @@ def recorded_left(raw):
     return memoryview(data)[: len(data) // 8 * 8].cast("f")[0::2]
 
 
+def load_average():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def through_pipewire(args, work, session, device, buffer, constant, say):
     """(a) and (b) through ALSA's `device` PCM (`pipewire` or `pulse`) into `session`'s sink, a
     `buffer`-second buffer, the kind's defaults otherwise, recorded at the sink."""
+    load = load_average()
     name = f"rampd-heard-{device}-{int(buffer * 1000)}ms"
     daemon = bench.start_rampd(args.rampd, work, name, f'device = "{device}"\nbuffer = {buffer}',
                                env=session.environment)
@@ -232,7 +239,7 @@ def through_pipewire(args, work, session, device, buffer, constant, say):
     with open(raw + ".reads.json", "w") as f:
         json.dump({"reads": reads, "sets": sets, "scheduled": scheduled}, f)
     runs, behind = sink_clock(reads)
-    result = {"device": device, "buffer_s": buffer, "sink_fell_behind_ms": [round(x, 2) for x in behind],
+    result = {"device": device, "buffer_s": buffer, "load_average_at_start": load, "sink_fell_behind_ms": [round(x, 2) for x in behind],
               "quantum_frames": percentile([count for _, _, count in reads], 50),
               **heard_figures(finder(recorded_left(raw), runs), sets, scheduled, output, status)}
     say(f"{name}: {result}")
@@ -283,9 +290,18 @@ def rewind_stress(args, work, session, constant, say):
     for run in range(args.stress_runs):
         for rewind in ("on", "off"):
             name = f"rampd-stress-pipewire-rewind-{rewind}-{run}"
-            daemon = bench.start_rampd(args.rampd, work, name, f'device = "pipewire"\nrewind = "{rewind}"',
-                                       env=session.environment)
+            rampd = args.rewind_rampd if rewind == "on" and args.rewind_rampd else args.rampd
+            try:
+                daemon = bench.start_rampd(rampd, work, name, f'device = "pipewire"\nrewind = "{rewind}"',
+                                           env=session.environment)
+            except RuntimeError:
+                with open(os.path.join(work, f"{name}.log")) as f:
+                    refused = f.read().strip().splitlines()[-1]
+                say(f"{name}: refused: {refused}")
+                results.append({"run": run, "rewind_asked": rewind, "refused": refused})
+                continue
             raw = os.path.join(work, name, "sink.raw")
+            load_at_start = load_average()
             recording = session.record(raw)
             load = []
             try:
@@ -315,7 +331,8 @@ def rewind_stress(args, work, session, constant, say):
                 heard = {k: heard[k] for k in ("median_ms", "p99_ms", "max_ms")}
             except RuntimeError as e:
                 heard = {"error": str(e)}
-            result = {"run": run, "rewind_asked": rewind, "rewind": status.get("rewind"),
+            result = {"run": run, "rewind_asked": rewind, "load_average_at_start": load_at_start,
+                      "rewind": status.get("rewind"),
                       "rewinds": status.get("rewinds"), "underruns": status.get("underruns"),
                       "buffer_frames": output["bufferFrames"], "sets": len(sets), "level_changes": changes,
                       "glitches": len(gaps), "glitch_ms": [round(n / RATE * 1e3, 2) for _, n in gaps],
@@ -408,6 +425,7 @@ def main():
     parser.add_argument("--idle-seconds", type=float, default=10)
     parser.add_argument("--stress-runs", type=int, default=3)
     parser.add_argument("--stress-load", type=int, default=2)
+    parser.add_argument("--rewind-rampd", help="a rampd that accepts rewind on through pipewire, for (c)")
     parser.add_argument("--only", choices=("heard", "pipewire", "stress", "idle"), action="append")
     parser.add_argument("--results")
     parser.add_argument("--verbose", action="store_true")
@@ -455,6 +473,10 @@ def main():
               " `set` → heard median / max |")
         print("|---|---|---|---|---|---|---|---|---|")
         for r in results["rewind_stress"]:
+            if "refused" in r:
+                print(f"| run {r['run'] + 1}, rewind = \"{r['rewind_asked']}\" | refused at start: {r['refused']} |"
+                      " | | | | | | |")
+                continue
             heard = (f"{r['median_ms']:.1f} / {r['max_ms']:.1f} ms" if "median_ms" in r else r["error"])
             print(f"| run {r['run'] + 1}, rewind = \"{r['rewind_asked']}\" | {r['rewind']} | {r['rewinds']} |"
                   f" {r['underruns']} | {r['level_changes']} / {r['sets']} | {r['glitches']} | {r['silent_glitches']} |"
