@@ -6,8 +6,14 @@ Measures, in one run:
       device (Tests/Fixtures/pcm_clocked.c: an ALSA ioplug PCM that consumes its ring in real
       time and records when it consumed each frame), 10 ms period: without rewind (output.rewind
       "off") with a 50 ms and a 200 ms buffer, against the buffer (its bound), and with rewind
-      ("on") with a 50 ms, a 200 ms and a 1 s buffer, against the rewind margin;
-  (b) rampd: a `set` with `at` (1 s ahead, wall clock): how far from that time it is heard;
+      ("on") with a 50 ms, a 200 ms and a 1 s buffer, against the rewind margin; and through
+      ALSA's `pipewire` and `pulse` PCMs into a PipeWire of its own (pipewire_session.py), with a
+      50 ms and a 100 ms buffer, recorded at its null sink with pw-record (`sink_clock` says when
+      the sink played each frame, and how well it knows);
+  (b) rampd: a `set` with `at` (1 s ahead, wall clock): how far from that time it is heard, on
+      each of those;
+  (r) `rewind` "on" (forced) against "off" through `pipewire`, sets while processes spin at
+      normal priority: glitches at the sink, underruns, rewinds, `set` → heard;
   (c) idle, nothing playing: CPU (% of a core) and wake-ups per second, summed over all threads
       (schedstat), of rampd on the clocked device (pacing "device"), rampd on ALSA `null` (pacing
       "clock"), rampd on its embedded output, rampd through ALSA's `pipewire` and `pulse` PCMs
