@@ -188,7 +188,8 @@ def heard_figures(heard, sets, scheduled, output, status):
 
 def sink_clock(reads, window=0.3):
     """When the PipeWire sink played each recorded frame, from a pipewire_session.Recording's
-    reads: runs for heard_at, and the sink's falls behind CLOCK_MONOTONIC (ms each).
+    reads: runs for heard_at, and each rise of the placement by more than 1 ms (ms): the sink fell
+    behind CLOCK_MONOTONIC, or every read for `window` seconds came that late.
 
     A frame is heard when the graph cycle that takes it to the sink runs (a null sink plays
     nothing; on a card it is when the cycle hands the quantum to the driver), the quantum's frames
@@ -245,7 +246,8 @@ def through_pipewire(args, work, session, device, buffer, constant, say):
     with open(raw + ".reads.json", "w") as f:
         json.dump({"reads": reads, "sets": sets, "scheduled": scheduled}, f)
     runs, behind = sink_clock(reads)
-    result = {"device": device, "buffer_s": buffer, "load_average_at_start": load, "sink_fell_behind_ms": [round(x, 2) for x in behind],
+    result = {"device": device, "buffer_s": buffer, "load_average_at_start": load,
+              "sink_fell_behind_ms": [round(x, 2) for x in behind],
               "quantum_frames": percentile([count for _, _, count in reads], 50),
               **heard_figures(finder(recorded_left(raw), runs), sets, scheduled, output, status)}
     say(f"{name}: {result}")
@@ -254,8 +256,9 @@ def through_pipewire(args, work, session, device, buffer, constant, say):
 
 def glitches(left, levels=(0.3, 0.5)):
     """What a recording of the constant at gains 0.6 and 1.0 holds between its first frame at full
-    level and the end of its last millisecond at either level: runs of frames at neither level (an underrun's silence, a
-    step), as (first frame, frames), and the changes from one level to the other."""
+    level and the end of its last millisecond at either level: runs of frames at neither level
+    (an underrun's silence, a step), as (first frame, frames), and the changes from one level to
+    the other."""
     def level(x):
         for value in levels:
             if abs(x - value) <= 1e-6:
