@@ -65,17 +65,18 @@ public struct OutputChain: Sendable, Equatable {
   public var swallowsSilently: Bool { endsInNull && !types.contains("file") }
 
   /// Why this chain refuses `rewind`, when it does: `on` through an audio server's plugin
-  /// (`pipewire`, `pulse`). The server takes the plugin's ring a quantum at a time, so a rewind
-  /// down to the margin leaves less than its next quantum, and a render thread a little late
-  /// (normal priority on a busy desktop) makes the sink play silence where the rewound audio was,
-  /// which neither the plugin nor rampd counts as an underrun (docs/BENCHMARKS.md, "Heard").
+  /// (`pipewire`, `pulse`). The server takes the plugin's ring a quantum at a time, so a change
+  /// rewound into it is heard a quantum or two later, not within the margin, and with rewinds its
+  /// sink played silence more often when rampd was late, which rampd did not always count as an
+  /// underrun (docs/BENCHMARKS.md, "Heard").
   public func refusal(of rewind: OutputConfiguration.Rewind) -> AudioError? {
     guard rewind == .on, kind == .pipewire || kind == .pulse else { return nil }
     return AudioError(
       .invalidParameter, section: "output", field: "rewind",
       "\"on\" is refused on a device of kind \(kind.rawValue) (an audio server's ALSA plugin): the server"
-        + " plays silence where rewound audio was when rampd is late; use \"auto\" or \"off\" (a change is heard"
-        + " after the buffer)")
+        + " takes what rampd writes a quantum at a time, so a rewind is heard a quantum or two later rather than"
+        + " within the margin, and its sink plays silence more often with rewinds; use \"auto\" or \"off\" (a"
+        + " change is heard after the buffer)")
   }
 
   /// Whether the chain rewinds under `rewind`: never through ALSA's `file` plugin (what it has
