@@ -111,8 +111,9 @@ import Testing
   }
 
   /// `rewind = "on"` through `pipewire` or `pulse` is refused at start, naming the key and the
-  /// kind, also where the embedded output would otherwise stand in for an unusable device: a
-  /// rewind through the server's plugin makes its sink play silence when rampd is late.
+  /// kind, also where the wait for a device and the embedded output would otherwise stand in for
+  /// an unusable one: a rewind through the server's plugin is heard a quantum or two later, not
+  /// within the margin, and its sink played silence more often with rewinds.
   @Test func rewindOnThroughPipeWireOrPulseIsRefusedAtStart() throws {
     let session = try PipeWireSession(pulse: true)
     for device in ["pipewire", "pulse"] {
