@@ -53,6 +53,33 @@ import Testing
     #expect(last > start + 9_600 && left[(last + 1)...].allSatisfy { $0 == 0 }, "silent once stopped")
   }
 
+  /// `--space 'db(-60)'` is a floor of -60 dB, played as such by a rampd configured with another
+  /// floor (`fade.db-floor = -50`): the fade runs in equal dB steps from 0 to -60 dB.
+  @Test func anExplicitFloorIsPlayedUnderAnotherConfiguredOne() throws {
+    let daemon = try DaemonProcess(environment: ["RAMPD_FADE_DB_FLOOR": "-50"])
+    _ = try daemon.constantFile("one", seconds: 3)
+    #expect(
+      try rampctl(["play", "one.wav", "--stream", "a"], socket: daemon.socket, directory: daemon.directory).status
+        == 0)
+    usleep(100_000)
+    let fade = try rampctl(
+      ["fade", "master.gain", "0", "--duration", "1s", "--curve", "linear", "--space", "db(-60)", "--wait"],
+      socket: daemon.socket)
+    #expect(fade.status == 0, "\(fade)")
+    daemon.stop()
+    let left = try daemon.played(channel: 0)
+    // The first sample below 1 once the stream's start ramp is over: the fade's sample 1 of 48,000.
+    let playing = try #require(left.firstIndex(of: 1))
+    let begin = try #require(left[playing...].firstIndex { $0 < 1 })
+    var worst = 0.0
+    for k in stride(from: 1, to: 47_990, by: 7) {
+      let expected = pow(10, -60 * Double(k) / 48_000 / 20)
+      worst = max(worst, abs(Double(left[begin + k - 1]) - expected) / expected)
+    }
+    #expect(worst < 1e-4, "off the -60 dB line by \(worst) (relative)")
+    #expect(left[(begin + 48_000)...].allSatisfy { $0 == 0 }, "silent at the floor")
+  }
+
   /// `set -6dB --duration --wait` leaves the model at exactly -6 dB; `get --json` is one reply line.
   @Test func setInDecibelsThenGetAsJSON() throws {
     let daemon = try DaemonProcess()
