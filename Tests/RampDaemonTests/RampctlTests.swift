@@ -278,6 +278,47 @@ import Testing
     #expect(samples[2 * 1_000] == 0.5 && samples[2 * 3_000] == 1 && samples[2 * 6_000] == 0.5, "a, a + b, b")
   }
 
+  /// Units are converted at every depth of a timeline line: inside a `batch`'s commands and an
+  /// `animate`'s animation (and its group's children), `"-6dB"` and `"2s"` render exactly as the
+  /// numbers they stand for.
+  @Test func unitsInsideBatchesAndAnimationsRenderAsTheirNumbers() throws {
+    let bench = try ShowBench()
+    try bench.file("one.wav", frames: 48_000, channels: 2) { _, _ in 1 }
+    func render(_ name: String, _ timeline: String) throws -> [Float] {
+      try timeline.write(toFile: bench.path("\(name).jsonl"), atomically: true, encoding: .utf8)
+      let run = try runProcess(
+        Executables.rampctl, ["render", bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl")])
+      #expect(run.status == 0, "\(run)")
+      let reader = try SoundFileReader(path: bench.path("\(name).wav"))
+      var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
+      _ = try samples.withUnsafeMutableBufferPointer {
+        try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
+      }
+      return samples
+    }
+    let minus6 = pow(10, -6.0 / 20)
+    let units = try render(
+      "units",
+      #"""
+      {"cmd": "play", "path": "one.wav", "stream": "a"}
+      {"at": 0.1, "cmd": "batch", "commands": [{"cmd": "set", "key": "master.gain", "value": "-6dB", "duration": "200ms"}]}
+      {"at": 0.4, "cmd": "animate", "key": "streams.a.gain", "animation": {"type": "group", "duration": "300ms", "animations": [{"type": "basic", "from": "-6dB", "to": "50%", "duration": "250ms"}]}}
+      {"at": 0.7, "cmd": "animate", "key": "master.gain", "animation": {"type": "basic", "to": "-12dB", "duration": "100ms"}}
+      """#)
+    let numbers = try render(
+      "numbers",
+      #"""
+      {"cmd": "play", "path": "one.wav", "stream": "a"}
+      {"at": 0.1, "cmd": "batch", "commands": [{"cmd": "set", "key": "master.gain", "value": \#(minus6), "duration": 0.2}]}
+      {"at": 0.4, "cmd": "animate", "key": "streams.a.gain", "animation": {"type": "group", "duration": 0.3, "animations": [{"type": "basic", "from": \#(minus6), "to": 0.5, "duration": 0.25}]}}
+      {"at": 0.7, "cmd": "animate", "key": "master.gain", "animation": {"type": "basic", "to": \#(pow(10, -12.0 / 20)), "duration": 0.1}}
+      """#)
+    #expect(units.count == 96_000 && units == numbers, "the unit form rendered otherwise")
+    // Not the same by doing nothing: the set ramps from 0 dB over 200 ms (from 4,800) to -6 dB.
+    let ramp = [4_800, 7_200, 14_400].map { Double(numbers[2 * $0]) }
+    #expect(ramp[0] == 1 && ramp[1] > minus6 + 0.1 && ramp[1] < 0.9 && abs(ramp[2] - minus6) < 1e-6, "\(ramp)")
+  }
+
   /// Plain `status` shows each stream's position in its file and the file's duration, and a
   /// queue stream's queue with the playing item marked; a looping file's position stays within
   /// the file (it starts again from 0 at each loop), in the reply and in the text.
