@@ -63,7 +63,7 @@ struct RampCtl: ParsableCommand {
       SchedulesCommand.self, UnscheduleCommand.self, AlarmCommand.self, SleepCommand.self,
       DuckAddCommand.self, DuckListCommand.self, DuckRemoveCommand.self, DuckCommand.self, UnduckCommand.self,
       QueueCommand.self, NextCommand.self, PreviousCommand.self,
-      CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
+      CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self, LoudnessCommand.self,
     ]
   )
 
