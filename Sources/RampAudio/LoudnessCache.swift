@@ -66,7 +66,7 @@ public struct LoudnessCache: Sendable {
   /// The cache at `path`: empty when there is no file, or it is ignored (see ``problem``).
   public init(loading path: String) {
     self.path = path
-    switch Self.read(path) {
+    switch Self.load(path) {
     case .success(let entries): self.entries = entries
     case .failure(let problem): self.problem = problem.text
     }
@@ -83,7 +83,7 @@ public struct LoudnessCache: Sendable {
   ///
   /// - Throws: ``AudioError/Code/unwritableFile`` naming the file and the reason.
   public func save() throws(AudioError) {
-    var merged = (try? Self.read(path).get()) ?? [:]
+    var merged = (try? Self.load(path).get()) ?? [:]
     merged.merge(entries) { _, mine in mine }
     let directory = (path as NSString).deletingLastPathComponent
     if !directory.isEmpty {
@@ -134,16 +134,24 @@ public struct LoudnessCache: Sendable {
   }
 
   /// The entries at `path`; none when there is no file or another version wrote it.
-  private static func read(_ path: String) -> Result<[FileIdentity: Loudness], Problem> {
-    let data: Data
-    do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch let error as CocoaError
-      where error.code == .fileReadNoSuchFile
-    {
-      return .success([:])
-    } catch {
-      return .failure(Problem(text: "cannot read it: \(error.localizedDescription)"))
+  private static func load(_ path: String) -> Result<[FileIdentity: Loudness], Problem> {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else {
+      // No cache yet, or its directory is not one (saving says so).
+      if errno == ENOENT || errno == ENOTDIR { return .success([:]) }
+      return .failure(Problem(text: "cannot read it: \(String(cString: strerror(errno)))"))
     }
-    guard let text = String(data: data, encoding: .utf8) else {
+    defer { close(descriptor) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65_536)
+    while true {
+      let count = chunk.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+      if count < 0 && errno == EINTR { continue }
+      guard count >= 0 else { return .failure(Problem(text: "cannot read it: \(String(cString: strerror(errno)))")) }
+      if count == 0 { break }
+      bytes.append(contentsOf: chunk[..<count])
+    }
+    guard let text = String(validating: bytes, as: UTF8.self) else {
       return .failure(Problem(text: "it is not text"))
     }
     var lines = text.split(separator: "\n", omittingEmptySubsequences: false)

@@ -178,6 +178,7 @@ import Testing
     try "not a directory".write(toFile: work.state, atomically: true, encoding: .utf8)
     let (outcome, measured) = try work.measure(["a.wav"])
     #expect(outcome.status == 0 && measured["a.wav"]?["integrated"]?.numberValue != nil, "\(outcome)")
+    #expect(!outcome.stderr.contains("ignoring"), "\(outcome)")
     #expect(outcome.stderr.contains("cannot write the loudness cache '\(work.cache)'"), "\(outcome)")
   }
 
