@@ -9,15 +9,17 @@ import CEbur128
 /// A file's loudness by EBU R 128 (ITU-R BS.1770), measured with libebur128: integrated loudness,
 /// loudness range and true peak.
 ///
-/// Channels are weighted as BS.1770 says, in WAVE order: for 6 channels FL FR FC LFE BL BR (the
-/// LFE not counted, the surrounds +1.5 dB), as ``ChannelMap`` reads them; for 5, L R C Ls Rs.
+/// Channels are weighted as BS.1770 says, in WAVE order (libebur128's default map, the order
+/// ``ChannelMap`` reads too): 4 channels are L R Ls Rs, 5 are L R C Ls Rs, 6 are FL FR FC LFE BL
+/// BR; the surrounds count +1.5 dB, the LFE and any channel after the sixth not at all. The true
+/// peak is every channel's, the LFE's included.
 public struct Loudness: Sendable, Equatable {
   /// Integrated loudness, LUFS; −infinity when nothing counts (see ``unmeasured``).
   public var integrated: Double
   /// Loudness range, LU; 0 when the file is too short or too quiet to have one.
   public var range: Double
-  /// The highest true peak (4× oversampled, 2× above 96 kHz) of any channel, dBTP; −infinity for
-  /// digital silence.
+  /// The highest true peak of any channel (oversampled 4× below 96 kHz, 2× below 192 kHz),
+  /// dBTP; −infinity for digital silence.
   public var truePeak: Double
   /// Frames read, at ``sampleRate``.
   public var frames: Int64
