@@ -44,7 +44,8 @@ enum CommandLineRoute: Equatable {
       }
       return .refuse(message + "; `rampctl --help` lists the commands")
     }
-    if !globals.isEmpty, !(command is any TalksToRampd.Type) {
+    let onlyJSON = globals.allSatisfy { $0 == "--json" }
+    if !globals.isEmpty, !(command is any TalksToRampd.Type), !(onlyJSON && command is any PrintsJSON.Type) {
       return .refuse("\(globals[0]): '\(first)' does not talk to rampd, so it takes no \(globals[0])")
     }
     if let message = unknownOption(in: Array(rest.dropFirst()), of: command) { return .refuse(message) }
@@ -135,3 +136,9 @@ struct CommandArguments {
 protocol TalksToRampd {}
 
 extension BatchCommand: TalksToRampd {}
+
+/// A subcommand that does not talk to rampd but prints JSON with `--json`, which may then come
+/// before it too.
+protocol PrintsJSON {}
+
+extension LoudnessCommand: PrintsJSON {}
