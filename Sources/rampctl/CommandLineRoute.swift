@@ -44,9 +44,12 @@ enum CommandLineRoute: Equatable {
       }
       return .refuse(message + "; `rampctl --help` lists the commands")
     }
-    let onlyJSON = globals.allSatisfy { $0 == "--json" }
-    if !globals.isEmpty, !(command is any TalksToRampd.Type), !(onlyJSON && command is any PrintsJSON.Type) {
-      return .refuse("\(globals[0]): '\(first)' does not talk to rampd, so it takes no \(globals[0])")
+    if !globals.isEmpty, !(command is any TalksToRampd.Type) {
+      // The option to name: the first one the command does not take.
+      let names = globals.filter { $0.hasPrefix("--") }.map { String($0.prefix { $0 != "=" }) }
+      if let refused = names.first(where: { !(command is any PrintsJSON.Type) || $0 != "--json" }) {
+        return .refuse("\(refused): '\(first)' does not talk to rampd, so it takes no \(refused)")
+      }
     }
     if let message = unknownOption(in: Array(rest.dropFirst()), of: command) { return .refuse(message) }
     return .run([first] + globals + rest.dropFirst())

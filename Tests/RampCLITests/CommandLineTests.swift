@@ -52,6 +52,9 @@ import Testing
     #expect(
       CommandLineRoute.route(["--socket", "/s", "loudness", "a.wav"])
         == .refuse("--socket: 'loudness' does not talk to rampd, so it takes no --socket"))
+    #expect(
+      CommandLineRoute.route(["--json", "--socket=/s", "loudness", "a.wav"])
+        == .refuse("--socket: 'loudness' does not talk to rampd, so it takes no --socket"))
     #expect(throws: (any Error).self) { try RampCtl.parseAsRoot(["loudness", "--socket", "/s", "a.wav"]) }
   }
 
