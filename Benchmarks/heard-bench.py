@@ -147,20 +147,27 @@ def finder(left, runs):
     return heard
 
 
+def drive(daemon, args, constant, buffer):
+    """The sets and the scheduled changes sent to one daemon, with its status before and after;
+    then a stop that lets the device play out."""
+    c = bench.Rampd(daemon.socket_path)
+    output = c.request("status")["output"]
+    sets = send_sets(c, constant, args.tries, buffer + 0.05)
+    scheduled = send_scheduled(c, sets[-1][1], args.scheduled, buffer)
+    status = c.request("status")["output"]
+    c.request("stop", fade=0.01)
+    time.sleep(buffer + 0.1)
+    c.close()
+    return output, sets, scheduled, status
+
+
 def set_to_heard(args, work, buffer, rewind, constant, say):
     """(a) and (b) on one daemon with a `buffer`-second buffer, rewind "on" or "off"."""
     name = f"rampd-heard-{int(buffer * 1000)}ms-rewind-{rewind}"
     load = load_average()
     daemon, raw, times = clocked_daemon(args, work, name, buffer, rewind=rewind)
     try:
-        c = bench.Rampd(daemon.socket_path)
-        output = c.request("status")["output"]
-        sets = send_sets(c, constant, args.tries, buffer + 0.05)
-        scheduled = send_scheduled(c, sets[-1][1], args.scheduled, buffer)
-        status = c.request("status")["output"]
-        c.request("stop", fade=0.01)
-        time.sleep(buffer + 0.1)
-        c.close()
+        output, sets, scheduled, status = drive(daemon, args, constant, buffer)
     finally:
         daemon.stop()
     result = {"device": "clocked test device", "buffer_s": buffer, "load_average_at_start": load,
@@ -232,14 +239,7 @@ def through_pipewire(args, work, session, device, buffer, constant, say):
     raw = os.path.join(work, name, "sink.raw")
     recording = session.record(raw)
     try:
-        c = bench.Rampd(daemon.socket_path)
-        output = c.request("status")["output"]
-        sets = send_sets(c, constant, args.tries, buffer + 0.05)
-        scheduled = send_scheduled(c, sets[-1][1], args.scheduled, buffer)
-        status = c.request("status")["output"]
-        c.request("stop", fade=0.01)
-        time.sleep(buffer + 0.1)
-        c.close()
+        output, sets, scheduled, status = drive(daemon, args, constant, buffer)
     finally:
         reads = recording.finish()
         daemon.stop()
