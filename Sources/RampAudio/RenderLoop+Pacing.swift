@@ -127,12 +127,13 @@ extension RenderLoop {
     return nil
   }
 
-  /// Without a device to block on, waits until the block just rendered is due on the clock, up
-  /// to a buffer ahead of it, as a device would hold: blocks go out back to back, a buffer's worth
-  /// per wake-up, and a command still lands within a buffer. After an outage of the render thread
+  /// Without a device to block on, keeps the blocks rendered at most a buffer ahead of the clock,
+  /// as a device would hold them: once the buffer is full it sleeps until everything rendered is
+  /// due (nobody hears it run dry), then blocks go out back to back, a buffer's worth per
+  /// wake-up, and a command still lands within a buffer. After an outage of the render thread
   /// itself the clock re-anchors.
   func keepTime(frames: Int) {
-    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames))
+    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames), refill: 0)
     idleClock.advance(by: frames)
   }
 
@@ -147,21 +148,10 @@ extension RenderLoop {
   }
 
   /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill
-  /// `device`'s buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by
-  /// default half the buffer rounded up to whole periods (30 ms of a 50 ms buffer in 10 ms
-  /// periods: a wake-up per two periods, where most of a wake-up's cost is the waking itself). In
-  /// the buffer as `device` negotiated it (a fallback's may differ from the configured device's),
-  /// never less than a period unless the buffer holds under two, never more than the buffer less
-  /// one period.
+  /// `device`'s buffer (``AlsaPCMOutput/Negotiated/refillLead(margin:)``), in the buffer as
+  /// `device` negotiated it: a fallback's may differ from the configured device's.
   func refillLead(on device: AlsaPCMOutput) -> Int {
-    let negotiated = device.negotiated
-    let period = negotiated.periodFrames
-    let most = max(negotiated.bufferFrames - period, 0)
-    guard let margin = configuration.marginTime else {
-      let half = (negotiated.bufferFrames + 1) / 2
-      return min(max((half + period - 1) / max(period, 1) * period, period), most)
-    }
-    return min(max(Int((margin * Double(negotiated.rate)).rounded()), period), most)
+    device.negotiated.refillLead(margin: configuration.marginTime)
   }
 
   // MARK: Idle
