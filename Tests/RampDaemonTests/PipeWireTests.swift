@@ -313,8 +313,9 @@ import Testing
       #expect(failed["message"]?.stringValue?.isEmpty == false, "\(failed.serialized())")
     }
     // Next to nothing through the outage: idle, it holds no stream (nothing failed); playing, it
-    // renders on as time goes, a wake-up a buffer, and tries to reopen (0.3 % of a core in a
-    // release build; in a debug build 0.7 % here, 1.0 % under the whole suite's load).
+    // renders on as time goes, a wake-up a buffer (0.2 to 0.3 % of a core in this debug build),
+    // and tries to reopen the device, five times in these first 2 s, each a failed
+    // `snd_pcm_open` that costs pipewire-alsa about 3 ms (0.6 to 0.8 %).
     try expectQuietOutage(
       daemon, client, setting: 0.5, state: playing ? "failed" : "playing", cpu: playing ? 0.03 : 0.02)
 
