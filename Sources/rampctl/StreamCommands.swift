@@ -152,6 +152,9 @@ struct PlayCommand: DaemonCommand {
     let stream = result["stream"]?.stringValue ?? "?"
     var text = "\(paused ? "loaded" : "playing") \(stream): \(result["path"]?.stringValue ?? file)"
     if let id = result["animation"]?.numberValue { text += " (fade-in #\(ReplyText.number(.number(id))))" }
+    if let loudness = result["loudness"], let target = loudness["target"]?.numberValue {
+      text += "; at \(HumanUnits.format(loudness: target)): \(ReplyText.loudness(loudness))"
+    }
     return text
   }
 
