@@ -75,68 +75,83 @@ import Testing
     loudness?["trim"]?.numberValue.map { Float(pow(10, $0 / 20)) }
   }
 
-  /// Two queue items mastered 15 LU apart (pink noise at −9 LUFS, a sine at −24 LUFS) played at
-  /// −18 LUFS: each measures −18 ± 0.5 LUFS in the recording, and every recorded sample is the
-  /// files' samples times their trims, the linear crossfade between them included.
+  /// Queue items mastered 21 LU apart (pink noise at −9 LUFS, a sine at −24 LUFS, noise at −30
+  /// LUFS) played at −18 LUFS: each measures −18 ± 0.5 LUFS in the recording, and every recorded
+  /// sample is the files' samples times their trims, the linear crossfades between them included.
+  /// The second item is opened (and measured) by the `play`, the third while the second plays.
   @Test func queueItemsCrossfadeBetweenTheirNormalisedLevels() throws {
     let daemon = try DaemonProcess()
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "stream-ended"]])
-    let frames = 4 * Self.rate
-    let noise = Self.pinkNoise(frames: frames)
-    let loudPath = "\(daemon.directory)/loud.wav"
-    let quietPath = "\(daemon.directory)/quiet.wav"
-    let loud = try Self.file(loudPath, frames: frames, lufs: -9, carrier: 0, probe: 0.01) { noise[$0] }
-    let quiet = try Self.file(quietPath, frames: frames, lufs: -24, carrier: 1, probe: 0.02, signal: Self.sine)
+    let frames = [4 * Self.rate, 3 * Self.rate, 3 * Self.rate]
+    let noise = Self.pinkNoise(frames: frames[0])
+    let paths = ["loud", "quiet", "quieter"].map { "\(daemon.directory)/\($0).wav" }
+    let items = [
+      try Self.file(paths[0], frames: frames[0], lufs: -9, carrier: 0, probe: 0.01) { noise[$0] },
+      try Self.file(paths[1], frames: frames[1], lufs: -24, carrier: 1, probe: 0.02, signal: Self.sine),
+      try Self.file(paths[2], frames: frames[2], lufs: -30, carrier: 0, probe: 0.03) { noise[frames[0] - 1 - $0] },
+    ]
 
     let play = try client.request([
-      "cmd": "play", "path": .string(loudPath), "stream": "music", "queue": [.string(quietPath)],
+      "cmd": "play", "path": .string(paths[0]), "stream": "music", "queue": [.string(paths[1]), .string(paths[2])],
       "crossfade": 1, "crossfadeCurve": "linear", "loudness": "-18LUFS",
     ])
     #expect(play.isOK, "\(play.serialized())")
-    let first = play.result["loudness"]
-    #expect(first?["target"] == -18 && first?["limited"] == false, "\(play.serialized())")
-    #expect(abs((first?["integrated"]?.numberValue ?? 0) + 9) <= 0.06)
-    let crossfade = QueueTests.sample(
-      try client.waitForEvent { $0["event"] == "item-started" && $0["path"] == .string(quietPath) })
-    // The playing item's measurement and trim, as status shows them.
-    let status = try client.request(["cmd": "status"])
-    let second = status.result["streams"]?.arrayValue?.first { $0["stream"] == "music" }?["loudness"]
-    #expect(abs((second?["integrated"]?.numberValue ?? 0) + 24) <= 0.06, "\(status.serialized())")
-    #expect(abs((second?["trim"]?.numberValue ?? 0) - 6) < 0.1)
+    var measured = [play.result["loudness"]]
+    #expect(measured[0]?["target"] == -18 && measured[0]?["limited"] == false, "\(play.serialized())")
+    var starts: [Int] = []
+    for path in paths.dropFirst() {
+      starts.append(
+        QueueTests.sample(try client.waitForEvent { $0["event"] == "item-started" && $0["path"] == .string(path) }))
+      // The playing item's measurement and trim, as status shows them.
+      let status = try client.request(["cmd": "status"])
+      measured.append(status.result["streams"]?.arrayValue?.first { $0["stream"] == "music" }?["loudness"])
+    }
     _ = try client.waitForEvent { $0["event"] == "stream-ended" && $0["stream"] == "music" }
     daemon.stop()
 
+    for (index, lufs) in [-9.0, -24, -30].enumerated() {
+      #expect(abs((measured[index]?["integrated"]?.numberValue ?? 0) - lufs) <= 0.06, "\(measured)")
+      #expect(abs((measured[index]?["trim"]?.numberValue ?? 0) - (-18 - lufs)) <= 0.1, "\(measured)")
+    }
     let played = try daemon.played()
-    let fadeFrames = Self.rate
-    let start = crossfade - (frames - fadeFrames)
-    try #require(start > 0 && crossfade + frames <= played.count / 2, "items at \(start) and \(crossfade)")
-    // Each item alone, away from the stream's declick and the crossfade.
-    let loudHeard = try Self.loudness(played, from: start + 4_800, to: crossfade, in: daemon.directory)
-    let quietHeard = try Self.loudness(
-      played, from: crossfade + fadeFrames, to: crossfade + frames, in: daemon.directory)
-    #expect(abs(loudHeard + 18) <= 0.5, "the -9 LUFS item heard at \(loudHeard) LUFS")
-    #expect(abs(quietHeard + 18) <= 0.5, "the -24 LUFS item heard at \(quietHeard) LUFS")
+    let fade = Self.rate
+    // Where each item starts in the recording: a crossfade's length before the end of the one before.
+    let first = starts[0] - (frames[0] - fade)
+    let begins = [first] + starts
+    #expect(starts[1] == starts[0] + frames[1] - fade, "the third item starts a crossfade before the second ends")
+    let end = begins[2] + frames[2]
+    try #require(first > 0 && end <= played.count / 2, "items at \(begins) in \(played.count / 2) frames")
+    // Each item alone, away from the stream's declick and the crossfades.
+    for index in 0..<3 {
+      let from = index == 0 ? first + 4_800 : begins[index] + fade
+      let to = index == 2 ? end : begins[index + 1]
+      let heard = try Self.loudness(played, from: from, to: to, in: daemon.directory)
+      #expect(abs(heard + 18) <= 0.5, "item \(index) heard at \(heard) LUFS")
+    }
 
-    let loudTrim = try #require(Self.factor(first))
-    let quietTrim = try #require(Self.factor(second))
+    let trims = try measured.map { try #require(Self.factor($0)) }
     var worst = 0.0
     var worstFrame = -1
-    for frame in 480..<(frames + fadeFrames) {
-      // Frame `frame` of the first item; the second starts `frames - fadeFrames` later.
-      let k = frame - (frames - fadeFrames)
-      let x = min(max(Double(k) / Double(fadeFrames), 0), 1)
+    for frame in (first + 480)..<end {
       for channel in 0..<2 {
-        var expected = frame < frames ? Double(loud[2 * frame + channel] * loudTrim) * (1 - x) : 0
-        if k >= 0 { expected += Double(quiet[2 * k + channel] * quietTrim) * x }
-        let error = abs(Double(played[2 * (start + frame) + channel]) - expected)
+        var expected = 0.0
+        for index in 0..<3 {
+          let k = frame - begins[index]
+          guard k >= 0 && k < frames[index] else { continue }
+          // Ramps in over the crossfade at its start (not the first), out over the one at its end (not the last).
+          var ramp = index > 0 ? min(Double(k) / Double(fade), 1) : 1
+          if index < 2 { ramp *= min(max(Double(frames[index] - k) / Double(fade), 0), 1) }
+          expected += Double(items[index][2 * k + channel] * trims[index]) * ramp
+        }
+        let error = abs(Double(played[2 * frame + channel]) - expected)
         if error > worst {
           worst = error
-          worstFrame = frame
+          worstFrame = frame - first
         }
       }
     }
-    #expect(worst < 1e-5, "off the trimmed files and their crossfade by \(worst) at frame \(worstFrame)")
+    #expect(worst < 1e-5, "off the trimmed files and their crossfades by \(worst) at frame \(worstFrame)")
   }
 
   /// With `[playback] loudness` a plain `play` is normalised (a sine at −30 LUFS: +12 dB), and the
@@ -149,7 +164,7 @@ import Testing
     try client.request(["cmd": "subscribe", "events": ["duck-started", "duck-ended", "animation-started"]])
     let path = "\(daemon.directory)/tone.wav"
     let probe: Float = 0.01
-    _ = try Self.file(path, frames: 4 * Self.rate, lufs: -30, carrier: 0, probe: probe, signal: Self.sine)
+    _ = try Self.file(path, frames: 12 * Self.rate, lufs: -30, carrier: 0, probe: probe, signal: Self.sine)
     let play = try client.request(["cmd": "play", "path": .string(path), "stream": "tone"])
     #expect(play.isOK, "\(play.serialized())")
     let trim = try #require(Self.factor(play.result["loudness"]), "\(play.serialized())")
@@ -174,8 +189,6 @@ import Testing
     let fadeStart = DuckTests.sample(try client.waitForEvent { $0["event"] == "animation-started" })
     usleep(600_000)
     #expect(try client.request(["cmd": "get", "key": "streams.tone.gain"]).result["model"] == 0.5)
-    #expect(try client.request(["cmd": "stop", "stream": "tone"]).isOK)
-    usleep(100_000)
     let again = try client.request(["cmd": "play", "path": .string(path), "stream": "again", "gain": 0])
     #expect(again.result["loudness"]?["cached"] == true, "\(again.serialized())")
     #expect(FileManager.default.fileExists(atPath: "\(daemon.directory)/loudness.cache"))
@@ -194,7 +207,9 @@ import Testing
     let fade = DuckTests.misfit(level, start: fadeStart, frames: 19_200, from: 1, to: 0.5, curve: .linear)
     #expect(fade < 1e-5, "fade off its curve by \(fade)")
     let after = level[(fadeStart + 19_200)..<(fadeStart + 19_200 + 4_800)].map { abs(Double($0) - 0.5) }.max() ?? 1
-    #expect(after < 1e-6, "the fade's end value, trimmed, after it: off by \(after)")
+    #expect(
+      after < 1e-6,
+      "the fade's end value, trimmed, after it: off by \(after) (from \(fadeStart), \(level.count) samples recorded)")
   }
 
   /// A file without an integrated loudness plays at its own level, and says why: one that never
