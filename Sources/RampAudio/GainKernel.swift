@@ -8,6 +8,12 @@ public enum GainKernel {
     for i in 0..<count { gains[i] *= other[i] }
   }
 
+  /// samples[i] *= factor: a fixed trim (`LoudnessTrim`), applied as a file is decoded.
+  @inlinable
+  public static func scale(_ samples: UnsafeMutablePointer<Float>, by factor: Float, count: Int) {
+    for i in 0..<count { samples[i] *= factor }
+  }
+
   /// output[f·c + k] = input[f·c + k] × gain[f].
   @inlinable
   public static func apply(

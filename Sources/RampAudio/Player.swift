@@ -358,7 +358,7 @@ public final class Player: Sendable {
   public func prepare(
     _ path: String, id: String, gain: Double = 1, fadeIn: Double = 0, curve: TimingFunction = .linear,
     space: ValueSpace = .amplitude, loop: Bool = false, paused: Bool = false, queue: StreamQueue? = nil,
-    admit: (_ openedPath: String) throws -> Void = { _ in }
+    loudness: LoudnessNormalisation? = nil, admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> PreparedStream {
     // Offline, the render runs as fast as it can: a longer ring lets the decoder run further
     // ahead, so the two threads wait for each other a few times a minute of audio, not every second.
@@ -366,6 +366,7 @@ public final class Player: Sendable {
       path: path, outputRate: output.rate, outputChannels: output.channels,
       bufferSeconds: (isOffline ? 4 : 1) + heldSeconds, loops: loop, start: false)
     try admit(decoder.openedPath)
+    if let loudness { decoder.normalise(try loudness.trim(for: decoder.openedPath)) }
     decoder.consumerBell = link.commandBell
     decoder.start()
     decoder.waitUntilPrefilled()
@@ -393,7 +394,8 @@ public final class Player: Sendable {
     let stream = PlayingStream(
       id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused)
     stream.queue = queue
-    return PreparedStream(id: id, path: path, unstarted: unstarted, stream: stream, ramp: ramp, fadesIn: fadeIn > 0)
+    return PreparedStream(
+      id: id, path: path, unstarted: unstarted, stream: stream, ramp: ramp, fadesIn: fadeIn > 0, trim: decoder.trim)
   }
 
   /// The properties and the animations per key path the render thread holds without growing its

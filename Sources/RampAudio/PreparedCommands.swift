@@ -29,11 +29,14 @@ public final class PreparedStream: RenderCommand, @unchecked Sendable {
   private let fadesIn: Bool
   /// Set when it joined: the fade-in's id and begin sample (nil: none).
   public private(set) var fadeIn: (id: UInt64, sample: Int64)?
+  /// Its loudness trim, when it is normalised.
+  public let trim: LoudnessTrim?
 
   init(
     id: String, path: String, unstarted: UnstartedDecoder, stream: PlayingStream,
-    ramp: (animation: PreparedAnimation, on: PropertyHandle)?, fadesIn: Bool
+    ramp: (animation: PreparedAnimation, on: PropertyHandle)?, fadesIn: Bool, trim: LoudnessTrim? = nil
   ) {
+    self.trim = trim
     self.id = id
     self.path = path
     self.unstarted = unstarted

@@ -61,7 +61,7 @@ public final class RenderState: @unchecked Sendable {
       StreamSnapshot(
         id: stream.id, path: stream.decoder.path, paused: stream.paused, stopping: stream.stopping,
         loops: stream.decoder.loops, seconds: Double(position) / Double(sampleRate),
-        duration: Double(length) / Double(sampleRate)),
+        duration: Double(length) / Double(sampleRate), trim: stream.decoder.trim),
       stream.gain
     )
   }
@@ -122,6 +122,8 @@ public struct StreamSnapshot: Sendable, Equatable {
   public let seconds: Double
   /// Seconds of audio in the file playing (a queue's playing item), at the output rate.
   public let duration: Double
+  /// The loudness trim of the file playing, when it is normalised.
+  public let trim: LoudnessTrim?
 }
 
 /// A stream on the render thread: its decoder's ring, its gain, and the transport gain that

@@ -63,6 +63,9 @@ public final class StreamDecoder: @unchecked Sendable {
   /// The decoder thread's kernel id once it runs (tests read its `schedstat`).
   var threadID: Int32 { decoderThread.load(ordering: .acquiring) }
   private let decoderThread = Atomic<Int32>(0)
+  /// The loudness trim multiplied into every sample decoded (nil: none). Set before `start`, and
+  /// never after: the decoder thread and the render thread only read it.
+  public private(set) var trim: LoudnessTrim?
   /// The file's length in output frames (at most 10¹⁵, whatever its header claims).
   public let outputLength: Int
   /// Frames decoded per read from the file.
@@ -103,6 +106,12 @@ public final class StreamDecoder: @unchecked Sendable {
     lowWater = ring.capacity / 2
     bell = try Bell("decoder wake-up for '\(path)'", code: .unreadableFile)
     if start { self.start() }
+  }
+
+  /// Decodes the file trimmed by `trim` (`LoudnessTrim`). Before `start` only.
+  public func normalise(_ trim: LoudnessTrim) {
+    precondition(!started.load(ordering: .relaxed), "a decoder's trim is set before it starts")
+    self.trim = trim
   }
 
   public func start() {
@@ -299,6 +308,7 @@ public final class StreamDecoder: @unchecked Sendable {
     var pendingBase = mapped
     var endOfFile = false
     let samplesAreBounded = reader.samplesAreBounded
+    let trimFactor = trim?.factor ?? 1
     // Runs until cancelled or failed; a finished decoder waits for a seek back.
     while true {
       let current = state.load(ordering: .acquiring)
@@ -383,6 +393,7 @@ public final class StreamDecoder: @unchecked Sendable {
         pending = frames * outputChannels
         // Filtering or folding huge (finite) samples can overflow.
         if !samplesAreBounded && pendingBase != fileFrames { Self.silenceNonFinite(pendingBase, count: pending) }
+        if trimFactor != 1 { GainKernel.scale(pendingBase, by: trimFactor, count: pending) }
         pendingOffset = 0
       } catch {
         failure = error

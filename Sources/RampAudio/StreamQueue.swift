@@ -462,17 +462,24 @@ extension Player {
   /// An item of a queue, made ready: its file opened (errors name it), its decoder prefilled.
   /// `admit` checks the path the file was opened by, as `prepare`'s does.
   /// With `tail` (a level-triggered crossfade), its quiet tail is found here, off the render
-  /// thread, while the decoder prefills.
+  /// thread, while the decoder prefills. With `loudness`, it is measured (or its measurement
+  /// read from the cache) before it decodes: the daemon opens an item while the one before it
+  /// plays, so its measurement is done ahead of its turn.
   public func prepareQueueItem(
     _ path: String, id: UInt64, followed: Bool, tail: QuietTail.Trigger? = nil,
-    admit: (_ openedPath: String) throws -> Void = { _ in }
+    loudness: LoudnessNormalisation? = nil, admit: (_ openedPath: String) throws -> Void = { _ in }
   ) throws -> QueueItem {
     let decoder = try StreamDecoder(
       path: path, outputRate: output.rate, outputChannels: output.channels, bufferSeconds: 1, start: false)
     try admit(decoder.openedPath)
+    if let loudness { decoder.normalise(try loudness.trim(for: decoder.openedPath)) }
     decoder.consumerBell = link.commandBell
     decoder.start()
-    let quietStart = tail.flatMap { QuietTail.start(of: decoder.openedPath, $0, outputRate: output.rate) }
+    // The tail is quiet as heard: below the threshold once trimmed.
+    let heard = tail.map {
+      QuietTail.Trigger(threshold: $0.threshold - (decoder.trim?.decibels ?? 0), window: $0.window)
+    }
+    let quietStart = heard.flatMap { QuietTail.start(of: decoder.openedPath, $0, outputRate: output.rate) }
     decoder.waitUntilPrefilled()
     return QueueItem(
       id: id, path: path, followed: followed, quietStart: quietStart, unstarted: UnstartedDecoder(decoder))

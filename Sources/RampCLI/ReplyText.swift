@@ -111,7 +111,10 @@ public enum ReplyText {
     } else {
       // An older rampd sends no gains: no column for them then.
       let gains = streams.contains { $0["gain"] != nil }
-      var rows = [["STREAM", "STATE"] + (gains ? ["GAIN"] : []) + ["POSITION", "LOOP", "PATH"]]
+      let normalised = streams.contains { $0["loudness"] != nil }
+      var rows = [
+        ["STREAM", "STATE"] + (gains ? ["GAIN"] : []) + (normalised ? ["LOUDNESS"] : []) + ["POSITION", "LOOP", "PATH"]
+      ]
       for stream in streams {
         let state =
           stream["stopping"] == true ? "stopping" : stream["paused"] == true ? "paused" : "playing"
@@ -121,7 +124,7 @@ public enum ReplyText {
         let id = stream["stream"]?.stringValue ?? "?"
         let gain = stream["gain"].map { levels($0, key: "streams.\(id).gain") } ?? "?"
         rows.append(
-          [id, state] + (gains ? [gain] : []) + [
+          [id, state] + (gains ? [gain] : []) + (normalised ? [stream["loudness"].map(loudness) ?? "-"] : []) + [
             position ?? "?", stream["loop"] == true ? "yes" : "no", stream["path"]?.stringValue ?? "?",
           ])
       }
@@ -141,6 +144,20 @@ public enum ReplyText {
       for entry in scheduled { lines.append("    " + schedule(entry)) }
     }
     return lines.joined(separator: "\n")
+  }
+
+  /// A stream's loudness trim as `play` and `status` give it: `-24.1 LUFS +6.1 dB`, `(limited)`
+  /// when the true-peak ceiling lowered the trim; `own level (silent)` for a file without an
+  /// integrated loudness.
+  public static func loudness(_ value: JSONValue) -> String {
+    if let unmeasured = value["unmeasured"]?.stringValue {
+      return "own level (\(unmeasured.replacingOccurrences(of: "-", with: " ")))"
+    }
+    let integrated = value["integrated"]?.numberValue.map { HumanUnits.trimmed($0, decimals: 1) } ?? "?"
+    let trim = value["trim"]?.numberValue ?? 0
+    let sign = trim > 0 ? "+" : ""
+    return "\(integrated) LUFS \(sign)\(HumanUnits.trimmed(trim, decimals: 1)) dB"
+      + (value["limited"] == true ? " (limited)" : "")
   }
 
   /// A queue as `queue-list`, `queue-add` and `status` give it: a heading, then one line per

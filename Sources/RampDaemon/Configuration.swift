@@ -46,6 +46,8 @@ public struct DaemonConfiguration: Sendable, Equatable {
   public var mixers: [MixerBindingConfiguration] = []
   /// `[[duck]]`: duck rules in force from the start.
   public var ducks: [DuckRule] = []
+  /// `[playback]`: loudness-normalised playback.
+  public var playback = PlaybackSettings()
   /// `[queue]`: the crossfades of a queue stream whose `play` leaves them out.
   public var queue = QueueDefaults()
   /// `[limits]`: what one daemon accepts from its clients.
@@ -76,7 +78,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
       && lhs.transaction.valueSpace == rhs.transaction.valueSpace
       && lhs.transaction.continuity == rhs.transaction.continuity && lhs.maxGainDecibels == rhs.maxGainDecibels
       && lhs.declick == rhs.declick && lhs.mixers == rhs.mixers && lhs.ducks == rhs.ducks && lhs.limits == rhs.limits
-      && lhs.media == rhs.media && lhs.queue == rhs.queue
+      && lhs.media == rhs.media && lhs.queue == rhs.queue && lhs.playback == rhs.playback
       && lhs.access == rhs.access && lhs.log == rhs.log && lhs.state == rhs.state
   }
 }
@@ -254,6 +256,19 @@ public struct ShutdownSettings: Sendable, Equatable {
   public var fade: Double = 0.3
 
   public init(fade: Double = 0.3) { self.fade = fade }
+}
+
+/// `[playback]`.
+public struct PlaybackSettings: Sendable, Equatable {
+  /// The loudness (LUFS) every `play` is normalised to unless it says otherwise; nil: off.
+  public var loudness: Double?
+  /// The true peak (dBTP) a normalised file's trim keeps it under.
+  public var ceiling: Double = -1
+
+  /// From well below any master's peak to full scale.
+  public static let ceilingRange = -20.0...0.0
+
+  public init() {}
 }
 
 /// `[state]`.

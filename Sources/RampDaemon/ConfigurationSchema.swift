@@ -54,7 +54,8 @@ struct ConfigKey: Sendable {
 /// Every section and key, in the order of `config/rampd.toml`.
 enum ConfigSchema {
   static let sections = [
-    "socket", "output", "embedded-output", "fade", "implicit", "gain", "mixer", "duck", "queue", "limits", "media",
+    "socket", "output", "embedded-output", "fade", "playback", "implicit", "gain", "mixer", "duck", "queue", "limits",
+    "media",
     "access", "log",
     "state", "shutdown",
   ]
@@ -62,7 +63,7 @@ enum ConfigSchema {
   static let arraySections: Set<String> = ["mixer", "duck"]
 
   static let keys: [ConfigKey] =
-    socket + output + embeddedOutput + fade + implicit + gain + queue + limits + media + access + log + state
+    socket + output + embeddedOutput + fade + playback + implicit + gain + queue + limits + media + access + log + state
     + shutdown
 
   static let keysByPath: [String: ConfigKey] = Dictionary(uniqueKeysWithValues: keys.map { ($0.path, $0) })
@@ -248,6 +249,21 @@ enum ConfigSchema {
       render: { ConfigText.decibelValue($0.fades.decibelFloor) }),
   ]
 
+  static let playback: [ConfigKey] = [
+    ConfigKey(
+      section: "playback", name: "loudness",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.playback.loudness = try ConfigParse.loudness(value)
+      },
+      render: { $0.playback.loudness.map(ConfigText.loudnessValue) ?? ConfigText.quoted("off") }),
+    ConfigKey(
+      section: "playback", name: "loudness-ceiling",
+      apply: { builder, value throws(ValueProblem) in
+        builder.configuration.playback.ceiling = try ConfigParse.truePeak(value, in: PlaybackSettings.ceilingRange)
+      },
+      render: { ConfigText.truePeakValue($0.playback.ceiling) }),
+  ]
+
   static let queue: [ConfigKey] = [
     ConfigKey(
       section: "queue", name: "crossfade",
@@ -291,6 +307,22 @@ enum ConfigSchema {
         builder.configuration.queue.window = seconds
       },
       render: { ConfigText.durationValue($0.queue.window) }),
+    ConfigKey(
+      section: "queue", name: "loudness",
+      apply: { builder, value throws(ValueProblem) in
+        if case .string("playback") = value {
+          builder.configuration.queue.loudness = nil
+          return
+        }
+        builder.configuration.queue.loudness = try ConfigParse.loudness(value).map(LoudnessChoice.target) ?? .off
+      },
+      render: { configuration in
+        switch configuration.queue.loudness {
+        case nil: return ConfigText.quoted("playback")
+        case .off?: return ConfigText.quoted("off")
+        case .target(let lufs)?: return ConfigText.loudnessValue(lufs)
+        }
+      }),
   ]
 
   static let implicit: [ConfigKey] = [

@@ -200,6 +200,52 @@ enum ConfigParse {
     return number == 0 ? 0 : number
   }
 
+  /// A loudness target with its unit, `"-18LUFS"` (`HumanUnits.loudness`), or `"off"` (nil). A
+  /// bare number is refused: it could be dB as well.
+  static func loudness(_ value: ConfigValue) throws(ValueProblem) -> Double? {
+    switch value {
+    case .string("off"): return nil
+    case .string(let raw):
+      do { return try HumanUnits.loudness(raw, option: "loudness") } catch {
+        throw ValueProblem(Self.unitProblem(error))
+      }
+    case .integer, .float:
+      throw ValueProblem(
+        "expected a string with its unit such as \"-18LUFS\", or \"off\", got \(value.described): a bare number "
+          + "has no unit")
+    default:
+      throw ValueProblem("expected a loudness such as \"-18LUFS\", or \"off\", got \(value.described)")
+    }
+  }
+
+  /// A true-peak level with its unit, `"-1dBTP"` (a number is dBTP too), within `range`.
+  static func truePeak(_ value: ConfigValue, in range: ClosedRange<Double>) throws(ValueProblem) -> Double {
+    var text: String
+    switch value {
+    case .integer(let n): text = String(n)
+    case .float(let n): text = String(n)
+    case .string(let raw): text = raw.trimmingCharacters(in: .whitespaces)
+    default: throw ValueProblem("expected a true-peak level such as \"-1dBTP\", got \(value.described)")
+    }
+    if text.lowercased().hasSuffix("dbtp") { text = String(text.dropLast(4)) }
+    guard let number = HumanUnits.plainNumber(text.trimmingCharacters(in: .whitespaces)), number.isFinite else {
+      throw ValueProblem("expected a true-peak level such as \"-1dBTP\", got \(value.described)")
+    }
+    guard range.contains(number) else {
+      throw ValueProblem(
+        "\(ConfigText.number(number)) dBTP is outside \(ConfigText.number(range.lowerBound)) dBTP"
+          + "...\(ConfigText.number(range.upperBound)) dBTP")
+    }
+    return number == 0 ? 0 : number
+  }
+
+  /// A unit error's text without its leading `option: `, which the key's name replaces.
+  private static func unitProblem(_ error: UnitError) -> String {
+    let text = error.description
+    let prefix = error.option + ": "
+    return text.hasPrefix(prefix) ? String(text.dropFirst(prefix.count)) : text
+  }
+
   /// A list of strings: a TOML array of strings, or one string of `:`-separated items (`""` is the
   /// empty list), as `PATH` is written.
   static func stringList(_ value: ConfigValue) throws(ValueProblem) -> [String] {
@@ -336,6 +382,12 @@ enum ConfigText {
     }
     return "\(seconds)"
   }
+
+  /// A loudness target as TOML: `"-18LUFS"`.
+  static func loudnessValue(_ lufs: Double) -> String { quoted(number(lufs) + "LUFS") }
+
+  /// A true-peak level as TOML: `"-1dBTP"`.
+  static func truePeakValue(_ decibels: Double) -> String { quoted(number(decibels) + "dBTP") }
 
   /// dB as a TOML string that parses back exactly: `"0dB"`, `"+6dB"`, `"-3.5dB"`.
   static func decibelValue(_ decibels: Double) -> String {

@@ -76,7 +76,10 @@ public final class Controller: @unchecked Sendable {
     self.outputNotes = outputNotes
     self.fallbackNotes = fallbackNotes
     self.logger = logger
-    preparation = Preparation(live: live, player: player, streamNames: StreamNames())
+    preparation = Preparation(
+      live: live, player: player, streamNames: StreamNames(),
+      loudnessMeter: LoudnessMeter(
+        cachePath: (configuration.state.resolvedPath() as NSString).deletingLastPathComponent + "/loudness.cache"))
   }
 
   /// The streams playing (or paused), in the order they started, as the events told.

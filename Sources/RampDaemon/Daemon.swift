@@ -275,6 +275,7 @@ public final class Daemon: @unchecked Sendable {
     var merged = old
     merged.fades = new.fades
     merged.queue = new.queue
+    merged.playback = new.playback
     merged.transaction = new.transaction
     merged.limits = new.limits
     merged.limits.pendingScheduled = old.limits.pendingScheduled

@@ -237,10 +237,12 @@ enum Operation: Sendable {
     case .answer(let result): return result
     case .query(let query): return query.reply()
     case .play(let stream, _):
-      return [
+      var reply: JSONObject = [
         "stream": .string(stream.id), "path": .string(stream.path),
         "animation": outcome.animation.map { .integer($0) } ?? .null,
       ]
+      if let trim = stream.trim { reply["loudness"] = Preparation.describe(trim) }
+      return .object(reply)
     case .transport(let transport, _):
       return [
         "streams": .array(transport.changes.map { .string($0.stream) }),

@@ -13,6 +13,8 @@ struct Preparation: Sendable {
   let streamCeiling = StreamCeiling()
   /// The queues of the streams that play one.
   let queues = QueueBook()
+  /// Measures files for `loudness` (cached next to the state file).
+  let loudnessMeter: LoudnessMeter
 
   /// `elapsed`: seconds a fade is already under way (a saved schedule applied late). `confined`:
   /// for a client that may play only files under the media roots.
@@ -93,13 +95,14 @@ struct Preparation: Sendable {
     let gain = play.gain ?? 1
     try checkGain(gain, field: "gain")
     let id = play.stream ?? streamNames.next()
-    let queue = try prepareQueue(play, first: path, confined: confined)
+    let normalisation = loudness(of: play, in: configuration)
+    let queue = try prepareQueue(play, first: path, confined: confined, loudness: normalisation)
     let stream: PreparedStream
     do {
       stream = try player.prepare(
         path, id: id, gain: gain, fadeIn: play.fadeIn ?? 0, curve: play.curve ?? configuration.fades.curve,
         space: play.space ?? .amplitude, loop: play.loop && queue == nil, paused: play.paused, queue: queue,
-        admit: admit)
+        loudness: normalisation, admit: admit)
     } catch let error as ProtocolError {
       throw error
     } catch let error as AudioError {
@@ -111,6 +114,31 @@ struct Preparation: Sendable {
     }
     streamCeiling.admit(limit: configuration.limits.streams)
     return .play(stream, limit: configuration.limits.streams)
+  }
+
+  /// The loudness `play` normalises to: its own `loudness`, else `queue.loudness` for a queue
+  /// (unless it is `playback`), else `playback.loudness`; nil: none.
+  func loudness(of play: Play, in configuration: DaemonConfiguration) -> LoudnessNormalisation? {
+    let choice =
+      play.loudness ?? (play.queue != nil ? configuration.queue.loudness : nil)
+      ?? configuration.playback.loudness.map(LoudnessChoice.target)
+    guard let lufs = choice?.target else { return nil }
+    return LoudnessNormalisation(
+      target: LoudnessTarget(loudness: lufs, ceiling: configuration.playback.ceiling), meter: loudnessMeter)
+  }
+
+  /// A loudness trim as `play`'s reply and `status` show it.
+  static func describe(_ trim: LoudnessTrim) -> JSONValue {
+    func number(_ value: Double) -> JSONValue { value.isFinite ? .number(value) : .null }
+    var object: JSONObject = [
+      "target": .number(trim.target.loudness), "ceiling": .number(trim.target.ceiling),
+      "integrated": number(trim.loudness.integrated), "truePeak": number(trim.loudness.truePeak),
+      "range": .number(trim.loudness.range), "trim": .number(trim.decibels), "limited": .bool(trim.limited),
+      "cached": .bool(trim.cached),
+    ]
+    // Played at its own level, and why.
+    if let unmeasured = trim.loudness.unmeasured { object["unmeasured"] = .string(unmeasured.rawValue) }
+    return .object(object)
   }
 
   private func prepareTransport(_ kind: PreparedTransport.Kind, _ transport: Transport) -> Operation {

@@ -23,6 +23,8 @@ final class QueueBook: Sendable {
     var loop: Bool
     /// The level-triggered crossfade's settings, when it is on: each item is analysed as it opens.
     var tail: QuietTail.Trigger?
+    /// Loudness-normalised playback, when it is on: each item is measured as it opens.
+    var loudness: LoudnessNormalisation?
     /// Counts the changes (and the items started): the next item installed is the one chosen
     /// from the newest version (`QueueInstall.generation`).
     var generation: UInt64 = 1
@@ -52,9 +54,11 @@ final class QueueBook: Sendable {
   func newID() -> UInt64 { counter.add(1, ordering: .relaxed).newValue }
 
   /// A queue for a stream about to start with its first item.
-  func prepare(_ items: [Item], loop: Bool, tail: QuietTail.Trigger?) {
+  func prepare(_ items: [Item], loop: Bool, tail: QuietTail.Trigger?, loudness: LoudnessNormalisation?) {
     guard let first = items.first else { return }
-    pending.withLock { $0[first.id] = Queue(items: items, current: first.id, loop: loop, tail: tail) }
+    pending.withLock {
+      $0[first.id] = Queue(items: items, current: first.id, loop: loop, tail: tail, loudness: loudness)
+    }
   }
 
   /// The render thread started item `item` of `stream`: the queue it belongs to, afterwards.

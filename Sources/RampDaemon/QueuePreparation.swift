@@ -53,6 +53,8 @@ public struct QueueDefaults: Sendable, Equatable {
   /// The level-triggered crossfade (dBFS; nil: off) and the seconds at an item's end it looks at.
   public var level: Double?
   public var window: Double = Crossfade.defaultWindow
+  /// The loudness a queue's items are normalised to; nil: `playback.loudness`.
+  public var loudness: LoudnessChoice?
 
   public init() {}
 }
@@ -105,7 +107,8 @@ extension Preparation {
     -> QueueItem
   {
     do {
-      return try player.prepareQueueItem(item.path, id: item.id, followed: queue.isFollowed(item), tail: queue.tail)
+      return try player.prepareQueueItem(
+        item.path, id: item.id, followed: queue.isFollowed(item), tail: queue.tail, loudness: queue.loudness)
     } catch let error as AudioError {
       throw ProtocolError(.fileError, field: field, error.message)
     } catch {
@@ -115,7 +118,9 @@ extension Preparation {
 
   /// The render-thread part of a `play` with `queue`: its items checked, the second one opened,
   /// the queue booked to start with `first` (the file `path` names, already resolved).
-  func prepareQueue(_ play: Play, first path: String, confined: Bool) throws(ProtocolError) -> StreamQueue? {
+  func prepareQueue(_ play: Play, first path: String, confined: Bool, loudness: LoudnessNormalisation?)
+    throws(ProtocolError) -> StreamQueue?
+  {
     guard let rest = play.queue else { return nil }
     var items = [try queueItem(path, field: "path", confined: confined)]
     for (index, file) in rest.enumerated() {
@@ -126,7 +131,16 @@ extension Preparation {
     let tail = (crossfade.level ?? defaults.level).map {
       QuietTail.Trigger(threshold: $0, window: crossfade.window ?? defaults.window)
     }
-    var queue = QueueBook.Queue(items: items, current: items[0].id, loop: play.loop, tail: tail)
+    var queue = QueueBook.Queue(items: items, current: items[0].id, loop: play.loop, tail: tail, loudness: loudness)
+    // The first item's trim, for its quiet tail (the stream's decoder then finds it cached).
+    var firstTrim = 0.0
+    if let loudness, tail != nil {
+      do throws(AudioError) {
+        firstTrim = try loudness.meter.trim(for: items[0].path, target: loudness.target).decibels
+      } catch {
+        throw ProtocolError(.fileError, field: "path", error.message)
+      }
+    }
     var next: QueueItem?
     if let following = queue.following {
       let index = items.firstIndex(of: following).map { $0 - 1 } ?? 0
@@ -136,9 +150,16 @@ extension Preparation {
       item: items[0].id, followed: queue.following != nil, next: next,
       automatic: (crossfade.duration ?? defaults.crossfade, crossfade.curve ?? defaults.curve),
       manual: (crossfade.skipDuration ?? defaults.skipCrossfade, crossfade.skipCurve ?? defaults.skipCurve),
-      quietStart: tail.flatMap { QuietTail.start(of: items[0].path, $0, outputRate: player.output.rate) })
+      quietStart: tail.flatMap {
+        QuietTail.start(
+          of: items[0].path, QuietTail.Trigger(threshold: $0.threshold - firstTrim, window: $0.window),
+          outputRate: player.output.rate)
+      })
     queue.current = items[0].id
-    queues.prepare(queue.items, loop: queue.loop, tail: tail)
+    queues.prepare(queue.items, loop: queue.loop, tail: tail, loudness: loudness)
+    // The items after the next one are measured now, in the background, so that opening each
+    // in its turn finds it cached.
+    if let loudness { loudness.meter.measureAhead(items.dropFirst(2).map(\.path)) }
     return stream
   }
 
@@ -160,6 +181,7 @@ extension Preparation {
       for (index, path) in paths.enumerated() {
         items.append(try queueItem(path, field: "paths[\(index)]", confined: confined))
       }
+      queues.queue(stream)?.loudness?.meter.measureAhead(items.map(\.path))
       return try install(stream) { queue throws(ProtocolError) in queue.items += items }
     case .queueRemove(let stream, let index):
       return try install(stream) { queue throws(ProtocolError) in

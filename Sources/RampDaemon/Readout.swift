@@ -185,12 +185,14 @@ struct Query: Sendable {
         "streams": .array(
           readout.streams.map { reading in
             let stream = reading.stream
-            return [
+            var row: JSONObject = [
               "stream": .string(stream.id), "path": .string(stream.path), "paused": .bool(stream.paused),
               "stopping": .bool(stream.stopping), "loop": .bool(stream.loops), "position": .number(stream.seconds),
               "duration": .number(stream.duration),
               "gain": reading.gain.json,
             ]
+            if let trim = stream.trim { row["loudness"] = Preparation.describe(trim) }
+            return .object(row)
           }),
         "ducks": .array(readout.ducks.map(Preparation.describe)),
       ]

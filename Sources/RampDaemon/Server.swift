@@ -695,10 +695,11 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
 }
 
 extension Command {
-  /// Whether preparing it opens files (so it may block on a slow disk).
+  /// Whether preparing it opens files (so it may block on a slow disk, or measure a file's
+  /// loudness): a queue command opens the item that follows the playing one.
   var opensFiles: Bool {
     switch self {
-    case .play: true
+    case .play, .queueAdd, .queueRemove, .queueClear, .skip: true
     case .batch(let requests): requests.contains { $0.command.opensFiles }
     default: false
     }

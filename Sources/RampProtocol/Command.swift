@@ -157,12 +157,16 @@ public struct Play: Sendable, Equatable {
   /// The crossfades between the queue's items: at an item's end, and on a skip (nil: the
   /// configured defaults).
   public var crossfade: Crossfade
+  /// Loudness-normalised playback: the file (each item of a queue) is trimmed to this target
+  /// (nil: the configured default, `playback.loudness` or `queue.loudness`).
+  public var loudness: LoudnessChoice?
 
   public init(
     path: String, stream: String? = nil, gain: Double? = nil, fadeIn: Double? = nil, curve: TimingFunction? = nil,
     space: ValueSpace? = nil, loop: Bool = false, paused: Bool = false, queue: [String]? = nil,
-    crossfade: Crossfade = Crossfade()
+    crossfade: Crossfade = Crossfade(), loudness: LoudnessChoice? = nil
   ) {
+    self.loudness = loudness
     self.queue = queue
     self.crossfade = crossfade
     self.path = path
@@ -173,6 +177,19 @@ public struct Play: Sendable, Equatable {
     self.space = space
     self.loop = loop
     self.paused = paused
+  }
+}
+
+/// `play`'s `loudness`: a target in LUFS (within `HumanUnits.loudnessRange`), or `off`: the file
+/// plays at its own level whatever the configured default.
+public enum LoudnessChoice: Sendable, Equatable {
+  case target(Double)
+  case off
+
+  /// The target, nil when off.
+  public var target: Double? {
+    if case .target(let lufs) = self { return lufs }
+    return nil
   }
 }
 

@@ -19,6 +19,8 @@ public struct UnitError: Error, Equatable, Sendable, CustomStringConvertible {
     case infinite
     /// Not the kind of value expected at all; the detail says what is wrong.
     case malformed(String)
+    /// A value of the right kind outside the range allowed; the detail says which.
+    case outOfRange(String)
   }
 
   /// The option the value was given to, as the user spells it (`--duration`).
@@ -45,6 +47,7 @@ public struct UnitError: Error, Equatable, Sendable, CustomStringConvertible {
     case .notANumber: return "\(option): \(quoted) is not a number (NaN); expected \(expected)"
     case .infinite: return "\(option): \(quoted) is not finite; expected \(expected)"
     case .malformed(let detail): return "\(option): \(quoted) is not valid (\(detail)); expected \(expected)"
+    case .outOfRange(let detail): return "\(option): \(quoted) is \(detail); expected \(expected)"
     }
   }
 }
@@ -59,6 +62,10 @@ public enum HumanUnits {
   public static let gainForms = "a gain >= 0 such as 0.5, 50%, -6dB or -inf dB"
   public static let sampleRateForms = "a sample rate > 0 such as 48000, 48k or 44.1kHz"
   public static let decibelForms = "a level in dB such as -6dB, 0dB or +6dB"
+  public static let loudnessForms = "a loudness from -60LUFS to -5LUFS such as -18LUFS or -23 LUFS"
+  /// The loudness targets taken: below −60 LUFS a file is mostly lifted out of the noise floor
+  /// it was mastered over; above −5 LUFS no trim gets a file there under a true-peak ceiling.
+  public static let loudnessRange = -60.0 ... -5.0
 
   // MARK: Durations
 
@@ -200,6 +207,43 @@ public enum HumanUnits {
     guard let decibels = plainNumber(number) else { throw fail(.malformed("'\(number)' before dB is not a number")) }
     guard decibels.isFinite else { throw fail(.infinite) }
     return decibels == 0 ? 0 : decibels
+  }
+
+  // MARK: Loudness
+
+  /// A loudness target in LUFS from `-18LUFS` or `-23 LUFS` (any case), within `loudnessRange`.
+  /// The unit is required: a bare `-18` could as well be dB or dBTP, and is refused.
+  public static func loudness(_ text: String, option: String = "loudness") throws(UnitError) -> Double {
+    func fail(_ problem: UnitError.Problem) -> UnitError {
+      UnitError(option: option, input: text, problem: problem, expected: loudnessForms)
+    }
+    let source = normalized(text)
+    guard !source.isEmpty else { throw fail(.empty) }
+    guard source.hasSuffix("lufs") else {
+      throw fail(.malformed(plainNumber(source) != nil ? "no unit: write LUFS after the number" : "no LUFS unit"))
+    }
+    let number = String(source.dropLast(4)).trimmingWhitespace()
+    guard !number.isEmpty else { throw fail(.malformed("no number before LUFS")) }
+    if let special = specialNumber(number, units: []) { throw fail(special.isNaN ? .notANumber : .infinite) }
+    guard let value = plainNumber(number) else { throw fail(.malformed("'\(number)' before LUFS is not a number")) }
+    try checkLoudness(value, fail)
+    return value == 0 ? 0 : value
+  }
+
+  /// Refuses a loudness target (LUFS) outside `loudnessRange`.
+  public static func checkLoudness(_ value: Double, _ fail: (UnitError.Problem) -> UnitError) throws(UnitError) {
+    guard value.isFinite else { throw fail(value.isNaN ? .notANumber : .infinite) }
+    if value > loudnessRange.upperBound {
+      throw fail(.outOfRange("above the maximum, \(trimmed(loudnessRange.upperBound, decimals: 2)) LUFS"))
+    }
+    if value < loudnessRange.lowerBound {
+      throw fail(.outOfRange("below the minimum, \(trimmed(loudnessRange.lowerBound, decimals: 2)) LUFS"))
+    }
+  }
+
+  /// `-18 LUFS`.
+  public static func format(loudness lufs: Double) -> String {
+    lufs.isFinite ? trimmed(lufs, decimals: 2) + " LUFS" : (lufs < 0 ? "-inf LUFS" : "inf LUFS")
   }
 
   /// `-inf dB`, `-6.02 dB`, `0.00 dB`, `+6.02 dB` for a linear amplitude.

@@ -108,6 +108,7 @@ public enum ProtocolSchema {
         Field("queue", .array(of: .text(bytes: ProtocolLimits.pathBytes), limit: ProtocolLimits.queueCount)),
         Field("crossfade", .seconds), Field("crossfadeCurve", .curve), Field("skipCrossfade", .seconds),
         Field("skipCurve", .curve), Field("crossfadeLevel", .number), Field("crossfadeWindow", .seconds),
+        Field("loudness", .scalar),
       ]
     ),
     ("stop", transport),

@@ -39,6 +39,11 @@ extension Command {
       object["skipCurve"] = play.crossfade.skipCurve.map(Self.curve)
       object["crossfadeLevel"] = play.crossfade.level.map(JSONValue.number)
       object["crossfadeWindow"] = play.crossfade.window.map(JSONValue.number)
+      switch play.loudness {
+      case .target(let lufs)?: object["loudness"] = .number(lufs)
+      case .off?: object["loudness"] = "off"
+      case nil: break
+      }
     case .stop(let transport), .pause(let transport), .resume(let transport):
       object["stream"] = transport.stream.map(JSONValue.string)
       object["fade"] = transport.fade.map(JSONValue.number)

@@ -292,7 +292,38 @@ struct RequestParser {
     return Play(
       path: path, stream: try r.identifier("stream"), gain: try r.number("gain"), fadeIn: try r.seconds("fadeIn"),
       curve: try r.curve("curve"), space: try r.space("space"), loop: try r.bool("loop") ?? false,
-      paused: try r.bool("paused") ?? false, queue: queue, crossfade: crossfade)
+      paused: try r.bool("paused") ?? false, queue: queue, crossfade: crossfade, loudness: try loudness(r))
+  }
+
+  /// `loudness`: a number of LUFS, a string with its unit (`"-18LUFS"`, read as `--loudness` reads
+  /// it), or `"off"`.
+  private func loudness(_ r: FieldReader) throws(ProtocolError) -> LoudnessChoice? {
+    guard let value = r.value("loudness") else { return nil }
+    let field = r.path("loudness")
+    func refusal(_ error: UnitError) -> ProtocolError {
+      if case .outOfRange = error.problem { return ProtocolError(.outOfRange, field: field, error.description) }
+      return ProtocolError(.invalidField, field: field, error.description)
+    }
+    switch value {
+    case .string("off"):
+      return .off
+    case .string(let text):
+      do { return .target(try HumanUnits.loudness(text, option: field)) } catch { throw refusal(error) }
+    case .number(let lufs):
+      do throws(UnitError) {
+        try HumanUnits.checkLoudness(lufs) { problem in
+          UnitError(
+            option: field, input: JSONValue.format(lufs), problem: problem, expected: HumanUnits.loudnessForms)
+        }
+      } catch {
+        throw refusal(error)
+      }
+      return .target(lufs == 0 ? 0 : lufs)
+    default:
+      throw r.invalid(
+        "loudness",
+        "expected a loudness in LUFS (a number, or a string such as \"-18LUFS\") or \"off\", got \(describe(value))")
+    }
   }
 
   /// An array of file paths (`queue`, `paths`): each not empty, without NUL.

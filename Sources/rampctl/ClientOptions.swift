@@ -126,6 +126,14 @@ enum Parse {
     }
   }
 
+  /// `--loudness`: a target with its unit (-18LUFS), or `off`.
+  static func loudness(_ text: String?, _ option: String) throws -> LoudnessChoice? {
+    guard let text else { return nil }
+    let source = Arguments.restoringMinus(text)
+    if source.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return .off }
+    do { return .target(try HumanUnits.loudness(source, option: option)) } catch { throw usage(error) }
+  }
+
   /// A plain number (any sign), for parameters that are not gains.
   static func number(_ text: String, _ option: String) throws -> Double {
     let source = Arguments.restoringMinus(text).trimmingCharacters(in: .whitespaces)

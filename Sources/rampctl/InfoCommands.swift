@@ -72,7 +72,7 @@ struct StatusCommand: DaemonCommand {
       moves it). The output line says which ALSA device rampd plays to, at what rate and format, \
       how it is paced, and how many underruns it had; when no sound card could be opened it names \
       the WAV file the embedded output writes. Then one row per stream: its state, gain, \
-      position in the file and the file's duration (a queue stream's: the playing item's), loop \
+      measured loudness and trim (a stream played with --loudness), position in the file and the file's duration (a queue stream's: the playing item's), loop \
       flag and file, and each queue stream's queue, the playing item marked >; then the duck \
       rules, as duck-list shows them (what each lowers, its trigger, depth, phase and the level \
       it holds its targets at now); then the saved schedules, soonest first, in local time.

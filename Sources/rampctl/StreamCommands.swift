@@ -20,12 +20,20 @@ struct PlayCommand: DaemonCommand {
         rampctl play jingle.wav --paused          then: rampctl resume
         rampctl play intro.wav --fade-in 2s --wait     returns when intro.wav has played to its end
         rampctl play one.flac --stream music --queue two.flac three.flac --crossfade 4s --loop
+        rampctl play jingle.wav --loudness -18LUFS
 
       With --queue the stream plays a queue: the file, then each --queue file in turn, gapless \
       unless --crossfade is given; --loop then loops the queue. With --crossfade-level the \
       crossfade at an item's end starts where the item's tail falls below that level for good \
       (looked for in its last --crossfade-window), when that is earlier. See `rampctl queue`, \
       `rampctl next` and `rampctl previous`.
+
+      With --loudness the file plays at that loudness (EBU R 128): it is measured when it is \
+      opened (once: the measurement is cached, as `rampctl loudness` caches it), and a fixed \
+      trim brings it to the target, lowered so that its true peak stays under rampd's \
+      playback.loudness-ceiling (-1 dBTP). The trim is applied under the stream's gain, which \
+      keeps its value: fades and ducks work on top of it. A long file not measured yet delays \
+      the reply (about 2.5 s for 10 minutes of audio).
       """)
 
   @OptionGroup var connection: ConnectionOptions
@@ -95,6 +103,14 @@ struct PlayCommand: DaemonCommand {
       valueName: "duration"))
   var crossfadeWindow: String?
 
+  @Option(
+    parsing: .unconditional,
+    help: ArgumentHelp(
+      "Play at this loudness: -18LUFS, trimmed by the file's measured loudness and held under its true-peak "
+        + "ceiling; each queue item is trimmed on its own; off: at its own level (default: rampd's "
+        + "playback.loudness, queue.loudness for a queue).", valueName: "LUFS"))
+  var loudness: String?
+
   @OptionGroup var when: ScheduleOptions
   @OptionGroup var waiting: WaitFlag
 
@@ -120,14 +136,14 @@ struct PlayCommand: DaemonCommand {
     let play = Play(
       path: Parse.absolutePath(Arguments.restoringMinus(file)), stream: stream, gain: try Parse.gain(gain, "--gain"),
       fadeIn: try Parse.duration(fadeIn, "--fade-in"), curve: try Parse.curve(curve), loop: loop, paused: paused,
-      queue: queued, crossfade: crossfade)
+      queue: queued, crossfade: crossfade, loudness: try Parse.loudness(loudness, "--loudness"))
     return try when.scheduled(
       Parse.checked(
         Request(.play(play)),
         options: [
           "stream": "--stream", "gain": "--gain", "path": "<file>", "queue": "--queue", "crossfade": "--crossfade",
           "crossfadeCurve": "--crossfade-curve", "skipCrossfade": "--skip-crossfade", "skipCurve": "--skip-curve",
-          "crossfadeLevel": "--crossfade-level", "crossfadeWindow": "--crossfade-window",
+          "crossfadeLevel": "--crossfade-level", "crossfadeWindow": "--crossfade-window", "loudness": "--loudness",
         ]),
       waiting: waiting.wait)
   }
@@ -136,6 +152,9 @@ struct PlayCommand: DaemonCommand {
     let stream = result["stream"]?.stringValue ?? "?"
     var text = "\(paused ? "loaded" : "playing") \(stream): \(result["path"]?.stringValue ?? file)"
     if let id = result["animation"]?.numberValue { text += " (fade-in #\(ReplyText.number(.number(id))))" }
+    if let loudness = result["loudness"], let target = loudness["target"]?.numberValue {
+      text += "; at \(HumanUnits.format(loudness: target)): \(ReplyText.loudness(loudness))"
+    }
     return text
   }
 

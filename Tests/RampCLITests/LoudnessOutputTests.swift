@@ -54,4 +54,21 @@ import Testing
         #"{"path":"t.wav","integrated":null,"range":0,"truePeak":-6,"duration":0.2,"sampleRate":48000,"channels":1,"unmeasured":"too-short","cached":false}"#,
       ])
   }
+
+  /// `status`'s LOUDNESS column: the measured loudness and the trim, the ceiling's hand, or the
+  /// file at its own level and why; `-` for a stream played without a target.
+  @Test func statusShowsEachStreamsLoudnessAndTrim() throws {
+    let status = try JSON.parse(
+      #"{"sample":0,"master":{"model":1,"audible":1},"streams":["#
+        + #"{"stream":"bed","path":"/m/bed.flac","paused":false,"stopping":false,"loop":false,"position":1,"duration":60,"gain":{"model":1,"audible":1},"loudness":{"target":-18,"ceiling":-1,"integrated":-9.04,"truePeak":-0.2,"range":3,"trim":-8.96,"limited":false,"cached":true}},"#
+        + #"{"stream":"jingle","path":"/m/j.wav","paused":false,"stopping":false,"loop":false,"position":0,"duration":2,"gain":{"model":1,"audible":1},"loudness":{"target":-18,"ceiling":-1,"integrated":-30,"truePeak":-14,"range":0,"trim":13,"limited":true,"cached":false}},"#
+        + #"{"stream":"hush","path":"/m/h.wav","paused":false,"stopping":false,"loop":false,"position":0,"duration":2,"gain":{"model":1,"audible":1},"loudness":{"target":-18,"ceiling":-1,"integrated":null,"truePeak":null,"range":0,"trim":0,"limited":false,"cached":false,"unmeasured":"silent"}},"#
+        + #"{"stream":"plain","path":"/m/p.wav","paused":false,"stopping":false,"loop":false,"position":0,"duration":2,"gain":{"model":1,"audible":1}}"#
+        + #"],"ducks":[]}"#)
+    let text = ReplyText.status(status)
+    #expect(text.contains("LOUDNESS"), "\(text)")
+    #expect(text.contains("-9 LUFS -9 dB"), "\(text)")
+    #expect(text.contains("-30 LUFS +13 dB (limited)"), "\(text)")
+    #expect(text.contains("own level (silent)"), "\(text)")
+  }
 }

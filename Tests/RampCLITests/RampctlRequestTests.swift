@@ -73,6 +73,30 @@ import Testing
     }
   }
 
+  /// `--loudness` needs its unit and a target in range, named in the refusal; `off` overrides
+  /// the configured default.
+  @Test func playTakesALoudnessTarget() throws {
+    #expect(
+      try request("play", "/a.wav", "--loudness", "-18LUFS")
+        == Request(.play(Play(path: "/a.wav", loudness: .target(-18)))))
+    #expect(
+      try request("play", "/a.wav", "--loudness", "-23 lufs")
+        == Request(.play(Play(path: "/a.wav", loudness: .target(-23)))))
+    #expect(try request("play", "/a.wav", "--loudness", "off") == Request(.play(Play(path: "/a.wav", loudness: .off))))
+    let refusals = [
+      (
+        refusal("play", "/a.wav", "--loudness", "5"),
+        "--loudness: '5' is not valid (no unit: write LUFS after the number)"
+      ),
+      (refusal("play", "/a.wav", "--loudness", "-18"), "--loudness: '-18' is not valid (no unit: write LUFS"),
+      (refusal("play", "/a.wav", "--loudness", "+3LUFS"), "--loudness: '+3LUFS' is above the maximum, -5 LUFS"),
+      (refusal("play", "/a.wav", "--loudness", "-18dB"), "--loudness: '-18dB' is not valid (no LUFS unit)"),
+    ]
+    for (refused, message) in refusals {
+      #expect(refused.status == 64 && refused.message.contains(message), "\(refused.message)")
+    }
+  }
+
   @Test func transportCommands() throws {
     #expect(try request("stop") == Request(.stop(Transport())))
     #expect(

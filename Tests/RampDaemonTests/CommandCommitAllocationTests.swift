@@ -151,7 +151,9 @@ import Testing
     let bed = try tone("bed", seconds: 2)
     let jingle = try tone("jingle", seconds: 2)
 
-    let configuration = DaemonConfiguration()
+    var configuration = DaemonConfiguration()
+    // Loudness measurements are cached next to the state file: in the scratch directory.
+    configuration.state.path = "\(scratch.directory)/state.json"
     let session = try Session(configuration, label: "commit-test")
     let controller = session.controller
     // Persisted model values are read after each command that may change them.
@@ -165,17 +167,19 @@ import Testing
 
     let count = RenderThreadCount()
 
-    send(#"{"cmd":"play","path":"\#(bed)","stream":"bed","loop":true}"#)
+    // Loudness-normalised streams too: their trims are applied under every gain.
+    send(#"{"cmd":"play","path":"\#(bed)","stream":"bed","loop":true,"loudness":"-18LUFS"}"#)
     let short = try tone("short", seconds: 0.05)
     send(
-      #"{"cmd":"play","path":"\#(short)","stream":"q","queue":["\#(jingle)","\#(short)"],"loop":true,"crossfade":0.01,"skipCrossfade":0.01,"crossfadeLevel":0,"crossfadeWindow":0.02}"#
+      #"{"cmd":"play","path":"\#(short)","stream":"q","queue":["\#(jingle)","\#(short)"],"loop":true,"crossfade":0.01,"skipCrossfade":0.01,"crossfadeLevel":0,"crossfadeWindow":0.02,"loudness":-20}"#
     )
     let warmUp = 5
     let rounds = 1000
     for round in 0..<(warmUp + rounds) {
       count.counting = round >= warmUp
       let even = round % 2 == 0
-      send(#"{"cmd":"play","path":"\#(jingle)","stream":"p\#(round)"\#(even ? #","fadeIn":0.02"# : "")}"#)
+      send(
+        #"{"cmd":"play","path":"\#(jingle)","stream":"p\#(round)"\#(even ? #","fadeIn":0.02"# : #","loudness":-23"#)}"#)
       send(#"{"cmd":"set","key":"streams.bed.gain","value":\#(even ? 0.7 : 0.8),"duration":0.05}"#)
       send(#"{"cmd":"set","key":"master.gain","value":\#(even ? 0.9 : 1),"duration":0}"#)
       send(#"{"cmd":"fade","key":"streams.p\#(round).gain","to":0.5,"duration":0.1}"#)
@@ -236,7 +240,11 @@ import Testing
     defer { withExtendedLifetime(scratch) {} }
     let path = try scratch.tone("tone", seconds: 2)
 
-    let session = try Session(streams: 2, label: "query-test")
+    var configuration = DaemonConfiguration()
+    configuration.limits.streams = 2
+    // `bed` is loudness-normalised (status copies its trim): measured into the scratch directory.
+    configuration.state.path = "\(scratch.directory)/state.json"
+    let session = try Session(configuration, label: "query-test")
     let player = session.player
     let controller = session.controller
     let client = session.client
@@ -244,7 +252,7 @@ import Testing
 
     let count = RenderThreadCount()
 
-    send(#"{"cmd":"play","path":"\#(path)","stream":"bed","loop":true}"#)
+    send(#"{"cmd":"play","path":"\#(path)","stream":"bed","loop":true,"loudness":"-18LUFS"}"#)
     send(#"{"cmd":"play","path":"\#(path)","stream":"other","loop":true}"#)
     send(
       #"{"cmd":"animate","key":"streams.bed.pan","name":"sweep","animation":{"type":"basic","to":0.3,"duration":100}}"#)

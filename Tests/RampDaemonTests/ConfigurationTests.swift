@@ -625,8 +625,8 @@ extension ConfigurationTests {
       ),
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
-        "[playback]\ndevice = \"hw:0\"",
-        "test:1: unknown section [playback]; the sections are [socket], [output], [embedded-output], [fade], [implicit], [gain], [[mixer]], [[duck]], [queue], [limits], [media], [access], [log], [state], [shutdown]"
+        "[volume]\ndevice = \"hw:0\"",
+        "test:1: unknown section [volume]; the sections are [socket], [output], [embedded-output], [fade], [playback], [implicit], [gain], [[mixer]], [[duck]], [queue], [limits], [media], [access], [log], [state], [shutdown]"
       ),
       (
         "device = \"hw:0\"",
@@ -1019,6 +1019,44 @@ extension ConfigurationTests {
       ("[queue]\ncrossfade-level = \"on\"", "test:2: queue.crossfade-level: expected"),
       ("[queue]\ncrossfade-window = 0", "test:2: queue.crossfade-window: must be above 0, got 0 s"),
       ("[queue]\ncrossfade-window = \"2m\"", "test:2: queue.crossfade-window: 120 s is outside 0 s...60 s"),
+    ])
+    func invalid(toml: String, expected: String) {
+      #expect(failure(toml).hasPrefix(expected), "\(failure(toml))")
+    }
+  }
+}
+
+// MARK: - Loudness-normalised playback
+
+extension ConfigurationTests {
+  @Suite struct PlaybackLoudness {
+    @Test func targetsAndCeiling() throws {
+      let defaults = try parse("")
+      #expect(defaults.playback.loudness == nil && defaults.playback.ceiling == -1 && defaults.queue.loudness == nil)
+      let on = try parse(
+        "[playback]\nloudness = \"-18LUFS\"\nloudness-ceiling = \"-2dBTP\"\n[queue]\nloudness = \"-16 lufs\"")
+      #expect(on.playback.loudness == -18 && on.playback.ceiling == -2 && on.queue.loudness == .target(-16))
+      #expect(try parse("[queue]\nloudness = \"off\"").queue.loudness == .off)
+      #expect(try parse("[queue]\nloudness = \"playback\"").queue.loudness == nil)
+      #expect(try parse("[playback]\nloudness-ceiling = 0").playback.ceiling == 0)
+      // What the summary writes reads back the same.
+      let summary = Dictionary(uniqueKeysWithValues: on.summary())
+      #expect(summary["playback.loudness"] == "\"-18LUFS\"" && summary["playback.loudness-ceiling"] == "\"-2dBTP\"")
+      #expect(summary["queue.loudness"] == "\"-16LUFS\"")
+    }
+
+    @Test(arguments: [
+      ("[playback]\nloudness = -18", "test:2: playback.loudness: expected a string with its unit such as \"-18LUFS\""),
+      ("[playback]\nloudness = \"-18\"", "test:2: playback.loudness: '-18' is not valid (no unit: write LUFS"),
+      ("[playback]\nloudness = \"5\"", "test:2: playback.loudness: '5' is not valid (no unit: write LUFS"),
+      ("[playback]\nloudness = \"+3LUFS\"", "test:2: playback.loudness: '+3LUFS' is above the maximum, -5 LUFS"),
+      ("[playback]\nloudness = \"-80LUFS\"", "test:2: playback.loudness: '-80LUFS' is below the minimum, -60 LUFS"),
+      (
+        "[playback]\nloudness-ceiling = \"1dBTP\"",
+        "test:2: playback.loudness-ceiling: 1 dBTP is outside -20 dBTP...0 dBTP"
+      ),
+      ("[playback]\nloudness-ceiling = \"loud\"", "test:2: playback.loudness-ceiling: expected a true-peak level"),
+      ("[queue]\nloudness = \"-18dB\"", "test:2: queue.loudness: '-18dB' is not valid (no LUFS unit)"),
     ])
     func invalid(toml: String, expected: String) {
       #expect(failure(toml).hasPrefix(expected), "\(failure(toml))")

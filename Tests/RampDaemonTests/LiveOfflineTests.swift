@@ -85,6 +85,45 @@ import Testing
       {"at": 2.6, "cmd": "batch", "commands": [{"cmd": "fade", "key": "streams.bed.gain", "to": 0.6, "duration": 0.4}, {"cmd": "fade", "key": "streams.voice.gain", "to": 0, "duration": 0.4}]}
       {"at": 3.2, "cmd": "stop", "fade": 0.2}
       """
+    _ = try playedLiveAndRendered(text, daemon: daemon)
+  }
+
+  /// Loudness-normalised plays (a bed far too loud, a voice far too quiet, under a fade and
+  /// a pan) trim the same samples live and offline; the offline render's bed measures the target.
+  @Test func aNormalisedTimelinePlayedLiveIsTheTimelineRenderedOffline() throws {
+    let daemon = try DaemonProcess(periodMs: 20, bufferMs: 80, pacing: "device", recordingIsPipe: true)
+    let bed = "\(daemon.directory)/bed.wav"
+    let voice = "\(daemon.directory)/voice.wav"
+    try writeFile(bed, seconds: 3, channels: 2, rate: 48_000) { f, c in
+      Float(sin(Double(f) * (c == 0 ? 0.031 : 0.047)) * 0.7)
+    }
+    try writeFile(voice, seconds: 1, channels: 1, rate: 44_100) { f, _ in Float(sin(Double(f) * 0.11) * 0.05) }
+    let bedLoudness = try Loudness.measure(path: bed).integrated
+    let text = """
+      {"cmd": "play", "path": "\(bed)", "stream": "bed", "loudness": "-18LUFS"}
+      {"at": 1.2, "cmd": "play", "path": "\(voice)", "stream": "voice", "loudness": -20}
+      {"at": 1.5, "cmd": "fade", "key": "streams.bed.gain", "to": 0.5, "duration": 0.5}
+      {"at": 1.6, "cmd": "set", "key": "streams.voice.pan", "value": 0.5, "duration": 0.2}
+      """
+    let offline = try playedLiveAndRendered(text, daemon: daemon)
+    // The bed alone, before the voice: at the target, not at its own loudness.
+    let start = try #require(offline.firstIndex { $0 != 0 }) / 2
+    let segment = "\(daemon.directory)/segment.wav"
+    let writer = try SoundFileWriter(path: segment, sampleRate: 48_000, channels: 2, encoding: .float)
+    let frames = 48_000
+    try Array(offline[(2 * start)..<(2 * (start + frames))]).withUnsafeBufferPointer {
+      try writer.write($0.baseAddress!, frames: frames)
+    }
+    try writer.close()
+    let heard = try Loudness.measure(path: segment).integrated
+    try #require(bedLoudness > -10, "the bed is made well above the target: \(bedLoudness) LUFS")
+    #expect(abs(heard + 18) <= 0.5, "the bed rendered at \(heard) LUFS")
+  }
+
+  /// Plays `text` live on `daemon` (device pacing into a pipe) and renders it offline with the
+  /// daemon's configuration, and expects the two the same from the first sample the timeline
+  /// touches on: the offline render's samples.
+  private func playedLiveAndRendered(_ text: String, daemon: DaemonProcess) throws -> [Float] {
     let parsed = Timeline.parse(text, file: "show.jsonl")
     try #require(parsed.errors.isEmpty, "\(parsed.errors)")
 
@@ -159,6 +198,7 @@ import Testing
     )
     // And after the show, silence live too: the stop ended it.
     #expect(live[(liveStart + length)..<(liveStart + length + 2 * 24_000)].allSatisfy { $0 == 0 })
+    return offline
   }
 
   private func writeFile(

@@ -185,3 +185,27 @@ private func close(_ a: Double, _ b: Double, _ tolerance: Double = 1e-12) -> Boo
     }
   }
 }
+
+@Suite struct LoudnessTargetTests {
+  @Test(arguments: [
+    ("-18LUFS", -18.0), ("-18 LUFS", -18), ("-23lufs", -23), ("\u{2212}16LUFS", -16), ("-5LUFS", -5),
+    ("-60LUFS", -60), ("-18.5LUFS", -18.5),
+  ])
+  func acceptsEveryForm(_ text: String, _ lufs: Double) throws {
+    #expect(try HumanUnits.loudness(text, option: "--loudness") == lufs, "\(text)")
+  }
+
+  /// The unit is required, the range enforced, and each refusal says which.
+  @Test func refusesWhatIsNotATarget() {
+    let cases: [(String, UnitError.Problem)] = [
+      ("", .empty), ("5", .malformed("no unit: write LUFS after the number")),
+      ("-18", .malformed("no unit: write LUFS after the number")), ("-18dB", .malformed("no LUFS unit")),
+      ("LUFS", .malformed("no number before LUFS")), ("nanLUFS", .notANumber), ("-infLUFS", .infinite),
+      ("+3LUFS", .outOfRange("above the maximum, -5 LUFS")), ("-4LUFS", .outOfRange("above the maximum, -5 LUFS")),
+      ("-61LUFS", .outOfRange("below the minimum, -60 LUFS")),
+    ]
+    for (text, expected) in cases {
+      #expect(problem { () throws(UnitError) in try HumanUnits.loudness(text) } == expected, "\(text)")
+    }
+  }
+}
