@@ -2,13 +2,8 @@
 // rampd-web, the web page for a headless box: an HTTP/WebSocket server that is a client of rampd's
 // socket, a separate process so that rampd keeps its AF_UNIX-only sandbox. A package of its own,
 // so that the main package's `swift build` resolves and builds rampd and rampctl without
-// Hummingbird's graph (TLS, crypto, HTTP/2). Build and test it from the repository's root:
-//
-//   mkdir -p Web/.build && ln -sfn ../.. Web/.build/rampd
-//   swift build --package-path Web
-//   swift test --package-path Web
-//
-// script/test, script/install and script/package do that (and make the link).
+// Hummingbird's graph (TLS, crypto, HTTP/2). Build and test it with script/web (`script/web build`,
+// `script/web test`), which makes the link below first.
 import PackageDescription
 
 let package = Package(
@@ -18,7 +13,7 @@ let package = Package(
     .executable(name: "rampd-web", targets: ["rampd-web"])
   ],
   dependencies: [
-    // The main package, through a link the scripts make (.build/rampd -> ../..): SwiftPM names a
+    // The main package, through a link script/web makes (.build/rampd -> ../..): SwiftPM names a
     // path dependency after its directory, and the checkout's directory may be called anything.
     .package(path: ".build/rampd"),
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
