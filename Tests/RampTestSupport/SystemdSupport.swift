@@ -173,10 +173,10 @@ struct UnitFile {
 
 enum SecurityReport {
   /// `systemd-analyze security --offline=true` on `unit` as `script/install` installs it: the
-  /// analysis succeeds and the overall exposure is at most `maximum`.
+  /// analysis succeeds and the overall exposure is at most `maximum`. `web`: as in Installation.
   @discardableResult
-  static func checkInstalled(_ unit: String, maximum: Double) throws -> Shell.Outcome {
-    let install = try Installation(prefix: true)
+  static func checkInstalled(_ unit: String, maximum: Double, web: String? = nil) throws -> Shell.Outcome {
+    let install = try Installation(prefix: true, web: web)
     let outcome = try Shell.run(
       SystemTool.path("systemd-analyze")!,
       ["security", "--offline=true", "--no-pager", "\(install.systemUnitDirectory)/\(unit)"])

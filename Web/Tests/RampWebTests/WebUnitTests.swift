@@ -13,7 +13,7 @@ import Testing
 
   @Test(.enabled(if: SystemTool.path("systemd-analyze") != nil, "systemd-analyze is not installed"))
   func systemServiceExposure() throws {
-    try SecurityReport.checkInstalled("rampd-web.service", maximum: Self.maximumExposure)
+    try SecurityReport.checkInstalled("rampd-web.service", maximum: Self.maximumExposure, web: Executables.directory)
   }
 
   /// The settings the README and systemd/README.md describe.
