@@ -47,9 +47,13 @@ let package = Package(
     .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
     .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
     .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
-    // The audio path: decoding, resampling, gain and mix kernels, ALSA output, offline render.
-    // Knows the engine, not the protocol.
-    .target(name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr"], swiftSettings: renderPath),
+    .systemLibrary(name: "CEbur128", pkgConfig: "libebur128", providers: [.apt(["libebur128-dev"])]),
+    // The audio path: decoding, resampling, gain and mix kernels, ALSA output, offline render,
+    // loudness measurement. Knows the engine, not the protocol.
+    .target(
+      name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr", "CEbur128"],
+      swiftSettings: renderPath
+    ),
     // What the command-line tools share and a unit test can check without a terminal: terminal
     // plots, timeline scripts, refusal texts. No ArgumentParser.
     .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio", "RampProtocol", "RampClient"]),

@@ -6,8 +6,14 @@ Measures, in one run:
       device (Tests/Fixtures/pcm_clocked.c: an ALSA ioplug PCM that consumes its ring in real
       time and records when it consumed each frame), 10 ms period: without rewind (output.rewind
       "off") with a 50 ms and a 200 ms buffer, against the buffer (its bound), and with rewind
-      ("on") with a 50 ms, a 200 ms and a 1 s buffer, against the rewind margin;
-  (b) rampd: a `set` with `at` (1 s ahead, wall clock): how far from that time it is heard;
+      ("on") with a 50 ms, a 200 ms and a 1 s buffer, against the rewind margin; and through
+      ALSA's `pipewire` and `pulse` PCMs into a PipeWire of its own (pipewire_session.py), with a
+      50 ms and a 100 ms buffer, recorded at its null sink with pw-record (`sink_clock` says when
+      the sink played each frame, and how well it knows);
+  (b) rampd: a `set` with `at` (1 s ahead, wall clock): how far from that time it is heard, on
+      each of those;
+  (r) `rewind` "on" (forced) against "off" through `pipewire`, sets while processes spin at
+      normal priority: glitches at the sink, underruns, rewinds, `set` → heard;
   (c) idle, nothing playing: CPU (% of a core) and wake-ups per second, summed over all threads
       (schedstat), of rampd on the clocked device (pacing "device"), rampd on ALSA `null` (pacing
       "clock"), rampd on its embedded output, rampd through ALSA's `pipewire` and `pulse` PCMs
@@ -23,6 +29,8 @@ import json
 import os
 import random
 import struct
+import subprocess
+import sys
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -105,6 +113,20 @@ def send_sets(c, constant, tries, pause):
     return sets
 
 
+def send_scheduled(c, value, count, buffer):
+    """`count` sets of master.gain, alternating from `value`, each with `at` one second ahead and
+    heard before the next: (due time, value) of each."""
+    scheduled = []
+    for _ in range(count):
+        value = 0.6 if value == 1.0 else 1.0
+        # Due one second after the daemon receives it: after the send, within the transit.
+        t0 = time.monotonic()
+        c.request("set", key="master.gain", value=value, duration=0, at=1.0, ack="scheduled")
+        scheduled.append((t0 + 1.0, value))
+        time.sleep(1.0 + buffer + 0.1)
+    return scheduled
+
+
 def finder(left, runs):
     """heard(after, value): when the first frame at `value` (× the file's 0.5) heard from `after`
     on was heard in the recording; each search goes on from where the last one ended."""
@@ -125,41 +147,209 @@ def finder(left, runs):
     return heard
 
 
+def drive(daemon, args, constant, buffer):
+    """The sets and the scheduled changes sent to one daemon, with its status before and after;
+    then a stop that lets the device play out."""
+    c = bench.Rampd(daemon.socket_path)
+    output = c.request("status")["output"]
+    sets = send_sets(c, constant, args.tries, buffer + 0.05)
+    scheduled = send_scheduled(c, sets[-1][1], args.scheduled, buffer)
+    status = c.request("status")["output"]
+    c.request("stop", fade=0.01)
+    time.sleep(buffer + 0.1)
+    c.close()
+    return output, sets, scheduled, status
+
+
 def set_to_heard(args, work, buffer, rewind, constant, say):
     """(a) and (b) on one daemon with a `buffer`-second buffer, rewind "on" or "off"."""
     name = f"rampd-heard-{int(buffer * 1000)}ms-rewind-{rewind}"
+    load = load_average()
     daemon, raw, times = clocked_daemon(args, work, name, buffer, rewind=rewind)
     try:
-        c = bench.Rampd(daemon.socket_path)
-        output = c.request("status")["output"]
-        sets = send_sets(c, constant, args.tries, buffer + 0.05)
-        value = sets[-1][1]
-        scheduled = []
-        for _ in range(args.scheduled):
-            value = 0.6 if value == 1.0 else 1.0
-            # Due one second after the daemon receives it: after the send, within the transit.
-            t0 = time.monotonic()
-            c.request("set", key="master.gain", value=value, duration=0, at=1.0, ack="scheduled")
-            scheduled.append((t0 + 1.0, value))
-            time.sleep(1.0 + buffer + 0.1)
-        status = c.request("status")["output"]
-        c.request("stop", fade=0.01)
-        time.sleep(buffer + 0.1)
-        c.close()
+        output, sets, scheduled, status = drive(daemon, args, constant, buffer)
     finally:
         daemon.stop()
-    heard = finder(*read_recording(raw, times))
-    latencies = [heard(t0, value) - t0 for t0, value in sets]
-    errors = [heard(due - 0.5, value) - due for due, value in scheduled]
-    result = {"buffer_s": buffer, "rewind": status.get("rewind"), "rewinds": status.get("rewinds"),
-              "rewind_margin_ms": 1e3 * status.get("rewindMargin", 0), "buffer_frames": output["bufferFrames"], "period_frames": output["periodFrames"],
-              "median_ms": 1e3 * percentile(latencies, 50), "p99_ms": 1e3 * percentile(latencies, 99),
-              "max_ms": 1e3 * max(latencies), "min_ms": 1e3 * min(latencies), "tries": len(latencies),
-              "at_error_ms": [round(1e3 * e, 3) for e in errors],
-              "status_delay_s": status.get("delay"), "status_drift_ppm": status.get("drift"),
-              "device_underruns": status.get("underruns")}
+    result = {"device": "clocked test device", "buffer_s": buffer, "load_average_at_start": load,
+              **heard_figures(finder(*read_recording(raw, times)), sets, scheduled, output, status)}
     say(f"{name}: {result}")
     return result
+
+
+def heard_figures(heard, sets, scheduled, output, status):
+    """From a recording's `heard` (finder): `set` → heard and `at` → heard, with the output's
+    `status` before and after."""
+    latencies = [heard(t0, value) - t0 for t0, value in sets]
+    errors = [heard(due - 0.5, value) - due for due, value in scheduled]
+    return {"kind": output.get("kind"), "rewind": status.get("rewind"), "rewinds": status.get("rewinds"),
+            "rewind_margin_ms": 1e3 * status.get("rewindMargin", 0), "buffer_frames": output["bufferFrames"],
+            "period_frames": output["periodFrames"],
+            "median_ms": 1e3 * percentile(latencies, 50), "p99_ms": 1e3 * percentile(latencies, 99),
+            "max_ms": 1e3 * max(latencies), "min_ms": 1e3 * min(latencies), "tries": len(latencies),
+            "at_error_ms": [round(1e3 * e, 3) for e in errors],
+            "at_mean_ms": 1e3 * sum(errors) / len(errors) if errors else None,
+            "at_max_abs_ms": 1e3 * max(abs(e) for e in errors) if errors else None,
+            "status_delay_s": status.get("delay"), "status_drift_ppm": status.get("drift"),
+            "device_underruns": status.get("underruns")}
+
+
+def sink_clock(reads, window=0.3):
+    """When the PipeWire sink played each recorded frame, from a pipewire_session.Recording's
+    reads: runs for heard_at, and each rise of the placement by more than 1 ms (ms): the sink fell
+    behind CLOCK_MONOTONIC, or every read for `window` seconds came that late.
+
+    A frame is heard when the graph cycle that takes it to the sink runs (a null sink plays
+    nothing; on a card it is when the cycle hands the quantum to the driver), the quantum's frames
+    following at the rate. Each read comes at or after the cycle of its first frame, late by the
+    cycle's work and the wake-ups of pw-record and of the reader, never early. A timer-driven sink
+    keeps to CLOCK_MONOTONIC but falls behind for good when the machine is slow to run a cycle, so
+    no single line fits a long recording: each read's first frame is placed at the earliest that
+    the reads of the next `window` seconds allow (read time − frames since / rate), which the
+    sink's falling behind later does not move earlier. Error: late by the shortest lateness of
+    those reads (≥ 0), early only where the graph ran a late cycle and then caught up within the
+    window (cycles less than a quantum apart)."""
+    offsets = [ns - first * 1e9 / RATE for ns, first, count in reads]
+    span = max(1, int(window * RATE / max(1, percentile([count for _, _, count in reads], 50))))
+    placed = [min(offsets[j:j + span]) for j in range(len(offsets))]
+    runs = [(first, int(round(placed[j] + first * 1e9 / RATE)), count)
+            for j, (_, first, count) in enumerate(reads) if count > 0]
+    behind = [(placed[j] - placed[j - 1]) / 1e6 for j in range(1, len(placed))
+              if placed[j] - placed[j - 1] > 1e6]
+    return runs, behind
+
+
+def recorded_left(raw):
+    with open(raw, "rb") as f:
+        data = f.read()
+    return memoryview(data)[: len(data) // 8 * 8].cast("f")[0::2]
+
+
+def load_average():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def through_pipewire(args, work, session, device, buffer, constant, say):
+    """(a) and (b) through ALSA's `device` PCM (`pipewire` or `pulse`) into `session`'s sink, a
+    `buffer`-second buffer, the kind's defaults otherwise, recorded at the sink."""
+    load = load_average()
+    name = f"rampd-heard-{device}-{int(buffer * 1000)}ms"
+    daemon = bench.start_rampd(args.rampd, work, name, f'device = "{device}"\nbuffer = {buffer}',
+                               env=session.environment)
+    raw = os.path.join(work, name, "sink.raw")
+    recording = session.record(raw)
+    try:
+        output, sets, scheduled, status = drive(daemon, args, constant, buffer)
+    finally:
+        reads = recording.finish()
+        daemon.stop()
+    with open(raw + ".reads.json", "w") as f:
+        json.dump({"reads": reads, "sets": sets, "scheduled": scheduled}, f)
+    runs, behind = sink_clock(reads)
+    result = {"device": device, "buffer_s": buffer, "load_average_at_start": load,
+              "sink_fell_behind_ms": [round(x, 2) for x in behind],
+              "quantum_frames": percentile([count for _, _, count in reads], 50),
+              **heard_figures(finder(recorded_left(raw), runs), sets, scheduled, output, status)}
+    say(f"{name}: {result}")
+    return result
+
+
+def glitches(left, levels=(0.3, 0.5)):
+    """What a recording of the constant at gains 0.6 and 1.0 holds between its first frame at full
+    level and the end of its last millisecond at either level: runs of frames at neither level
+    (an underrun's silence, a step), as (first frame, frames), and the changes from one level to
+    the other."""
+    def level(x):
+        for value in levels:
+            if abs(x - value) <= 1e-6:
+                return value
+        return None
+
+    start = next(i for i in range(len(left)) if level(left[i]) == levels[1])
+    # The last frame of a millisecond at one level: the stop's fade passes through 0.3 too.
+    end = next(i for i in range(len(left) - 1, start, -1)
+               if level(left[i]) is not None and all(level(left[j]) == level(left[i]) for j in range(i - 47, i)))
+    runs, changes, current, bad = [], 0, levels[1], None
+    for i in range(start, end + 1):
+        value = level(left[i])
+        if value is None:
+            bad = i if bad is None else bad
+            continue
+        if bad is not None:
+            runs.append((bad, i - bad))
+            bad = None
+        if value != current:
+            changes += 1
+            current = value
+    return runs, changes
+
+
+def busy_loops(count):
+    """`count` processes spinning at normal priority, as builds on the same cores do."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def rewind_stress(args, work, session, constant, say):
+    """`rewind` "on" (forced: `auto` leaves it off there) against "off" through `pipewire`,
+    `args.stress_runs` runs each of `args.tries` sets while playing, with `args.stress_load`
+    processes spinning: per run, the glitches in the sink's recording, the level changes against
+    the sets (a change heard twice: rewound audio played anyway), `set` → heard, and rampd's
+    underruns and rewinds."""
+    results = []
+    for run in range(args.stress_runs):
+        for rewind in ("on", "off"):
+            name = f"rampd-stress-pipewire-rewind-{rewind}-{run}"
+            rampd = args.rewind_rampd if rewind == "on" and args.rewind_rampd else args.rampd
+            try:
+                daemon = bench.start_rampd(rampd, work, name, f'device = "pipewire"\nrewind = "{rewind}"',
+                                           env=session.environment)
+            except RuntimeError:
+                with open(os.path.join(work, f"{name}.log")) as f:
+                    refused = f.read().strip().splitlines()[-1]
+                say(f"{name}: refused: {refused}")
+                results.append({"run": run, "rewind_asked": rewind, "refused": refused})
+                continue
+            raw = os.path.join(work, name, "sink.raw")
+            load_at_start = load_average()
+            recording = session.record(raw)
+            load = []
+            try:
+                c = bench.Rampd(daemon.socket_path)
+                output = c.request("status")["output"]
+                load = busy_loops(args.stress_load)
+                sets = send_sets(c, constant, args.tries, output["bufferFrames"] / RATE + 0.05)
+                status = c.request("status")["output"]
+                for p in load:
+                    p.kill()
+                    p.wait()
+                load = []
+                c.request("stop", fade=0.01)
+                time.sleep(0.3)
+                c.close()
+            finally:
+                for p in load:
+                    p.kill()
+                    p.wait()
+                reads = recording.finish()
+                daemon.stop()
+            left = recorded_left(raw)
+            gaps, changes = glitches(left)
+            runs, behind = sink_clock(reads)
+            try:
+                heard = heard_figures(finder(left, runs), sets, [], output, status)
+                heard = {k: heard[k] for k in ("median_ms", "p99_ms", "max_ms")}
+            except RuntimeError as e:
+                heard = {"error": str(e)}
+            result = {"run": run, "rewind_asked": rewind, "load_average_at_start": load_at_start,
+                      "rewind": status.get("rewind"),
+                      "rewinds": status.get("rewinds"), "underruns": status.get("underruns"),
+                      "buffer_frames": output["bufferFrames"], "sets": len(sets), "level_changes": changes,
+                      "glitches": len(gaps), "glitch_ms": [round(n / RATE * 1e3, 2) for _, n in gaps],
+                      "silent_glitches": sum(1 for f, n in gaps if all(left[i] == 0 for i in range(f, f + n))),
+                      "sink_fell_behind_ms": [round(x, 2) for x in behind], **heard}
+            say(f"{name}: {result}")
+            results.append(result)
+    return results
 
 
 def schedstat_totals(pid):
@@ -240,29 +430,68 @@ def clocked_arguments():
 
 def main():
     parser = clocked_arguments()
-    parser.add_argument("--scheduled", type=int, default=5)
+    parser.add_argument("--scheduled", type=int, default=10)
     parser.add_argument("--idle-seconds", type=float, default=10)
+    parser.add_argument("--stress-runs", type=int, default=3)
+    parser.add_argument("--stress-load", type=int, default=2)
+    parser.add_argument("--rewind-rampd", help="a rampd that accepts rewind on through pipewire, for (c)")
+    parser.add_argument("--only", choices=("heard", "pipewire", "stress", "idle"), action="append")
     parser.add_argument("--results")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
+    only = set(args.only or ("heard", "pipewire", "stress", "idle"))
     say = print if args.verbose else (lambda *_: None)
     constant = os.path.join(args.work, "constant.wav")
     bench.write_constant_wav(constant, int(args.tries * 1.15 + args.scheduled * 2.2 + 20))
     results = {"heard": [set_to_heard(args, args.work, b, r, constant, say)
-                         for r in ("off", "on") for b in (0.05, 0.2, 1.0) if r == "on" or b < 1],
-               "idle": idle(args, args.work, say)}
+                         for r in ("off", "on") for b in (0.05, 0.2, 1.0) if r == "on" or b < 1]
+               if "heard" in only else []}
+    if only & {"pipewire", "stress"}:
+        session = pipewire.PipeWireSession(args.work)
+        try:
+            if "pipewire" in only:
+                results["heard"] += [through_pipewire(args, args.work, session, device, buffer, constant, say)
+                                     for device in ("pipewire", "pulse") for buffer in (0.05, 0.1)]
+            if "stress" in only:
+                results["rewind_stress"] = rewind_stress(args, args.work, session, constant, say)
+        finally:
+            session.stop()
+    if "idle" in only:
+        results["idle"] = idle(args, args.work, say)
     if args.results:
         with open(args.results, "w") as f:
             json.dump(results, f, indent=1)
-    print("| `set` → first changed sample heard (clocked test device, period 10 ms) | median | p99 | max |"
-          " buffer (bound without rewind) | median / buffer | rewinds | `at` 1 s ahead: heard off by | device underruns |")
+    print("| `set` → first changed sample heard (period 10 ms) | median | p99 | max | buffer (bound without rewind)"
+          " | median / buffer | rewinds | `at` 1 s ahead: heard off by, mean / max abs | device underruns |")
     print("|---|---|---|---|---|---|---|---|---|")
     for h in results["heard"]:
         how = f"rewind (margin {h['rewind_margin_ms']:g} ms)" if h["rewind"] else "no rewind"
-        print(f"| rampd, buffer {h['buffer_s'] * 1000:g} ms, {how} | {h['median_ms']:.1f} ms | {h['p99_ms']:.1f} ms |"
-              f" {h['max_ms']:.1f} ms | {h['buffer_frames'] / RATE * 1000:g} ms |"
+        where = "clocked test device" if h["device"] == "clocked test device" else f"through `{h['device']}`"
+        print(f"| rampd, {where}, buffer {h['buffer_s'] * 1000:g} ms, {how} | {h['median_ms']:.1f} ms |"
+              f" {h['p99_ms']:.1f} ms | {h['max_ms']:.1f} ms | {h['buffer_frames'] / RATE * 1000:g} ms |"
               f" {h['median_ms'] / (h['buffer_frames'] / RATE * 1000):.3f} | {h['rewinds']} |"
-              f" {', '.join(f'{e:+.2f}' for e in h['at_error_ms'])} ms | {h['device_underruns']} |")
+              f" {h['at_mean_ms']:+.2f} / {h['at_max_abs_ms']:.2f} ms | {h['device_underruns']} |")
+    for h in results["heard"]:
+        if "sink_fell_behind_ms" in h:
+            print(f"through {h['device']}, buffer {h['buffer_s'] * 1000:g} ms: quantum {h['quantum_frames']} frames,"
+                  f" the sink fell behind CLOCK_MONOTONIC {len(h['sink_fell_behind_ms'])} times (by"
+                  f" {sum(h['sink_fell_behind_ms']):.1f} ms in all); status drift {h['status_drift_ppm']} ppm")
+    if "rewind_stress" in results:
+        print(f"\n| through `pipewire`, {args.tries} sets while {args.stress_load} processes spin | rewind | rewinds"
+              " | underruns (status) | level changes / sets | glitches in the recording | silent | longest |"
+              " `set` → heard median / max |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r in results["rewind_stress"]:
+            if "refused" in r:
+                print(f"| run {r['run'] + 1}, rewind = \"{r['rewind_asked']}\" | refused at start: {r['refused']} |"
+                      " | | | | | | |")
+                continue
+            heard = (f"{r['median_ms']:.1f} / {r['max_ms']:.1f} ms" if "median_ms" in r else r["error"])
+            print(f"| run {r['run'] + 1}, rewind = \"{r['rewind_asked']}\" | {r['rewind']} | {r['rewinds']} |"
+                  f" {r['underruns']} | {r['level_changes']} / {r['sets']} | {r['glitches']} | {r['silent_glitches']} |"
+                  f" {max(r['glitch_ms'], default=0):g} ms | {heard} |")
+    if "idle" not in results:
+        return
     print()
     print(f"| idle, nothing playing, {args.idle_seconds:g} s | CPU, % of a core | wake-ups per second (all threads) |")
     print("|---|---|---|")

@@ -1,14 +1,18 @@
 """A PipeWire of the benchmark's own, as a desktop login has one, with no sound card: a private
 XDG_RUNTIME_DIR, a session D-Bus, pipewire, wireplumber and pipewire-pulse, and a null sink
 (`rampd-bench-sink`) made with `pw-cli create-node`. Clients given `environment` reach it through
-ALSA's `pipewire` and `pulse` PCMs. Standard library only; as the tests' PipeWireSession does it.
+ALSA's `pipewire` and `pulse` PCMs; `record` records what the sink plays with `pw-record`, each
+piece read with the CLOCK_MONOTONIC time it arrived. Standard library only; as the tests'
+PipeWireSession does it.
 """
+import fcntl
 import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 SINK = "rampd-bench-sink"
@@ -69,6 +73,10 @@ class PipeWireSession:
                 return info.get("state")
         return None
 
+    def record(self, path):
+        """Starts recording what the sink plays into `path` (raw interleaved stereo float)."""
+        return Recording(self, path)
+
     def stop(self):
         for process in reversed(self.processes):
             if process.poll() is None:
@@ -76,3 +84,46 @@ class PipeWireSession:
                 process.wait()
         self.processes = []
         shutil.rmtree(self.runtime, ignore_errors=True)
+
+
+class Recording:
+    """pw-record writing the sink's raw samples to a pipe that a thread of its own drains,
+    noting for each read the CLOCK_MONOTONIC nanoseconds it returned, the first frame it held and
+    how many: `reads`. A graph cycle hands pw-record a quantum at once, so a read comes at or
+    after the cycle that played its first frame: `sink_clock` in heard-bench.py maps frames to
+    time from the earliest of them."""
+
+    FRAME = 8
+
+    def __init__(self, session, path):
+        self.path = path
+        self.reads = []
+        log = open(os.path.join(session.runtime, "pw-record.log"), "w")
+        self.process = subprocess.Popen(
+            ["pw-record", "--target", SINK, "--format", "f32", "--rate", "48000", "--channels", "2", "-"],
+            env=session.environment, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        # A pipe of 1 MiB (5 s of audio): pw-record never waits on a reader the scheduler is late to.
+        fcntl.fcntl(self.process.stdout.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self):
+        fd = self.process.stdout.fileno()
+        received = 0
+        with open(self.path, "wb") as out:
+            while True:
+                data = os.read(fd, 1 << 20)
+                now = time.monotonic_ns()
+                if not data:
+                    return
+                first = received // self.FRAME
+                received += len(data)
+                self.reads.append((now, first, received // self.FRAME - first))
+                out.write(data)
+
+    def finish(self):
+        """Stops pw-record; the reads, once all it wrote is in `path`."""
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=10)
+        self.thread.join(timeout=10)
+        return self.reads

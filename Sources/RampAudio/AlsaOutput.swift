@@ -254,6 +254,7 @@ public final class AlsaPCMOutput {
     if err < 0 { throw fail("cannot set a period near \(configuration.periodTime) s", err) }
     // The chain (known before the setup) decides whether it may rewind, and with it the buffer.
     let chain = OutputChain(opened: pcm, name: device)
+    if let refused = chain.refusal(of: configuration.rewind) { throw refused }
     let pacing = configuration.pacing == .auto ? chain.automaticPacing : configuration.pacing
     let rewinds = pacing == .device && chain.rewinds(under: configuration.rewind)
     let bufferTime = rewinds ? max(configuration.bufferTime, configuration.rewindBufferTime) : configuration.bufferTime

@@ -64,11 +64,27 @@ public struct OutputChain: Sendable, Equatable {
   /// noticed.)
   public var swallowsSilently: Bool { endsInNull && !types.contains("file") }
 
+  /// Why this chain refuses `rewind`, when it does: `on` through an audio server's plugin
+  /// (`pipewire`, `pulse`). The server takes the plugin's ring a quantum at a time, so a change
+  /// rewound into it is heard a quantum or two later, not within the margin, and with rewinds its
+  /// sink played silence more often when rampd was late, which rampd did not always count as an
+  /// underrun (docs/BENCHMARKS.md, "Heard").
+  public func refusal(of rewind: OutputConfiguration.Rewind) -> AudioError? {
+    guard rewind == .on, kind == .pipewire || kind == .pulse else { return nil }
+    return AudioError(
+      .invalidParameter, section: "output", field: "rewind",
+      "\"on\" is refused on a device of kind \(kind.rawValue) (an audio server's ALSA plugin): the server"
+        + " takes what rampd writes a quantum at a time, so a rewind is heard a quantum or two later rather than"
+        + " within the margin, and its sink plays silence more often with rewinds; use \"auto\" or \"off\" (a"
+        + " change is heard after the buffer)")
+  }
+
   /// Whether the chain rewinds under `rewind`: never through ALSA's `file` plugin (what it has
   /// passed on to its file stays there), `null` (it plays nothing in real time) or `dmix` (other
   /// clients' audio is mixed in what it holds); with `auto`, only on a sound card, which plays from
   /// its ring as it goes (an ALSA plugin that takes what is written at once, such as `pulse`, would
-  /// play what was rewound); with `on`, on any other chain too.
+  /// play what was rewound); with `on`, on any other chain too (an audio server's plugin refuses
+  /// `on`: ``refusal(of:)``).
   public func rewinds(under rewind: OutputConfiguration.Rewind) -> Bool {
     guard kind != .file, kind != .dmix, !endsInNull else { return false }
     switch rewind {

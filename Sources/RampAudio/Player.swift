@@ -386,8 +386,8 @@ public final class Player: Sendable {
     } else if !paused {
       ramp = (
         try PreparedAnimation(
-          .basic(from: 0, to: 1, duration: declick), forKey: "declick", to: transport.keyPath, sampleRate: rate,
-          defaultDuration: 0), transport
+          .basic(from: 0, to: 1, duration: declick), forKey: "declick", to: transport.keyPath, isInternal: true,
+          sampleRate: rate, defaultDuration: 0), transport
       )
     }
     let stream = PlayingStream(

@@ -181,6 +181,9 @@ public final class SoundFileReader {
     close(descriptor)
   }
 
+  /// The identity of the file this reader has open (a measurement of it is cached under it).
+  public var identity: FileIdentity? { FileIdentity(descriptor: descriptor) }
+
   /// Whether `path` names the file this reader has open (whatever the spelling: `./x`, a
   /// symbolic link, a hard link). False when nothing is at `path`.
   public func isSameFile(as path: String) -> Bool { ReplacementFile.sameFile(descriptor: descriptor, path) }

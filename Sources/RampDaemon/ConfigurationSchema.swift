@@ -524,7 +524,7 @@ enum ConfigSchema {
   }
 
   static func renderSpace(_ space: ValueSpace, _ configuration: DaemonConfiguration) -> String {
-    if case .decibels(let floor) = space {
+    if case .decibels(let floor?) = space {
       return ConfigText.quoted(floor == configuration.fades.decibelFloor ? "db" : "db(\(ConfigText.number(floor)))")
     }
     return ConfigText.quoted(space.description)

@@ -726,7 +726,7 @@ public final class Controller: @unchecked Sendable {
       for event in ticket.events { broadcast(event) }
     case .animationFinished(let report):
       // The event first, then the replies to waits it ends: a client sees them in that order.
-      if !InternalKeyPath.isInternal(report.keyPath), !report.key.hasPrefix("declick") {
+      if !InternalKeyPath.isInternal(report.keyPath), !report.isInternal {
         broadcast(
           .animationFinished(
             id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample))

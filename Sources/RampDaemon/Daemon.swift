@@ -67,7 +67,10 @@ public final class Daemon: @unchecked Sendable {
         eventCapacity: configuration.limits.eventQueue)
       embeddedFile = nil
     } catch {
-      guard configuration.embeddedOutput.enabled || configuration.waitForDevice else { throw error }
+      // A configuration key at fault is the user's to fix: waiting for the device, or a WAV file
+      // instead, would hide it.
+      guard configuration.embeddedOutput.enabled || configuration.waitForDevice, (error as? AudioError)?.field == nil
+      else { throw error }
       var embedded: OutputConfiguration?
       var file: String?
       let limit = configuration.embeddedOutput.maxDuration

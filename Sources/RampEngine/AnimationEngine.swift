@@ -332,7 +332,8 @@ public final class AnimationEngine {
         if prepared.targets[other]! === property { seen = true }
         other += 1
       }
-      if !seen { removeInstances(of: property, key: key) }
+      // Named by id, it replaces nothing: not even a client's animation that happens to have its name.
+      if !seen && !prepared.namedByID { removeInstances(of: property, key: key) }
       index += 1
     }
     if let model {
@@ -812,7 +813,9 @@ public final class AnimationEngine {
 
   private func queueReport(_ token: CompletionToken, finished: Bool, sample: Int64) {
     reports.append(
-      CompletionReport(id: token.id, key: token.key, keyPath: token.keyPath, finished: finished, sample: sample))
+      CompletionReport(
+        id: token.id, key: token.key, keyPath: token.keyPath, finished: finished, sample: sample,
+        isInternal: token.isInternal))
     retired.append(token)
   }
 }

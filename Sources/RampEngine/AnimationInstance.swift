@@ -16,12 +16,15 @@ final class CompletionToken: @unchecked Sendable {
   var key: String
   var keyPath: String
   let handler: (@Sendable (Bool) -> Void)?
+  /// The engine's own (a removal's smoothing ramp), whatever its key: its report says so.
+  let isInternal: Bool
   var reported = false
 
-  init(id: UInt64, key: String, keyPath: String, handler: (@Sendable (Bool) -> Void)?) {
+  init(id: UInt64, key: String, keyPath: String, isInternal: Bool, handler: (@Sendable (Bool) -> Void)?) {
     self.id = id
     self.key = key
     self.keyPath = keyPath
+    self.isInternal = isInternal
     self.handler = handler
   }
 }

@@ -14,7 +14,7 @@ extension Animation {
   func validate(prefix: String) throws(EngineError) {
     try timing.validate(prefix, isTopLevel: prefix.isEmpty)
     try timingFunction.validate(field: prefix + "timingFunction")
-    if case .decibels(let floor) = valueSpace {
+    if case .decibels(let floor?) = valueSpace {
       guard floor.isFinite, floor < 0 else {
         throw EngineError(
           .invalidValue, field: prefix + "space", "the dB floor must be a finite negative number, got \(floor)")

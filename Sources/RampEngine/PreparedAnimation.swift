@@ -5,7 +5,7 @@
 /// commit allocates nothing. Committed once.
 public final class PreparedAnimation: @unchecked Sendable {
   /// The name it is added under (`declick` for a removal's smoothing ramp, which is named
-  /// `declick-<id>` when committed).
+  /// `declick-<id>` when committed and is internal: the name is for `list`, not a reserved prefix).
   public let key: String
   /// The key path it animates ("" when it is committed to a property by handle).
   public let keyPath: String
@@ -47,20 +47,22 @@ public final class PreparedAnimation: @unchecked Sendable {
 
   /// Compiles `animation` for `keyPath` under `key`. `defaultDuration`: what a duration of 0
   /// stands for (the implicit transaction's); `begin` overrides the animation's own beginTime,
-  /// which is otherwise absolute.
+  /// which is otherwise absolute. `isInternal`: its completion report says it is not a client's
+  /// (`CompletionReport.isInternal`), whatever its key.
   public convenience init(
     _ animation: Animation, forKey key: String, to keyPath: String, continuity: Continuity = .value,
-    begin: Begin? = nil, sampleRate: Double, defaultDuration: Double,
+    begin: Begin? = nil, isInternal: Bool = false, sampleRate: Double, defaultDuration: Double,
     completion: (@Sendable (Bool) -> Void)? = nil
   ) throws(EngineError) {
     try self.init(
       animation, forKey: key, to: keyPath, continuity: continuity, begin: begin, namedByID: false,
-      sampleRate: sampleRate, defaultDuration: defaultDuration, completion: completion)
+      isInternal: isInternal, sampleRate: sampleRate, defaultDuration: defaultDuration, completion: completion)
   }
 
   init(
     _ animation: Animation, forKey key: String, to keyPath: String, continuity: Continuity, begin: Begin?,
-    namedByID: Bool, sampleRate: Double, defaultDuration: Double, completion: (@Sendable (Bool) -> Void)?
+    namedByID: Bool, isInternal: Bool = false, sampleRate: Double, defaultDuration: Double,
+    completion: (@Sendable (Bool) -> Void)?
   ) throws(EngineError) {
     guard !key.isEmpty else {
       throw EngineError(.invalidAnimation, field: "name", "an animation key must not be empty")
@@ -71,7 +73,8 @@ public final class PreparedAnimation: @unchecked Sendable {
     self.continuity = continuity
     self.namedByID = namedByID
     self.begin = begin ?? animation.timing.beginTime.map { .absolute($0) } ?? .now
-    let token = CompletionToken(id: 0, key: key, keyPath: keyPath, handler: completion)
+    let token = CompletionToken(
+      id: 0, key: key, keyPath: keyPath, isInternal: isInternal || namedByID, handler: completion)
     self.token = token
     var compiler = Compiler(sampleRate: sampleRate, defaultDuration: defaultDuration, token: token)
     try compiler.compile(animation, keyPath: nil, field: "key", at: "", outer: [])

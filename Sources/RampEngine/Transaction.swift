@@ -44,6 +44,18 @@ public struct CompletionReport: Sendable, Equatable {
   public let finished: Bool
   /// The engine sample at which it ended.
   public let sample: Int64
+  /// The engine's own or its user's internal one (a removal's smoothing ramp, a stream's start
+  /// ramp), not a client's: no client hears of it, whatever its key.
+  public let isInternal: Bool
+
+  public init(id: UInt64, key: String, keyPath: String, finished: Bool, sample: Int64, isInternal: Bool = false) {
+    self.id = id
+    self.key = key
+    self.keyPath = keyPath
+    self.finished = finished
+    self.sample = sample
+    self.isInternal = isInternal
+  }
 }
 
 /// One animation in flight, for `list`.

@@ -7,14 +7,17 @@ public enum ValueSpace: Sendable, Hashable, CustomStringConvertible {
   case amplitude
   /// Straight lines in decibels. Amplitudes at or below `floor` dB are encoded as the floor, and
   /// the floor decodes to silence (0): a dB fade-out runs down to the floor and ends in silence,
-  /// and a dB fade-in starts from silence and is at the floor one sample later.
-  case decibels(floor: Double)
+  /// and a dB fade-in starts from silence and is at the floor one sample later. A nil floor is
+  /// one nobody gave (`db` rather than `db(-60)`): the engine uses `defaultDecibelFloor`, and
+  /// the daemon, reading a request, its configured `fade.db-floor`. A given floor is kept as
+  /// given, even when it equals the default.
+  case decibels(floor: Double?)
   /// Straight lines in power (amplitude squared): an equal-power crossfade.
   case power
 
   public static let defaultDecibelFloor = -60.0
   public static let ceilingDecibels = 400.0
-  public static let decibels = ValueSpace.decibels(floor: defaultDecibelFloor)
+  public static let decibels = ValueSpace.decibels(floor: nil)
 
   /// Parses `amplitude`, `db`, `db(-80)` or `power`.
   public init(parsing text: String) throws(EngineError) {
@@ -42,7 +45,7 @@ public enum ValueSpace: Sendable, Hashable, CustomStringConvertible {
     switch self {
     case .amplitude: return "amplitude"
     case .power: return "power"
-    case .decibels(let floor): return floor == Self.defaultDecibelFloor ? "db" : "db(\(floor))"
+    case .decibels(let floor): return floor.map { "db(\($0))" } ?? "db"
     }
   }
 
@@ -51,7 +54,8 @@ public enum ValueSpace: Sendable, Hashable, CustomStringConvertible {
     switch self {
     case .amplitude: return amplitude
     case .power: return amplitude * abs(amplitude)
-    case .decibels(let floor):
+    case .decibels(let given):
+      let floor = given ?? Self.defaultDecibelFloor
       guard amplitude > 0 else { return floor }
       return Swift.max(20 * log10(amplitude), floor)
     }
@@ -62,8 +66,8 @@ public enum ValueSpace: Sendable, Hashable, CustomStringConvertible {
     switch self {
     case .amplitude: return value
     case .power: return value >= 0 ? value.squareRoot() : -(-value).squareRoot()
-    case .decibels(let floor):
-      guard value > floor else { return 0 }
+    case .decibels(let given):
+      guard value > given ?? Self.defaultDecibelFloor else { return 0 }
       // A spring or an overshooting curve can swing far above its endpoints; in dB that is an
       // exponent, so it is capped where the amplitude is still finite (+400 dB).
       return pow(10, min(value, Self.ceilingDecibels) / 20)

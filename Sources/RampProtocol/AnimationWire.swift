@@ -331,7 +331,8 @@ enum AnimationWire {
     case .power: object[key] = "power"
     case .decibels(let floor):
       object[key] = "db"
-      if floor != ValueSpace.defaultDecibelFloor { object["dbFloor"] = .number(floor) }
+      // A floor given is written whatever it is: left out, it would be the reader's configured one.
+      if let floor { object["dbFloor"] = .number(floor) }
     }
   }
 

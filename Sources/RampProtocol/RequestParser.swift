@@ -40,11 +40,12 @@ extension Request {
 
 /// What parsing takes from the daemon's configuration.
 public struct ParseOptions: Sendable, Equatable {
-  /// The floor of a dB value space given as "db" without "dbFloor" (the configured db-floor).
-  /// A floor given in the request is kept, so `Request.json` writes it and reads back the same.
-  public var decibelFloor: Double
+  /// The floor of a dB value space given as "db" without "dbFloor" (the configured db-floor;
+  /// nil: none, left for the reader of the request to choose, as a client does). A floor given
+  /// in the request is kept, so `Request.json` writes it and reads back the same.
+  public var decibelFloor: Double?
 
-  public init(decibelFloor: Double = ValueSpace.defaultDecibelFloor) {
+  public init(decibelFloor: Double? = nil) {
     self.decibelFloor = decibelFloor
   }
 }

@@ -7,7 +7,7 @@ import Foundation
 ///
 /// A line is a request exactly as PROTOCOL.md defines it, with two conveniences that every reader
 /// of timelines accepts: gains may be written `"-6dB"` or `"50%"` and durations `"2s"` or
-/// `"1m30s"` (converted before the line is checked as a request); `"at"` is seconds from the
+/// `"1m30s"` (converted, at every depth, before the line is checked as a request); `"at"` is seconds from the
 /// start of the timeline (a number or a duration such as `"+10s"`), or, against a live daemon
 /// only, a time of day (`"23:00"`) or a date and time, as `--at` reads them (`HumanUnits.when`).
 /// A relative file path (`play`'s `path` and `queue`, `queue-add`'s `paths`, in `batch` lines
@@ -127,20 +127,43 @@ public enum Timeline {
     }
     object["at"] = nil
     object["id"] = nil
-    for (key, member) in object {
-      guard case .string(let text) = member else { continue }
-      do {
-        if gainFields.contains(key) { object[key] = .number(try HumanUnits.gain(text, option: key)) }
-        if durationFields.contains(key) { object[key] = .number(try HumanUnits.duration(text, option: key)) }
-      } catch {
-        throw fail(error.description)
-      }
-    }
+    do { object = try convertingUnits(object, at: "") } catch { throw fail(error.description) }
     do {
       return Entry(label: label, line: line, at: at, request: try Request.parse(.object(object)))
     } catch {
       throw fail(error.summary)
     }
+  }
+
+  /// `object` with its gains and durations written with units made numbers, at every depth a
+  /// request nests: a `batch`'s `commands`, an `animate`'s `animation` and a group's
+  /// `animations`. `prefix` is the path to `object`, so an error names `commands[1].duration`.
+  static func convertingUnits(_ object: JSONObject, at prefix: String) throws(UnitError) -> JSONObject {
+    var object = object
+    for (key, member) in object {
+      switch member {
+      case .string(let text):
+        if gainFields.contains(key) { object[key] = .number(try HumanUnits.gain(text, option: prefix + key)) }
+        if durationFields.contains(key) {
+          object[key] = .number(try HumanUnits.duration(text, option: prefix + key))
+        }
+      case .object(let inner) where key == "animation":
+        object[key] = .object(try convertingUnits(inner, at: prefix + key + "."))
+      case .array(let elements) where key == "commands" || key == "animations":
+        var converted: [JSONValue] = []
+        for (index, element) in elements.enumerated() {
+          guard case .object(let inner) = element else {
+            converted.append(element)
+            continue
+          }
+          converted.append(.object(try convertingUnits(inner, at: "\(prefix)\(key)[\(index)].")))
+        }
+        object[key] = .array(converted)
+      default:
+        continue
+      }
+    }
+    return object
   }
 
   /// `command` with its relative file paths made absolute against `directory`: `play`'s `path`

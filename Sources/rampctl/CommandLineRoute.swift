@@ -45,7 +45,11 @@ enum CommandLineRoute: Equatable {
       return .refuse(message + "; `rampctl --help` lists the commands")
     }
     if !globals.isEmpty, !(command is any TalksToRampd.Type) {
-      return .refuse("\(globals[0]): '\(first)' does not talk to rampd, so it takes no \(globals[0])")
+      // The option to name: the first one the command does not take.
+      let names = globals.filter { $0.hasPrefix("--") }.map { String($0.prefix { $0 != "=" }) }
+      if let refused = names.first(where: { !(command is any PrintsJSON.Type) || $0 != "--json" }) {
+        return .refuse("\(refused): '\(first)' does not talk to rampd, so it takes no \(refused)")
+      }
     }
     if let message = unknownOption(in: Array(rest.dropFirst()), of: command) { return .refuse(message) }
     return .run([first] + globals + rest.dropFirst())
@@ -135,3 +139,9 @@ struct CommandArguments {
 protocol TalksToRampd {}
 
 extension BatchCommand: TalksToRampd {}
+
+/// A subcommand that does not talk to rampd but prints JSON with `--json`, which may then come
+/// before it too.
+protocol PrintsJSON {}
+
+extension LoudnessCommand: PrintsJSON {}

@@ -34,7 +34,8 @@ struct RampCtl: ParsableCommand {
       Exit status:
         0   success
         64  bad usage: unknown option, bad units, a request rampd would refuse
-        65  rampd refused the command (or a batch script line is invalid)
+        65  rampd refused the command (or a batch script line is invalid, or a file could not be
+            rendered or measured)
         69  rampd is unreachable: no socket, or the connection was refused
         70  protocol error: a reply rampctl did not expect
         75  a wait was interrupted (Ctrl-C) or timed out; the ramp goes on
@@ -50,6 +51,7 @@ struct RampCtl: ParsableCommand {
         rampctl set master.gain 2 --json | jq .error.code     "out-of-range", exit 65
         rampctl watch
         rampctl curve qsin --from 1 --to 0 --duration 3s    local, no daemon needed
+        rampctl loudness bed.flac jingle.wav                 local too: LUFS, LU, dBTP
 
       Shell completions: rampctl --generate-completion-script bash|zsh|fish.
       """,
@@ -63,7 +65,7 @@ struct RampCtl: ParsableCommand {
       SchedulesCommand.self, UnscheduleCommand.self, AlarmCommand.self, SleepCommand.self,
       DuckAddCommand.self, DuckListCommand.self, DuckRemoveCommand.self, DuckCommand.self, UnduckCommand.self,
       QueueCommand.self, NextCommand.self, PreviousCommand.self,
-      CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self,
+      CurveCommand.self, RenderCommand.self, ToneCommand.self, EnvelopeCommand.self, LoudnessCommand.self,
     ]
   )
 

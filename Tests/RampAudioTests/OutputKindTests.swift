@@ -160,6 +160,9 @@ import Testing
       #expect(chain.rewinds(under: .auto) == (kind == .hardware), "\(name): auto rewinds on a sound card")
       #expect(chain.rewinds(under: .on) == (kind != .dmix && kind != .file), "\(name)")
       #expect(!chain.rewinds(under: .off), "\(name)")
+      let server = kind == .pipewire || kind == .pulse
+      #expect(chain.refusal(of: .on)?.field == (server ? "rewind" : nil), "\(name): `on` refused through a server")
+      #expect(chain.refusal(of: .auto) == nil && chain.refusal(of: .off) == nil, "\(name)")
       #expect(!chain.swallowsSilently, "\(name)")
     }
     // A loop ends where alsa-lib would give up on it, and names no kind.

@@ -82,6 +82,17 @@ import Testing
     #expect(script.entries[3].request == Request(.stop(Transport())), "the id is rampctl's to choose")
   }
 
+  /// A unit that does not read inside a batch names its field's path.
+  @Test func aBadUnitInsideABatchNamesItsPath() {
+    let script = Timeline.parse(
+      #"{"cmd": "batch", "commands": [{"cmd": "stop"}, {"cmd": "fade", "to": 0, "duration": "2 fortnights"}]}"#,
+      file: "t.jsonl")
+    #expect(script.entries.isEmpty)
+    #expect(
+      script.errors.map(\.description).first?.hasPrefix("t.jsonl:1: commands[1].duration: ") == true, "\(script.errors)"
+    )
+  }
+
   /// Relative file paths are made absolute against the timeline's directory: `play`'s `path` and
   /// `queue`, `queue-add`'s `paths`, inside a `batch` too; absolute ones are left as they are.
   @Test func relativePathsAreTakenFromTheTimelinesDirectory() throws {

@@ -44,6 +44,20 @@ import Testing
     #expect(message == "--json: 'tone' does not talk to rampd, so it takes no --json")
   }
 
+  /// `loudness` does not talk to rampd but prints JSON: `--json` may come before it, `--socket` may not.
+  @Test func loudnessTakesTheGlobalJSONOnly() throws {
+    #expect(CommandLineRoute.route(["--json", "loudness", "a.wav"]) == .run(["loudness", "--json", "a.wav"]))
+    let command = try #require(try RampCtl.parseAsRoot(["loudness", "--json", "a.wav"]) as? LoudnessCommand)
+    #expect(command.json && command.files == ["a.wav"])
+    #expect(
+      CommandLineRoute.route(["--socket", "/s", "loudness", "a.wav"])
+        == .refuse("--socket: 'loudness' does not talk to rampd, so it takes no --socket"))
+    #expect(
+      CommandLineRoute.route(["--json", "--socket=/s", "loudness", "a.wav"])
+        == .refuse("--socket: 'loudness' does not talk to rampd, so it takes no --socket"))
+    #expect(throws: (any Error).self) { try RampCtl.parseAsRoot(["loudness", "--socket", "/s", "a.wav"]) }
+  }
+
   @Test func aloneItIsStatusWithAHint() throws {
     #expect(CommandLineRoute.route([]) == .run(["status", StatusCommand.hintFlag]))
     #expect(CommandLineRoute.route(["--json"]) == .run(["status", "--json", StatusCommand.hintFlag]))

@@ -146,6 +146,25 @@ import Testing
     #expect(finished - started == 9_600, "0.2 s at 48 kHz")
   }
 
+  /// A client's animation is a client's whatever its name: one named like the daemon's own
+  /// smoothing ramps ends with its animation-finished event, as any other does.
+  @Test func anAnimationNamedDeclickFinishesLikeAnyOther() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["animation-finished"]])
+    for name in ["declickX", "declick", "declick-1"] {
+      let animate = try client.request([
+        "cmd": "animate", "key": "master.gain", "name": .string(name),
+        "animation": ["type": "basic", "to": 0.5, "duration": 0.05],
+      ])
+      let id = try #require(animate.result["animation"], "\(animate.serialized())")
+      let finished = try client.waitForEvent(timeout: 5) { $0["event"] == "animation-finished" && $0["id"] == id }
+      #expect(finished["name"]?.stringValue == name && finished["finished"] == true, "\(finished.serialized())")
+      let waited = try client.request(["cmd": "wait", "animations": [id], "timeout": 2])
+      #expect(waited.isOK && waited.result["animations"] == [], "\(waited.serialized())")
+    }
+  }
+
   /// Observed values are the values that were played, at the samples they name.
   @Test func observedValuesMatchWhatWasPlayed() throws {
     let daemon = try DaemonProcess()

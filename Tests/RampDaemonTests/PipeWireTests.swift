@@ -112,6 +112,30 @@ import Testing
     }
   }
 
+  /// `rewind = "on"` through `pipewire` or `pulse` is refused at start, naming the key and the
+  /// kind, also where the wait for a device and the embedded output would otherwise stand in for
+  /// an unusable one: a rewind through the server's plugin is heard a quantum or two later, not
+  /// within the margin, and its sink played silence more often with rewinds.
+  @Test func rewindOnThroughPipeWireOrPulseIsRefusedAtStart() throws {
+    let session = try PipeWireSession(pulse: true)
+    for device in ["pipewire", "pulse"] {
+      let environment = session.environment.merging([
+        "RAMPD_OUTPUT_DEVICE": device, "RAMPD_OUTPUT_REWIND": "on", "RAMPD_EMBEDDED_OUTPUT_ENABLED": "true",
+      ]) { $1 }
+      do {
+        let daemon = try DaemonProcess(
+          name: "rewind-\(device)", periodMs: 10, bufferMs: 50, environment: environment, pacing: "device")
+        let output = try daemon.client().request(["cmd": "status"]).result["output"]
+        Issue.record("\(device): started with rewind on: \(output?.serialized() ?? "")")
+        daemon.stop()
+      } catch let error as HarnessError {
+        #expect(
+          error.description.contains("output.rewind: \"on\" is refused on a device of kind \(device)"),
+          "\(device): \(error)")
+      }
+    }
+  }
+
   /// Idle, rampd holds no stream, so a restart of PipeWire then goes unnoticed; a play while it
   /// is down finds no device to open again: `device-failed`, a `status` that answers, next to no
   /// CPU; PipeWire back: `device-recovered` and the stream heard at its level.

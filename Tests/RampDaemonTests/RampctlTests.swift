@@ -55,6 +55,33 @@ import Testing
     #expect(last > start + 9_600 && left[(last + 1)...].allSatisfy { $0 == 0 }, "silent once stopped")
   }
 
+  /// `--space 'db(-60)'` is a floor of -60 dB, played as such by a rampd configured with another
+  /// floor (`fade.db-floor = -50`): the fade runs in equal dB steps from 0 to -60 dB.
+  @Test func anExplicitFloorIsPlayedUnderAnotherConfiguredOne() throws {
+    let daemon = try DaemonProcess(environment: ["RAMPD_FADE_DB_FLOOR": "-50"])
+    _ = try daemon.constantFile("one", seconds: 3)
+    #expect(
+      try rampctl(["play", "one.wav", "--stream", "a"], socket: daemon.socket, directory: daemon.directory).status
+        == 0)
+    usleep(100_000)
+    let fade = try rampctl(
+      ["fade", "master.gain", "0", "--duration", "1s", "--curve", "linear", "--space", "db(-60)", "--wait"],
+      socket: daemon.socket)
+    #expect(fade.status == 0, "\(fade)")
+    daemon.stop()
+    let left = try daemon.played(channel: 0)
+    // The first sample below 1 once the stream's start ramp is over: the fade's sample 1 of 48,000.
+    let playing = try #require(left.firstIndex(of: 1))
+    let begin = try #require(left[playing...].firstIndex { $0 < 1 })
+    var worst = 0.0
+    for k in stride(from: 1, to: 47_990, by: 7) {
+      let expected = pow(10, -60 * Double(k) / 48_000 / 20)
+      worst = max(worst, abs(Double(left[begin + k - 1]) - expected) / expected)
+    }
+    #expect(worst < 1e-4, "off the -60 dB line by \(worst) (relative)")
+    #expect(left[(begin + 48_000)...].allSatisfy { $0 == 0 }, "silent at the floor")
+  }
+
   /// `set -6dB --duration --wait` leaves the model at exactly -6 dB; `get --json` is one reply line.
   @Test func setInDecibelsThenGetAsJSON() throws {
     let daemon = try DaemonProcess()
@@ -251,6 +278,47 @@ import Testing
     }
     #expect(reader.frames == 4_800 + 2_400, "b starts 50 ms after a and plays to its end")
     #expect(samples[2 * 1_000] == 0.5 && samples[2 * 3_000] == 1 && samples[2 * 6_000] == 0.5, "a, a + b, b")
+  }
+
+  /// Units are converted at every depth of a timeline line: inside a `batch`'s commands and an
+  /// `animate`'s animation (and its group's children), `"-6dB"` and `"2s"` render exactly as the
+  /// numbers they stand for.
+  @Test func unitsInsideBatchesAndAnimationsRenderAsTheirNumbers() throws {
+    let bench = try ShowBench()
+    try bench.file("one.wav", frames: 48_000, channels: 2) { _, _ in 1 }
+    func render(_ name: String, _ timeline: String) throws -> [Float] {
+      try timeline.write(toFile: bench.path("\(name).jsonl"), atomically: true, encoding: .utf8)
+      let run = try runProcess(
+        Executables.rampctl, ["render", bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl")])
+      #expect(run.status == 0, "\(run)")
+      let reader = try SoundFileReader(path: bench.path("\(name).wav"))
+      var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
+      _ = try samples.withUnsafeMutableBufferPointer {
+        try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
+      }
+      return samples
+    }
+    let minus6 = pow(10, -6.0 / 20)
+    let units = try render(
+      "units",
+      #"""
+      {"cmd": "play", "path": "one.wav", "stream": "a"}
+      {"at": 0.1, "cmd": "batch", "commands": [{"cmd": "set", "key": "master.gain", "value": "-6dB", "duration": "200ms"}]}
+      {"at": 0.4, "cmd": "animate", "key": "streams.a.gain", "animation": {"type": "group", "duration": "300ms", "animations": [{"type": "basic", "from": "-6dB", "to": "50%", "duration": "250ms"}]}}
+      {"at": 0.7, "cmd": "animate", "key": "master.gain", "animation": {"type": "basic", "to": "-12dB", "duration": "100ms"}}
+      """#)
+    let numbers = try render(
+      "numbers",
+      #"""
+      {"cmd": "play", "path": "one.wav", "stream": "a"}
+      {"at": 0.1, "cmd": "batch", "commands": [{"cmd": "set", "key": "master.gain", "value": \#(minus6), "duration": 0.2}]}
+      {"at": 0.4, "cmd": "animate", "key": "streams.a.gain", "animation": {"type": "group", "duration": 0.3, "animations": [{"type": "basic", "from": \#(minus6), "to": 0.5, "duration": 0.25}]}}
+      {"at": 0.7, "cmd": "animate", "key": "master.gain", "animation": {"type": "basic", "to": \#(pow(10, -12.0 / 20)), "duration": 0.1}}
+      """#)
+    #expect(units.count == 96_000 && units == numbers, "the unit form rendered otherwise")
+    // Not the same by doing nothing: the set ramps from 0 dB over 200 ms (from 4,800) to -6 dB.
+    let ramp = [4_800, 7_200, 14_400].map { Double(numbers[2 * $0]) }
+    #expect(ramp[0] == 1 && ramp[1] > minus6 + 0.1 && ramp[1] < 0.9 && abs(ramp[2] - minus6) < 1e-6, "\(ramp)")
   }
 
   /// Plain `status` shows each stream's position in its file and the file's duration, and a

@@ -94,7 +94,10 @@ import Testing
 
   @Test func valueSpacesParse() throws {
     #expect(try ValueSpace(parsing: "amplitude") == .amplitude)
-    #expect(try ValueSpace(parsing: "db") == .decibels(floor: -60))
+    // "db" gives no floor (the reader's default applies); "db(-60)" gives one, the default's value.
+    #expect(try ValueSpace(parsing: "db") == .decibels(floor: nil))
+    #expect(try ValueSpace(parsing: "db(-60)") == .decibels(floor: -60))
+    #expect(ValueSpace.decibels(floor: nil).encode(0) == -60 && ValueSpace.decibels(floor: nil).decode(-60) == 0)
     #expect(try ValueSpace(parsing: "db(-90)") == .decibels(floor: -90))
     #expect(try ValueSpace(parsing: "power") == .power)
     for bad in ["dB(+3)", "db(nan)", "db(0)", "loud", ""] {

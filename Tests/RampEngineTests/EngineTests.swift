@@ -114,6 +114,32 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
     #expect(throws: EngineError.self) { try engine.removeAnimation(forKey: "hold", from: "p") }
   }
 
+  /// Whether an animation is internal is a flag, not its name: a client's animation named like a
+  /// smoothing ramp is a client's, and a smoothing ramp replaces no animation under its name.
+  @Test func internalIsAFlagNotAName() throws {
+    let engine = try makeEngine(sampleRate: 1000, model: 0)
+    let hold = try engine.add(.basic(from: 1, to: 1, duration: 10), forKey: "hold", to: "p")
+    // The ramp the removal below commits takes the next id, and so the name `declick-<id>`.
+    let namesake = "declick-\(hold + 3)"
+    var additive = Animation.basic(from: 0, to: 0.5, duration: 0.5)
+    additive.isAdditive = true
+    let client = try engine.add(additive, forKey: namesake, to: "p")
+    #expect(client == hold + 1)
+    try engine.define("q", value: 0)
+    let prefixed = try engine.add(.basic(from: 0, to: 0.25, duration: 0.5), forKey: "declickX", to: "q")
+    try engine.removeAnimation(forKey: "hold", from: "p", declick: 0.01)
+    _ = try play(engine, samples: 1000)
+    var reports: [CompletionReport] = []
+    engine.drainCompletions { reports.append($0) }
+    let ramp = try #require(reports.first { $0.id == hold + 3 })
+    #expect(ramp.key == namesake && ramp.isInternal && ramp.finished)
+    #expect(reports.first { $0.id == hold }.map { !$0.isInternal && !$0.finished } == true)
+    let namesakeEnd = try #require(reports.first { $0.id == client })
+    #expect(namesakeEnd.finished && !namesakeEnd.isInternal, "the ramp replaced the client's animation: \(reports)")
+    let prefixedEnd = try #require(reports.first { $0.id == prefixed })
+    #expect(prefixedEnd.finished && !prefixedEnd.isInternal)
+  }
+
   @Test func removeWithoutDeclickJumpsToTheModel() throws {
     let engine = try makeEngine(sampleRate: 48_000, model: 0)
     try engine.add(.basic(from: 1, to: 1, duration: 10), forKey: "hold", to: "p")

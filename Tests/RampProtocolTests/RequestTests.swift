@@ -372,6 +372,34 @@ import Testing
     #expect(try request(parsed.json.serialized()) == parsed)
   }
 
+  /// A floor given is data, kept whatever its value: `db(-60)` (the engine's default floor) goes
+  /// over the wire as -60, not as a plain "db" that a daemon configured otherwise would read at
+  /// its own floor. A client that was given no floor writes none.
+  @Test func anExplicitDefaultFloorIsWrittenOut() throws {
+    let daemon = ParseOptions(decibelFloor: -50)
+    let given = [
+      #"{"cmd":"fade","to":0,"space":"db(-60)"}"#, #"{"cmd":"fade","to":0,"space":"db","dbFloor":-60}"#,
+      #"{"cmd":"animate","key":"k","animation":{"type":"basic","to":0,"valueSpace":"db(-60)"}}"#,
+      #"{"cmd":"play","path":"/a","fadeIn":1,"space":"db","dbFloor":-60}"#,
+      #"{"cmd":"set","key":"k","value":0,"duration":1,"space":"db(-60)"}"#,
+    ]
+    for line in given {
+      // As rampctl does: read without a configuration, written out, read by the daemon.
+      let client = try Request.parse(line: line).result.get()
+      let wire = client.json.serialized()
+      #expect(wire.contains(#""dbFloor":-60"#), "\(line) went out as \(wire)")
+      let read = try Request.parse(line: wire, options: daemon).result.get()
+      #expect(read == client, "\(line) became \(read.json.serialized())")
+    }
+    let plain = try Request.parse(line: #"{"cmd":"fade","to":0,"space":"db"}"#).result.get()
+    #expect(plain == Request(.fade(Fade(kind: .fade, to: 0, space: .decibels(floor: nil)))))
+    let wire = plain.json.serialized()
+    #expect(!wire.contains("dbFloor"), "\(wire)")
+    #expect(
+      try Request.parse(line: wire, options: daemon).result.get()
+        == Request(.fade(Fade(kind: .fade, to: 0, space: .decibels(floor: -50)))))
+  }
+
   @Test func streamIdsAndNamesAreKeyPathComponents() {
     #expect(
       refusal(#"{"cmd":"play","path":"a","stream":"s 1"}"#)
