@@ -151,6 +151,27 @@ public final class AlsaPCMOutput {
     public var pacing: OutputConfiguration.Pacing
     /// What the device is (``OutputChain/kind``).
     public var kind: OutputKind
+
+    /// Frames left ahead of what plays when a writer that fills the buffer several blocks at a
+    /// time wakes to refill it: ``AlsaPCMOutput/refillLead(bufferFrames:periodFrames:rate:margin:)``.
+    public func refillLead(margin: Double?) -> Int {
+      AlsaPCMOutput.refillLead(bufferFrames: bufferFrames, periodFrames: periodFrames, rate: rate, margin: margin)
+    }
+  }
+
+  /// Frames left ahead of what plays when a writer that fills the buffer several blocks at a time
+  /// wakes to refill it, the margin against a late wake-up: `margin` seconds
+  /// (`OutputConfiguration.marginTime`), by default half the buffer rounded up to whole periods
+  /// (30 ms of a 50 ms buffer in 10 ms periods: a wake-up per two periods, where most of a
+  /// wake-up's cost is the waking itself); never less than a period unless the buffer holds under
+  /// two, never more than the buffer less one period.
+  public static func refillLead(bufferFrames: Int, periodFrames period: Int, rate: Int, margin: Double?) -> Int {
+    let most = max(bufferFrames - period, 0)
+    guard let margin else {
+      let half = (bufferFrames + 1) / 2
+      return min(max((half + period - 1) / max(period, 1) * period, period), most)
+    }
+    return min(max(Int((margin * Double(rate)).rounded()), period), most)
   }
 
   public let negotiated: Negotiated
@@ -272,7 +293,9 @@ public final class AlsaPCMOutput {
     err = snd_pcm_hw_params_get_buffer_size(hw, &bufferSize)
     if err < 0 { throw fail("cannot read the buffer size", err) }
 
-    // Software parameters: start when the buffer is full but for one period; wake per period.
+    // Software parameters: start when the buffer is full but for one period; wake when the
+    // refill lead is left (several periods free, `refillLead`), or per period on a device that
+    // rewinds (the render thread waits for room itself there, on its own timer).
     var swOptional: OpaquePointer?
     err = snd_pcm_sw_params_malloc(&swOptional)
     guard err >= 0, let sw = swOptional else { throw fail("cannot allocate software parameters", err) }
@@ -282,7 +305,10 @@ public final class AlsaPCMOutput {
     let startThreshold = bufferSize > periodSize ? bufferSize - periodSize : bufferSize
     err = snd_pcm_sw_params_set_start_threshold(pcm, sw, startThreshold)
     if err < 0 { throw fail("cannot set the start threshold", err) }
-    err = snd_pcm_sw_params_set_avail_min(pcm, sw, periodSize)
+    let refillLead = Self.refillLead(
+      bufferFrames: Int(bufferSize), periodFrames: Int(periodSize), rate: Int(rate), margin: configuration.marginTime)
+    let availMin = rewinds ? periodSize : max(bufferSize - snd_pcm_uframes_t(refillLead), periodSize)
+    err = snd_pcm_sw_params_set_avail_min(pcm, sw, availMin)
     if err < 0 { throw fail("cannot set avail_min", err) }
     // Timestamps on CLOCK_MONOTONIC with every status (`heardPosition`); a device that cannot
     // gives none, and the time the status was read stands in.
@@ -603,11 +629,11 @@ public final class AlsaPCMOutput {
   /// ahead, so a writer that then writes blocks back to back until the buffer is full again wakes
   /// once per several blocks. The default, buffer − `frames`, is how long `write` would sleep.
   public func secondsUntilWritable(frames: Int, refillAt refill: Int? = nil) -> Double {
-    let refill = refill ?? negotiated.bufferFrames - frames
-    guard negotiated.pacing == .clock, clock.started else { return 0 }
+    guard negotiated.pacing == .clock else { return 0 }
     let now = monotonicNanoseconds()
-    guard clock.framesAhead(now: now) + Int64(frames) > Int64(negotiated.bufferFrames) else { return 0 }
-    let due = clock.due(frame: clock.written - Int64(max(refill, 0)))
+    guard let due = clock.writable(count: frames, lead: negotiated.bufferFrames, refill: refill, now: now) else {
+      return 0
+    }
     return max(Double(due - now) / 1e9, 0)
   }
 

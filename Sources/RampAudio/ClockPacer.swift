@@ -27,9 +27,10 @@ struct ClockPacer {
 
   /// Before writing `count` frames: anchors the clock at the first write; re-anchors when the
   /// writer is behind it (returns true then: an underrun); then sleeps until `count` more frames
-  /// are at most `lead` ahead of the clock.
+  /// are at most `lead` ahead of the clock, or, with `refill`, until only `refill` frames are
+  /// left ahead (see ``writable(count:lead:refill:now:)``).
   @discardableResult
-  mutating func wait(toWrite count: Int, lead: Int) -> Bool {
+  mutating func wait(toWrite count: Int, lead: Int, refill: Int? = nil) -> Bool {
     let now = monotonicNanoseconds()
     guard started else {
       started = true
@@ -42,13 +43,21 @@ struct ClockPacer {
       late = true
       anchor = now - nanoseconds(frames: written)
     }
-    let ahead = written + Int64(count) - Int64(lead)
     // A deadline already passed costs no system call (a writer that waited for it elsewhere,
     // taking commands, finds it so every block).
-    if ahead > 0, anchor + nanoseconds(frames: ahead) > now {
-      sleep(untilNanoseconds: anchor + nanoseconds(frames: ahead))
+    if let deadline = writable(count: count, lead: lead, refill: refill, now: now), deadline > now {
+      sleep(untilNanoseconds: deadline)
     }
     return late
+  }
+
+  /// When `count` more frames may be written (CLOCK_MONOTONIC nanoseconds), nil while they fit
+  /// within `lead` frames ahead of the clock. Once they do not, the writer waits until only
+  /// `refill` frames are left ahead (by default `lead − count`, just room for them): a writer
+  /// that then writes back to back until `lead` is full again wakes once per several blocks.
+  func writable(count: Int, lead: Int, refill: Int? = nil, now: Int64 = monotonicNanoseconds()) -> Int64? {
+    guard started, framesAhead(now: now) + Int64(count) > Int64(lead) else { return nil }
+    return due(frame: written - Int64(max(refill ?? lead - count, 0)))
   }
 
   /// After writing `count` frames.

@@ -80,6 +80,11 @@ struct DeviceRecovery: Sendable {
     // machine without a sound card) costs next to no wake-ups.
     var arrivals = link.waiting.load(ordering: .acquiring) ? DeviceArrivalWatch() : nil
     if arrivals?.watches == false { arrivals = nil }
+    // The render thread posts the failure as an event; asleep without a device, it is woken to.
+    func reportFailure(_ message: String) {
+      _ = link.deviceFailures.push(message)
+      link.commandBell.ring()
+    }
     func waitBackoff() -> (first: Double, last: Double) {
       arrivals == nil ? recoveryBackoff : (recoveryBackoff.first, max(recoveryBackoff.last, Self.watchedWaitCeiling))
     }
@@ -100,7 +105,7 @@ struct DeviceRecovery: Sendable {
       for (queue, retired) in [(link.deadDevices, false), (link.retiredDevices, true)] {
         guard let held = queue.pop() else { continue }
         let device = held.device
-        if !retired && device.announcesFailure { _ = link.deviceFailures.push(device.failureMessage) }
+        if !retired && device.announcesFailure { reportFailure(device.failureMessage) }
         if held.fallback {
           device.close()
           fallbackHeld = false
@@ -138,8 +143,8 @@ struct DeviceRecovery: Sendable {
           if waitedFor {
             waitedFor = false
             link.deviceReady.ring()
-          } else if waiting {
-            // An idle render thread takes it at once, and lets the fallback go.
+          } else {
+            // An idle render thread takes it at once (and lets a fallback go).
             link.commandBell.ring()
           }
           // The render thread lets the fallback go as it takes the configured device.
@@ -152,13 +157,13 @@ struct DeviceRecovery: Sendable {
           }
         case .failure(let problem):
           if configured.reopening {
-            _ = link.deviceFailures.push("reopening \(configuration.device) on schedule: \(problem)")
+            reportFailure("reopening \(configuration.device) on schedule: \(problem)")
             configured.reopening = false
           }
           if waitedFor {
             // The render thread goes on without it, as after a loss; this says why.
             waitedFor = false
-            _ = link.deviceFailures.push("reopening \(configuration.device) after idle: \(problem)")
+            reportFailure("reopening \(configuration.device) after idle: \(problem)")
             link.deviceReady.ring()
           }
           configured.failed(backoff: waiting ? waitBackoff() : recoveryBackoff)
@@ -176,11 +181,12 @@ struct DeviceRecovery: Sendable {
         switch openAgain(fallback) {
         case .success(let fresh):
           _ = link.freshDevices.push(HeldDevice(device: fresh, fallback: true))
+          link.commandBell.ring()
           spare.opened()
           fallbackHeld = true
         case .failure(let problem):
           if spare.reopening {
-            _ = link.deviceFailures.push("reopening \(fallback.device) on schedule: \(problem)")
+            reportFailure("reopening \(fallback.device) on schedule: \(problem)")
             spare.reopening = false
           }
           spare.failed(backoff: recoveryBackoff)

@@ -64,18 +64,21 @@ struct DeviceArrivalWatch {
   private var cards: CInt?
   private var devices: CInt?
   private let pulseDirectory: String
+  /// A file made in a watched directory, or moved there.
+  private static let appears = CInt(IN_CREATE | IN_MOVED_TO)
+  /// A device node made, or made usable (its permissions set by udev once it exists).
+  private static let cardAppears = appears | CInt(IN_ATTRIB)
 
   /// The runtime directories as the ALSA plugins find them, from `environment`.
   init(environment: [String: String] = ProcessInfo.processInfo.environment) {
     let runtimeDirectory = environment["PIPEWIRE_RUNTIME_DIR"] ?? environment["XDG_RUNTIME_DIR"]
     pulseDirectory =
       environment["PULSE_RUNTIME_PATH"] ?? environment["XDG_RUNTIME_DIR"].map { "\($0)/pulse" } ?? "/nonexistent"
-    let appear = CInt(IN_CREATE | IN_MOVED_TO)
-    runtime = runtimeDirectory.flatMap { watch.add($0, events: appear) }
-    pulse = watch.add(pulseDirectory, events: appear)
-    cards = watch.add("/dev/snd", events: appear | CInt(IN_ATTRIB))
+    runtime = runtimeDirectory.flatMap { watch.add($0, events: Self.appears) }
+    pulse = watch.add(pulseDirectory, events: Self.appears)
+    cards = watch.add("/dev/snd", events: Self.cardAppears)
     // Without a sound card there is no /dev/snd: it comes with the first card's driver.
-    if cards == nil { devices = watch.add("/dev", events: appear) }
+    if cards == nil { devices = watch.add("/dev", events: Self.appears) }
   }
 
   /// Whether anything is watched: without, appearances go unseen and only a timer finds them.
@@ -89,14 +92,14 @@ struct DeviceArrivalWatch {
     for (number, name) in watch.changes() {
       if number == cards && name.hasPrefix("pcmC") { appeared = true }
       if number == devices && name == "snd" && cards == nil {
-        cards = watch.add("/dev/snd", events: CInt(IN_CREATE | IN_MOVED_TO | IN_ATTRIB))
+        cards = watch.add("/dev/snd", events: Self.cardAppears)
         appeared = true
       }
       if number == pulse && name == "native" { appeared = true }
       if number == runtime && name.hasPrefix("pipewire-") { appeared = true }
       if number == runtime && name == "pulse" && pulse == nil {
         // pipewire-pulse made its directory: its socket comes next, in it.
-        pulse = watch.add(pulseDirectory, events: CInt(IN_CREATE | IN_MOVED_TO))
+        pulse = watch.add(pulseDirectory, events: Self.appears)
         appeared = FileManager.default.fileExists(atPath: "\(pulseDirectory)/native") || appeared
       }
     }

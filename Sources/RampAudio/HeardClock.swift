@@ -161,12 +161,18 @@ struct HeardClock {
     /// Render thread: publishes `clock` (when known) and the device's delay in frames right after
     /// the last write (−1: none measured).
     func store(_ clock: HeardClock, delay: Int64) {
+      store(sample: clock.known ? clock.sample : .nan, at: clock.nanoseconds, rate: clock.rate, delay: delay)
+    }
+
+    /// Render thread: publishes that `sample` is heard at `nanoseconds` and `rate` frames per
+    /// nanosecond after (a NaN sample: no mapping), and the delay in frames (−1: none measured).
+    func store(sample: Double, at nanoseconds: Int64, rate: Double, delay: Int64) {
       let current = sequence.load(ordering: .relaxed)
       sequence.store(current + 1, ordering: .relaxed)
       atomicMemoryFence(ordering: .releasing)
-      sampleBits.store(clock.known ? clock.sample.bitPattern : Double.nan.bitPattern, ordering: .relaxed)
-      nanosecondsValue.store(clock.nanoseconds, ordering: .relaxed)
-      rateBits.store(clock.rate.bitPattern, ordering: .relaxed)
+      sampleBits.store(sample.bitPattern, ordering: .relaxed)
+      nanosecondsValue.store(nanoseconds, ordering: .relaxed)
+      rateBits.store(rate.bitPattern, ordering: .relaxed)
       delayValue.store(delay, ordering: .relaxed)
       sequence.store(current + 2, ordering: .releasing)
     }

@@ -35,6 +35,8 @@ public struct OutputChain: Sendable, Equatable {
   public init(types: [String], card: Int? = nil) {
     self.types = types
     self.card = card
+    endsInNull = types.last == "null"
+    swallowsSilently = endsInNull && !types.contains("file")
     kind =
       if types.contains("file") {
         .file
@@ -53,7 +55,7 @@ public struct OutputChain: Sendable, Equatable {
 
   /// Swallows samples as fast as they come, blocking never (`null`, under a `file` plugin or any
   /// other): a writer must keep time by the clock.
-  public var endsInNull: Bool { types.last == "null" }
+  public let endsInNull: Bool
 
   /// `.clock` on a chain that ends in `null`, `.device` on any other.
   public var automaticPacing: OutputConfiguration.Pacing { endsInNull ? .clock : .device }
@@ -61,8 +63,8 @@ public struct OutputChain: Sendable, Equatable {
   /// Ends in `null` and writes no file: nothing it takes is kept or checked, so a clock-paced
   /// writer may stop while idle. (A `file` plugin's recording is the time line of what was played,
   /// every sample in order; another sink may fail on a write, which is how a lost device is
-  /// noticed.)
-  public var swallowsSilently: Bool { endsInNull && !types.contains("file") }
+  /// noticed.) Stored: the render thread asks at every block.
+  public let swallowsSilently: Bool
 
   /// Why this chain refuses `rewind`, when it does: `on` through an audio server's plugin
   /// (`pipewire`, `pulse`). The server takes the plugin's ring a quantum at a time, so a change

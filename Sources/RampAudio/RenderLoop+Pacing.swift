@@ -127,12 +127,13 @@ extension RenderLoop {
     return nil
   }
 
-  /// Without a device to block on, waits until the block just rendered is due on the clock, up
-  /// to a buffer ahead of it, as a device would hold: blocks go out back to back, a buffer's worth
-  /// per wake-up, and a command still lands within a buffer. After an outage of the render thread
+  /// Without a device to block on, keeps the blocks rendered at most a buffer ahead of the clock,
+  /// as a device would hold them: once the buffer is full it sleeps until everything rendered is
+  /// due (nobody hears it run dry), then blocks go out back to back, a buffer's worth per
+  /// wake-up, and a command still lands within a buffer. After an outage of the render thread
   /// itself the clock re-anchors.
   func keepTime(frames: Int) {
-    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames))
+    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames), refill: 0)
     idleClock.advance(by: frames)
   }
 
@@ -147,21 +148,10 @@ extension RenderLoop {
   }
 
   /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill
-  /// `device`'s buffer, the margin against a late wake-up: `OutputConfiguration.marginTime`, by
-  /// default half the buffer rounded up to whole periods (30 ms of a 50 ms buffer in 10 ms
-  /// periods: a wake-up per two periods, where most of a wake-up's cost is the waking itself). In
-  /// the buffer as `device` negotiated it (a fallback's may differ from the configured device's),
-  /// never less than a period unless the buffer holds under two, never more than the buffer less
-  /// one period.
+  /// `device`'s buffer (``AlsaPCMOutput/Negotiated/refillLead(margin:)``), in the buffer as
+  /// `device` negotiated it: a fallback's may differ from the configured device's.
   func refillLead(on device: AlsaPCMOutput) -> Int {
-    let negotiated = device.negotiated
-    let period = negotiated.periodFrames
-    let most = max(negotiated.bufferFrames - period, 0)
-    guard let margin = configuration.marginTime else {
-      let half = (negotiated.bufferFrames + 1) / 2
-      return min(max((half + period - 1) / max(period, 1) * period, period), most)
-    }
-    return min(max(Int((margin * Double(negotiated.rate)).rounded()), period), most)
+    device.negotiated.refillLead(margin: configuration.marginTime)
   }
 
   // MARK: Idle
@@ -189,9 +179,13 @@ extension RenderLoop {
   /// starts again once it holds two blocks (`AlsaPCMOutput.stopForIdle`), its first sample
   /// being silence or the command's ramp: no click. Allocation-free.
   func idleIfNothingToRender(_ buffers: RenderBuffers) {
+    guard let device else {
+      idleWithoutDevice()
+      return
+    }
     // The configured device, once it opened after start, plays until it is known to play
     // (`waiting` ends), so it is not let go of untried.
-    guard let device, device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
+    guard device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
       nothingToRender
     else { return }
     let nanosecondsPerFrame = 1e9 / Double(output.rate)
@@ -264,6 +258,37 @@ extension RenderLoop {
     batchStart = nil
   }
 
+  /// With no device (lost, waited for without an embedded output, or not opened again after an
+  /// idle spell) and nothing to render: sleeps until a command, a device to take or a scheduled
+  /// command's time comes, instead of keeping time a block at a time for nobody. Meanwhile the
+  /// mapping of samples to time is the clock's, published for `at` times; on waking the sample
+  /// clock catches up with the time slept, as `keepTime` would have counted it. Allocation-free.
+  func idleWithoutDevice() {
+    guard nothingToRender else { return }
+    let nanosecondsPerFrame = 1e9 / Double(output.rate)
+    let lead = Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame)
+    if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
+      return
+    }
+    link.idling.store(true, ordering: .sequentiallyConsistent)
+    defer { link.idling.store(false, ordering: .sequentiallyConsistent) }
+    guard link.commands.isEmpty, !deviceNews else { return }
+    // When the last sample counted is due on the clock.
+    let now = monotonicNanoseconds()
+    let lastDue = idleClock.started ? max(idleClock.due(frame: idleClock.written), now) : now
+    link.heard.store(sample: Double(state.engine.now), at: lastDue, rate: 1 / nanosecondsPerFrame, delay: -1)
+    link.stoppedIdle.store(true, ordering: .relaxed)
+    defer { link.stoppedIdle.store(false, ordering: .relaxed) }
+    let deadline = scheduled.firstSample.map {
+      HeardClock.clamped(Double(lastDue) + Double($0 - state.engine.now) * nanosecondsPerFrame) - lead
+    }
+    _ = sleepAnsweringReads(until: deadline)
+    let behind = Double(monotonicNanoseconds() - lastDue) / nanosecondsPerFrame
+    if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
+    idleClock.reset()
+    batchStart = nil
+  }
+
   /// Sleeps until `deadline` as `sleepIdle` does, answering the requests that only read (a
   /// `status`, a `list`) as they come: they change nothing heard, so the device stays stopped
   /// and the thread asleep. False when a command that may change the sound came (or shutdown),
@@ -279,7 +304,7 @@ extension RenderLoop {
         answered = true
       }
       if answered { flushEvents() }
-      if !link.commands.isEmpty || awaitedDeviceOpened { return false }
+      if !link.commands.isEmpty || deviceNews { return false }
     }
     return false
   }
@@ -309,16 +334,20 @@ extension RenderLoop {
   /// as lost.
   static let reopenLimit: Int64 = 2_000_000_000
 
-  /// The configured device, waited for since start, has opened: an idle render thread wakes to
-  /// play into it (and go idle there), so `status` stops saying it waits.
-  var awaitedDeviceOpened: Bool { waiting && !link.freshDevices.isEmpty }
+  /// The recovery thread has news for an idle render thread: a device opened that it takes (the
+  /// configured device waited for since start: it wakes to play into it, and go idle there, so
+  /// `status` stops saying it waits; or any device while it has none), or, while it has none, a
+  /// failure to post as an event.
+  var deviceNews: Bool {
+    (waiting || device == nil) && !link.freshDevices.isEmpty || device == nil && !link.deviceFailures.isEmpty
+  }
 
   /// Sleeps on the command bell until `deadline` (monotonic nanoseconds; nil: none). False when
-  /// a command or the awaited device (`awaitedDeviceOpened`) came first, or the player stops;
+  /// a command or a device to take (`deviceNews`) came first, or the player stops;
   /// true once the deadline has passed.
   func sleepIdle(until deadline: Int64?) -> Bool {
     while link.running.load(ordering: .relaxed) {
-      if !link.commands.isEmpty || awaitedDeviceOpened { return false }
+      if !link.commands.isEmpty || deviceNews { return false }
       var milliseconds: Int32 = -1
       if let deadline {
         let left = deadline - monotonicNanoseconds()

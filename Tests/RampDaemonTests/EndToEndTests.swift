@@ -601,6 +601,61 @@ import Testing
     #expect(off.isEmpty, "\(off.count) frames of the tone are not at \(level), first at \(off.first ?? -1)")
   }
 
+  /// Without a device and with the embedded output disabled, nothing plays and nothing is
+  /// written: the render thread sleeps (no wake-up while idle, `status` says idle) and still keeps
+  /// time, so a change scheduled across the idle spell ends when it should.
+  @Test func withoutADeviceOrEmbeddedOutputIdleSleepsAndKeepsTime() throws {
+    let directory = NSTemporaryDirectory() + "rampd-no-output-\(getpid())"
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    try """
+    [embedded-output]
+    enabled = false
+    """.write(toFile: "\(directory)/rampd.toml", atomically: true, encoding: .utf8)
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: Executables.rampd)
+    process.arguments = [
+      "--config", "\(directory)/rampd.toml", "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device",
+    ]
+    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging([
+      "RAMPD_STATE_PATH": "\(directory)/state.json"
+    ]) { $1 }
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    defer { if process.isRunning { process.terminate() } }
+    for _ in 0..<400 where process.isRunning && (try? LineClient(path: "\(directory)/s.sock")) == nil { usleep(10_000) }
+    let client = try LineClient(path: "\(directory)/s.sock")
+    var output = try client.request(["cmd": "status"]).result["output"]
+    #expect(output?["state"] == "waiting" && output?["embedded"] != true, "\(output ?? .null)")
+    let deadline = Date().addingTimeInterval(5)
+    while output?["idle"] != true && Date() < deadline {
+      usleep(50_000)
+      output = try client.request(["cmd": "status"]).result["output"]
+    }
+    #expect(output?["idle"] == true, "\(output ?? .null)")
+    let pid = process.processIdentifier
+    let thread = try #require(renderThreadID(of: pid))
+    let before = try voluntarySwitches(pid: pid, thread: thread)
+    usleep(2_000_000)
+    let woken = try voluntarySwitches(pid: pid, thread: thread) - before
+    #expect(woken == 0, "\(woken) wake-ups of the render thread in 2 s idle")
+    // Scheduled 1.5 s ahead after 2 s asleep, a half-second fade ends 2 s after it was asked for
+    // (a block or a buffer early or late at most).
+    try client.request(["cmd": "subscribe", "events": ["animation-finished"]])
+    let asked = Date()
+    #expect(try client.request(["cmd": "fade", "to": 0.5, "duration": 0.5, "at": 1.5]).isOK)
+    let finished = try client.waitForEvent(timeout: 5) { $0["event"] == "animation-finished" }
+    let took = Date().timeIntervalSince(asked)
+    #expect(finished["finished"] == true && abs(took - 2) < 0.2, "finished after \(took) s: \(finished.serialized())")
+    // Idle again once it has ended, and asleep again.
+    output = try client.request(["cmd": "status"]).result["output"]
+    for _ in 0..<100 where output?["idle"] != true {
+      usleep(50_000)
+      output = try client.request(["cmd": "status"]).result["output"]
+    }
+    #expect(output?["idle"] == true, "\(output ?? .null)")
+  }
+
   /// A file that cannot be written again when its time comes (its directory removed) is a device
   /// failure like any other: events and `status` say so, and it recovers once it can be written.
   @Test func anEmbeddedFileThatCannotBeStartedAfreshIsALostDevice() throws {
