@@ -48,10 +48,12 @@ let package = Package(
     .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
     .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
     .systemLibrary(name: "CEbur128", pkgConfig: "libebur128", providers: [.apt(["libebur128-dev"])]),
+    // Linux's own interfaces that Glibc's module leaves out (eventfd).
+    .systemLibrary(name: "CLinux"),
     // The audio path: decoding, resampling, gain and mix kernels, ALSA output, offline render,
     // loudness measurement. Knows the engine, not the protocol.
     .target(
-      name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr", "CEbur128"],
+      name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr", "CEbur128", "CLinux"],
       swiftSettings: renderPath
     ),
     // What the command-line tools share and a unit test can check without a terminal: terminal

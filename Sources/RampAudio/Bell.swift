@@ -1,66 +1,58 @@
+import CLinux
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)
   import Musl
 #endif
 
-/// A wake-up from one thread to another that sleeps in `poll`: a non-blocking, close-on-exec
-/// pipe. `ring` never blocks (a full pipe is rung already) and a ring before the wait is not
-/// lost: the byte waits in the pipe. Neither side allocates or locks, so the render thread may
-/// ring or wait.
+/// A wake-up from one thread to another that sleeps in `poll` (or an event loop that watches its
+/// descriptor): a non-blocking, close-on-exec eventfd. `ring` never blocks and a ring before the
+/// wait is not lost: the count waits in the eventfd until the waiter reads it. Neither side
+/// allocates or locks, so the render thread may ring or wait.
 final class Bell: @unchecked Sendable {
-  let readEnd: Int32
-  let writeEnd: Int32
+  let descriptor: Int32
 
-  /// `purpose` names the pipe in the error thrown when none can be made (out of descriptors).
+  /// `purpose` names the bell in the error thrown when none can be made (out of descriptors).
   init(_ purpose: String, code: AudioError.Code = .device) throws(AudioError) {
-    var ends: [Int32] = [-1, -1]
-    guard pipe(&ends) == 0 else {
-      throw AudioError(code, "cannot create the \(purpose) pipe: \(String(cString: strerror(errno)))")
+    descriptor = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+    guard descriptor >= 0 else {
+      throw AudioError(code, "cannot create the \(purpose) eventfd: \(String(cString: strerror(errno)))")
     }
-    for end in ends {
-      _ = fcntl(end, F_SETFL, fcntl(end, F_GETFL) | O_NONBLOCK)
-      _ = fcntl(end, F_SETFD, FD_CLOEXEC)
-    }
-    readEnd = ends[0]
-    writeEnd = ends[1]
   }
 
-  deinit {
-    close(readEnd)
-    close(writeEnd)
-  }
+  deinit { close(descriptor) }
 
   func ring() {
-    var byte: UInt8 = 1
-    _ = write(writeEnd, &byte, 1)
+    var one: UInt64 = 1
+    _ = write(descriptor, &one, 8)
   }
 
-  /// Sleeps until rung or `milliseconds` pass (negative: no limit), then empties the pipe.
+  /// Sleeps until rung or `milliseconds` pass (negative: no limit), then takes the rings.
   /// True when rung.
   @discardableResult
   func wait(milliseconds: Int32) -> Bool {
-    var descriptor = pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0)
-    guard poll(&descriptor, 1, milliseconds) > 0 else { return false }
+    var waiting = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+    guard poll(&waiting, 1, milliseconds) > 0 else { return false }
     drain()
     return true
   }
 
   /// Sleeps until rung, `other` (a descriptor) is readable, or `milliseconds` pass (negative: no
-  /// limit), then empties the pipe. True when `other` is readable.
+  /// limit), then takes the rings. True when `other` is readable.
   func wait(milliseconds: Int32, orReadable other: CInt) -> Bool {
     var descriptors = [
-      pollfd(fd: readEnd, events: Int16(POLLIN), revents: 0), pollfd(fd: other, events: Int16(POLLIN), revents: 0),
+      pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0), pollfd(fd: other, events: Int16(POLLIN), revents: 0),
     ]
     guard poll(&descriptors, 2, milliseconds) > 0 else { return false }
     if descriptors[0].revents != 0 { drain() }
     return descriptors[1].revents & Int16(POLLIN) != 0
   }
 
-  /// Empties the pipe without waiting.
+  /// Takes the rings without waiting: one read resets the count.
   func drain() {
-    var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0))
-    while read(readEnd, &bytes, 32) == 32 {}
+    var count: UInt64 = 0
+    _ = read(descriptor, &count, 8)
   }
 }
 

@@ -6,7 +6,7 @@ import Synchronization
 /// renders one period at a time: it applies queued commands, pulls each stream's decoded audio
 /// from its ring, multiplies by `streams.<id>.gain` × the stream's transport ramp, sums, applies
 /// `master.gain`, clamps, and writes to the device; completions and stream ends go back as
-/// events, and a pipe doorbell wakes whoever waits for them.
+/// events, and a doorbell (an eventfd) wakes whoever waits for them.
 ///
 /// Paced by the clock, the render thread writes blocks back to back until the buffer is full (one
 /// buffer ahead of the clock), then sleeps until only the margin is left ahead
@@ -338,7 +338,7 @@ public final class Player: Sendable {
 
   /// The doorbell's read end, for an event loop that waits for events itself (readable when the
   /// render thread has posted some; whoever watches it reads the bytes, then drains `nextEvent`).
-  public var eventDescriptor: Int32 { link.doorbell.readEnd }
+  public var eventDescriptor: Int32 { link.doorbell.descriptor }
 
   /// Opens `path` now (so a bad file is refused here, with its name), then starts it as stream
   /// `id`: its gain at `gain`, faded in over `fadeIn` seconds with `curve` (or the declick ramp).

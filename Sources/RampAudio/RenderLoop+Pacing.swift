@@ -3,7 +3,7 @@ import RampEngine
 import Synchronization
 
 extension RenderLoop {
-  /// With clock pacing, until the next block may be written, sleeps on the command pipe: a
+  /// With clock pacing, until the next block may be written, sleeps on the command bell: a
   /// command arriving meanwhile is applied at once (to the next block, whose first sample is the
   /// engine's now) and its reply leaves, instead of waiting for the next block start. Blocks go
   /// out back to back while they fit in the buffer ahead of the clock; once it is full, the

@@ -281,7 +281,7 @@ extension RenderLoop {
   /// Render thread, with device pacing on a device that rewinds, before a block is rendered: as
   /// long as the device has room for the block (`roomAhead`, asked of the device only once that
   /// runs out), returns at once, so blocks go out back to back until the buffer is full. Once it
-  /// is, sleeps on the command pipe until only `rewindingLead` frames are left ahead of what the
+  /// is, sleeps on the command bell until only `rewindingLead` frames are left ahead of what the
   /// device plays (a timer, as PulseAudio schedules a card: one wake-up per buffer less the lead,
   /// not per period), taking commands meanwhile: a change rewinds what the device holds, which
   /// leaves room, and the buffer is refilled at once. Returns true when it slept (a new batch of

@@ -6,7 +6,7 @@ import Synchronization
 /// a `RingBuffer` of interleaved output frames. The render thread only ever reads the ring.
 ///
 /// The decoder fills the ring, then sleeps until the consumer has read it down to half
-/// (`lowWater`): `read` rings a pipe then, once per refill, so an idle decoder costs nothing and a
+/// (`lowWater`): `read` rings a bell then, once per refill, so an idle decoder costs nothing and a
 /// busy one refills in large runs (about 0.7 s of audio for a one-second ring), however fast the
 /// consumer goes. A seek or a cancellation rings it too.
 public final class StreamDecoder: @unchecked Sendable {

@@ -52,3 +52,18 @@ private func switchCount(in statusFile: String) throws -> Int {
   else { throw HarnessError("no voluntary_ctxt_switches in \(statusFile)") }
   return count
 }
+
+/// Seconds of CPU each thread of process `pid` has run so far, by name (`schedstat`: to the
+/// nanosecond, where `/proc/<pid>/stat` counts whole clock ticks).
+func threadCPUSeconds(_ pid: pid_t) -> [String: Double] {
+  let tasks = "/proc/\(pid)/task"
+  var seconds: [String: Double] = [:]
+  for task in (try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? [] {
+    guard let comm = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8),
+      let schedstat = try? String(contentsOfFile: "\(tasks)/\(task)/schedstat", encoding: .utf8),
+      let nanoseconds = schedstat.split(separator: " ").first.flatMap({ Double($0) })
+    else { continue }
+    seconds["\(comm.trimmingCharacters(in: .whitespacesAndNewlines))/\(task)"] = nanoseconds / 1e9
+  }
+  return seconds
+}

@@ -1,0 +1,2 @@
+/* Linux interfaces Glibc's Swift module leaves out. */
+#include <sys/eventfd.h>
