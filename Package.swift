@@ -25,9 +25,12 @@ let package = Package(
     .library(name: "RampProtocol", targets: ["RampProtocol"]),
     // For the fuzz target in Fuzz/, a package of its own (built with sanitizers by script/fuzz).
     .library(name: "RampDaemon", targets: ["RampDaemon"]),
+    // For rampd-web, a package of its own in Web/ (so that rampd and rampctl build without its
+    // HTTP server's dependencies): its connection to rampd, and its tests' daemon harness.
+    .library(name: "RampClient", targets: ["RampClient"]),
+    .library(name: "RampTestSupport", targets: ["RampTestSupport"]),
     .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
-    .executable(name: "rampd-web", targets: ["rampd-web"]),
     .executable(name: "rampbench", targets: ["rampbench"]),
   ],
   dependencies: [
@@ -36,8 +39,6 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
     .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
-    .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
-    .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
   ],
   targets: [
     // The animation engine: pure Swift, no I/O. Everything a unit test can reach without a sound card.
@@ -59,7 +60,8 @@ let package = Package(
     // plots, timeline scripts, refusal texts. No ArgumentParser.
     .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
     // A blocking connection to rampd's socket (greeting, requests, replies, events) and why a
-    // conversation failed: shared by rampctl and rampd-web, without the audio libraries.
+    // conversation failed: shared by rampctl and rampd-web (Web/),
+    // without the audio libraries.
     .target(name: "RampClient", dependencies: ["RampProtocol"]),
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
@@ -100,20 +102,6 @@ let package = Package(
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
-    // The web page for a headless box: an HTTP/WebSocket server that is a client of rampd's
-    // socket, a separate process so that rampd keeps its AF_UNIX-only sandbox.
-    .executableTarget(
-      name: "rampd-web",
-      dependencies: [
-        "RampClient",
-        "RampProtocol",
-        .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        .product(name: "Hummingbird", package: "hummingbird"),
-        .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
-        .product(name: "NIOCore", package: "swift-nio"),
-      ],
-      resources: [.embedInCode("Page/page.html"), .embedInCode("Page/page.js"), .embedInCode("Page/page.css")]
-    ),
     .executableTarget(
       name: "rampbench",
       dependencies: ["RampEngine", "RampAudio"],
@@ -151,9 +139,12 @@ let package = Package(
       name: "RampDaemonTests",
       dependencies: [
         "RampDaemon", "RampProtocol", "RampEngine", "RampAudio", .product(name: "Logging", package: "swift-log"),
-        "CAllocationCounter",
+        "CAllocationCounter", "RampTestSupport",
       ]
     ),
+    // What the daemon tests here and rampd-web's in Web/ share: the real rampd and rampctl run as
+    // processes, a line client, script/install into a temporary root, systemd unit files.
+    .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
     // Counts heap allocations per thread, so tests can prove the render path makes none.
     .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
     .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationCounter"]),

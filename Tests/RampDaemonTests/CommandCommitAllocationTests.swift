@@ -8,6 +8,7 @@ import Testing
 
 @testable import RampAudio
 @testable import RampDaemon
+@testable import RampTestSupport
 
 /// The render thread applies commands without allocating or freeing: counted, not assumed (see
 /// Tests/CAllocationCounter). Requests go through the controller as a connection's would (parsed,

@@ -4,6 +4,8 @@ import RampDaemon
 import RampEngine
 import Testing
 
+@testable import RampTestSupport
+
 /// The repository root, from this file's path.
 private let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
   .deletingLastPathComponent()

@@ -3,6 +3,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// Duck rules added at run time are kept in the state file: after a restart (even a kill -9 right
 /// after the reply) `duck-list` shows them and they duck as before; removed, they are gone. A
 /// configured `[[duck]]` rule wins over a saved rule of its name.

@@ -4,6 +4,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// Ducking through the real `rampd` on an ALSA `file` PCM. The bed is a constant 1.0 on the left
 /// channel, so the left samples are its gain × the duck factor; trigger streams play on the right
 /// channel only.

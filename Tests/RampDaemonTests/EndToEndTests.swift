@@ -4,6 +4,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// The real `rampd` binary on an ALSA `file` PCM, driven over its socket by a plain client; every
 /// check reads back the samples that were played. Inputs are constant 1.0 signals, so the samples
 /// are the gains themselves.

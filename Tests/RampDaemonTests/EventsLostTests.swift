@@ -2,6 +2,8 @@ import Foundation
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// More events at once than the render thread's event queue holds: the overflow is counted and
 /// announced (`events-lost`), and a `wait` whose animations ended unseen is answered, not left
 /// hanging.

@@ -4,6 +4,8 @@ import RampDaemon
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// Requests well formed in every way but their numbers, and the other ways one client could stop
 /// or starve the daemon, on a real rampd.
 @Suite struct ExtremeRequestTests {

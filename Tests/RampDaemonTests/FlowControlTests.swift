@@ -2,6 +2,8 @@ import Foundation
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 #if canImport(Glibc)
   import Glibc
 #endif

@@ -2,6 +2,8 @@ import Foundation
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// Bugs the fuzz target (Fuzz/, docs/FUZZING.md) found, each checked on a real rampd.
 @Suite struct FuzzRegressionTests {
   /// The daemon's threads with this name (`/proc/<pid>/task/*/comm`).

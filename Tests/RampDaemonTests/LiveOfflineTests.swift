@@ -4,6 +4,8 @@ import RampDaemon
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 #if canImport(Glibc)
   import Glibc
 #endif

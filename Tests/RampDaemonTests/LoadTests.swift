@@ -4,6 +4,8 @@ import RampProtocol
 import Synchronization
 import Testing
 
+@testable import RampTestSupport
+
 #if canImport(Glibc)
   import Glibc
 #endif

@@ -2,6 +2,8 @@ import Foundation
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// `rampctl loudness`, the real binary, against ffmpeg's `ebur128` filter on files of every kind
 /// made by sox and espeak-ng (script/setup installs all three; a missing one fails the test), and
 /// its cache and bad input.

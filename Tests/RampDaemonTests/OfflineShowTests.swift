@@ -5,6 +5,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// A directory of sound files and timelines for one render, removed with it.
 final class ShowBench {
   let directory: String

@@ -1,6 +1,8 @@
 import Foundation
 import RampProtocol
 
+@testable import RampTestSupport
+
 #if canImport(Glibc)
   import Glibc
 #endif

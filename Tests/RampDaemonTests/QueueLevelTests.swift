@@ -3,6 +3,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// The level-triggered crossfade through the real `rampd`: items with a quiet tail hand over
 /// where their tail begins, by the documented detector, not a crossfade's length before their end.
 extension QueueTests {

@@ -4,6 +4,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// Queue streams through the real `rampd` on an ALSA `file` PCM, sample by sample: gapless
 /// items, crossfades on their curve's law, a skip mid-crossfade, a looping queue, the item
 /// events and `status`.

@@ -2,6 +2,8 @@ import Foundation
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// What rampctl says, through the real binaries: replies where the user looks for them, messages
 /// that point at the mistake, options where mpc and systemctl users put them.
 extension RampctlTests {

@@ -4,6 +4,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// The real `rampctl` binary against the real `rampd` (on an ALSA file PCM): exit statuses,
 /// what it prints, and the samples its commands made rampd play.
 @Suite struct RampctlTests {

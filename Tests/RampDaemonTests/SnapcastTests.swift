@@ -4,6 +4,7 @@ import RampProtocol
 import Testing
 
 @testable import RampDaemon
+@testable import RampTestSupport
 
 #if canImport(Glibc)
   import Glibc

@@ -6,6 +6,7 @@ import Synchronization
 import Testing
 
 @testable import RampDaemon
+@testable import RampTestSupport
 
 #if canImport(Glibc)
   import Glibc

@@ -1,5 +1,7 @@
 import Foundation
 
+@testable import RampTestSupport
+
 /// The kernel id of rampd's render thread in process `pid` (nil until it runs).
 func renderThreadID(of pid: pid_t) -> pid_t? {
   threadID(named: "rampd-render", of: pid)

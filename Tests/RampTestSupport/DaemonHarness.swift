@@ -10,9 +10,13 @@ import Testing
 /// The built executables (`swift build --build-tests` builds them next to the test bundle).
 enum Executables {
   static let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
+  /// Where rampd and rampctl are: next to the test bundle in the main package's build; the main
+  /// package's debug build for the tests of Web/, whose build has rampd-web only.
+  static let tools =
+    FileManager.default.isExecutableFile(atPath: "\(directory)/rampd") ? directory : "\(Repository.root)/.build/debug"
   /// RAMPD_TEST_BINARY runs the daemon tests on another build (a release build, to measure).
-  static var rampd: String { ProcessInfo.processInfo.environment["RAMPD_TEST_BINARY"] ?? "\(directory)/rampd" }
-  static var rampctl: String { "\(directory)/rampctl" }
+  static var rampd: String { ProcessInfo.processInfo.environment["RAMPD_TEST_BINARY"] ?? "\(tools)/rampd" }
+  static var rampctl: String { "\(tools)/rampctl" }
 }
 
 /// What a finished child process said.
