@@ -4,6 +4,8 @@ import RampEngine
 import RampProtocol
 import Testing
 
+@testable import RampTestSupport
+
 /// Loudness-normalised playback through the real `rampd` on an ALSA `file` PCM: what was recorded
 /// is measured with ``Loudness`` (libebur128) and compared sample by sample with the files, their
 /// trims and the ramps on top.
