@@ -41,6 +41,8 @@ import Testing
     // The stream's first frame is silent (its declick ramp starts at 0); the next is not.
     let first = try #require((0..<recording.frames).first { recording.sample($0) != 0 }) - 1
     #expect(first >= 0 && (0..<first).allSatisfy { recording.sample($0) == 0 && recording.sample($0, channel: 1) == 0 })
+    // A recording cut short fails here, instead of indexing past its end below.
+    try #require(recording.frames >= first + length, "\(recording.frames) frames, the file from \(first)")
     // After the 10 ms declick ramp, the file sample for sample; within it, the sine under a ramp
     // from 0: never a step larger than the sine's own.
     var exact = true
