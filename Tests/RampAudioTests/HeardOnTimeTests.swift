@@ -39,8 +39,11 @@ import Testing
     let (error, measured) = try heardError("rampd_clocked_on_time")
     #expect(abs(error) < 0.001, "heard \(error * 1000) ms from its time")
     let delay = try #require(measured?.delay)
-    // Right after a write the device holds about its buffer (200 ms), less what it played since.
-    #expect(delay > 0.15 && delay <= 0.21, "delay \(delay) s")
+    // Right after a write the device holds at most its buffer (200 ms). It does not rewind, so it
+    // wakes rampd when all but the margin (half the buffer) is free, and the blocks written then
+    // fill it again: after the first of them it holds about 110 ms, after the last about 200 ms.
+    // (Less than 100 ms only if a wake-up came later than a loaded machine makes it.)
+    #expect(delay > 0.05 && delay <= 0.21, "delay \(delay) s")
   }
 
   @Test func onTimeWithTheDeviceClock100PPMFast() throws {
