@@ -295,7 +295,8 @@ public final class AlsaPCMOutput {
 
     // Software parameters: start when the buffer is full but for one period; wake when the
     // refill lead is left (several periods free, `refillLead`), or per period on a device that
-    // rewinds (the render thread waits for room itself there, on its own timer).
+    // rewinds (the render thread waits for room itself there, on its own timer) and through an
+    // audio server.
     var swOptional: OpaquePointer?
     err = snd_pcm_sw_params_malloc(&swOptional)
     guard err >= 0, let sw = swOptional else { throw fail("cannot allocate software parameters", err) }
@@ -307,7 +308,11 @@ public final class AlsaPCMOutput {
     if err < 0 { throw fail("cannot set the start threshold", err) }
     let refillLead = Self.refillLead(
       bufferFrames: Int(bufferSize), periodFrames: Int(periodSize), rate: Int(rate), margin: configuration.marginTime)
-    let availMin = rewinds ? periodSize : max(bufferSize - snd_pcm_uframes_t(refillLead), periodSize)
+    // An audio server's plugin makes avail_min its stream's latency, which sets the quantum of the
+    // server's whole graph: a period there, as the latency rampd promises.
+    let serverClient = chain.kind == .pipewire || chain.kind == .pulse
+    let availMin =
+      rewinds || serverClient ? periodSize : max(bufferSize - snd_pcm_uframes_t(refillLead), periodSize)
     err = snd_pcm_sw_params_set_avail_min(pcm, sw, availMin)
     if err < 0 { throw fail("cannot set avail_min", err) }
     // Timestamps on CLOCK_MONOTONIC with every status (`heardPosition`); a device that cannot
@@ -325,7 +330,7 @@ public final class AlsaPCMOutput {
 
     self.chain = chain
     writesIdleSilence = configuration.writesIdleSilence
-    releasesWhenIdle = chain.kind == .pipewire || chain.kind == .pulse
+    releasesWhenIdle = serverClient
     allowsRewind = rewinds
 
     negotiated = Negotiated(

@@ -143,10 +143,10 @@ struct DeviceRecovery: Sendable {
           if waitedFor {
             waitedFor = false
             link.deviceReady.ring()
-          } else {
-            // An idle render thread takes it at once (and lets a fallback go).
-            link.commandBell.ring()
           }
+          // An idle render thread takes it at once (and lets a fallback go), also one that
+          // stopped waiting for it (`reopenLimit`) and sleeps without a device.
+          link.commandBell.ring()
           // The render thread lets the fallback go as it takes the configured device.
           fallbackHeld = false
           spare.wanted = false

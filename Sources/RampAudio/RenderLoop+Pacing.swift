@@ -128,12 +128,12 @@ extension RenderLoop {
   }
 
   /// Without a device to block on, keeps the blocks rendered at most a buffer ahead of the clock,
-  /// as a device would hold them: once the buffer is full it sleeps until everything rendered is
-  /// due (nobody hears it run dry), then blocks go out back to back, a buffer's worth per
-  /// wake-up, and a command still lands within a buffer. After an outage of the render thread
-  /// itself the clock re-anchors.
+  /// as a device would hold them: once the buffer is full it sleeps until one block is left ahead
+  /// (a wake-up up to a block late keeps the clock), then blocks go out back to back, a buffer's
+  /// worth per wake-up, and a command still lands within a buffer. After an outage of the render
+  /// thread itself the clock re-anchors.
   func keepTime(frames: Int) {
-    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames), refill: 0)
+    idleClock.wait(toWrite: frames, lead: max(frames, output.bufferFrames), refill: frames)
     idleClock.advance(by: frames)
   }
 
@@ -234,12 +234,19 @@ extension RenderLoop {
     guard link.running.load(ordering: .relaxed) else { return }
     if releases {
       let woken = monotonicNanoseconds()
-      guard let reopened = reopenParked() else { return }
+      guard let reopened = reopenParked() else {
+        // Not opened again: time goes on without it from where the idle spell ends.
+        catchUp(from: lastHeard, nanosecondsPerFrame: nanosecondsPerFrame)
+        return
+      }
       reopenNanoseconds = monotonicNanoseconds() - woken
       link.measuredReopen.store(reopenNanoseconds, ordering: .relaxed)
       reopened.stopForIdle()
     }
-    guard let device = self.device else { return }
+    guard let device = self.device else {
+      catchUp(from: lastHeard, nanosecondsPerFrame: nanosecondsPerFrame)
+      return
+    }
     let wake = monotonicNanoseconds()
     var heardFrom = wake + resumeNanoseconds
     // Woken for a scheduled command, with time to spare: the device starts at a set moment
@@ -286,6 +293,18 @@ extension RenderLoop {
     let behind = Double(monotonicNanoseconds() - lastDue) / nanosecondsPerFrame
     if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
     idleClock.reset()
+    batchStart = nil
+  }
+
+  /// After an idle spell that ends without a device: the sample clock catches up with the time
+  /// spent idle (by the mapping of samples to time while it is known; else from `lastHeard`, when
+  /// the last sample written was heard), so an `at` time keeps its meaning.
+  func catchUp(from lastHeard: Int64, nanosecondsPerFrame: Double) {
+    let now = monotonicNanoseconds()
+    let behind =
+      heardClock.known
+      ? heardClock.sample(at: now) - Double(state.engine.now) : Double(now - lastHeard) / nanosecondsPerFrame
+    if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
     batchStart = nil
   }
 

@@ -32,7 +32,7 @@ public final class StreamDecoder: @unchecked Sendable {
   /// render thread.
   private nonisolated(unsafe) var failure: AudioError?
   /// Not the Thread itself: it holds its closure, which holds the decoder, and a decoder holding
-  /// it would never be freed (nor its file, ring and pipe).
+  /// it would never be freed (nor its file, ring and bell).
   private let started = Atomic<Bool>(false)
   /// A seek the consumer asked for, −1 when none: its generation in the bits above
   /// `positionBits`, the frame in the file below.
@@ -134,7 +134,7 @@ public final class StreamDecoder: @unchecked Sendable {
 
   /// Consumer (the render thread): copies up to `count` samples out of the ring; returns how many
   /// there were. Once the ring is down to `lowWater` and the decoder sleeps waiting for room,
-  /// wakes it (one pipe write per refill). Allocation-free and lock-free.
+  /// wakes it (one ring of its bell per refill). Allocation-free and lock-free.
   @discardableResult
   public func read(into samples: UnsafeMutablePointer<Float>, count: Int) -> Int {
     let got = ring.read(into: samples, count: count)

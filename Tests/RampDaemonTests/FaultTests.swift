@@ -243,6 +243,7 @@ func expectQuietOutage(
 ) throws {
   let pid = daemon.process.processIdentifier
   let before = threadCPUSeconds(pid)
+  #expect(!before.isEmpty, "no thread of \(pid) to measure")
   usleep(2_000_000)
   let spent = threadCPUSeconds(pid).map { ($0.key, $0.value - (before[$0.key] ?? 0)) }.filter { $0.1 > 0 }
   let cpu = spent.reduce(0) { $0 + $1.1 }
