@@ -120,7 +120,7 @@ func jsonError(_ text: String) -> ProtocolError? {
   }
 
   @Test func theEndOfTheTextIsNamedAsTheCallerSays() throws {
-    #expect(throws: ProtocolError(.badJSON, "bad JSON at column 5: expected a value, got end of file")) {
+    #expect(throws: ProtocolError(.badJSON, "bad JSON at column 6: expected a value, got end of file")) {
       try JSON.parse(#"{"a":"#, end: "end of file")
     }
     // A key is the caller's text, never reworded.
