@@ -50,11 +50,7 @@ extension ConfigSchema {
     do {
       return try DuckRule.parse(object)
     } catch {
-      let field = error.field ?? "name"
-      let key = kebab(field)
-      let message =
-        error.message.hasPrefix(field + ": ") ? String(error.message.dropFirst(field.count + 2)) : error.message
-      throw fail(key, message)
+      throw fail(kebab(error.field ?? "name"), error.problem ?? error.message)
     }
   }
 

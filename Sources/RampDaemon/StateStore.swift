@@ -570,9 +570,9 @@ enum StateFile {
     guard let text = String(validating: bytes, as: UTF8.self) else { throw Problem("it is not UTF-8 text") }
     let document: JSONValue
     do {
-      document = try JSON.parse(text, maxDepth: maxRequestDepth + 3)
+      document = try JSON.parse(text, maxDepth: maxRequestDepth + 3, end: "end of file")
     } catch {
-      throw Problem(jsonMessage(error.message, text: bytes))
+      throw Problem(jsonMessage(error, text: bytes))
     }
     guard case .object(let top) = document else { throw Problem("it holds \(describe(document)), not an object") }
     guard let version = top["version"] else { throw Problem("it has no \"version\"") }
@@ -697,30 +697,14 @@ enum StateFile {
     return text.count <= 400 ? text : text.prefix(400) + "…"
   }
 
-  /// The parser speaks of one line ("bad JSON at column 812: …, got end of line"); a state file
-  /// has many, so the byte offset becomes a line and a column.
-  private static func jsonMessage(_ message: String, text bytes: [UInt8]) -> String {
-    var message = message.replacingEndOfLine()
-    let prefix = "bad JSON at column "
-    guard message.hasPrefix(prefix) else { return message }
-    let rest = message.dropFirst(prefix.count)
-    guard let colon = rest.firstIndex(of: ":"), let column = Int(rest[..<colon]), column >= 1 else { return message }
-    let offset = min(column - 1, bytes.count)
+  /// The parser reports a byte offset; a state file has many lines, so the offset becomes a
+  /// line and a column.
+  private static func jsonMessage(_ error: ProtocolError, text bytes: [UInt8]) -> String {
+    guard let offset = error.offset.map({ min($0, bytes.count) }), let problem = error.problem else {
+      return error.message
+    }
     let line = bytes[..<offset].count { $0 == 0x0A } + 1
     let lineStart = bytes[..<offset].lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
-    message = "bad JSON at line \(line), column \(offset - lineStart + 1)" + rest[colon...]
-    return message
-  }
-}
-
-extension String {
-  fileprivate func replacingEndOfLine() -> String {
-    var result = ""
-    var rest = self[...]
-    while let range = rest.firstRange(of: "end of line") {
-      result += rest[..<range.lowerBound] + "end of file"
-      rest = rest[range.upperBound...]
-    }
-    return result + rest
+    return "bad JSON at line \(line), column \(offset - lineStart + 1): \(problem)"
   }
 }

@@ -200,7 +200,7 @@ struct FieldReader {
     let space: ValueSpace
     do { space = try ValueSpace(parsing: text) } catch { throw engineError(error, field: path(spaceKey)) }
     // "db" names no floor, "db(-80)" does.
-    let namesNoFloor = ["db", "decibels"].contains(text.lowercased().trimmingWhitespace())
+    let namesNoFloor = space == .decibels(floor: nil)
     guard let floor else { return namesNoFloor ? .decibels(floor: options.decibelFloor) : space }
     guard case .decibels = space else { throw invalid(floorKey, "needs \(spaceKey) \"db\"") }
     guard namesNoFloor else {

@@ -9,12 +9,13 @@
 public enum JSON {
   public static let defaultMaxDepth = 32
 
-  public static func parse(_ text: some StringProtocol, maxDepth: Int = defaultMaxDepth) throws(ProtocolError)
-    -> JSONValue
-  {
+  /// `end` is what messages call the end of the text: a request is one line, a file is a file.
+  public static func parse(
+    _ text: some StringProtocol, maxDepth: Int = defaultMaxDepth, end: String = "end of line"
+  ) throws(ProtocolError) -> JSONValue {
     let bytes = Array(text.utf8)
     return try bytes.withUnsafeBufferPointer { bytes throws(ProtocolError) in
-      var parser = JSONParser(bytes: bytes, maxDepth: maxDepth)
+      var parser = JSONParser(bytes: bytes, maxDepth: maxDepth, end: end)
       return try parser.parseDocument()
     }
   }
@@ -50,12 +51,14 @@ public enum JSON {
 private struct JSONParser {
   let bytes: UnsafeBufferPointer<UInt8>
   let maxDepth: Int
+  let end: String
   var index = 0
   var depth = 0
 
-  init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+  init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int, end: String = "end of line") {
     self.bytes = bytes
     self.maxDepth = maxDepth
+    self.end = end
   }
 
   mutating func parseDocument() throws(ProtocolError) -> JSONValue {
@@ -68,12 +71,12 @@ private struct JSONParser {
   }
 
   private func failure(_ message: String) -> ProtocolError {
-    ProtocolError(.badJSON, "bad JSON at column \(index + 1): \(message)")
+    ProtocolError(badJSONAt: index, message)
   }
 
   /// The byte at the cursor, for messages.
   private var found: String {
-    guard index < bytes.count else { return "end of line" }
+    guard index < bytes.count else { return end }
     let byte = bytes[index]
     if byte >= 0x20 && byte < 0x7F { return "'\(Character(Unicode.Scalar(byte)))'" }
     return "byte 0x\(String(byte, radix: 16))"
@@ -89,7 +92,7 @@ private struct JSONParser {
   }
 
   private mutating func parseValue() throws(ProtocolError) -> JSONValue {
-    guard index < bytes.count else { throw failure("expected a value, got end of line") }
+    guard index < bytes.count else { throw failure("expected a value, got \(end)") }
     switch bytes[index] {
     case UInt8(ascii: "{"): return try parseObject()
     case UInt8(ascii: "["): return try parseArray()
@@ -137,7 +140,7 @@ private struct JSONParser {
       skipWhitespace()
       elements.append(try parseValue())
       skipWhitespace()
-      guard index < bytes.count else { throw failure("expected ',' or ']', got end of line") }
+      guard index < bytes.count else { throw failure("expected ',' or ']', got \(end)") }
       if bytes[index] == UInt8(ascii: ",") {
         index += 1
         skipWhitespace()
@@ -187,7 +190,7 @@ private struct JSONParser {
       skipWhitespace()
       object.appendUnchecked(key, try parseValue())
       skipWhitespace()
-      guard index < bytes.count else { throw failure("expected ',' or '}', got end of line") }
+      guard index < bytes.count else { throw failure("expected ',' or '}', got \(end)") }
       if bytes[index] == UInt8(ascii: ",") {
         index += 1
         skipWhitespace()

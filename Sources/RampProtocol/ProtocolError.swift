@@ -50,6 +50,12 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   /// units: `+3dB` arrives as 1.4125…): what a client routes on, never the message.
   public var bound: Bound?
   public var value: Double?
+  /// The message without the place it starts with (the field path, or where a `bad-json` line
+  /// went wrong), for a caller that names the place its own way; nil when the message names no
+  /// place.
+  public private(set) var problem: String?
+  /// A `bad-json` refusal's byte offset into the text, where parsing stopped.
+  public private(set) var offset: Int?
 
   /// The bounds an `out-of-range` refusal names (`bound` on the wire).
   public enum Bound: String, Sendable, CaseIterable {
@@ -74,7 +80,20 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
     self.value = value
   }
 
+  /// A `bad-json` refusal at byte `offset`: `bad JSON at column <offset + 1>: <problem>`.
+  init(badJSONAt offset: Int, _ problem: String) {
+    self.init(.badJSON, "bad JSON at column \(offset + 1): \(problem)")
+    self.offset = offset
+    self.problem = problem
+  }
+
   public var description: String { "\(code.rawValue): \(message)" }
+
+  /// Equal as the wire carries them: what a reply sends, not how the message was put together.
+  public static func == (lhs: ProtocolError, rhs: ProtocolError) -> Bool {
+    lhs.code == rhs.code && lhs.field == rhs.field && lhs.message == rhs.message && lhs.bound == rhs.bound
+      && lhs.value == rhs.value
+  }
 
   /// `<code>: <message>`, with the field when the message does not already start with it: what
   /// a client prints for a refusal.
@@ -86,7 +105,9 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
 
   /// An error about `field`, with the field path in front of the message.
   static func at(_ field: String, _ code: ErrorCode, _ message: String) -> ProtocolError {
-    ProtocolError(code, field: field, "\(field): \(message)")
+    var error = ProtocolError(code, field: field, "\(field): \(message)")
+    error.problem = message
+    return error
   }
 }
 

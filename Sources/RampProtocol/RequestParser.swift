@@ -131,10 +131,10 @@ struct RequestParser {
   private func commandName(_ object: JSONObject) throws(ProtocolError) -> String {
     let field = prefix + "cmd"
     guard let value = object["cmd"] else {
-      throw ProtocolError(.badRequest, field: field, "\(field): missing; every request names its command")
+      throw .at(field, .badRequest, "missing; every request names its command")
     }
     guard case .string(let name) = value else {
-      throw ProtocolError(.badRequest, field: field, "\(field): expected a command name, got \(describe(value))")
+      throw .at(field, .badRequest, "expected a command name, got \(describe(value))")
     }
     guard Self.commandNames.contains(name) else {
       var message = "\(field): unknown command \(describe(value))"
@@ -254,7 +254,7 @@ struct RequestParser {
       return .queueList(stream: try r.identifier("stream"))
     default:
       // `commandName` admits only the names above.
-      throw ProtocolError(.internalError, field: prefix + "cmd", "\(prefix)cmd: \(name) has no parser")
+      throw .at(prefix + "cmd", .internalError, "\(name) has no parser")
     }
   }
 

@@ -276,7 +276,7 @@ private struct ServerFields {
   }
 
   private func missing(_ key: String, _ what: String) -> ProtocolError {
-    ProtocolError(.badRequest, field: key, "\(key): expected \(what), got \(object[key].map(describe) ?? "nothing")")
+    .at(key, .badRequest, "expected \(what), got \(object[key].map(describe) ?? "nothing")")
   }
 
   func string(_ key: String) throws(ProtocolError) -> String {

@@ -164,8 +164,7 @@ enum Parse {
       // `animation.keyTimes[1]` → `keyTimes[1]`, looked up as `keyTimes`.
       let local = field.split(separator: ".").last.map(String.init) ?? field
       let base = String(local.prefix { $0 != "[" })
-      var message = error.message
-      if message.hasPrefix(field + ": ") { message = local + ": " + message.dropFirst(field.count + 2) }
+      var message = error.problem.map { "\(local): \($0)" } ?? error.message
       if let option = options[base] { message = "\(option): " + message }
       throw ValidationError(message)
     }

@@ -332,6 +332,13 @@ private func file(values: String = "{}", schedules: String = "[]", extra: String
       Garbage("a trailing comma", file(values: #"{"master.gain":1,}"#), "bad JSON"),
       Garbage("deep nesting", file(extra: #","x":"# + deep), "nested deeper"),
       Garbage("a truncated line", "{\n  \"version\": 1,\n  \"savedAt\": \"2026", "bad JSON at line 3"),
+      Garbage(
+        "a truncated file", "{\n  \"version\": 1,\n  \"values\": {",
+        "bad JSON at line 3, column 14: expected a key in double quotes, got end of file"),
+      // The parser's words for the end of a line become the file's; a key that says them stays.
+      Garbage(
+        "a duplicate key naming the end of a line", file(values: #"{"end of line":1,"end of line":0}"#),
+        #"duplicate key "end of line""#),
     ]
   }()
 

@@ -142,6 +142,8 @@ func animationRefusal(_ object: String) -> ProtocolError? {
       #expect(error?.code == .invalidField, "\(object): \(String(describing: error))")
       #expect(error?.field == field, "\(object)")
       #expect(error?.message.hasPrefix(field + ": ") == true, "\(object): \(String(describing: error?.message))")
+      // The problem travels without the path, for callers that name the field their own way.
+      #expect(error.map { $0.problem.map { "\(field): \($0)" } == $0.message } == true, "\(object)")
     }
   }
 

@@ -109,6 +109,26 @@ func jsonError(_ text: String) -> ProtocolError? {
     #expect(duplicate.message == "bad JSON at column 10: duplicate key \"ab\"")
   }
 
+  /// The offset and the problem are data, so a caller that places the error its own way (a
+  /// file's line and column) never reads them back out of the message.
+  @Test func errorsCarryTheByteOffset() throws {
+    let error = try #require(jsonError(#"{"é": tru}"#))
+    #expect(error.offset == 7)
+    #expect(error.problem == "expected 'true'")
+    #expect(error.message == "bad JSON at column 8: expected 'true'")
+    #expect(jsonError(#"{"a": {"b": 1}"#)?.offset == 14)
+  }
+
+  @Test func theEndOfTheTextIsNamedAsTheCallerSays() throws {
+    #expect(throws: ProtocolError(.badJSON, "bad JSON at column 6: expected a value, got end of file")) {
+      try JSON.parse(#"{"a":"#, end: "end of file")
+    }
+    // A key is the caller's text, never reworded.
+    #expect(throws: ProtocolError(.badJSON, #"bad JSON at column 18: duplicate key "end of line""#)) {
+      try JSON.parse(#"{"end of line":1,"end of line":2}"#, end: "end of file")
+    }
+  }
+
   @Test func depthIsLimited() throws {
     let atLimit = String(repeating: "[", count: 32) + String(repeating: "]", count: 32)
     #expect(jsonError(atLimit) == nil)
