@@ -247,30 +247,16 @@ final class RawConnection: @unchecked Sendable {
   }
 
   func readLineBytes() throws -> [UInt8]? {
-    while true {
-      if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-        let line = Array(pending[..<newline])
-        pending.removeSubrange(...newline)
-        return line
-      }
-      var buffer = [UInt8](repeating: 0, count: 65_536)
-      let count = recv(descriptor, &buffer, buffer.count, 0)
-      if count == 0 || (count < 0 && errno == ECONNRESET) { return nil }
-      guard count > 0 else { throw HarnessError("recv: \(String(cString: strerror(errno)))") }
-      pending += buffer[..<count]
+    switch try receiveLine(from: descriptor, pending: &pending) {
+    case .line(let bytes): return bytes
+    case .closed: return nil
+    case .failed: throw HarnessError("recv: \(String(cString: strerror(errno)))")
     }
   }
 
   /// Reads until the daemon closes the connection; true when it did (false: it stayed open
   /// past the timeout).
-  func readsToEnd() -> Bool {
-    var buffer = [UInt8](repeating: 0, count: 65_536)
-    while true {
-      let count = recv(descriptor, &buffer, buffer.count, 0)
-      if count == 0 { return true }
-      if count < 0 { return errno == ECONNRESET }
-    }
-  }
+  func readsToEnd() -> Bool { readsUntilClosed(descriptor) }
 }
 
 /// Raises this process's descriptor limit to at least `count` (its hard limit permitting).

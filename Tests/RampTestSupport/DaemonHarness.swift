@@ -357,28 +357,52 @@ final class LineClient {
   }
 
   func readLine() throws -> JSONValue {
-    while true {
-      if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-        let line = String(decoding: pending[..<newline], as: UTF8.self)
-        pending.removeSubrange(...newline)
-        return try JSON.parse(line)
-      }
-      var buffer = [UInt8](repeating: 0, count: 65_536)
-      let count = recv(descriptor, &buffer, buffer.count, 0)
-      guard count > 0 else { throw HarnessError(count == 0 ? "connection closed" : "recv: timed out or failed") }
-      pending += buffer[..<count]
+    switch try receiveLine(from: descriptor, pending: &pending) {
+    case .line(let bytes): return try JSON.parse(String(decoding: bytes, as: UTF8.self))
+    case .closed: throw HarnessError("connection closed")
+    case .failed: throw HarnessError("recv: timed out or failed")
     }
   }
 
   /// True when the daemon closed the connection: end of stream, or a reset (it closed with our
   /// unread bytes still queued).
-  func isClosedByPeer() -> Bool {
-    var buffer = [UInt8](repeating: 0, count: 4096)
-    while true {
-      let count = recv(descriptor, &buffer, buffer.count, 0)
-      if count == 0 { return true }
-      if count < 0 { return errno == ECONNRESET }
+  func isClosedByPeer() -> Bool { readsUntilClosed(descriptor) }
+}
+
+/// What the next line of a connection came to.
+enum ReceivedLine {
+  case line([UInt8])
+  /// End of stream, or a reset.
+  case closed
+  /// `recv` failed otherwise (its timeout), `errno` says why.
+  case failed
+}
+
+/// The next line of `descriptor` without its newline, reading into `pending` as needed (what
+/// follows the line stays there for the next call).
+func receiveLine(from descriptor: CInt, pending: inout [UInt8]) throws -> ReceivedLine {
+  while true {
+    if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+      let line = Array(pending[..<newline])
+      pending.removeSubrange(...newline)
+      return .line(line)
     }
+    var buffer = [UInt8](repeating: 0, count: 65_536)
+    let count = recv(descriptor, &buffer, buffer.count, 0)
+    if count == 0 || (count < 0 && errno == ECONNRESET) { return .closed }
+    guard count > 0 else { return .failed }
+    pending += buffer[..<count]
+  }
+}
+
+/// Reads `descriptor` until the peer closes it; true when it did (end of stream, or a reset),
+/// false when `recv` failed otherwise (its timeout).
+func readsUntilClosed(_ descriptor: CInt) -> Bool {
+  var buffer = [UInt8](repeating: 0, count: 65_536)
+  while true {
+    let count = recv(descriptor, &buffer, buffer.count, 0)
+    if count == 0 { return true }
+    if count < 0 { return errno == ECONNRESET }
   }
 }
 
