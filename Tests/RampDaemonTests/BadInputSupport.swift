@@ -166,19 +166,6 @@ extension DaemonProcess {
   }
 }
 
-extension LineClient {
-  func send(bytes: [UInt8]) throws {
-    var sent = 0
-    while sent < bytes.count {
-      let result = bytes[sent...].withUnsafeBytes {
-        Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
-      }
-      guard result > 0 else { throw HarnessError("send: \(String(cString: strerror(errno)))") }
-      sent += result
-    }
-  }
-}
-
 /// A bare connection, for clients that misbehave: no greeting check, raw bytes, its own reading.
 /// Unchecked: one thread may send while another reads (sending touches no state).
 final class RawConnection: @unchecked Sendable {

@@ -309,7 +309,10 @@ final class LineClient {
   deinit { close(descriptor) }
 
   func send(raw line: String, newline: Bool = true) throws {
-    let bytes = Array((newline ? line + "\n" : line).utf8)
+    try send(bytes: Array((newline ? line + "\n" : line).utf8))
+  }
+
+  func send(bytes: [UInt8]) throws {
     var sent = 0
     while sent < bytes.count {
       let result = bytes[sent...].withUnsafeBytes {
