@@ -6,11 +6,42 @@ import CLinux
   import Musl
 #endif
 
-/// A wake-up from one thread to another that sleeps in `poll` (or an event loop that watches its
-/// descriptor): a non-blocking, close-on-exec eventfd. `ring` never blocks and a ring before the
-/// wait is not lost: the count waits in the eventfd until the waiter reads it. Neither side
-/// allocates or locks, so the render thread may ring or wait.
+/// A wake-up from any thread to one that sleeps waiting for it: a futex word. `ring` never
+/// blocks, makes a system call only when the waiter sleeps, and a ring before the wait is not
+/// lost. Neither side allocates or locks, so the render thread may ring or wait. A sleep on it
+/// costs the kernel less than `poll` on a descriptor (no descriptor to look up, no poll table),
+/// which a render thread pays at every wake-up.
 final class Bell: @unchecked Sendable {
+  /// The futex word (`rampd_bell_*` in CLinux); atomics only, and the word never moves.
+  private let word: UnsafeMutablePointer<UInt32>
+
+  init() {
+    word = .allocate(capacity: 1)
+    word.initialize(to: 0)
+  }
+
+  deinit { word.deallocate() }
+
+  func ring() { rampd_bell_ring(word) }
+
+  /// Sleeps until rung or `nanoseconds` pass (negative: no limit), then takes the ring. True when
+  /// rung.
+  @discardableResult
+  func wait(nanoseconds: Int64) -> Bool { rampd_bell_wait(word, nanoseconds) }
+
+  /// Sleeps until rung or `seconds` pass (negative: no limit). True when rung.
+  @discardableResult
+  func wait(seconds: Double) -> Bool {
+    // Rounded up to whole microseconds: a deadline computed in seconds has then passed on waking.
+    wait(nanoseconds: seconds < 0 ? -1 : Int64((min(seconds, 3600) * 1e6).rounded(.up)) * 1000)
+  }
+}
+
+/// A bell with a descriptor, for a waiter that sleeps in `poll` on other descriptors too (or an
+/// event loop that watches it): a non-blocking, close-on-exec eventfd. `ring` never blocks and a
+/// ring before the wait is not lost: the count waits in the eventfd until the waiter reads it.
+/// Neither side allocates or locks, so the render thread may ring it.
+final class DescriptorBell: @unchecked Sendable {
   let descriptor: Int32
 
   /// `purpose` names the bell in the error thrown when none can be made (out of descriptors).
@@ -41,12 +72,15 @@ final class Bell: @unchecked Sendable {
   /// Sleeps until rung, `other` (a descriptor) is readable, or `milliseconds` pass (negative: no
   /// limit), then takes the rings. True when `other` is readable.
   func wait(milliseconds: Int32, orReadable other: CInt) -> Bool {
-    var descriptors = [
-      pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0), pollfd(fd: other, events: Int16(POLLIN), revents: 0),
-    ]
-    guard poll(&descriptors, 2, milliseconds) > 0 else { return false }
-    if descriptors[0].revents != 0 { drain() }
-    return descriptors[1].revents & Int16(POLLIN) != 0
+    var descriptors = (
+      pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0), pollfd(fd: other, events: Int16(POLLIN), revents: 0)
+    )
+    let ready = withUnsafeMutableBytes(of: &descriptors) { bytes in
+      poll(bytes.baseAddress!.assumingMemoryBound(to: pollfd.self), 2, milliseconds)
+    }
+    guard ready > 0 else { return false }
+    if descriptors.0.revents != 0 { drain() }
+    return descriptors.1.revents & Int16(POLLIN) != 0
   }
 
   /// Takes the rings without waiting: one read resets the count.

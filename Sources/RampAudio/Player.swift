@@ -315,9 +315,9 @@ public final class Player: Sendable {
   }
 
   /// The same, for a reader that sleeps in `PublishedValue.waitForChange` while the value holds
-  /// still. Throws when no bell can be made for it.
-  public func publish(_ keyPath: String, wakesOnChange: Bool) throws(AudioError) -> PublishedValue {
-    let value = try PublishedValue(keyPath: keyPath, wakesOnChange: wakesOnChange)
+  /// still.
+  public func publish(_ keyPath: String, wakesOnChange: Bool) -> PublishedValue {
+    let value = PublishedValue(keyPath: keyPath, wakesOnChange: wakesOnChange)
     perform { state in state.published.append(value) }
     return value
   }

@@ -44,10 +44,10 @@ public final class PublishedValue: @unchecked Sendable {
     bell = nil
   }
 
-  init(keyPath: String, wakesOnChange: Bool) throws(AudioError) {
+  init(keyPath: String, wakesOnChange: Bool) {
     self.keyPath = keyPath
     slots = (0..<Self.slotCount).map { _ in Slot() }
-    bell = wakesOnChange ? try Bell("published value") : nil
+    bell = wakesOnChange ? Bell() : nil
   }
 
   /// The value and the output sample it applies to; NaN while the key path does not exist (and
@@ -118,7 +118,7 @@ public final class PublishedValue: @unchecked Sendable {
     sleeping.store(true, ordering: .relaxed)
     atomicMemoryFence(ordering: .sequentiallyConsistent)
     if newest.load(ordering: .relaxed) == value.bitPattern {
-      bell.wait(milliseconds: timeout < 0 ? -1 : pollMilliseconds(timeout))
+      bell.wait(seconds: timeout)
     }
     sleeping.store(false, ordering: .relaxed)
   }

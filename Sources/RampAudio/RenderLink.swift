@@ -67,13 +67,13 @@ final class RenderLink: Sendable {
   /// Half the event queue.
   let eventReserve: Int
   /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
-  let doorbell: Bell
+  let doorbell: DescriptorBell
   /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
   /// the command at once.
   let commandBell: Bell
   /// Rung when the render thread hands over a dead device (and at shutdown): a recovery thread
   /// with a healthy device sleeps on it, without waking.
-  let recoveryBell: Bell
+  let recoveryBell: DescriptorBell
   /// False once shutdown is asked for (or an offline player has finished).
   let running = Atomic<Bool>(false)
   /// Set by the render thread as it ends (its device drained and closed).
@@ -141,10 +141,10 @@ final class RenderLink: Sendable {
   init(eventCapacity: Int) throws {
     events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))
     eventReserve = events.capacity / 2
-    doorbell = try Bell("event")
-    commandBell = try Bell("command")
-    recoveryBell = try Bell("recovery")
-    deviceReady = try Bell("device")
+    doorbell = try DescriptorBell("event")
+    commandBell = Bell()
+    recoveryBell = try DescriptorBell("recovery")
+    deviceReady = Bell()
   }
 
   /// Frees what the render thread let go of (the recovery thread does, and an offline player's

@@ -16,8 +16,7 @@ extension RenderLoop {
       let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead(on: device))
       if wait <= 0 { break }
       waited = true
-      // Rounded up to whole milliseconds: the block then fits when poll returns.
-      guard link.commandBell.wait(milliseconds: pollMilliseconds(wait)) else { continue }
+      guard link.commandBell.wait(seconds: wait) else { continue }
       takeCommands()
       flushEvents()
     }
@@ -49,7 +48,7 @@ extension RenderLoop {
       // Without a limit, it still looks again now and then (a decoder stuck on a slow disk).
       let left = deadline.map { $0 - monotonicNanoseconds() } ?? 100_000_000
       guard left > 0 else { return }
-      if link.commandBell.wait(milliseconds: pollMilliseconds(Double(left) / 1e9)) {
+      if link.commandBell.wait(nanoseconds: left) {
         takeCommands()
         flushEvents()
       }
@@ -84,7 +83,7 @@ extension RenderLoop {
         if let queue = stream.queue, let wait = queue.behind(stream, frames: frames, ahead: ahead) {
           // A queue's next item the daemon has yet to install: commands are taken until it is.
           guard let decoder = wait.decoder else {
-            if link.commandBell.wait(milliseconds: 10) { takeCommands() }
+            if link.commandBell.wait(seconds: 0.01) { takeCommands() }
             flushEvents()
             installing = true
             break
@@ -105,7 +104,7 @@ extension RenderLoop {
         continue
       }
       guard decoder.awaitSamples(max(decoder.lowWater, needed)) else { continue }
-      if link.commandBell.wait(milliseconds: 100) {
+      if link.commandBell.wait(seconds: 0.1) {
         takeCommands()
         flushEvents()
       }
@@ -344,7 +343,7 @@ extension RenderLoop {
       }
       let left = limit - monotonicNanoseconds()
       if left <= 0 || !link.deviceFailures.isEmpty { break }
-      _ = link.deviceReady.wait(milliseconds: pollMilliseconds(Double(left) / 1e9))
+      _ = link.deviceReady.wait(nanoseconds: left)
     }
     return nil
   }
@@ -367,13 +366,12 @@ extension RenderLoop {
   func sleepIdle(until deadline: Int64?) -> Bool {
     while link.running.load(ordering: .relaxed) {
       if !link.commands.isEmpty || deviceNews { return false }
-      var milliseconds: Int32 = -1
+      var left: Int64 = -1
       if let deadline {
-        let left = deadline - monotonicNanoseconds()
+        left = deadline - monotonicNanoseconds()
         if left <= 0 { return true }
-        milliseconds = pollMilliseconds(Double(left) / 1e9)
       }
-      _ = link.commandBell.wait(milliseconds: milliseconds)
+      link.commandBell.wait(nanoseconds: left)
     }
     return false
   }

@@ -296,7 +296,7 @@ extension RenderLoop {
     while room < frames || waited && room < refill {
       waited = true
       let seconds = Double(refill - room) / Double(output.rate)
-      if link.commandBell.wait(milliseconds: pollMilliseconds(seconds)) {
+      if link.commandBell.wait(seconds: seconds) {
         takeCommands()
         flushEvents()
       }

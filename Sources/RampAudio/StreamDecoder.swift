@@ -104,7 +104,7 @@ public final class StreamDecoder: @unchecked Sendable {
     channelMap = try ChannelMap(inputChannels: reader.channels, outputChannels: outputChannels)
     ring = RingBuffer(minimumCapacity: Int(Double(outputRate) * bufferSeconds) * outputChannels)
     lowWater = ring.capacity / 2
-    bell = try Bell("decoder wake-up for '\(path)'", code: .unreadableFile)
+    bell = Bell()
     if start { self.start() }
   }
 
@@ -269,7 +269,7 @@ public final class StreamDecoder: @unchecked Sendable {
     if !ready {
       let samplesPerSecond = Double(outputRate * outputChannels)
       let timeout = reason == .room ? 1.5 * Double(filled - lowWater) / samplesPerSecond + 0.02 : 1
-      bell.wait(milliseconds: pollMilliseconds(timeout))
+      bell.wait(seconds: timeout)
     }
     waiting.store(Waiting.nothing.rawValue, ordering: .relaxed)
   }

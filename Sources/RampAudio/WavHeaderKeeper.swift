@@ -22,7 +22,7 @@ public final class WavHeaderKeeper: Sendable {
   private let watch = FileWatch()
   private let watching: Bool
   /// Rung by `stop`: the keeper's thread ends.
-  private let stopBell: Bell?
+  private let stopBell: DescriptorBell?
   private let running = Atomic<Bool>(false)
   private let finished = Atomic<Bool>(false)
 
@@ -31,7 +31,7 @@ public final class WavHeaderKeeper: Sendable {
     self.descriptor = descriptor
     self.interval = interval
     watching = watch.add(path, events: CInt(IN_MODIFY)) != nil
-    stopBell = try? Bell("wav-header")
+    stopBell = try? DescriptorBell("wav-header")
   }
 
   public func start() {

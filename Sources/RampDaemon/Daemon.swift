@@ -388,7 +388,7 @@ final class MixerDriver: @unchecked Sendable {
     self.logger = logger
     let keyPath = configuration.keyPath
     player.perform { state in _ = try? state.engine.define(keyPath, value: 1, range: 0...1) }
-    published = try player.publish(keyPath, wakesOnChange: true)
+    published = player.publish(keyPath, wakesOnChange: true)
   }
 
   func start() {

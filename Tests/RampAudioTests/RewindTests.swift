@@ -151,13 +151,17 @@ import Testing
   }
 
   /// ALSA's `file` plugin cannot rewind: a change is heard once what the buffer holds has
-  /// played, as without rewind, and the audio is as continuous.
+  /// played, as without rewind, and the audio is as continuous. The render thread refills the
+  /// 200 ms buffer when only the margin (100 ms) is left, so a change waits for between the margin
+  /// and the buffer, depending on when it comes: never the few milliseconds of a rewind.
   @Test func withoutRewindAChangeWaitsForTheBuffer() throws {
     let outcome = try run("rampd_clocked_no_rewind", recording: "rampd_clocked_behind_file", sets: 6)
     #expect(!outcome.rewind.active)
     #expect(outcome.rewind.rewinds == 0)
     let sorted = outcome.latencies.sorted()
-    #expect(sorted[sorted.count / 2] >= 0.15, "heard after \(outcome.latencies) s")
+    // A wake-up late by a loaded machine leaves less than the margin queued: some room below it.
+    #expect(sorted[0] >= 0.04 && sorted[sorted.count / 2] >= 0.09, "heard after \(outcome.latencies) s")
+    #expect(sorted[sorted.count - 1] <= 0.3, "heard after \(outcome.latencies) s")
     #expect(outcome.largestStep <= Self.slope * 1.01 + 1e-5, "a step of \(outcome.largestStep)")
     #expect(outcome.finished == 7)
   }

@@ -174,7 +174,7 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     let player = try Player(
       output: OutputConfiguration(
         device: "rampd_test_player12", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock))
-    let master = try player.publish("master.gain", wakesOnChange: true)
+    let master = player.publish("master.gain", wakesOnChange: true)
     player.start()
     defer { player.shutdown() }
     #expect(secondsUntil(5) { master.latest.value == 1 } != nil)
