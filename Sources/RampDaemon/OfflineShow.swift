@@ -94,9 +94,19 @@ public enum OfflineShow {
           entry.error(
             "at: a clock time means nothing in a render, which counts seconds from its start (12, \"12s\", \"+1m30s\")"
           ).description)
+      } else if let field = liveOnlyField(of: entry.request) {
+        messages.append(entry.error(field).description)
       }
     }
     if !messages.isEmpty { throw Timeline.Failure(messages: messages) }
+  }
+
+  /// What a line asks of its schedule that only a live daemon does, as the refusal's text: a
+  /// render runs each line once, at its `at`. (`ack`, `tag` and `yield` without `repeat` are
+  /// refused by every timeline's reader.)
+  static func liveOnlyField(of request: Request) -> String? {
+    guard request.repeats != nil else { return nil }
+    return "repeat: a render runs each line once; a schedule that comes back needs a live daemon"
   }
 
   /// Renders the show into `options.output` (replaced only once the render is complete).

@@ -127,6 +127,12 @@ public enum Timeline {
     }
     object["at"] = nil
     object["id"] = nil
+    // A line's at is when the timeline sends or renders it, not a schedule the daemon keeps.
+    if object["repeat"] == nil, let key = ["ack", "tag", "yield"].first(where: { object[$0] != nil }) {
+      throw fail(
+        "\(key): a timeline line's at counts from the timeline's start and makes no schedule on the daemon;"
+          + " \(key) is for a request scheduled there (rampctl --at, or with repeat)")
+    }
     do { object = try convertingUnits(object, at: "") } catch { throw fail(error.description) }
     do {
       return Entry(label: label, line: line, at: at, request: try Request.parse(.object(object)))

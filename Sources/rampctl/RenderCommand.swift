@@ -44,7 +44,7 @@ struct RenderCommand: ParsableCommand {
       render runs play (more files as streams, with every play option), \
       stop, pause, resume, seek, fade, fade-in, fade-out, set, animate (every kind), cancel, \
       remove and batch; a command that needs a live daemon (status, wait, subscribe, observe, \
-      get, list, ...) or a clock-time "at" is refused, naming its line.
+      get, list, ...), a clock-time "at" or a "repeat" is refused, naming its line.
 
       Example timeline (show.jsonl):
         {"cmd": "play", "path": "bed.flac", "stream": "bed"}

@@ -437,8 +437,9 @@ final class ShowBench {
     #expect(replacing > 0.05, "a tremolo that replaces the fade-in jumps: \(replacing)")
   }
 
-  /// A command that needs a live daemon, or a clock time, is refused before anything is written,
-  /// naming its line.
+  /// A command that needs a live daemon, a clock time, or a schedule that comes back (`repeat`)
+  /// is refused before anything is written, naming its line; so are a schedule's `ack`, `tag` and
+  /// `yield`, which no timeline line takes.
   @Test func liveOnlyCommandsAreRefusedByLine() throws {
     let bench = try ShowBench()
     let input = try bench.file("ones.wav", frames: 4_800)
@@ -452,6 +453,7 @@ final class ShowBench {
       {"cmd": "batch", "commands": [{"cmd": "get", "key": "master.gain"}]}
       {"cmd": "play", "path": "a.wav", "queue": ["b.wav"]}
       {"cmd": "next", "stream": "s1"}
+      {"at": 2, "repeat": {"every": 60}, "cmd": "set", "key": "master.gain", "value": 0.5}
       """)
     do {
       var options = ShowOptions(input: input, output: bench.path("out.wav"))
@@ -459,7 +461,8 @@ final class ShowBench {
       _ = try OfflineShow.render(options)
       Issue.record("rendered")
     } catch let failure as Timeline.Failure {
-      #expect(failure.messages.count == 7, "\(failure.messages)")
+      #expect(failure.messages.count == 8, "\(failure.messages)")
+      #expect(failure.messages[7].hasPrefix("t.jsonl:9: repeat: a render runs each line once"), "\(failure.messages)")
       #expect(failure.messages[0].hasPrefix("t.jsonl:1: cmd: 'status' needs a live daemon"))
       #expect(failure.messages[1].hasPrefix("t.jsonl:3: cmd: 'wait'"))
       #expect(failure.messages[2].hasPrefix("t.jsonl:4: cmd: 'subscribe'"))
@@ -469,6 +472,16 @@ final class ShowBench {
       #expect(failure.messages[6].hasPrefix("t.jsonl:8: cmd: 'next' needs a live daemon"))
     }
     #expect(!FileManager.default.fileExists(atPath: bench.path("out.wav")))
+    for (key, value) in [("ack", "scheduled"), ("tag", "later"), ("yield", "master.gain")] {
+      let line = #"{"at": 2, "\#(key)": "\#(value)", "cmd": "set", "key": "master.gain", "value": 0.5}"#
+      let parsed = Timeline.parse(line, file: "t.jsonl")
+      #expect(parsed.entries.isEmpty)
+      #expect(
+        parsed.errors.map(\.description) == [
+          "t.jsonl:1: \(key): a timeline line's at counts from the timeline's start and makes no schedule on the"
+            + " daemon; \(key) is for a request scheduled there (rampctl --at, or with repeat)"
+        ])
+    }
   }
 
   /// A line the daemon refuses when it runs stops the render, naming the line and the error.
