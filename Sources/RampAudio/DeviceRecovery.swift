@@ -79,6 +79,7 @@ struct DeviceRecovery: Sendable {
     // appears; the timer between attempts then grows to a minute, so a wait that lasts (a
     // machine without a sound card) costs next to no wake-ups.
     var arrivals = link.waiting.load(ordering: .acquiring) ? DeviceArrivalWatch() : nil
+    var handedOver = LastReferenceKeeper()
     if arrivals?.watches == false { arrivals = nil }
     // The render thread posts the failure as an event; asleep without a device, it is woken to.
     func reportFailure(_ message: String) {
@@ -99,12 +100,16 @@ struct DeviceRecovery: Sendable {
       }
     }
     while link.running.load(ordering: .acquiring) {
-      // What the render thread let go of is freed here.
-      link.reapRetired()
+      // What the render thread let go of is freed here, once it no longer holds it.
+      while let retired = link.retired.pop() {
+        if case .object(let object) = retired { handedOver.keep(object) }
+      }
+      handedOver.releaseUnshared()
       let waiting = link.waiting.load(ordering: .acquiring)
       for (queue, retired) in [(link.deadDevices, false), (link.retiredDevices, true)] {
         guard let held = queue.pop() else { continue }
         let device = held.device
+        handedOver.keep(device)
         if !retired && device.announcesFailure { reportFailure(device.failureMessage) }
         if held.fallback {
           device.close()
@@ -127,7 +132,10 @@ struct DeviceRecovery: Sendable {
         }
       }
       // Only the configured device is let go of while idle (a fallback is a file).
-      while let parked = link.parkedDevices.pop() { parked.device.close() }
+      while let parked = link.parkedDevices.pop() {
+        parked.device.close()
+        handedOver.keep(parked.device)
+      }
       if link.deviceWanted.exchange(false, ordering: .acquiring) {
         configured.wanted = true
         configured.delay = recoveryBackoff.first
@@ -195,7 +203,9 @@ struct DeviceRecovery: Sendable {
       // Healthy, it sleeps until the render thread hands a dead device over (or shutdown);
       // reopening, until the next attempt.
       let next = [configured, spare].filter(\.wanted).map(\.next).min()
-      let milliseconds = next.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1
+      var milliseconds = next.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1
+      // The render thread lets go of what it handed over within microseconds.
+      if !handedOver.isEmpty { milliseconds = milliseconds < 0 ? 10 : min(milliseconds, 10) }
       if !link.waiting.load(ordering: .acquiring) { arrivals = nil }
       if var watch = arrivals {
         if link.recoveryBell.wait(milliseconds: milliseconds, orReadable: watch.descriptor),
