@@ -186,7 +186,10 @@ extension RenderLoop {
     // (`waiting` ends), so it is not let go of untried.
     guard device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
       nothingToRender
-    else { return }
+    else {
+      silentBlocksWritten = 0
+      return
+    }
     let nanosecondsPerFrame = 1e9 / Double(output.rate)
     // A device of an audio server is let go of while idle: a stream that is merely stopped keeps
     // the server's graph running (and waking) for nothing.
@@ -199,13 +202,19 @@ extension RenderLoop {
     if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
       return
     }
-    // The block last written is silence (the one before may end a stream): the device stops
-    // before it, and cuts nothing but silence.
+    // The device stops a period before it would run dry, cutting the last block written. Two
+    // blocks of silence are written first, so what it cuts is silence with a block to spare: the
+    // end of a stream before them is heard whole even when the heard clock is a little early.
     var index = 0
     while index < buffers.frames * buffers.channels {
-      if buffers.mix[index] != 0 { return }
+      if buffers.mix[index] != 0 {
+        silentBlocksWritten = 0
+        return
+      }
       index += 1
     }
+    silentBlocksWritten += 1
+    guard silentBlocksWritten >= 2 else { return }
     // Pairs with `perform`: either it sees `idling` and rings, or the command is seen here.
     link.idling.store(true, ordering: .sequentiallyConsistent)
     defer { link.idling.store(false, ordering: .sequentiallyConsistent) }

@@ -44,6 +44,8 @@ final class RenderLoop: @unchecked Sendable {
   var scheduled: CommandSchedule
   /// Something was retired in this block: the loop rings the recovery thread once.
   var retiredInBlock = false
+  /// Blocks of silence written in a row while nothing is left to render (`idleIfNothingToRender`).
+  var silentBlocksWritten = 0
   /// `configuration.reopenAfter` in frames (nil: never), the fallback's, and the frames written to
   /// the device since it was opened.
   let reopenAfterFrames: Int?

@@ -202,6 +202,10 @@ static void halt(clocked_t *c, int reset)
 static int clocked_stop(snd_pcm_ioplug_t *io)
 {
 	clocked_t *c = io->private_data;
+	/* A card has played up to the moment it stops, whenever its clock thread last woke. */
+	pthread_mutex_lock(&c->lock);
+	consume(c);
+	pthread_mutex_unlock(&c->lock);
 	halt(c, 0);
 	signal_period(c);
 	return 0;
