@@ -167,15 +167,7 @@ import Testing
   @Test func fadesThroughPipeWireAndPulseFollowTheLine() throws {
     let session = try PipeWireSession(pulse: true)
     for device in ["pipewire", "pulse"] {
-      let daemon = try DaemonProcess(
-        name: "fade-\(device)", periodMs: 20, bufferMs: 100,
-        environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": device]) { $1 }, pacing: "device")
-      let client = try daemon.client()
-      let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
-      #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
-      usleep(500_000)
-      let recording = try session.startRecording()
-      usleep(300_000)
+      let (daemon, client, recording) = try Self.recordingAConstant(through: device, in: session, name: "fade")
       let faded = try client.request([
         "cmd": "fade", "key": "master.gain", "to": 0.2, "duration": 1, "curve": "linear",
       ])
@@ -215,15 +207,7 @@ import Testing
     let clock = ISO8601DateFormatter()
     clock.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
     for device in ["pipewire", "pulse"] {
-      let daemon = try DaemonProcess(
-        name: "at-\(device)", periodMs: 20, bufferMs: 100,
-        environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": device]) { $1 }, pacing: "device")
-      let client = try daemon.client()
-      let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
-      #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
-      usleep(500_000)
-      let recording = try session.startRecording()
-      usleep(300_000)
+      let (daemon, client, recording) = try Self.recordingAConstant(through: device, in: session, name: "at")
       let first = Date().addingTimeInterval(0.7)
       let second = first.addingTimeInterval(1)
       for (time, value) in [(first, 0.25), (second, 0.125)] {
@@ -262,6 +246,23 @@ import Testing
       #expect(output?["underruns"] == 0, "\(device): \(output?.serialized() ?? "")")
       #expect(daemon.stop() == 0)
     }
+  }
+
+  /// rampd through `device` (a 100 ms buffer of 20 ms periods) playing a constant 0.5 in a loop,
+  /// recorded at `session`'s sink from 0.5 s after the play, 0.3 s before this returns.
+  static func recordingAConstant(
+    through device: String, in session: PipeWireSession, name: String
+  ) throws -> (DaemonProcess, LineClient, PipeWireSession.Recording) {
+    let daemon = try DaemonProcess(
+      name: "\(name)-\(device)", periodMs: 20, bufferMs: 100,
+      environment: session.environment.merging(["RAMPD_OUTPUT_DEVICE": device]) { $1 }, pacing: "device")
+    let client = try daemon.client()
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    usleep(500_000)
+    let recording = try session.startRecording()
+    usleep(300_000)
+    return (daemon, client, recording)
   }
 
   /// rampd through ALSA's `device` PCM (`pipewire` by default) into `session`, and a client subscribed to its device
