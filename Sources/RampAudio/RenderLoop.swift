@@ -300,8 +300,19 @@ final class RenderLoop: @unchecked Sendable {
     while index < state.published.count {
       let published = state.published[index]
       index += 1
-      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
       var value = Double.nan
+      if let level = published.level {
+        if lookUp {
+          let meter = level.stream.map { state.stream($0)?.level } ?? state.masterLevel
+          published.meter = meter.map { Unmanaged.passUnretained($0) }
+        }
+        if let meter = published.meter?.takeUnretainedValue() {
+          value = level.reading == .peak ? meter.peakDecibels : meter.momentary
+        }
+        published.store(value, sample: engine.now, due: due)
+        continue
+      }
+      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
       if let handle = published.handle {
         engine.render(handle, start: engine.now, count: 1, into: &value)
       }
