@@ -136,13 +136,16 @@ public final class PublishedValue: @unchecked Sendable {
 
 /// A level's key path: `master.level.peak`, `master.level.momentary`, `streams.<id>.level.peak`,
 /// `streams.<id>.level.momentary` (``SignalLevel``), read from the meters, not the engine.
-struct LevelKey: Equatable {
-  enum Reading: String { case peak, momentary }
+public struct LevelKey: Equatable, Sendable {
+  public enum Reading: String, Sendable { case peak, momentary }
   /// nil: the master.
-  var stream: String?
-  var reading: Reading
+  public var stream: String?
+  public var reading: Reading
 
-  init?(_ keyPath: String) {
+  /// The gain of what is measured: `master.gain`, `streams.<id>.gain`.
+  public var gainKeyPath: String { stream.map { "streams.\($0).gain" } ?? "master.gain" }
+
+  public init?(_ keyPath: String) {
     let parts = keyPath.split(separator: ".", omittingEmptySubsequences: false)
     guard parts.count >= 3, parts[parts.count - 2] == "level", let reading = Reading(rawValue: String(parts.last!))
     else { return nil }
