@@ -22,6 +22,9 @@ public final class RenderState: @unchecked Sendable {
   public let ducks: DuckLayer
   /// The mix as it is output (after `master.gain` and the clamp): `master.level.*`.
   let masterLevel: SignalLevel
+  /// Some level is observed: the streams' and the master's meters are fed. Off, they cost
+  /// nothing; turned on, they start from silence.
+  var metersLevels = false
   /// The sample after the last one of audio a stream played before its file ended (0: none yet).
   public internal(set) var audioEnd: Int64 = 0
   /// The sample at which the last animation to end so far ended (0: none yet).

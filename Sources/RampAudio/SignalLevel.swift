@@ -6,6 +6,10 @@ import Foundation
 /// and reads it for `streams.<id>.level.*` and `master.level.*`: its storage is allocated when it
 /// is made, and `add` and the readings neither allocate nor free.
 ///
+/// A stereo meter costs about 0.4 ms of CPU per second of audio (x86, release build: two biquads
+/// per channel and sample, a serial chain), against the render thread's 2.3 ms/s for all the
+/// rest, so the render loop meters only while some level is observed (``RenderState/metersLevels``).
+///
 /// The window advances in steps of 10 ms: the 400 ms are the last 40 complete steps (the peak
 /// also counts the step under way), so a reading lags the signal by at most 10 ms.
 final class SignalLevel {
@@ -88,18 +92,78 @@ final class SignalLevel {
     }
   }
 
-  /// Takes `count` interleaved samples, each multiplied first by `gain(frame)`, the frame counted
-  /// from the first sample given. A call may end within a frame (a ring's wrap-around): the
-  /// next one goes on from that channel. Allocation-free.
+  /// Takes `count` interleaved samples, each multiplied first by `constant` and, when given, by
+  /// `gains[frame]` (the frame counted from the first sample given). Allocation-free.
+  func add(_ audio: UnsafePointer<Float>, samples count: Int, constant: Float = 1, gains: UnsafePointer<Float>? = nil) {
+    guard channel == 0, count % channels == 0 else {
+      // A ring's wrap-around may split a frame (3 or 6 channels): taken sample by sample, at a
+      // constant gain, the only kind of call a ring's parts come with.
+      addSamples(audio, count: count, gain: constant)
+      return
+    }
+    let frames = count / channels
+    var frame = 0
+    while frame < frames {
+      let run = min(frames - frame, stepFrames - framesInStep)
+      var channel = 0
+      while channel < channels {
+        filter(
+          audio + frame * channels + channel, frames: run, channel: channel, constant: constant,
+          gains: gains.map { $0 + frame })
+        channel += 1
+      }
+      framesInStep += run
+      frame += run
+      if framesInStep == stepFrames { endStep() }
+    }
+  }
+
+  /// One channel's samples, `channels` apart, through the K-weighting into `energy` and `peak`:
+  /// the filter's state in registers for the run, not in memory at every sample.
   @inline(__always)
-  func add(_ audio: UnsafePointer<Float>, samples count: Int, gain: (Int) -> Float) {
+  private func filter(
+    _ samples: UnsafePointer<Float>, frames: Int, channel: Int, constant: Float, gains: UnsafePointer<Float>?
+  ) {
+    let (sb0, sb1, sb2, sa1, sa2) = shelf
+    let (hb0, hb1, hb2, ha1, ha2) = highPass
+    let state = filterState + channel * 4
+    var s0 = state[0]
+    var s1 = state[1]
+    var s2 = state[2]
+    var s3 = state[3]
+    var sum = 0.0
+    var highest = peak
+    var index = 0
+    var offset = 0
+    while index < frames {
+      var sample = samples[offset] * constant
+      if let gains { sample *= gains[index] }
+      highest = max(highest, abs(sample))
+      let x = Double(sample)
+      let y = sb0 * x + s0
+      s0 = sb1 * x - sa1 * y + s1
+      s1 = sb2 * x - sa2 * y
+      let z = hb0 * y + s2
+      s2 = hb1 * y - ha1 * z + s3
+      s3 = hb2 * y - ha2 * z
+      sum += z * z
+      index += 1
+      offset += channels
+    }
+    state[0] = s0
+    state[1] = s1
+    state[2] = s2
+    state[3] = s3
+    energy += weights[channel] * sum
+    peak = highest
+  }
+
+  private func addSamples(_ audio: UnsafePointer<Float>, count: Int, gain: Float) {
     let (sb0, sb1, sb2, sa1, sa2) = shelf
     let (hb0, hb1, hb2, ha1, ha2) = highPass
     var index = 0
-    var factor: Float = 1
     while index < count {
-      if index == 0 || channel == 0 { factor = gain(index / channels) }
-      let sample = audio[index] * factor
+      let sample = audio[index] * gain
       peak = max(peak, abs(sample))
       let state = filterState + channel * 4
       let x = Double(sample)
@@ -118,6 +182,19 @@ final class SignalLevel {
       }
       index += 1
     }
+  }
+
+  /// Forgets everything taken: the window reads silence until it fills again. Allocation-free.
+  func reset() {
+    filterState.update(repeating: 0, count: channels * 4)
+    stepPeaks.update(repeating: 0, count: Self.steps)
+    stepEnergies.update(repeating: 0, count: Self.steps)
+    step = 0
+    framesInStep = 0
+    channel = 0
+    peak = 0
+    energy = 0
+    windowEnergy = 0
   }
 
   /// Takes `frames` frames of silence: what a paused or held stream adds to the mix.

@@ -103,6 +103,36 @@ import Testing
     #expect(peak.latest.value == SignalLevel.floor && momentary.latest.value == SignalLevel.floor)
   }
 
+  /// Nothing is metered while no level is observed; a level observed later starts from silence
+  /// (its momentary loudness climbs as the window fills) and reads the stream's level once its
+  /// 400 ms have passed.
+  @Test func levelsObservedLaterStartFromSilence() throws {
+    let directory = try temporaryDirectory()
+    let path = directory.appendingPathComponent("sine.wav").path
+    try writeSignal(path, frames: Self.rate * 4) { frame, _ in Self.sine(frame) }
+    let player = try Player(sink: Recorder(), rate: Self.rate, channels: 2, blockFrames: 480)
+    defer { player.finishOffline() }
+    try player.play(path, id: "tone")
+    for _ in 0..<50 { try player.renderOffline() }
+    #expect(player.inspectOffline { !$0.metersLevels }, "metering with no level observed")
+    let peak = player.publish("streams.tone.level.peak")
+    let momentary = player.publish("master.level.momentary")
+    try player.renderOffline()
+    try player.renderOffline()
+    #expect(player.inspectOffline { $0.metersLevels })
+    // A block in: the crests are there, most of the loudness window is not.
+    #expect(abs(peak.latest.value - -20) <= 0.1, "\(peak.latest)")
+    #expect(momentary.latest.value < -30, "the loudness of a window not yet full: \(momentary.latest)")
+    for _ in 0..<42 { try player.renderOffline() }
+    #expect(abs(peak.latest.value - -20) <= 0.1, "\(peak.latest)")
+    #expect(abs(momentary.latest.value - -20) <= 0.1, "\(momentary.latest)")
+    player.unpublish(peak)
+    player.unpublish(momentary)
+    try player.renderOffline()
+    try player.renderOffline()
+    #expect(player.inspectOffline { !$0.metersLevels }, "metering after the last level went")
+  }
+
   /// Metering and publishing levels allocate and free nothing on the render thread: two streams
   /// (one at rest, mixed straight from its ring; one under a fade), the master, the levels'
   /// meters looked up again after every block, as after a command.
