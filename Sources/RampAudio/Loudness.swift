@@ -87,40 +87,73 @@ public struct Loudness: Sendable, Equatable {
   public static func measure(_ reader: SoundFileReader, progress: (Int64) -> Bool = { _ in true }) throws(AudioError)
     -> Loudness
   {
-    let mode = Int32(EBUR128_MODE_I.rawValue | EBUR128_MODE_LRA.rawValue | EBUR128_MODE_TRUE_PEAK.rawValue)
-    // The histogram keeps memory constant however long the file (at 0.01 LU resolution).
-    let histogram = Int32(EBUR128_MODE_HISTOGRAM.rawValue)
-    guard let state = ebur128_init(UInt32(reader.channels), UInt(reader.sampleRate), mode | histogram) else {
-      throw AudioError(
-        .invalidParameter,
-        "cannot measure '\(reader.path)': libebur128 does not take \(reader.channels) channels at "
-          + "\(reader.sampleRate) Hz.")
-    }
-    var handle: UnsafeMutablePointer<ebur128_state>? = state
-    defer { ebur128_destroy(&handle) }
+    let measurement = try LoudnessMeasurement(
+      channels: reader.channels, sampleRate: reader.sampleRate, name: reader.path)
     let buffer = UnsafeMutablePointer<Float>.allocate(capacity: blockFrames * reader.channels)
     defer { buffer.deallocate() }
-    var frames: Int64 = 0
     while true {
       let got = try reader.read(into: buffer, frames: blockFrames)
       guard got > 0 else { break }
       // NaN or infinity would poison every sum after it: measured as the silence it is played as.
       if !reader.samplesAreBounded { StreamDecoder.silenceNonFinite(buffer, count: got * reader.channels) }
-      let status = ebur128_add_frames_float(state, buffer, got)
-      guard status == Int32(EBUR128_SUCCESS.rawValue) else {
-        throw AudioError(.invalidParameter, "cannot measure '\(reader.path)': libebur128 failed (status \(status)).")
-      }
-      frames += Int64(got)
-      guard progress(frames) else {
+      try measurement.add(buffer, frames: got)
+      guard progress(measurement.frames) else {
         throw AudioError(.invalidParameter, "measuring '\(reader.path)' was stopped.")
       }
     }
+    return measurement.result
+  }
+}
+
+/// A loudness measurement fed block by block (a file as it is read, a render as it is mixed),
+/// by libebur128: integrated loudness, loudness range and true peak of everything added.
+/// Not for a render thread: libebur128 allocates as its histogram and peak state grow.
+public final class LoudnessMeasurement {
+  private var state: UnsafeMutablePointer<ebur128_state>?
+  public let channels: Int
+  public let sampleRate: Int
+  /// What the errors call the audio measured: a file's path, "the render".
+  private let name: String
+  /// Frames added so far.
+  public private(set) var frames: Int64 = 0
+
+  /// - Throws: ``AudioError/Code/invalidParameter`` for a format libebur128 does not take (more
+  ///   channels or a higher rate than it supports).
+  public init(channels: Int, sampleRate: Int, name: String) throws(AudioError) {
+    let mode = Int32(EBUR128_MODE_I.rawValue | EBUR128_MODE_LRA.rawValue | EBUR128_MODE_TRUE_PEAK.rawValue)
+    // The histogram keeps memory constant however long the audio (at 0.01 LU resolution).
+    let histogram = Int32(EBUR128_MODE_HISTOGRAM.rawValue)
+    guard let state = ebur128_init(UInt32(channels), UInt(sampleRate), mode | histogram) else {
+      throw AudioError(
+        .invalidParameter,
+        "cannot measure '\(name)': libebur128 does not take \(channels) channels at \(sampleRate) Hz.")
+    }
+    self.state = state
+    self.channels = channels
+    self.sampleRate = sampleRate
+    self.name = name
+  }
+
+  deinit { ebur128_destroy(&state) }
+
+  /// Adds `frames` interleaved frames of finite samples.
+  public func add(_ samples: UnsafePointer<Float>, frames count: Int) throws(AudioError) {
+    guard count > 0 else { return }
+    let status = ebur128_add_frames_float(state, samples, count)
+    guard status == Int32(EBUR128_SUCCESS.rawValue) else {
+      throw AudioError(.invalidParameter, "cannot measure '\(name)': libebur128 failed (status \(status)).")
+    }
+    frames += Int64(count)
+  }
+
+  /// The loudness of everything added so far.
+  public var result: Loudness {
     var integrated = -Double.infinity
     var range = 0.0
     var peak = 0.0
     _ = ebur128_loudness_global(state, &integrated)
     if ebur128_loudness_range(state, &range) != Int32(EBUR128_SUCCESS.rawValue) || !range.isFinite { range = 0 }
-    for channel in 0..<reader.channels {
+    for channel in 0..<channels {
       var channelPeak = 0.0
       if ebur128_true_peak(state, UInt32(channel), &channelPeak) == Int32(EBUR128_SUCCESS.rawValue) {
         peak = max(peak, channelPeak)
@@ -128,8 +161,7 @@ public struct Loudness: Sendable, Equatable {
     }
     return Loudness(
       integrated: integrated.isFinite ? integrated : -.infinity, range: range,
-      truePeak: peak > 0 ? 20 * log10(peak) : -.infinity, frames: frames, sampleRate: reader.sampleRate,
-      channels: reader.channels)
+      truePeak: peak > 0 ? 20 * log10(peak) : -.infinity, frames: frames, sampleRate: sampleRate,
+      channels: channels)
   }
-
 }

@@ -392,7 +392,8 @@ public final class Player: Sendable {
       )
     }
     let stream = PlayingStream(
-      id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused)
+      id: id, decoder: decoder, gain: gainHandle, transport: transport, pan: pan, paused: paused,
+      level: SignalLevel(sampleRate: output.rate, channels: output.channels))
     stream.queue = queue
     return PreparedStream(
       id: id, path: path, unstarted: unstarted, stream: stream, ramp: ramp, fadesIn: fadeIn > 0, trim: decoder.trim)

@@ -37,15 +37,22 @@ public final class PublishedValue: @unchecked Sendable {
   private static let slotCount = 32
   /// The key path's property as the render thread last looked it up (render thread only).
   var handle: PropertyHandle?
+  /// For a level (`master.level.peak`, `streams.<id>.level.momentary`): whose, and which reading.
+  let level: LevelKey?
+  /// The meter `level` names as the render thread last looked it up (render thread only). Not
+  /// retained: it belongs to its stream, and is looked up again once a stream leaves.
+  var meter: Unmanaged<SignalLevel>?
 
   init(keyPath: String) {
     self.keyPath = keyPath
+    level = LevelKey(keyPath)
     slots = (0..<Self.slotCount).map { _ in Slot() }
     bell = nil
   }
 
   init(keyPath: String, wakesOnChange: Bool) {
     self.keyPath = keyPath
+    level = LevelKey(keyPath)
     slots = (0..<Self.slotCount).map { _ in Slot() }
     bell = wakesOnChange ? Bell() : nil
   }
@@ -125,4 +132,30 @@ public final class PublishedValue: @unchecked Sendable {
 
   /// Wakes a reader sleeping in `waitForChange` (to stop it).
   public func wake() { bell?.ring() }
+}
+
+/// A level's key path: `master.level.peak`, `master.level.momentary`, `streams.<id>.level.peak`,
+/// `streams.<id>.level.momentary` (``SignalLevel``), read from the meters, not the engine.
+public struct LevelKey: Equatable, Sendable {
+  public enum Reading: String, Sendable { case peak, momentary }
+  /// nil: the master.
+  public var stream: String?
+  public var reading: Reading
+
+  /// The gain of what is measured: `master.gain`, `streams.<id>.gain`.
+  public var gainKeyPath: String { stream.map { "streams.\($0).gain" } ?? "master.gain" }
+
+  public init?(_ keyPath: String) {
+    let parts = keyPath.split(separator: ".", omittingEmptySubsequences: false)
+    guard parts.count >= 3, parts[parts.count - 2] == "level", let reading = Reading(rawValue: String(parts.last!))
+    else { return nil }
+    if parts.count == 3 && parts[0] == "master" {
+      stream = nil
+    } else if parts.count >= 4 && parts[0] == "streams" {
+      stream = parts[1..<(parts.count - 2)].joined(separator: ".")
+    } else {
+      return nil
+    }
+    self.reading = reading
+  }
 }

@@ -18,6 +18,7 @@ extension RenderLoop {
     let engine = state.engine
     let now = engine.now
     let ducks = state.ducks
+    let metering = state.metersLevels
     ducks.begin(state, now: now)
     mix.update(repeating: 0, count: frames * channels)
     // Index loop, not for-in: an unspecialised iterator allocates in a debug build.
@@ -50,13 +51,17 @@ extension RenderLoop {
             // (no underrun: nothing was cut) and ramps in.
             stream.starved = true
           }
+          if metering { stream.level.addSilence(frames: frames) }
           continue
         }
       }
       if stream.paused {
         // Paused: the position holds once the ramp to silence is over.
         engine.render(stream.transport, start: now, count: 1, into: ramp)
-        if ramp[0] == 0 { continue }
+        if ramp[0] == 0 {
+          if metering { stream.level.addSilence(frames: frames) }
+          continue
+        }
       }
       let wanted = frames * channels
       let decoder = stream.decoder
@@ -66,6 +71,7 @@ extension RenderLoop {
         // Holding, silent and in place, until the ring has refilled (judged at a block's start,
         // for the same reason as a seek's mark).
         guard offset == 0, finished || available >= min(refillFrames * channels, decoder.ring.capacity) else {
+          if metering { stream.level.addSilence(frames: frames) }
           continue
         }
         stream.starved = false
@@ -88,6 +94,7 @@ extension RenderLoop {
         let constant = Float(level) * Float(transport)
         got = stream.decoder.consume(count: wanted) { samples, offset, count in
           ducks.listen(stream.id, samples, offset: offset, count: count, gain: constant)
+          if metering { stream.level.add(samples, samples: count, constant: constant * duck) }
           GainKernel.accumulate(samples, gain: constant * duck, count: count, into: mix + offset)
         }
       } else {
@@ -114,6 +121,7 @@ extension RenderLoop {
         GainKernel.multiply(gain, by: ramp, count: frames)
         ducks.listen(stream.id, audio, gain: gain, frames: frames)
         ducks.apply(stream: stream.id, start: now, count: frames, to: gain)
+        if metering { stream.level.add(audio, samples: frames * channels, gains: gain) }
         if centred {
           GainKernel.accumulate(audio, gain: gain, frames: frames, channels: channels, into: mix)
         } else {
@@ -137,6 +145,7 @@ extension RenderLoop {
     ducks.applyToMaster(start: now, count: frames, to: gain)
     GainKernel.apply(mix, gain: gain, frames: frames, channels: channels, into: mix)
     GainKernel.clamp(mix, count: frames * channels)
+    if metering { state.masterLevel.add(mix, samples: frames * channels) }
     ducks.end(frames: frames) { retire(.object($0)) }
     engine.advance(by: frames)
     engine.drainCompletions(retiring: { retire(.object($0)) }) { report in state.post(.animationFinished(report)) }

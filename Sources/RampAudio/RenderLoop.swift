@@ -299,15 +299,40 @@ final class RenderLoop: @unchecked Sendable {
     let lookUp = publishedHandlesStale
     publishedHandlesStale = false
     var index = 0
+    var levels = false
     while index < state.published.count {
       let published = state.published[index]
       index += 1
-      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
       var value = Double.nan
+      if let level = published.level {
+        levels = true
+        if lookUp {
+          let meter = level.stream.map { state.stream($0)?.level } ?? state.masterLevel
+          published.meter = meter.map { Unmanaged.passUnretained($0) }
+        }
+        if let meter = published.meter?.takeUnretainedValue() {
+          value = level.reading == .peak ? meter.peakDecibels : meter.momentary
+        }
+        published.store(value, sample: engine.now, due: due)
+        continue
+      }
+      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
       if let handle = published.handle {
         engine.render(handle, start: engine.now, count: 1, into: &value)
       }
       published.store(value, sample: engine.now, due: due)
+    }
+    // What is published changes only by a command, after which every handle is looked up.
+    if lookUp && levels != state.metersLevels {
+      state.metersLevels = levels
+      if levels {
+        state.masterLevel.reset()
+        var stream = 0
+        while stream < state.streams.count {
+          state.streams[stream].level.reset()
+          stream += 1
+        }
+      }
     }
   }
 

@@ -20,6 +20,11 @@ public final class RenderState: @unchecked Sendable {
   var published: ContiguousArray<PublishedValue> = []
   /// The duck rules, multiplied into their targets in the mix.
   public let ducks: DuckLayer
+  /// The mix as it is output (after `master.gain` and the clamp): `master.level.*`.
+  let masterLevel: SignalLevel
+  /// Some level is observed: the streams' and the master's meters are fed. Off, they cost
+  /// nothing; turned on, they start from silence.
+  var metersLevels = false
   /// The sample after the last one of audio a stream played before its file ended (0: none yet).
   public internal(set) var audioEnd: Int64 = 0
   /// The sample at which the last animation to end so far ended (0: none yet).
@@ -37,6 +42,7 @@ public final class RenderState: @unchecked Sendable {
     master = try engine.define("master.gain", value: 1, range: 0...maxGain)
     self.maxGain = maxGain
     ducks = DuckLayer(sampleRate: Double(sampleRate), channels: channels, maxFrames: engine.maxBlockSize)
+    masterLevel = SignalLevel(sampleRate: sampleRate, channels: channels)
     streams.reserveCapacity(Player.streamCapacity)
     published.reserveCapacity(256)
   }
@@ -151,12 +157,16 @@ final class PlayingStream {
   /// The underrun envelope: 1 while the ring keeps up, ramped to 0 over the audio left when it
   /// runs short, and back to 1 over the declick ramp once it has refilled.
   var supply: Float = 1
+  /// Its audio as it goes into the mix (after its gain, transport and ducks, before pan):
+  /// `streams.<id>.level.*`.
+  let level: SignalLevel
 
   init(
     id: String, decoder: StreamDecoder, gain: PropertyHandle, transport: PropertyHandle, pan: PropertyHandle,
-    paused: Bool
+    paused: Bool, level: SignalLevel
   ) {
     self.id = id
+    self.level = level
     self.decoder = decoder
     self.gain = gain
     self.transport = transport

@@ -8,9 +8,16 @@ public protocol BlockSink: AnyObject {
 /// A sink that writes a sound file through ``SoundFileWriter``: to a hidden temporary file beside
 /// the output, renamed over it by ``finish(frames:)`` and removed if the sink goes without it.
 /// The newest block is held back until the next one comes, so the file can end on any sample of
-/// it (a show ends where its last stream ends, within a block).
+/// it (a show ends where its last stream ends, within a block). What reaches the file can be
+/// scaled by a constant ``gain`` and measured (``measurement``); a sink with no writer only
+/// measures.
 public final class SoundFileSink: BlockSink {
-  public let writer: SoundFileWriter
+  public let writer: SoundFileWriter?
+  public let channels: Int
+  /// Every frame that reaches the file (or would, with no writer) is added to it.
+  public let measurement: LoudnessMeasurement?
+  /// Multiplied into every sample before it is measured and written.
+  public var gain: Float = 1
   /// Frames written to the file so far (the held-back block not counted).
   public private(set) var written: Int64 = 0
   /// Frames the file may hold at most (nil: no limit): blocks beyond it are dropped.
@@ -19,10 +26,21 @@ public final class SoundFileSink: BlockSink {
   private let capacity: Int
   private var heldFrames = 0
 
-  public init(writer: SoundFileWriter, blockFrames: Int) {
+  public init(writer: SoundFileWriter, blockFrames: Int, measurement: LoudnessMeasurement? = nil) {
     self.writer = writer
+    self.measurement = measurement
+    channels = writer.channels
     capacity = blockFrames
     held = .allocate(capacity: blockFrames * writer.channels)
+  }
+
+  /// A sink that writes nothing and measures what it is given.
+  public init(measuring measurement: LoudnessMeasurement, blockFrames: Int) {
+    writer = nil
+    self.measurement = measurement
+    channels = measurement.channels
+    capacity = blockFrames
+    held = .allocate(capacity: blockFrames * measurement.channels)
   }
 
   deinit { held.deallocate() }
@@ -33,14 +51,18 @@ public final class SoundFileSink: BlockSink {
   public func write(_ samples: UnsafePointer<Float>, frames: Int) throws(AudioError) {
     try flush(upTo: limit)
     let taken = min(frames, capacity)
-    held.update(from: samples, count: taken * writer.channels)
+    held.update(from: samples, count: taken * channels)
     heldFrames = taken
   }
 
   /// Writes what is held, up to `total` frames in the file; the rest is dropped.
   private func flush(upTo total: Int64?) throws(AudioError) {
     let frames = total.map { Int(max(min(Int64(heldFrames), $0 - written), 0)) } ?? heldFrames
-    try writer.write(held, frames: frames)
+    if gain != 1 {
+      for index in 0..<(frames * channels) { held[index] *= gain }
+    }
+    try measurement?.add(held, frames: frames)
+    try writer?.write(held, frames: frames)
     written += Int64(frames)
     heldFrames = 0
   }
@@ -49,7 +71,7 @@ public final class SoundFileSink: BlockSink {
   /// into place.
   public func finish(frames: Int64) throws(AudioError) {
     try flush(upTo: min(frames, limit ?? frames))
-    try writer.close()
+    try writer?.close()
   }
 
   /// Refuses an output that is the input (whatever the spelling: `./x`, a symbolic link, a hard

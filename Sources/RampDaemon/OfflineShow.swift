@@ -21,6 +21,9 @@ public struct ShowOptions {
   public var timeline: [Timeline.Entry] = []
   /// Seconds of output; nil: until the last stream ends and the last animation settles.
   public var duration: Double?
+  /// A loudness to normalise the whole render to, LUFS (nil: none): the render is measured, then
+  /// rendered again with one constant gain, held under `configuration.playback.ceiling`.
+  public var loudness: Double?
   /// Frames per block: the render loop's period.
   public var blockFrames = OfflineShow.defaultBlockFrames
   /// The daemon's defaults and limits the commands are prepared with (declick, gain.max, fades).
@@ -43,6 +46,8 @@ public struct RenderSummary: Sendable {
   /// Why the encoding is not the one the input has, when that was chosen for the user (a 32-bit
   /// input to FLAC, which holds 24 bits at most); nil otherwise.
   public let encodingNote: String?
+  /// With ``ShowOptions/loudness``: the render's measured loudness and the gain applied to it.
+  public let normalisation: LoudnessTrim?
 }
 
 /// A show rendered offline by rampd's own parts: the timeline's requests go through the
@@ -111,6 +116,14 @@ public enum OfflineShow {
 
   /// Renders the show into `options.output` (replaced only once the render is complete).
   ///
+  /// With ``ShowOptions/loudness`` the show is rendered twice, as ffmpeg's two-pass `loudnorm`
+  /// is run: first into a measurement only (nothing is written), then into the file, every
+  /// sample of the mix multiplied by one gain (``LoudnessTrim``, the rule `play --loudness`
+  /// follows). Rendering again rather than scaling a first output keeps the output quantised once,
+  /// from the float mix, whatever its encoding (a lossy or 16-bit first pass would be encoded
+  /// twice), and needs no temporary copy of the whole render: a render is deterministic, so the
+  /// second pass is the first sample for sample.
+  ///
   /// - Throws: ``Timeline/Failure`` for lines a render cannot run; ``AudioError`` for an
   ///   unreadable input, an output that is a file the show plays, an unwritable output;
   ///   ``Failure`` for a line refused when it runs or due after the end; ``Interrupted``.
@@ -155,113 +168,136 @@ public enum OfflineShow {
     let block = max(min(options.blockFrames, rate / 4), 64)
     let writer = try SoundFileWriter(path: options.output, sampleRate: rate, channels: channels, encoding: encoding)
     let sink = SoundFileSink(writer: writer, blockFrames: block)
-    sink.limit = limit
-    var configuration = options.configuration
-    configuration.limits.pendingScheduled = Player.maximumScheduled
-    let player = try Player(
-      sink: sink, rate: rate, channels: channels, blockFrames: block, declick: configuration.declick,
-      maxGain: configuration.maxGain)
-    defer { player.finishOffline() }
-    let controller = Controller(
-      player: player, configuration: configuration,
-      logger: Logger(label: "rampd.render") { _ in SwiftLogNoOpLogHandler() })
-    // The show's clock: a delay counts from 0, so it is exactly its sample.
-    controller.clock = { 0 }
-    let client = CollectingClient()
+    /// Plays the show into `sink` and returns its length in frames.
+    func play(into sink: SoundFileSink) throws -> Int64 {
+      sink.limit = limit
+      var configuration = options.configuration
+      configuration.limits.pendingScheduled = Player.maximumScheduled
+      let player = try Player(
+        sink: sink, rate: rate, channels: channels, blockFrames: block, declick: configuration.declick,
+        maxGain: configuration.maxGain)
+      defer { player.finishOffline() }
+      let controller = Controller(
+        player: player, configuration: configuration,
+        logger: Logger(label: "rampd.render") { _ in SwiftLogNoOpLogHandler() })
+      // The show's clock: a delay counts from 0, so it is exactly its sample.
+      controller.clock = { 0 }
+      let client = CollectingClient()
 
-    // What the command line adds, as requests of its own.
-    var requests: [(label: String, request: Request)] = []
-    if let input = options.input {
-      // A play request names a file by its absolute path.
-      let absolute = input.hasPrefix("/") ? input : FileManager.default.currentDirectoryPath + "/" + input
-      requests.append(("input", Request(.play(Play(path: absolute, stream: "main")))))
-    }
-    if let fadeIn = options.fadeIn, fadeIn > 0 {
-      let fade = Fade(
-        kind: .fade, key: "streams.main.gain", from: 0, to: 1, duration: fadeIn, curve: options.curve,
-        space: options.valueSpace)
-      requests.append(("--fade-in", Request(.fade(fade))))
-    }
-    if let fadeOut = options.fadeOut, fadeOut > 0, let end = fadeOutEnd {
-      var request = Request(
-        .fade(
-          Fade(
-            kind: .fade, key: "master.gain", from: 1, to: 0, duration: fadeOut, curve: options.curve,
-            space: options.valueSpace)))
-      let start = max(end - fadeOut, 0)
-      if start > 0 { request.at = .delay(start) }
-      requests.append(("--fade-out", request))
-    }
-    let firstLine = requests.count
-    for entry in options.timeline {
-      var request = entry.request
-      request.at = entry.offset > 0 ? .delay(entry.offset) : nil
-      request.ack = .applied
-      requests.append(("\(entry.label): \(request.command.name)", request))
-    }
-    func sample(_ request: Request) -> Int64 {
-      if case .delay(let seconds)? = request.at { return Int64((seconds * Double(rate)).rounded()) }
-      return 0
-    }
-    for (sequence, item) in requests.enumerated() {
-      controller.handle(item.request, from: client, sequence: sequence)
-      if sequence == 0 && options.input != nil {
-        // The input starts on its first sample, as the file does: no declick ramp in.
-        player.perform { state in
-          try? state.engine.removeAnimation(forKey: "declick", from: "streams.main.transport")
+      // What the command line adds, as requests of its own.
+      var requests: [(label: String, request: Request)] = []
+      if let input = options.input {
+        // A play request names a file by its absolute path.
+        let absolute = input.hasPrefix("/") ? input : FileManager.default.currentDirectoryPath + "/" + input
+        requests.append(("input", Request(.play(Play(path: absolute, stream: "main")))))
+      }
+      if let fadeIn = options.fadeIn, fadeIn > 0 {
+        let fade = Fade(
+          kind: .fade, key: "streams.main.gain", from: 0, to: 1, duration: fadeIn, curve: options.curve,
+          space: options.valueSpace)
+        requests.append(("--fade-in", Request(.fade(fade))))
+      }
+      if let fadeOut = options.fadeOut, fadeOut > 0, let end = fadeOutEnd {
+        var request = Request(
+          .fade(
+            Fade(
+              kind: .fade, key: "master.gain", from: 1, to: 0, duration: fadeOut, curve: options.curve,
+              space: options.valueSpace)))
+        let start = max(end - fadeOut, 0)
+        if start > 0 { request.at = .delay(start) }
+        requests.append(("--fade-out", request))
+      }
+      let firstLine = requests.count
+      for entry in options.timeline {
+        var request = entry.request
+        request.at = entry.offset > 0 ? .delay(entry.offset) : nil
+        request.ack = .applied
+        requests.append(("\(entry.label): \(request.command.name)", request))
+      }
+      func sample(_ request: Request) -> Int64 {
+        if case .delay(let seconds)? = request.at { return Int64((seconds * Double(rate)).rounded()) }
+        return 0
+      }
+      for (sequence, item) in requests.enumerated() {
+        controller.handle(item.request, from: client, sequence: sequence)
+        if sequence == 0 && options.input != nil {
+          // The input starts on its first sample, as the file does: no declick ramp in.
+          player.perform { state in
+            try? state.engine.removeAnimation(forKey: "declick", from: "streams.main.transport")
+          }
         }
       }
-    }
-    func checkReplies() throws {
-      controller.deliverEvents()
-      if let (sequence, error) = client.firstFailure() {
-        throw Failure("\(requests[sequence].label): \(error.summary)")
+      func checkReplies() throws {
+        controller.deliverEvents()
+        if let (sequence, error) = client.firstFailure() {
+          throw Failure("\(requests[sequence].label): \(error.summary)")
+        }
       }
-    }
-    try checkReplies()
-
-    // Lines that bring sound back after a silence keep the show going until they have run.
-    let revivals = requests[firstLine...].map(\.request).filter { request in
-      ([request.command] + (request.command.batched ?? [])).contains {
-        if case .play = $0 { return true }
-        if case .resume = $0 { return true }
-        return false
-      }
-    }.map(sample)
-    var rendered: Int64 = 0
-    var end: Int64
-    while true {
-      if options.isCancelled() { throw Interrupted() }
-      try player.renderOffline()
-      rendered += Int64(block)
       try checkReplies()
-      if let limit {
-        if rendered >= limit {
-          end = limit
+
+      // Lines that bring sound back after a silence keep the show going until they have run.
+      let revivals = requests[firstLine...].map(\.request).filter { request in
+        ([request.command] + (request.command.batched ?? [])).contains {
+          if case .play = $0 { return true }
+          if case .resume = $0 { return true }
+          return false
+        }
+      }.map(sample)
+      var rendered: Int64 = 0
+      var end: Int64
+      while true {
+        if options.isCancelled() { throw Interrupted() }
+        try player.renderOffline()
+        rendered += Int64(block)
+        try checkReplies()
+        if let limit {
+          if rendered >= limit {
+            end = limit
+            break
+          }
+          continue
+        }
+        if let settled = player.inspectOffline({ settledEnd($0, now: rendered) }),
+          !revivals.contains(where: { $0 >= rendered })
+        {
+          end = settled
           break
         }
-        continue
       }
-      if let settled = player.inspectOffline({ settledEnd($0, now: rendered) }),
-        !revivals.contains(where: { $0 >= rendered })
-      {
-        end = settled
-        break
+      if let late = requests.enumerated().dropFirst(firstLine).first(where: { sample($0.element.request) > end }) {
+        func seconds(_ value: Double) -> String {
+          let rounded = (value * 1000).rounded() / 1000
+          return rounded == rounded.rounded() ? "\(Int64(rounded)) s" : "\(rounded) s"
+        }
+        let at = Double(sample(late.element.request)) / Double(rate)
+        throw Failure(
+          "\(late.element.label): at \(seconds(at)) is after the end of the render, which is "
+            + "\(seconds(Double(end) / Double(rate))) long (\(end) frames at \(rate) Hz)")
       }
+      if options.isCancelled() { throw Interrupted() }
+      try sink.finish(frames: end)
+      return end
     }
-    if let late = requests.enumerated().dropFirst(firstLine).first(where: { sample($0.element.request) > end }) {
-      func seconds(_ value: Double) -> String {
-        let rounded = (value * 1000).rounded() / 1000
-        return rounded == rounded.rounded() ? "\(Int64(rounded)) s" : "\(rounded) s"
-      }
-      let at = Double(sample(late.element.request)) / Double(rate)
+
+    guard let target = options.loudness else {
+      let end = try play(into: sink)
+      return RenderSummary(
+        frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note, normalisation: nil)
+    }
+    let measurement = try LoudnessMeasurement(channels: channels, sampleRate: rate, name: "the render")
+    let measured = try play(into: SoundFileSink(measuring: measurement, blockFrames: block))
+    let trim = LoudnessTrim(
+      target: LoudnessTarget(loudness: target, ceiling: options.configuration.playback.ceiling),
+      loudness: measurement.result)
+    sink.gain = trim.factor
+    let end = try play(into: sink)
+    guard end == measured else {
+      // Only a file changed between the passes can make them differ.
       throw Failure(
-        "\(late.element.label): at \(seconds(at)) is after the end of the render, which is "
-          + "\(seconds(Double(end) / Double(rate))) long (\(end) frames at \(rate) Hz)")
+        "the render measured \(measured) frames long and then rendered \(end): did a file it plays change?")
     }
-    if options.isCancelled() { throw Interrupted() }
-    try sink.finish(frames: end)
-    return RenderSummary(frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note)
+    return RenderSummary(
+      frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note, normalisation: trim)
   }
 
   /// The show's end once nothing sounds or moves any more: no stream plays (none left, or every

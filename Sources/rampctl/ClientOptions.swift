@@ -27,7 +27,8 @@ struct ConnectionOptions: ParsableArguments {
 struct WaitFlag: ParsableArguments {
   @Flag(
     help: ArgumentHelp(
-      "Block until the ramp ends: a live progress bar with the audible level on a terminal, plain lines otherwise. "
+      "Block until the ramp ends: a live progress bar on a terminal, with the audible gain and the signal level "
+        + "(peak dBFS, momentary LUFS) of the stream or master it acts on; plain lines otherwise. "
         + "Ctrl-C stops waiting (exit 75); the ramp goes on."))
   var wait = false
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import RampAudio
 import RampCLI
 import RampProtocol
 
@@ -108,12 +109,15 @@ struct ObserveCommand: DaemonCommand {
     abstract: "Print a key path's audible value as it changes, until Ctrl-C.",
     discussion: """
       rampd samples the value at --rate and sends it when it changed, with the sample it was \
-      audible at (like mpv's observe_property).
+      audible at (like mpv's observe_property). Signal levels are observed the same way: \
+      streams.<id>.level.peak and master.level.peak (dBFS), streams.<id>.level.momentary and \
+      master.level.momentary (LUFS), over the last 400 ms of what is heard.
 
       Examples:
         rampctl observe
         rampctl observe streams.s1.gain --rate 50
         rampctl observe master.gain --json --count 10
+        rampctl observe master.level.momentary
       """)
 
   @OptionGroup var connection: ConnectionOptions
@@ -140,8 +144,10 @@ struct ObserveCommand: DaemonCommand {
       let daemon = try ClientRun(options: connection).connect()
       Interruption.catchSignals()
       let request = try request()
-      // A key path that does not exist yet is not an error to `observe`, so check it first.
-      _ = try daemon.call(Request(.get(key: Parse.keyPath(key))))
+      // A key path that does not exist yet is not an error to `observe`, so check it first; a
+      // level is no property, but the gain of what it measures says whether that is there.
+      let keyPath = Parse.keyPath(key)
+      _ = try daemon.call(Request(.get(key: LevelKey(keyPath)?.gainKeyPath ?? keyPath)))
       _ = try daemon.call(request)
       try printEvents(on: daemon, json: connection.json, count: count) { line in
         if case .event(.value(let observed, _, _)) = line { return observed == Parse.keyPath(key) }

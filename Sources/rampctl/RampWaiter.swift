@@ -18,8 +18,16 @@ struct RampWaiter {
     var progress = ProgressLine(total: ramp.duration, isGain: ramp.observe.map(ReplyText.isGain) ?? true)
     var pendingStreams = Set(ramp.streams).subtracting(alreadyEnded)
     var observeID: JSONValue?
+    var levelIDs: [JSONValue] = []
+    let levelScope = ramp.observe.flatMap(Self.levelScope)
     if live, let key = ramp.observe {
       observeID = try connection.send(Request(.observe(key: key, rate: Self.observeRate)))
+      if let levelScope {
+        for reading in ["peak", "momentary"] {
+          levelIDs.append(
+            try connection.send(Request(.observe(key: "\(levelScope).\(reading)", rate: Self.observeRate))))
+        }
+      }
     }
     var waitID: JSONValue?
     if !ramp.animations.isEmpty || ramp.key != nil {
@@ -37,11 +45,15 @@ struct RampWaiter {
         case .failure(let error): throw connection.refusal(error, line: received.text)
         }
         if json { Output.print(received.text) }
-      case .reply(let id, _) where id == observeID:
-        // A key path that cannot be observed only costs the level on the progress line.
+      case .reply(let id, _) where id == observeID || id.map(levelIDs.contains) == true:
+        // A key path that cannot be observed only costs its number on the progress line.
         break
       case .event(.value(let key, let value, _)) where key == ramp.observe:
-        progress.level = value
+        progress.value = value
+      case .event(.value(let key, let value, _)) where levelScope.map({ key == "\($0).peak" }) == true:
+        progress.peak = value
+      case .event(.value(let key, let value, _)) where levelScope.map({ key == "\($0).momentary" }) == true:
+        progress.momentary = value
       case .event(.streamEnded(let stream, let reason, _)) where pendingStreams.contains(stream):
         pendingStreams.remove(stream)
         if json {
@@ -75,7 +87,7 @@ struct RampWaiter {
       if let key = ramp.observe, let now = try? connection.call(Request(.get(key: key))),
         let value = now.result["presentation"]?.numberValue
       {
-        progress.level = value
+        progress.value = value
       }
       progress.elapsed = ramp.duration.map { max($0, 0) } ?? elapsed
       Output.write("\r" + progress.text + "\u{1B}[K\n")
@@ -87,6 +99,16 @@ struct RampWaiter {
         Output.print("animation #\(id) \(finished ? "finished" : "was removed or replaced before its end")")
       }
     }
+  }
+
+  /// Whose signal level goes beside a ramp of `key`: `streams.<id>.level` for a stream's gain,
+  /// transport or pan, `master.level` for the master's; nil for anything else.
+  static func levelScope(of key: String) -> String? {
+    if key == "master.gain" { return "master.level" }
+    guard key.hasPrefix("streams."), let dot = key.lastIndex(of: "."),
+      ["gain", "transport", "pan"].contains(String(key[key.index(after: dot)...]))
+    else { return nil }
+    return String(key[..<dot]) + ".level"
   }
 
   private static func anyRemoved(_ outcome: JSONValue) -> Bool {

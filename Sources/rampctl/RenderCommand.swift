@@ -37,6 +37,18 @@ struct RenderCommand: ParsableCommand {
       at the end (of the input, or of --duration), with --curve in --space (a falling fade \
       shape mirrors in time, like ffmpeg's afade=t=out).
 
+      --loudness normalises the whole render to a loudness (EBU R 128), as ffmpeg's two-pass \
+      loudnorm is used for podcasts: the show is rendered once into a measurement \
+      (libebur128, as rampctl loudness measures: integrated loudness and true peak), then \
+      rendered again into the output with every sample multiplied by one constant gain, \
+      target minus measured loudness, lowered so that the true peak stays under the ceiling, \
+      playback.loudness-ceiling of --config (-1 dBTP by default), as play --loudness is. The \
+      gain is constant: the render's dynamics, fades and ducks keep their shapes. The gain \
+      applied is said on stderr, with "limited by the ceiling" when the ceiling lowered it. A \
+      render with no integrated loudness (silent, or shorter than 0.4 s) is written at its \
+      own level (gain 0 dB), and stderr says so. Since the show is rendered twice, it takes \
+      about twice as long.
+
       --script applies a timeline: the file rampctl batch runs against rampd, one protocol \
       request per line (PROTOCOL.md), each with an optional "at" in seconds from the start \
       (2.5, "1m30s", "+10s"), applied on that exact sample. Gains may be written "-6dB" or "50%" \
@@ -57,6 +69,7 @@ struct RenderCommand: ParsableCommand {
         rampctl render song.flac out.flac --fade-out 10s --curve qsin --space db
         rampctl render show.wav mixed.wav --script ducks.jsonl --encoding float
         rampctl render mixed.wav --script show.jsonl
+        rampctl render episode.wav podcast.flac --loudness -16LUFS
       """
   )
 
@@ -93,6 +106,13 @@ struct RenderCommand: ParsableCommand {
   var encoding: String?
 
   @Option(
+    parsing: .unconditional,
+    help: ArgumentHelp(
+      "Normalise the whole render to this loudness: -16LUFS, one constant gain held under the true-peak "
+        + "ceiling (playback.loudness-ceiling); off: none (the default).", valueName: "LUFS"))
+  var loudness: String?
+
+  @Option(
     help: ArgumentHelp(
       "A rampd configuration file whose defaults the timeline runs with (fade curve, implicit transaction, "
         + "gain.max, declick), as rampd would; default: rampd's built-in defaults.", valueName: "file"))
@@ -116,6 +136,7 @@ struct RenderCommand: ParsableCommand {
       if let fadeOut { options.fadeOut = try HumanUnits.duration(fadeOut, option: "--fade-out") }
       if let duration { options.duration = try HumanUnits.duration(duration, option: "--duration") }
     } catch { throw ValidationError(error.description) }
+    if case .target(let lufs)? = try Parse.loudness(loudness, "--loudness") { options.loudness = lufs }
     do { options.curve = try TimingFunction(parsing: curve) } catch { throw ValidationError("--curve: \(error)") }
     do { options.valueSpace = try ValueSpace(parsing: space) } catch {
       throw ValidationError("--space: \(error.message)")
@@ -152,6 +173,9 @@ struct RenderCommand: ParsableCommand {
       if let note = summary.encodingNote {
         FileHandle.standardError.write("rampctl render: \(note)\n".data(using: .utf8)!)
       }
+      if let trim = summary.normalisation {
+        FileHandle.standardError.write("rampctl render: \(Self.describe(trim))\n".data(using: .utf8)!)
+      }
       let seconds = Double(summary.frames) / Double(summary.sampleRate)
       FileHandle.standardError.write(
         "rendered \(summary.frames) frames (\(HumanUnits.format(duration: seconds))) at \(summary.sampleRate) Hz, \(summary.channels) channel(s), \(summary.encoding.rawValue) → \(output)\n"
@@ -168,5 +192,25 @@ struct RenderCommand: ParsableCommand {
     } catch let error as OfflineShow.Interrupted {
       throw fail(error.description, ClientFailure.ExitStatus.interrupted)
     }
+  }
+
+  /// The gain `--loudness` applied and why: `loudness -23.1 LUFS, true peak -4.2 dBTP: gain
+  /// +7.10 dB → -16 LUFS`.
+  static func describe(_ trim: LoudnessTrim) -> String {
+    let loudness = trim.loudness
+    let peak = loudness.truePeak.isFinite ? String(format: "%.2f dBTP", loudness.truePeak) : "-inf dBTP"
+    let gain = String(format: "%+.2f dB", trim.decibels == 0 ? 0 : trim.decibels)
+    if let reason = loudness.unmeasured {
+      let why = reason == .tooShort ? "shorter than 0.4 s" : "silent: nothing reaches -70 LUFS"
+      return "the render has no integrated loudness (\(why)); left at its own level, gain \(gain)"
+    }
+    let measured =
+      "measured \(HumanUnits.format(loudness: (loudness.integrated * 100).rounded() / 100)), true peak \(peak)"
+    let result = HumanUnits.format(loudness: (trim.result * 100).rounded() / 100)
+    if trim.limited {
+      return "\(measured); gain \(gain) → \(result), limited by the \(String(format: "%g", trim.target.ceiling)) dBTP "
+        + "ceiling (\(HumanUnits.format(loudness: trim.target.loudness)) asked)"
+    }
+    return "\(measured); gain \(gain) → \(result)"
   }
 }

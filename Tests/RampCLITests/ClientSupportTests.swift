@@ -46,15 +46,22 @@ import Testing
 
   @Test func progressLine() {
     #expect(
-      ProgressLine(level: 0.42, elapsed: 1.3, total: 3).text == "[####------] 0.42 (-7.5 dB) 1.3s/3.0s")
-    #expect(ProgressLine(level: 1, elapsed: 3, total: 3).text == "[##########] 1 (0.0 dB) 3.0s/3.0s")
+      ProgressLine(value: 0.42, elapsed: 1.3, total: 3).text == "[####------] gain 0.42 (-7.5 dB) 1.3s/3.0s")
+    #expect(ProgressLine(value: 1, elapsed: 3, total: 3).text == "[##########] gain 1 (0.0 dB) 3.0s/3.0s")
     #expect(ProgressLine(elapsed: 0, total: 2).text == "[----------] … 0.0s/2.0s", "before the first value")
     #expect(
-      ProgressLine(level: 0.5, elapsed: 0.4, total: nil).text == "[#####-----] 0.5 (-6.0 dB) 0.4s",
-      "no length known: the bar is the level")
-    #expect(ProgressLine(level: 0.3, elapsed: 5, total: 2).fraction == 1, "never past full")
-    #expect(ProgressLine(level: 0.25, elapsed: 1, total: 2, isGain: false).text == "[#####-----] 0.25 1.0s/2.0s")
-    #expect(ProgressLine(level: 0, elapsed: 90, total: 120).text == "[#######---] 0 (-inf dB) 1m30s/2m")
+      ProgressLine(value: 0.5, elapsed: 0.4, total: nil).text == "[#####-----] gain 0.5 (-6.0 dB) 0.4s",
+      "no length known: the bar is the gain")
+    #expect(ProgressLine(value: 0.3, elapsed: 5, total: 2).fraction == 1, "never past full")
+    #expect(ProgressLine(value: 0.25, elapsed: 1, total: 2, isGain: false).text == "[#####-----] 0.25 1.0s/2.0s")
+    #expect(ProgressLine(value: 0, elapsed: 90, total: 120).text == "[#######---] gain 0 (-inf dB) 1m30s/2m")
+    // The signal's level beside the gain, each labelled; silence (reported as -150) as -inf.
+    #expect(
+      ProgressLine(value: 0.42, elapsed: 1.3, total: 3, peak: -27.46, momentary: -30.1).text
+        == "[####------] gain 0.42 (-7.5 dB)  level -27.5 dBFS peak, -30.1 LUFS  1.3s/3.0s")
+    #expect(
+      ProgressLine(value: 0, elapsed: 3, total: 3, peak: -150, momentary: nil).text
+        == "[##########] gain 0 (-inf dB)  level -inf dBFS peak, … LUFS  3.0s/3.0s")
   }
 
   @Test func scriptLinesBecomeRequestsWithUnitsConverted() throws {

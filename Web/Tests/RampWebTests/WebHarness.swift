@@ -248,6 +248,15 @@ final class WebDriver {
     try call("POST", "/session/\(session)/execute/sync", ["script": .string(script), "args": .array(arguments)])
   }
 
+  /// The viewport as a PNG.
+  func screenshot() throws -> Data {
+    let encoded = try call("GET", "/session/\(session)/screenshot", nil)
+    guard let text = encoded.stringValue, let png = Data(base64Encoded: text) else {
+      throw HarnessError("no screenshot: \(encoded.serialized().prefix(200))")
+    }
+    return png
+  }
+
   /// Waits until `script` returns true.
   func wait(for script: String, timeout: Double = 15) throws {
     let deadline = Date().addingTimeInterval(timeout)

@@ -28,9 +28,11 @@ import Testing
     let browser = try WebDriver()
     try browser.open("http://127.0.0.1:\(web.port)/?token=\(Self.token)")
 
-    // The page is live: the tone's strip is there and its meter shows what observe reports.
+    // The page is live: the tone's strip is there and its meter shows the level observe reports
+    // (a constant 1.0: 0 dBFS peak), its gain the gain heard.
     let fader = try browser.element(#"input.fader[data-key="streams.tone.gain"]"#)
-    try browser.wait(for: #"return document.querySelector('[data-stream="tone"]')?.dataset.level === "1.000000""#)
+    try browser.wait(for: #"return document.querySelector('[data-stream="tone"]')?.dataset.gain === "1.000000""#)
+    try browser.wait(for: #"return document.querySelector('[data-stream="tone"]')?.dataset.peak === "0.00""#)
     #expect(try browser.execute("return location.search").stringValue == "", "the token left the address bar")
     let glide = try #require(
       try browser.execute("return parseFloat(document.querySelector('#glide').value)").numberValue)
@@ -52,8 +54,17 @@ import Testing
     #expect(target > 0.001 && target < 0.5, "target gain \(target)")
     try browser.wait(
       for:
-        #"return Math.abs(parseFloat(document.querySelector('[data-stream="tone"]').dataset.level) - \#(target)) < 1e-4"#
+        #"return Math.abs(parseFloat(document.querySelector('[data-stream="tone"]').dataset.gain) - \#(target)) < 1e-4"#
     )
+    // The fade shows in the level, not only in the gain: 400 ms on, the peak is the new gain's.
+    try browser.wait(
+      for:
+        #"return Math.abs(parseFloat(document.querySelector('[data-stream="tone"]').dataset.peak) - 20 * Math.log10(\#(target))) < 0.1"#
+    )
+    // RAMPD_WEB_SCREENSHOT=file.png keeps what the page shows now: the meters at their levels.
+    if let file = ProcessInfo.processInfo.environment["RAMPD_WEB_SCREENSHOT"] {
+      try browser.screenshot().write(to: URL(fileURLWithPath: file))
+    }
     usleep(UInt32(0.2 * 1_000_000))
 
     let samples = try daemon.played(channel: 0)

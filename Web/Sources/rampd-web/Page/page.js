@@ -1,7 +1,8 @@
 // rampd's page: speaks rampd's protocol (PROTOCOL.md) over rampd-web's WebSocket (/live).
 // Every fader move is a `set` with a duration (an implicit ramp, never a jump); the buttons are
 // `resume`, `pause`, `stop`, `fade-in`, `fade-out` and a duck made of two `fade`s; meters show
-// the audible values that `observe` reports; the log shows what `subscribe` sends.
+// the signal levels that `observe` reports (`*.level.peak`, `*.level.momentary`: what is heard),
+// beside the gain; the log shows what `subscribe` sends.
 "use strict";
 
 const FLOOR_DB = -60; // the fader's bottom above silence; position 0 is silence
@@ -172,7 +173,10 @@ function showSchedules(scheduled) {
 // ---- Strips: a fader, a meter and buttons for the master and each stream ------------------------
 
 function stripState(element, key, stream) {
-  return { element, key, stream, gain: 1, transport: 1, dragging: false, lastSent: 0, timer: null, ducked: null };
+  return {
+    element, key, stream, gain: 1, transport: 1, peak: null, momentary: null, dragging: false, lastSent: 0, timer: null,
+    ducked: null,
+  };
 }
 
 function addStrip(stream) {
@@ -201,8 +205,11 @@ function removeStrip(key) {
 
 function observe(key) {
   act({ cmd: "observe", key: `${key}.gain`, rate: OBSERVE_RATE });
-  // The transport level (play, pause, stop ramps) makes the meter show what is heard.
+  // The transport (play, pause, stop ramps) times the gain is the gain heard.
   if (key !== "master") request({ cmd: "observe", key: `${key}.transport`, rate: OBSERVE_RATE }).catch(() => {});
+  for (const reading of ["peak", "momentary"]) {
+    request({ cmd: "observe", key: `${key}.level.${reading}`, rate: OBSERVE_RATE }).catch(() => {});
+  }
 }
 
 function showModel(key, gain) {
@@ -212,12 +219,22 @@ function showModel(key, gain) {
   $(".gain", strip.element).textContent = dbText(gain);
 }
 
+// rampd reports silence as -150.
+function levelText(value, unit) {
+  if (value === null) return `– ${unit}`;
+  if (value <= -150) return `−∞ ${unit}`;
+  return (value < -0.05 ? "−" : "") + Math.abs(value).toFixed(1) + ` ${unit}`;
+}
+
 function showLevel(strip) {
-  const level = strip.gain * strip.transport;
-  const position = positionFromGain(level);
+  // The bar is the peak over the fader's scale: FLOOR_DB … 0 dBFS.
+  const peak = strip.peak ?? -150;
+  const position = Math.max(0, Math.min(100, ((peak - FLOOR_DB) / -FLOOR_DB) * 100));
   $(".bar", strip.element).style.width = `${position}%`;
-  $(".level", strip.element).textContent = dbText(level);
-  strip.element.dataset.level = level.toFixed(6);
+  $(".level", strip.element).textContent = `${levelText(strip.peak, "dBFS")} · ${levelText(strip.momentary, "LUFS")}`;
+  if (strip.peak !== null) strip.element.dataset.peak = strip.peak.toFixed(2);
+  if (strip.momentary !== null) strip.element.dataset.momentary = strip.momentary.toFixed(2);
+  strip.element.dataset.gain = (strip.gain * strip.transport).toFixed(6);
 }
 
 function wire(strip) {
@@ -292,10 +309,10 @@ async function buttonPressed(strip, action, button) {
 
 function event(line) {
   if (line.event === "value") {
-    const match = /^(master|streams\.[^.]+)\.(gain|transport)$/.exec(line.key);
+    const match = /^(master|streams\.[^.]+)\.(gain|transport|level\.peak|level\.momentary)$/.exec(line.key);
     const strip = match && strips.get(match[1]);
     if (strip) {
-      strip[match[2]] = line.value;
+      strip[match[2].replace("level.", "")] = line.value;
       showLevel(strip);
     }
     return;

@@ -1,0 +1,89 @@
+import CEbur128
+import Foundation
+import RampAudio
+import RampProtocol
+import Testing
+
+@testable import RampTestSupport
+
+/// `observe streams.<id>.level.*` and `master.level.*` on the real daemon, checked against the
+/// recording of what it played.
+@Suite struct ObservedLevelTests {
+  /// libebur128's momentary loudness (EBUR128_MODE_M) of the 400 ms of stereo `samples` before
+  /// frame `end`, its filters run over the second before.
+  static func momentary(_ samples: [Float], end: Int) throws -> Double {
+    let state = try #require(ebur128_init(2, 48_000, Int32(EBUR128_MODE_M.rawValue)))
+    var handle: UnsafeMutablePointer<ebur128_state>? = state
+    defer { ebur128_destroy(&handle) }
+    let start = max(end - 67_200, 0)
+    _ = samples[(2 * start)..<(2 * end)].withUnsafeBufferPointer {
+      ebur128_add_frames_float(state, $0.baseAddress, end - start)
+    }
+    var loudness = 0.0
+    _ = ebur128_loudness_momentary(state, &loudness)
+    return loudness
+  }
+
+  /// The highest |sample| of the 400 ms of stereo `samples` before frame `end`, dBFS.
+  static func peak(_ samples: [Float], end: Int) -> Double {
+    let window = samples[(2 * max(end - 19_200, 0))..<(2 * end)]
+    return 20 * log10(Double(window.map { abs($0) }.max() ?? 0))
+  }
+
+  /// A −20 dBFS sine (1 kHz, so samples fall on its crests): every observed peak and momentary
+  /// loudness is the recording's over the 400 ms before the sample the value names (the meter
+  /// moves in 10 ms steps: within what the window 10 ms earlier or at that sample reads, ± 0.1 dB,
+  /// ± 0.2 LU), −20 dB before the fade; the fade of `streams.tone.gain` to −20 dB shows in the
+  /// level, which ends at −40 dB.
+  @Test func observedLevelsAreTheRecordings() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let path = "\(daemon.directory)/sine.wav"
+    let writer = try SoundFileWriter(path: path, sampleRate: 48_000, channels: 2, encoding: .float)
+    let sine = (0..<(48_000 * 3)).flatMap { frame -> [Float] in
+      let value = 0.1 * Float(sin(2 * Double.pi * 1000 * Double(frame) / 48_000))
+      return [value, value]
+    }
+    try sine.withUnsafeBufferPointer { try writer.write($0.baseAddress!, frames: sine.count / 2) }
+    try writer.close()
+    let keys = [
+      "streams.tone.level.peak", "streams.tone.level.momentary", "master.level.peak", "master.level.momentary",
+    ]
+    for key in keys { #expect(try client.request(["cmd": "observe", "key": .string(key), "rate": 50]).isOK) }
+    #expect(try client.request(["cmd": "play", "path": .string(path), "stream": "tone"]).isOK)
+    usleep(1_000_000)
+    #expect(try client.request(["cmd": "fade", "key": "streams.tone.gain", "to": 0.1, "duration": 0.5]).isOK)
+    usleep(1_200_000)
+    #expect(try client.request(["cmd": "unobserve"]).isOK)
+    daemon.stop()
+    let played = try daemon.played()
+    let values = client.events.filter { $0["event"] == "value" }
+    var checked = 0
+    var peaks: [(sample: Int, value: Double)] = []
+    for value in values {
+      let key = try #require(value["key"]?.stringValue)
+      let sample = try #require(value["sample"]?.int)
+      let observed = try #require(value["value"]?.numberValue)
+      if key == "streams.tone.level.peak" { peaks.append((sample, observed)) }
+      // Values are sent when they change: a steady level is one value.
+      guard sample >= 19_200 + 480, sample <= played.count / 2 else { continue }
+      if key.hasSuffix(".peak") {
+        let bounds = [Self.peak(played, end: sample - 480), Self.peak(played, end: sample)]
+        #expect(
+          observed >= bounds.min()! - 0.1 && observed <= bounds.max()! + 0.1,
+          "\(key) at \(sample): \(observed) dB, the recording \(bounds)")
+      } else {
+        let bounds = [try Self.momentary(played, end: sample - 480), try Self.momentary(played, end: sample)]
+        #expect(
+          observed >= bounds.min()! - 0.2 && observed <= bounds.max()! + 0.2,
+          "\(key) at \(sample): \(observed) LUFS, libebur128 on the recording \(bounds)")
+      }
+      checked += 1
+    }
+    #expect(checked >= 20, "\(checked) values checked of \(values.count)")
+    let after = try #require(peaks.last, "no peak observed")
+    #expect(peaks.contains { abs($0.value - -20) <= 0.1 }, "never -20 dB before the fade: \(peaks)")
+    #expect(abs(after.value - -40) <= 0.1, "after the fade: \(after)")
+    #expect(peaks.contains { $0.value < -22 && $0.value > -38 }, "no level during the fade: \(peaks)")
+  }
+}
