@@ -88,10 +88,7 @@ import Testing
   /// A stream that pauses reads silence once its level's window has passed: the meter is fed the
   /// silence it adds to the mix, not left on its last sound.
   @Test func aPausedStreamFallsToTheFloor() throws {
-    let directory = try temporaryDirectory()
-    let path = directory.appendingPathComponent("sine.wav").path
-    try writeSignal(path, frames: Self.rate * 4) { frame, _ in Self.sine(frame) }
-    let player = try Player(sink: Recorder(), rate: Self.rate, channels: 2, blockFrames: 480)
+    let (player, path) = try Self.offlinePlayerAndSine()
     defer { player.finishOffline() }
     let peak = player.publish("streams.tone.level.peak")
     let momentary = player.publish("streams.tone.level.momentary")
@@ -107,10 +104,7 @@ import Testing
   /// (its momentary loudness climbs as the window fills) and reads the stream's level once its
   /// 400 ms have passed.
   @Test func levelsObservedLaterStartFromSilence() throws {
-    let directory = try temporaryDirectory()
-    let path = directory.appendingPathComponent("sine.wav").path
-    try writeSignal(path, frames: Self.rate * 4) { frame, _ in Self.sine(frame) }
-    let player = try Player(sink: Recorder(), rate: Self.rate, channels: 2, blockFrames: 480)
+    let (player, path) = try Self.offlinePlayerAndSine()
     defer { player.finishOffline() }
     try player.play(path, id: "tone")
     for _ in 0..<50 { try player.renderOffline() }
@@ -131,6 +125,13 @@ import Testing
     try player.renderOffline()
     try player.renderOffline()
     #expect(player.inspectOffline { !$0.metersLevels }, "metering after the last level went")
+  }
+
+  /// An offline player in blocks of 480 frames, and a four-second sine file for it to play.
+  static func offlinePlayerAndSine(test: String = #function) throws -> (Player, String) {
+    let path = try temporaryDirectory(test).appendingPathComponent("sine.wav").path
+    try writeSignal(path, frames: Self.rate * 4) { frame, _ in Self.sine(frame) }
+    return (try Player(sink: Recorder(), rate: Self.rate, channels: 2, blockFrames: 480), path)
   }
 
   /// Metering and publishing levels allocate and free nothing on the render thread: two streams
