@@ -178,58 +178,17 @@ extension RenderLoop {
   /// starts again once it holds two blocks (`AlsaPCMOutput.stopForIdle`), its first sample
   /// being silence or the command's ramp: no click. Allocation-free.
   func idleIfNothingToRender(_ buffers: RenderBuffers) {
-    guard let device else {
+    guard self.device != nil else {
       idleWithoutDevice()
       return
     }
-    // The configured device, once it opened after start, plays until it is known to play
-    // (`waiting` ends), so it is not let go of untried.
-    guard device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
-      nothingToRender
-    else {
-      silentBlocksWritten = 0
-      return
-    }
-    let nanosecondsPerFrame = 1e9 / Double(output.rate)
-    // A device of an audio server is let go of while idle: a stream that is merely stopped keeps
-    // the server's graph running (and waking) for nothing.
-    let releases = device.releasesWhenIdle
-    // How long before a scheduled command the device must run again (opened again first if it
-    // is let go of while idle).
-    let lead =
-      Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
-      + (releases ? reopenNanoseconds : 0)
-    if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
-      return
-    }
-    // The device stops a period before it would run dry, cutting the last block written. Two
-    // blocks of silence are written first, so what it cuts is silence with a block to spare: the
-    // end of a stream before them is heard whole even when the heard clock is a little early.
-    var index = 0
-    while index < buffers.frames * buffers.channels {
-      if buffers.mix[index] != 0 {
-        silentBlocksWritten = 0
-        return
-      }
-      index += 1
-    }
-    silentBlocksWritten += 1
-    guard silentBlocksWritten >= 2 else { return }
-    // Pairs with `perform`: either it sees `idling` and rings, or the command is seen here.
-    link.idling.store(true, ordering: .sequentiallyConsistent)
+    // No local holds the device from here on: one that lasted through the sleep below would
+    // keep the recovery thread from freeing a device let go of while idle (it waits for the
+    // last reference, `LastReferenceKeeper`), and waking every 10 ms to look again.
+    guard let stopped = stopDeviceForIdle(buffers) else { return }
     defer { link.idling.store(false, ordering: .sequentiallyConsistent) }
-    guard link.commands.isEmpty else { return }
-    let now = monotonicNanoseconds()
-    // When the last sample written is heard; the device stops a period before.
-    let lastHeard =
-      heardClock.known
-      ? heardClock.nanoseconds(of: state.engine.now) : now + Int64(Double(device.delayFrames) * nanosecondsPerFrame)
-    let period = Int64(Double(output.periodFrames) * nanosecondsPerFrame)
-    guard sleepIdle(until: lastHeard - period) else { return }
-    device.stopForIdle()
-    heardClock.restart()
-    // The recovery thread closes it, and opens it again when asked (`reopenParked`).
-    if releases { handOver(device, to: link.parkedDevices) }
+    let (releases, lead, lastHeard) = (stopped.releases, stopped.lead, stopped.lastHeard)
+    let nanosecondsPerFrame = 1e9 / Double(output.rate)
     link.stoppedIdle.store(true, ordering: .relaxed)
     defer { link.stoppedIdle.store(false, ordering: .relaxed) }
     let deadline = scheduled.firstSample.map { first in
@@ -271,6 +230,74 @@ extension RenderLoop {
     // A timed start says nothing of the latency of a command's wake-up.
     resumed = timed ? nil : (wake, state.engine.now)
     batchStart = nil
+  }
+
+  /// What `stopDeviceForIdle` leaves for the idle spell.
+  struct IdleStop {
+    /// The device was let go of, to be opened again on waking.
+    var releases: Bool
+    /// How long before a scheduled command the device must run again, in nanoseconds.
+    var lead: Int64
+    /// When the last sample written is heard.
+    var lastHeard: Int64
+  }
+
+  /// Once two blocks of silence are written and no command waits: lets the device play what it
+  /// holds, stops it, and (a device of an audio server) hands it to the recovery thread to be
+  /// closed. Nil when the idle spell does not begin; otherwise `link.idling` is left true, for
+  /// the caller to clear when the spell ends.
+  private func stopDeviceForIdle(_ buffers: RenderBuffers) -> IdleStop? {
+    guard let device else { return nil }
+    // The configured device, once it opened after start, plays until it is known to play
+    // (`waiting` ends), so it is not let go of untried.
+    guard device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
+      nothingToRender
+    else {
+      silentBlocksWritten = 0
+      return nil
+    }
+    let nanosecondsPerFrame = 1e9 / Double(output.rate)
+    // A device of an audio server is let go of while idle: a stream that is merely stopped keeps
+    // the server's graph running (and waking) for nothing.
+    let releases = device.releasesWhenIdle
+    // How long before a scheduled command the device must run again (opened again first if it
+    // is let go of while idle).
+    let lead =
+      Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
+      + (releases ? reopenNanoseconds : 0)
+    if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
+      return nil
+    }
+    // The device stops a period before it would run dry, cutting the last block written. Two
+    // blocks of silence are written first, so what it cuts is silence with a block to spare: the
+    // end of a stream before them is heard whole even when the heard clock is a little early.
+    var index = 0
+    while index < buffers.frames * buffers.channels {
+      if buffers.mix[index] != 0 {
+        silentBlocksWritten = 0
+        return nil
+      }
+      index += 1
+    }
+    silentBlocksWritten += 1
+    guard silentBlocksWritten >= 2 else { return nil }
+    // Pairs with `perform`: either it sees `idling` and rings, or the command is seen here.
+    link.idling.store(true, ordering: .sequentiallyConsistent)
+    let now = monotonicNanoseconds()
+    // When the last sample written is heard; the device stops a period before.
+    let lastHeard =
+      heardClock.known
+      ? heardClock.nanoseconds(of: state.engine.now) : now + Int64(Double(device.delayFrames) * nanosecondsPerFrame)
+    let period = Int64(Double(output.periodFrames) * nanosecondsPerFrame)
+    guard link.commands.isEmpty, sleepIdle(until: lastHeard - period) else {
+      link.idling.store(false, ordering: .sequentiallyConsistent)
+      return nil
+    }
+    device.stopForIdle()
+    heardClock.restart()
+    // The recovery thread closes it, and opens it again when asked (`reopenParked`).
+    if releases { handOver(device, to: link.parkedDevices) }
+    return IdleStop(releases: releases, lead: lead, lastHeard: lastHeard)
   }
 
   /// With no device (lost, waited for without an embedded output, or not opened again after an

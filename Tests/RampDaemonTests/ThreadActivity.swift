@@ -45,6 +45,19 @@ func voluntarySwitches(pid: pid_t) throws -> Int {
   }
 }
 
+/// The same for each thread of process `pid`, by name and id (`rampd-recovery/1234`).
+func voluntarySwitchesByThread(pid: pid_t) -> [String: Int] {
+  let tasks = "/proc/\(pid)/task"
+  var counts: [String: Int] = [:]
+  for task in (try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? [] {
+    guard let comm = try? String(contentsOfFile: "\(tasks)/\(task)/comm", encoding: .utf8),
+      let count = try? switchCount(in: "\(tasks)/\(task)/status")
+    else { continue }
+    counts["\(comm.trimmingCharacters(in: .whitespacesAndNewlines))/\(task)"] = count
+  }
+  return counts
+}
+
 private func switchCount(in statusFile: String) throws -> Int {
   let status = try String(contentsOfFile: statusFile, encoding: .utf8)
   guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
