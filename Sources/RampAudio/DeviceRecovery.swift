@@ -102,7 +102,11 @@ struct DeviceRecovery: Sendable {
     while link.running.load(ordering: .acquiring) {
       // What the render thread let go of is freed here, once it no longer holds it.
       while let retired = link.retired.pop() {
-        if case .object(let object) = retired { handedOver.keep(object) }
+        switch retired {
+        case .object(let object): handedOver.keep(object)
+        // The render thread holds a command it ran until it takes the next one.
+        case .command(let command): if case .command(let prepared) = command.work { handedOver.keep(prepared) }
+        }
       }
       handedOver.releaseUnshared()
       let waiting = link.waiting.load(ordering: .acquiring)

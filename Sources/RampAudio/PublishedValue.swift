@@ -37,12 +37,8 @@ public final class PublishedValue: @unchecked Sendable {
   private static let slotCount = 32
   /// The key path's property as the render thread last looked it up (render thread only).
   var handle: PropertyHandle?
-
-  init(keyPath: String) {
-    self.keyPath = keyPath
-    slots = (0..<Self.slotCount).map { _ in Slot() }
-    bell = nil
-  }
+  /// Between `Player.publish` and `Player.unpublish`.
+  let isPublished = Atomic<Bool>(false)
 
   init(keyPath: String, wakesOnChange: Bool) {
     self.keyPath = keyPath

@@ -215,7 +215,7 @@ extension RenderLoop {
     }
     silentBlocksWritten += 1
     guard silentBlocksWritten >= 2 else { return }
-    // Pairs with `perform`: either it sees `idling` and rings, or the command is seen here.
+    // Pairs with `Player.push`: either it sees `idling` and rings, or the command is seen here.
     link.idling.store(true, ordering: .sequentiallyConsistent)
     defer { link.idling.store(false, ordering: .sequentiallyConsistent) }
     guard link.commands.isEmpty else { return }

@@ -42,8 +42,6 @@ final class RenderLoop: @unchecked Sendable {
   var publishedHandlesStale = true
   /// Commands waiting for their sample, soonest first.
   var scheduled: CommandSchedule
-  /// Something was retired in this block: the loop rings the recovery thread once.
-  var retiredInBlock = false
   /// Blocks of silence written in a row while nothing is left to render (`idleIfNothingToRender`).
   var silentBlocksWritten = 0
   /// `configuration.reopenAfter` in frames (nil: never), the fallback's, and the frames written to
@@ -246,11 +244,7 @@ final class RenderLoop: @unchecked Sendable {
 
   /// Hands `object` to the recovery thread, which frees it. Only a full queue (thousands retired
   /// in one block) lets go of it here.
-  func retire(_ object: Retired) {
-    _ = link.retired.push(object)
-    retiredInBlock = true
-    state.irreversible &+= 1
-  }
+  func retire(_ object: Retired) { state.retire(object) }
 
   /// True while a stream's ring holds less than a block (tests pace themselves with it).
   func streamsBehind(frames: Int) -> Bool {
@@ -281,8 +275,8 @@ final class RenderLoop: @unchecked Sendable {
 
   /// Rings the doorbell once if anything was posted since the last time.
   func flushEvents() {
-    if retiredInBlock {
-      retiredInBlock = false
+    if state.retiredInBlock {
+      state.retiredInBlock = false
       link.recoveryBell.ring()
     }
     state.announceLostEvents()
