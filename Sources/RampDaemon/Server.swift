@@ -665,8 +665,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
       return Reply.failure(id: id, error: Self.refusal(error))
     }
     let observer = Observer(published: published, rate: rate)
-    // A rate of 1e-300 Hz is allowed (above 0) and means never: capped, as the conversion traps.
-    let interval = TimeAmount.nanoseconds(Int64(min(1e9 / rate, 1e18)))
+    let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
     observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
       [weak self, observer] _ in
       self?.report(observer)
