@@ -235,6 +235,9 @@ final class RenderLoop: @unchecked Sendable {
     case .command(let prepared): prepared.commit(state)
     case .closure(let body): body(state)
     }
+    // What it ended is reported now, so the next command finds the engine's room to report
+    // what it ends (`completionCapacity`) empty again.
+    drainCompletions()
     publishedHandlesStale = true
     retire(.command(command))
     // A query changed nothing that rendering again from an earlier sample would undo or post
@@ -311,7 +314,10 @@ final class RenderLoop: @unchecked Sendable {
     let now = state.engine.now
     var taken = 0
     var rewound = false
-    while taken < Player.commandsPerBlock, link.events.freeSlots > link.eventReserve, let command = link.commands.pop()
+    // Half the retired queue is kept free too: what the commands end goes there, and a full
+    // queue would let go of it here.
+    while taken < Player.commandsPerBlock, link.events.freeSlots > link.eventReserve,
+      link.retired.freeSlots > link.retired.capacity / 2, let command = link.commands.pop()
     {
       taken += 1
       guard let sample = command.sample, sample > now else {
