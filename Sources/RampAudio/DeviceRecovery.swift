@@ -224,6 +224,14 @@ struct DeviceRecovery: Sendable {
         link.recoveryBell.wait(milliseconds: milliseconds)
       }
     }
+    // At shutdown the render thread may still hold what it handed over (a device parked while
+    // it slept idle, until it wakes): what is kept here goes only once it has finished, so the
+    // last reference is never the render thread's.
+    while link.renderThread.load(ordering: .acquiring) != 0 && !link.finished.load(ordering: .acquiring) {
+      usleep(1_000)
+    }
+    handedOver.releaseUnshared()
+    withExtendedLifetime(handedOver) {}
   }
 
   /// The longest wait between attempts to open a configured device that is waited for, when

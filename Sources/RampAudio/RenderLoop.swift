@@ -125,7 +125,7 @@ final class RenderLoop: @unchecked Sendable {
   /// The render thread's body, from `Player.start` until `running` goes false.
   func run() {
     nameThisThread("rampd-render")
-    rampd_alsa_quiet_on_this_thread()
+    AlsaMessages.quietOnThisThread()
     flushSubnormalsOnThisThread()
     raisePriority()
     link.renderThread.store(currentThreadID(), ordering: .releasing)
@@ -299,7 +299,12 @@ final class RenderLoop: @unchecked Sendable {
     while index < state.published.count {
       let published = state.published[index]
       index += 1
-      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
+      if lookUp {
+        let handle = engine.handleIfDefined(published.keyPath)
+        // A property undefined since (its stream gone) may be held by this handle alone.
+        if let old = published.handle, handle.map({ $0.isSame(as: old) }) != true { state.retire(old.object) }
+        published.handle = handle
+      }
       var value = Double.nan
       if let handle = published.handle {
         engine.render(handle, start: engine.now, count: 1, into: &value)

@@ -19,6 +19,13 @@ public final class Property: @unchecked Sendable {
 public struct PropertyHandle: @unchecked Sendable {
   let property: Property
   public var keyPath: String { property.keyPath }
+
+  /// Whether both name the same property (not merely the same key path).
+  public func isSame(as other: PropertyHandle) -> Bool { property === other.property }
+
+  /// The property itself, for a render thread to hand off when it lets go of the last handle (an
+  /// undefined property is freed with it).
+  public var object: AnyObject { property }
 }
 
 /// Core Animation's model, rebuilt for audio: a tree of float properties addressed by key

@@ -127,6 +127,39 @@ import Testing
     #expect(count.allocated == 0 && count.freed == 0, "\(count.allocated) allocations, \(count.freed) frees")
   }
 
+  /// A value published for a stream's gain outlives the stream: once it has left, the property
+  /// the value's handle still held goes to the recovery thread's queue with the next lookup, and
+  /// is not freed on the render thread.
+  @Test func aPublishedValueLetsGoOfAStreamsPropertyOffTheRenderThread() throws {
+    let player = try player()
+    let path = try temporaryDirectory().appendingPathComponent("short.wav").path
+    try writeSignal(path, frames: 2_400) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    let buffers = RenderBuffers(frames: player.output.periodFrames, channels: player.output.channels)
+    defer { buffers.deallocate() }
+    let value = try player.publish("streams.s.gain")
+    let count = Count()
+    // The first time fills the runtime's caches.
+    for round in 0..<2 {
+      try player.play(path, id: "s")
+      player.renderer.applyPendingCommands()
+      var blocks = 0
+      while player.state.streamCount > 0 && blocks < 1000 {
+        while player.renderer.streamsBehind(frames: buffers.frames) { usleep(100) }
+        player.renderer.publishValues(due: 0)
+        player.renderer.renderBlock(buffers)
+        player.renderer.finishStreams()
+        blocks += 1
+      }
+      #expect(player.state.streamCount == 0 && value.latest.value == 1)
+      player.link.reapRetired()
+      count.enabled = round > 0
+      count.counting { player.renderer.publishValues(due: 0) }
+      #expect(value.latest.value.isNaN)
+      player.link.reapRetired()
+    }
+    #expect(count.allocated == 0 && count.freed == 0, "\(count.allocated) allocations, \(count.freed) frees")
+  }
+
   final class Weak {
     weak var object: AnyObject?
     init(_ object: AnyObject) { self.object = object }
