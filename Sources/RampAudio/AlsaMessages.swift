@@ -16,6 +16,12 @@ public enum AlsaMessages {
     _ = rampd_alsa_route_errors(handler == nil ? nil : deliver)
   }
 
+  /// Drops alsa-lib's messages on the calling thread (the render thread, where putting one in
+  /// words would allocate and lock). Set from this file, whose handler `route` installs: the flag
+  /// is a thread-local in CALSA's header, and each object file that uses it has its own copy (a
+  /// debug build compiles each Swift file apart), so one set elsewhere is not the one it reads.
+  static func quietOnThisThread() { rampd_alsa_quiet_on_this_thread() }
+
   private static let deliver: @convention(c) (UnsafePointer<CChar>?) -> Void = { message in
     guard let message else { return }
     let text = String(cString: message)

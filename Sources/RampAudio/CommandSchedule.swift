@@ -20,7 +20,8 @@ struct CommandSchedule {
   var count: Int { heap.count }
   var capacity: Int { heap.capacity }
   /// The soonest command's sample.
-  var firstSample: Int64? { heap.first?.sample }
+  // Not `heap.first`: unspecialised in a debug build, it boxes the entry (an allocation).
+  var firstSample: Int64? { heap.isEmpty ? nil : heap[0].sample }
 
   /// Adds `command` for `sample`. Within the capacity reserved, it never allocates.
   mutating func insert(_ command: PlayerCommand, at sample: Int64) {
@@ -30,14 +31,14 @@ struct CommandSchedule {
     while child > 0 {
       let parent = (child - 1) / 2
       guard heap[child].precedes(heap[parent]) else { break }
-      heap.swapAt(child, parent)
+      swap(child, parent)
       child = parent
     }
   }
 
   /// Takes the soonest command.
   mutating func removeFirst() -> PlayerCommand {
-    heap.swapAt(0, heap.count - 1)
+    swap(0, heap.count - 1)
     let first = heap.removeLast()
     var parent = 0
     while true {
@@ -46,11 +47,19 @@ struct CommandSchedule {
       let right = left + 1
       let soonest = right < heap.count && heap[right].precedes(heap[left]) ? right : left
       guard heap[soonest].precedes(heap[parent]) else { break }
-      heap.swapAt(parent, soonest)
+      swap(parent, soonest)
       parent = soonest
     }
     return first.command
   }
 
   mutating func removeAll() { heap.removeAll(keepingCapacity: true) }
+
+  /// Not `swapAt`: unspecialised in a debug build, it boxes an entry (an allocation and a free).
+  private mutating func swap(_ first: Int, _ second: Int) {
+    guard first != second else { return }
+    let entry = heap[first]
+    heap[first] = heap[second]
+    heap[second] = entry
+  }
 }

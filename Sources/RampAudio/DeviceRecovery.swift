@@ -102,7 +102,11 @@ struct DeviceRecovery: Sendable {
     while link.running.load(ordering: .acquiring) {
       // What the render thread let go of is freed here, once it no longer holds it.
       while let retired = link.retired.pop() {
-        if case .object(let object) = retired { handedOver.keep(object) }
+        switch retired {
+        case .object(let object): handedOver.keep(object)
+        // The render thread holds a command it ran until it takes the next one.
+        case .command(let command): if case .command(let prepared) = command.work { handedOver.keep(prepared) }
+        }
       }
       handedOver.releaseUnshared()
       let waiting = link.waiting.load(ordering: .acquiring)
@@ -220,6 +224,14 @@ struct DeviceRecovery: Sendable {
         link.recoveryBell.wait(milliseconds: milliseconds)
       }
     }
+    // At shutdown the render thread may still hold what it handed over (a device parked while
+    // it slept idle, until it wakes): what is kept here goes only once it has finished, so the
+    // last reference is never the render thread's.
+    while link.renderThread.load(ordering: .acquiring) != 0 && !link.finished.load(ordering: .acquiring) {
+      usleep(1_000)
+    }
+    handedOver.releaseUnshared()
+    withExtendedLifetime(handedOver) {}
   }
 
   /// The longest wait between attempts to open a configured device that is waited for, when

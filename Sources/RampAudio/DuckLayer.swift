@@ -186,6 +186,9 @@ public final class DuckLayer {
 
   public func contains(_ name: String) -> Bool { index(of: name) != nil }
 
+  /// Rule `name` (not removed), for tests.
+  func rule(named name: String) -> DuckState? { index(of: name).map { rules[$0] } }
+
   /// The rule named `name` (not removed). An index loop: a generic search allocates its iterator
   /// in a debug build.
   private func index(of name: String) -> Int? {

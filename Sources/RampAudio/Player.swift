@@ -19,8 +19,8 @@ import Synchronization
 /// Commands run on the render thread between blocks (the engine belongs to that thread); a
 /// command scheduled for a sample splits the block there, so it lands on that exact sample. The
 /// block rendering itself does not allocate, lock or log, nor does committing a command prepared
-/// off the render thread (`RenderCommand`: `prepare`, `prepareTransport`, a daemon's ticket);
-/// a closure given to `perform` runs as it is.
+/// off the render thread (`RenderCommand`: `prepare`, `prepareTransport`, the setup commands of
+/// SetupCommands.swift, a daemon's ticket), the only kind rampd submits.
 ///
 /// A stream whose decoder falls behind ramps out over the audio it has left (at the declick
 /// ramp's pace) rather than cut to silence, holds its place silent until its ring has refilled,
@@ -48,8 +48,8 @@ public final class Player: Sendable {
   public let declick: Double
   /// The declick ramp in frames: also how an underrun ramps out and back in.
   let declickFrames: Int
-  /// The render state: prepared commands and closures given to `perform` get it on the render
-  /// thread; off it, only what was made to be shared (the engine's property preparation).
+  /// The render state: prepared commands (and tests' closures) get it on the render thread; off
+  /// it, only what was made to be shared (the engine's property preparation).
   let state: RenderState
   let link: RenderLink
   /// The render side: the render thread's, once started.
@@ -58,6 +58,8 @@ public final class Player: Sendable {
   let rewindHistory: RewindHistory
   /// Between `start` and `shutdown`: the render and recovery threads run.
   private let started = Atomic<Bool>(false)
+  /// Values published or on their way to be (`publish`), held to `publishedCapacity`.
+  private let publishedCount = Atomic<Int>(0)
   public static let maximumScheduled = 4096
   /// Streams the render thread has room for without growing its tables: the most
   /// `limits.streams` allows.
@@ -232,7 +234,8 @@ public final class Player: Sendable {
       sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64),
       maxAnimationsPerKeyPath: animationsPerKeyPath, propertyCapacity: Self.propertyCapacity)
     state = try RenderState(
-      engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: link.events)
+      engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: link.events,
+      retired: link.retired)
     renderer = RenderLoop(
       link: link, state: state, device: device, sink: sink, output: negotiated, configuration: configuration,
       fallback: fallback, waiting: waiting, declickFrames: declickFrames, rewindHistory: rewindHistory,
@@ -278,15 +281,22 @@ public final class Player: Sendable {
   /// `wake` false leaves a render thread that waits for the clock asleep: the command still lands
   /// on the next block's first sample, but whoever waits for its outcome waits for that block (on
   /// a device that rewinds the render thread is woken anyway: the command is then heard now).
+  ///
+  /// For tests only: a closure may allocate or free on the render thread, which rampd's own
+  /// commands never do (they are prepared, and submitted with `submit`).
   @discardableResult
-  public func perform(
+  func perform(
     at sample: Int64? = nil, wake: Bool = true, _ body: @escaping @Sendable (RenderState) -> Void
   ) -> Bool {
     push(PlayerCommand(sample: sample, work: .closure(body)), wake: wake)
   }
 
-  /// Commits `command` on the render thread, as `perform` runs a closure. False when the queue is
-  /// full.
+  /// Commits `command` on the render thread: at output sample `sample` exactly (the block is
+  /// split there), or before the next block when nil or already past. False when the queue is
+  /// full. `wake` false leaves a render thread that waits for the clock asleep: the command still
+  /// lands on the next block's first sample, but whoever waits for its outcome waits for that
+  /// block (on a device that rewinds the render thread is woken anyway: the command is then heard
+  /// now).
   @discardableResult
   public func submit(_ command: any RenderCommand, at sample: Int64? = nil, wake: Bool = true) -> Bool {
     push(PlayerCommand(sample: sample, work: .command(command)), wake: wake)
@@ -307,25 +317,56 @@ public final class Player: Sendable {
     return accepted
   }
 
-  /// Starts publishing `keyPath`'s presentation value at every block (NaN while it does not exist).
-  public func publish(_ keyPath: String) -> PublishedValue {
-    let value = PublishedValue(keyPath: keyPath)
-    perform { state in state.published.append(value) }
-    return value
+  /// Values published at once, at most: room for them is reserved, so publishing one never grows
+  /// the render thread's list. Enough for 1024 observations (`[limits]` clients × observers per
+  /// client, by default 64 × 16), every mixer binding and the service's status line.
+  public static let publishedCapacity = 1024 + mixerCapacity + 1
+
+  /// Why a value was not published.
+  public enum PublishRefusal: Error, Equatable {
+    /// `publishedCapacity` values are published.
+    case full
+    /// The render thread's command queue is full: try again.
+    case queueFull
   }
 
-  /// The same, for a reader that sleeps in `PublishedValue.waitForChange` while the value holds
-  /// still.
-  public func publish(_ keyPath: String, wakesOnChange: Bool) -> PublishedValue {
+  /// Starts publishing `keyPath`'s presentation value at every block (NaN while it does not
+  /// exist); with `wakesOnChange`, for a reader that sleeps in `PublishedValue.waitForChange`
+  /// while the value holds still.
+  public func publish(_ keyPath: String, wakesOnChange: Bool = false) throws(PublishRefusal) -> PublishedValue {
     let value = PublishedValue(keyPath: keyPath, wakesOnChange: wakesOnChange)
-    perform { state in state.published.append(value) }
+    let taken = publishedCount.add(1, ordering: .relaxed).newValue
+    guard taken <= Self.publishedCapacity else {
+      publishedCount.subtract(1, ordering: .relaxed)
+      throw .full
+    }
+    guard submit(PreparedPublication(value, adds: true)) else {
+      publishedCount.subtract(1, ordering: .relaxed)
+      throw .queueFull
+    }
+    value.isPublished.store(true, ordering: .relaxed)
     return value
   }
 
-  /// Stops publishing `value`.
+  /// Stops publishing `value`. A full command queue is waited on (it empties by a block's share
+  /// every period) for at most a second, while the render thread runs.
   public func unpublish(_ value: PublishedValue) {
-    perform { state in state.published.removeAll { $0 === value } }
+    guard value.isPublished.exchange(false, ordering: .relaxed) else { return }
+    let command = PreparedPublication(value, adds: false)
+    var waited = 0
+    while !submit(command) {
+      guard waited < 1000, link.running.load(ordering: .acquiring) else {
+        // Left in the list: its slot stays taken.
+        return
+      }
+      usleep(1_000)
+      waited += 1
+    }
+    publishedCount.subtract(1, ordering: .relaxed)
   }
+
+  /// Values published now (the commands that publish them may still wait in the queue).
+  public var publishedValues: Int { publishedCount.load(ordering: .relaxed) }
 
   /// The next event from the render thread, if any.
   public func nextEvent() -> PlayerEvent? { link.events.pop() }
@@ -410,6 +451,20 @@ public final class Player: Sendable {
     DuckState(rule, sampleRate: Double(output.rate), channels: output.channels, maxFrames: state.ducks.maxFrames)
   }
 
+  /// The same, as a command that adds it.
+  public func prepareDuckAddition(_ rule: DuckRule) -> PreparedDuckRule { PreparedDuckRule(prepareDuck(rule)) }
+
+  /// A property to define at `keyPath` on the render thread (unless one is defined there), its
+  /// storage allocated here.
+  public func prepareDefinition(_ keyPath: String, value: Double, range: ClosedRange<Double>) throws(EngineError)
+    -> PreparedDefinition
+  {
+    PreparedDefinition(try state.engine.prepareProperty(keyPath, value: value, range: range))
+  }
+
+  /// Model values to set at once on the render thread (each clamped to its property's range).
+  public func prepareLevels(_ levels: [(keyPath: String, value: Double)]) -> PreparedLevels { PreparedLevels(levels) }
+
   /// Pauses stream `id` (every stream when nil) after a ramp to silence over `fade` seconds (at
   /// least the declick ramp); `resume` ramps back.
   public func pause(_ id: String?, fade: Double = 0, curve: TimingFunction = .linear, at sample: Int64? = nil) {
@@ -426,8 +481,9 @@ public final class Player: Sendable {
     submit(prepareTransport(.stop, id, fade: fade, curve: curve), at: sample)
   }
 
-  /// Moves stream `id` to `seconds` into its file: a ramp to silence, the jump, a ramp back.
-  public func seek(_ id: String, to seconds: Double, at sample: Int64? = nil) {
+  /// Moves stream `id` to `seconds` into its file: a ramp to silence, the jump, a ramp back. For
+  /// tests (the daemon seeks in its own commands, with `seek(_:to:in:)`).
+  func seek(_ id: String, to seconds: Double, at sample: Int64? = nil) {
     perform(at: sample) { [self] state in _ = seek(id, to: seconds, in: state) }
   }
 

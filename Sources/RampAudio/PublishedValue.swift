@@ -42,13 +42,8 @@ public final class PublishedValue: @unchecked Sendable {
   /// The meter `level` names as the render thread last looked it up (render thread only). Not
   /// retained: it belongs to its stream, and is looked up again once a stream leaves.
   var meter: Unmanaged<SignalLevel>?
-
-  init(keyPath: String) {
-    self.keyPath = keyPath
-    level = LevelKey(keyPath)
-    slots = (0..<Self.slotCount).map { _ in Slot() }
-    bell = nil
-  }
+  /// Between `Player.publish` and `Player.unpublish`.
+  let isPublished = Atomic<Bool>(false)
 
   init(keyPath: String, wakesOnChange: Bool) {
     self.keyPath = keyPath

@@ -10,8 +10,8 @@ enum Retired {
 }
 
 /// A command for the render thread, run between blocks at `sample` (exactly: the block is split
-/// there) or, when nil, before the next block: a prepared command, or a closure (which may
-/// allocate: queries and tests).
+/// there) or, when nil, before the next block: a prepared command, or (in tests only) a closure,
+/// which may allocate.
 struct PlayerCommand {
   let sample: Int64?
   let work: Work
@@ -68,7 +68,7 @@ final class RenderLink: Sendable {
   let eventReserve: Int
   /// Rung by the render thread after posting events; `waitForEvents` sleeps on it.
   let doorbell: DescriptorBell
-  /// The other way: `perform` rings it, so a render thread waiting for the clock wakes to take
+  /// The other way: `submit` rings it, so a render thread waiting for the clock wakes to take
   /// the command at once.
   let commandBell: Bell
   /// Rung when the render thread hands over a dead device (and at shutdown): a recovery thread
@@ -114,7 +114,7 @@ final class RenderLink: Sendable {
   let recoveryFinished = Atomic<Bool>(false)
   /// Which sample is heard when, as the render thread last measured it (`HeardClock`).
   let heard = HeardClock.Shared()
-  /// The render thread sleeps, idle, and listens for commands (`perform` then rings it).
+  /// The render thread sleeps, idle, and listens for commands (`submit` then rings it).
   let idling = Atomic<Bool>(false)
   /// The device is stopped while nothing plays.
   let stoppedIdle = Atomic<Bool>(false)

@@ -148,7 +148,14 @@ extension RenderLoop {
     if metering { state.masterLevel.add(mix, samples: frames * channels) }
     ducks.end(frames: frames) { retire(.object($0)) }
     engine.advance(by: frames)
-    engine.drainCompletions(retiring: { retire(.object($0)) }) { report in state.post(.animationFinished(report)) }
+    drainCompletions()
+  }
+
+  /// Posts the engine's completion reports and hands what ended to the recovery thread.
+  func drainCompletions() {
+    state.engine.drainCompletions(retiring: { retire(.object($0)) }) { report in
+      state.post(.animationFinished(report))
+    }
   }
 
   enum SupplyRamp {

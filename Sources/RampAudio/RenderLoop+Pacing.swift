@@ -281,7 +281,7 @@ extension RenderLoop {
     }
     silentBlocksWritten += 1
     guard silentBlocksWritten >= 2 else { return nil }
-    // Pairs with `perform`: either it sees `idling` and rings, or the command is seen here.
+    // Pairs with `Player.push`: either it sees `idling` and rings, or the command is seen here.
     link.idling.store(true, ordering: .sequentiallyConsistent)
     let now = monotonicNanoseconds()
     // When the last sample written is heard; the device stops a period before.

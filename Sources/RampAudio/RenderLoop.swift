@@ -42,8 +42,6 @@ final class RenderLoop: @unchecked Sendable {
   var publishedHandlesStale = true
   /// Commands waiting for their sample, soonest first.
   var scheduled: CommandSchedule
-  /// Something was retired in this block: the loop rings the recovery thread once.
-  var retiredInBlock = false
   /// Blocks of silence written in a row while nothing is left to render (`idleIfNothingToRender`).
   var silentBlocksWritten = 0
   /// `configuration.reopenAfter` in frames (nil: never), the fallback's, and the frames written to
@@ -127,7 +125,7 @@ final class RenderLoop: @unchecked Sendable {
   /// The render thread's body, from `Player.start` until `running` goes false.
   func run() {
     nameThisThread("rampd-render")
-    rampd_alsa_quiet_on_this_thread()
+    AlsaMessages.quietOnThisThread()
     flushSubnormalsOnThisThread()
     raisePriority()
     link.renderThread.store(currentThreadID(), ordering: .releasing)
@@ -237,6 +235,9 @@ final class RenderLoop: @unchecked Sendable {
     case .command(let prepared): prepared.commit(state)
     case .closure(let body): body(state)
     }
+    // What it ended is reported now, so the next command finds the engine's room to report
+    // what it ends (`completionCapacity`) empty again.
+    drainCompletions()
     publishedHandlesStale = true
     retire(.command(command))
     // A query changed nothing that rendering again from an earlier sample would undo or post
@@ -246,11 +247,7 @@ final class RenderLoop: @unchecked Sendable {
 
   /// Hands `object` to the recovery thread, which frees it. Only a full queue (thousands retired
   /// in one block) lets go of it here.
-  func retire(_ object: Retired) {
-    _ = link.retired.push(object)
-    retiredInBlock = true
-    state.irreversible &+= 1
-  }
+  func retire(_ object: Retired) { state.retire(object) }
 
   /// True while a stream's ring holds less than a block (tests pace themselves with it).
   func streamsBehind(frames: Int) -> Bool {
@@ -281,8 +278,8 @@ final class RenderLoop: @unchecked Sendable {
 
   /// Rings the doorbell once if anything was posted since the last time.
   func flushEvents() {
-    if retiredInBlock {
-      retiredInBlock = false
+    if state.retiredInBlock {
+      state.retiredInBlock = false
       link.recoveryBell.ring()
     }
     state.announceLostEvents()
@@ -316,7 +313,12 @@ final class RenderLoop: @unchecked Sendable {
         published.store(value, sample: engine.now, due: due)
         continue
       }
-      if lookUp { published.handle = engine.handleIfDefined(published.keyPath) }
+      if lookUp {
+        let handle = engine.handleIfDefined(published.keyPath)
+        // A property undefined since (its stream gone) may be held by this handle alone.
+        if let old = published.handle, handle.map({ $0.isSame(as: old) }) != true { state.retire(old.object) }
+        published.handle = handle
+      }
       if let handle = published.handle {
         engine.render(handle, start: engine.now, count: 1, into: &value)
       }
@@ -342,7 +344,10 @@ final class RenderLoop: @unchecked Sendable {
     let now = state.engine.now
     var taken = 0
     var rewound = false
-    while taken < Player.commandsPerBlock, link.events.freeSlots > link.eventReserve, let command = link.commands.pop()
+    // Half the retired queue is kept free too: what the commands end goes there, and a full
+    // queue would let go of it here.
+    while taken < Player.commandsPerBlock, link.events.freeSlots > link.eventReserve,
+      link.retired.freeSlots > link.retired.capacity / 2, let command = link.commands.pop()
     {
       taken += 1
       guard let sample = command.sample, sample > now else {

@@ -10,13 +10,19 @@ public final class RenderState: @unchecked Sendable {
   let master: PropertyHandle
   var streams: [PlayingStream] = []
   let events: SPSCQueue<PlayerEvent>
+  /// What the render thread lets go of, on its way to the recovery thread, which frees it.
+  let retired: SPSCQueue<Retired>
   /// Set when an event was posted in this block, so the loop rings the doorbell once.
   var posted = false
+  /// Set when something was retired in this block, so the loop rings the recovery thread once.
+  var retiredInBlock = false
   /// Counts what cannot be undone by rendering again (an event posted, a command run, something
   /// retired): a rewind goes no further back than its last change (`RewindHistory`).
   var irreversible = 0
   /// Events dropped on a full queue since the last `eventsLost` went out.
   var lostEvents = 0
+  /// The values published at every block (`Player.publish`): room for `Player.publishedCapacity`
+  /// is reserved, and the player refuses to publish more, so adding one never grows it.
   var published: ContiguousArray<PublishedValue> = []
   /// The duck rules, multiplied into their targets in the mix.
   public let ducks: DuckLayer
@@ -33,18 +39,31 @@ public final class RenderState: @unchecked Sendable {
   /// The highest gain a `*.gain` property may take (linear; 1 is 0 dB).
   public let maxGain: Double
 
-  init(engine: AnimationEngine, sampleRate: Int, channels: Int, maxGain: Double, events: SPSCQueue<PlayerEvent>) throws
-  {
+  init(
+    engine: AnimationEngine, sampleRate: Int, channels: Int, maxGain: Double, events: SPSCQueue<PlayerEvent>,
+    retired: SPSCQueue<Retired>
+  ) throws {
     self.engine = engine
     self.sampleRate = sampleRate
     self.channels = channels
     self.events = events
+    self.retired = retired
     master = try engine.define("master.gain", value: 1, range: 0...maxGain)
     self.maxGain = maxGain
     ducks = DuckLayer(sampleRate: Double(sampleRate), channels: channels, maxFrames: engine.maxBlockSize)
     masterLevel = SignalLevel(sampleRate: sampleRate, channels: channels)
     streams.reserveCapacity(Player.streamCapacity)
-    published.reserveCapacity(256)
+    published.reserveCapacity(Player.publishedCapacity)
+  }
+
+  /// Hands `object` to the recovery thread, which frees it once the render thread no longer
+  /// holds it. Only a full queue (thousands retired in one block) lets go of it here.
+  public func retire(_ object: AnyObject) { retire(.object(object)) }
+
+  func retire(_ retired: Retired) {
+    _ = self.retired.push(retired)
+    retiredInBlock = true
+    irreversible &+= 1
   }
 
   public var streamIDs: [String] { streams.map(\.id) }

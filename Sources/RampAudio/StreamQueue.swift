@@ -306,7 +306,12 @@ public final class StreamQueue: @unchecked Sendable {
         reason: voices[index].skipped ? .skipped : .finished
       ))
     voiceCount -= 1
-    voices.swapAt(index, voiceCount)
+    // Not `swapAt`: unspecialised in a debug build, it boxes a voice (an allocation and a free).
+    if index != voiceCount {
+      let voice = voices[index]
+      voices[index] = voices[voiceCount]
+      voices[voiceCount] = voice
+    }
     return decoder
   }
 

@@ -125,7 +125,7 @@ public final class Daemon: @unchecked Sendable {
     server = Server(path: socketPath, controller: controller, logger: logger)
     let server = server
     controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
-    master = notifier.isActive ? player.publish("master.gain") : nil
+    master = notifier.isActive ? try? player.publish("master.gain") : nil
     let store = StateStore(path: statePath, logger: logger)
     restored = store.load()
     let saver = StateSaver(store: store, logger: logger)
@@ -163,11 +163,9 @@ public final class Daemon: @unchecked Sendable {
   public func start(inheritedSocket: CInt? = nil) throws {
     headerKeeper?.start()
     // An animation given no duration takes the implicit transaction's, as in Core Animation.
-    let transaction = configuration.transaction
-    player.perform { state in state.engine.defaultTransaction = transaction }
+    player.submit(PreparedDefaultTransaction(configuration.transaction))
     for rule in configuration.ducks + savedDucks() {
-      let prepared = player.prepareDuck(rule)
-      player.perform { state in _ = state.ducks.add(prepared, now: state.engine.now) }
+      player.submit(player.prepareDuckAddition(rule))
     }
     player.start()
     startMixers()
@@ -217,12 +215,7 @@ public final class Daemon: @unchecked Sendable {
     let keys = controller.persistedKeys
     let values = restored.values.filter { keys.contains($0.key) }
     if !values.isEmpty {
-      player.perform { state in
-        for (key, value) in values {
-          guard let range = try? state.engine.range(key) else { continue }
-          _ = try? state.engine.set(key, to: min(max(value, range.lowerBound), range.upperBound), transaction: .instant)
-        }
-      }
+      player.submit(player.prepareLevels(values.map { (keyPath: $0.key, value: $0.value) }))
     }
     controller.restore(restored.schedules)
     if !values.isEmpty || !restored.schedules.isEmpty {
@@ -293,8 +286,7 @@ public final class Daemon: @unchecked Sendable {
     if old.mixers != new.mixers { restartRequired.append("mixer") }
     if old.ducks != new.ducks { restartRequired.append("duck") }
     controller.live.replace(with: merged)
-    let transaction = merged.transaction
-    player.perform { state in state.engine.defaultTransaction = transaction }
+    player.submit(PreparedDefaultTransaction(merged.transaction))
     logger.notice(
       "configuration reloaded",
       metadata: [
@@ -387,8 +379,8 @@ final class MixerDriver: @unchecked Sendable {
     self.player = player
     self.logger = logger
     let keyPath = configuration.keyPath
-    player.perform { state in _ = try? state.engine.define(keyPath, value: 1, range: 0...1) }
-    published = player.publish(keyPath, wakesOnChange: true)
+    player.submit(try player.prepareDefinition(keyPath, value: 1, range: 0...1))
+    published = try player.publish(keyPath, wakesOnChange: true)
   }
 
   func start() {

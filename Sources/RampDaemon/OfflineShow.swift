@@ -222,9 +222,7 @@ public enum OfflineShow {
         controller.handle(item.request, from: client, sequence: sequence)
         if sequence == 0 && options.input != nil {
           // The input starts on its first sample, as the file does: no declick ramp in.
-          player.perform { state in
-            try? state.engine.removeAnimation(forKey: "declick", from: "streams.main.transport")
-          }
+          player.submit(PreparedRemoval(key: "declick", from: "streams.main.transport"))
         }
       }
       func checkReplies() throws {

@@ -657,9 +657,15 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
         ))
     }
     if let old = observers.removeValue(forKey: key) { stop(old) }
-    let observer = Observer(published: controller.player.publish(key), rate: rate)
-    // A rate of 1e-300 Hz is allowed (above 0) and means never: capped, as the conversion traps.
-    let interval = TimeAmount.nanoseconds(Int64(min(1e9 / rate, 1e18)))
+    let published: PublishedValue
+    do {
+      published = try controller.player.publish(key)
+    } catch {
+      controller.observeBudget.release(rate)
+      return Reply.failure(id: id, error: Self.refusal(error))
+    }
+    let observer = Observer(published: published, rate: rate)
+    let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
     observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
       [weak self, observer] _ in
       self?.report(observer)
@@ -674,6 +680,18 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     guard sample >= 0, !value.isNaN, value != observer.last else { return }
     observer.last = value
     event(Event.value(key: observer.published.keyPath, value: value, sample: sample).json.serializedLine())
+  }
+
+  /// Why a value could not be published for `observe`.
+  private static func refusal(_ error: Player.PublishRefusal) -> ProtocolError {
+    switch error {
+    case .full:
+      ProtocolError(
+        .limitExceeded, field: "key",
+        "\(Player.publishedCapacity) values are observed or published over every connection, the most the render"
+          + " thread has room for")
+    case .queueFull: .commandQueueFull
+    }
   }
 
   private func unobserve(_ key: String?, id: JSONValue?) -> JSONValue {

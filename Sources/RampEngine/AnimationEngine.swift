@@ -19,6 +19,13 @@ public final class Property: @unchecked Sendable {
 public struct PropertyHandle: @unchecked Sendable {
   let property: Property
   public var keyPath: String { property.keyPath }
+
+  /// Whether both name the same property (not merely the same key path).
+  public func isSame(as other: PropertyHandle) -> Bool { property === other.property }
+
+  /// The property itself, for a render thread to hand off when it lets go of the last handle (an
+  /// undefined property is freed with it).
+  public var object: AnyObject { property }
 }
 
 /// Core Animation's model, rebuilt for audio: a tree of float properties addressed by key
@@ -37,6 +44,13 @@ public final class AnimationEngine {
   public let maxAnimationsPerKeyPath: Int
   /// Properties reserved for: defining more grows the tables. Any thread may read it.
   public let propertyCapacity: Int
+  /// Animations that may end (and so be reported and retired) between two drains: every one
+  /// that can exist at once, `propertyCapacity` × `maxAnimationsPerKeyPath` (at least 1024).
+  /// Reserved: a mutation that could end more than the room left is refused (`tooManyEnding`),
+  /// so the reports and the retired animations never grow. Advancing the clock, or removing a
+  /// property, ends only animations that exist, which fit once the buffers have been drained:
+  /// a render thread drains them after every command and every block.
+  public let completionCapacity: Int
   /// The sample the next block starts at: the engine's "now".
   public private(set) var now: Int64 = 0
   /// The transaction `set` uses when it is given none.
@@ -46,7 +60,8 @@ public final class AnimationEngine {
 
   private var properties: [String: Property] = [:]
   private var ordered: ContiguousArray<Property> = []
-  private var nextID: UInt64 = 1
+  /// The id the next animation committed takes (internal: tests start it far on).
+  var nextID: UInt64 = 1
   private let scratch: UnsafeMutablePointer<Double>
   private let block: UnsafeMutablePointer<Double>
   private var reports: [CompletionReport] = []
@@ -72,9 +87,11 @@ public final class AnimationEngine {
     self.propertyCapacity = propertyCapacity
     scratch = .allocate(capacity: maxBlockSize)
     block = .allocate(capacity: maxBlockSize)
-    reports.reserveCapacity(1024)
-    retired.reserveCapacity(1024)
-    graveyard.reserveCapacity(1024)
+    let (all, overflow) = propertyCapacity.multipliedReportingOverflow(by: maxAnimationsPerKeyPath)
+    completionCapacity = max(overflow ? Int.max : all, 1024)
+    reports.reserveCapacity(completionCapacity)
+    retired.reserveCapacity(completionCapacity)
+    graveyard.reserveCapacity(completionCapacity)
     properties.reserveCapacity(propertyCapacity)
     ordered.reserveCapacity(propertyCapacity)
   }
@@ -255,6 +272,7 @@ public final class AnimationEngine {
     let property = handle.property
     try checkModel(value, of: property)
     guard let action else {
+      try checkRoom(toEnd: property.instances.count)
       removeInstances(of: property, key: Self.implicitActionKey)
       property.model = value
       return nil
@@ -305,7 +323,7 @@ public final class AnimationEngine {
     let (target, beginSample) = try ready(prepared, to: handle, from: from, model: model)
     let parts = prepared.parts
     var index = 0
-    let key = prepared.namedByID ? Self.declickName(nextID) : prepared.key
+    let key = prepared.namedByID ? prepared.name(byID: nextID) : prepared.key
     let id = nextID
     nextID += 1
     let token = prepared.token
@@ -445,6 +463,31 @@ public final class AnimationEngine {
       }
       index += 1
     }
+    // At most every animation on its properties ends: each property counted once.
+    var ending = 0
+    index = 0
+    while index < parts.count {
+      let property = prepared.targets[index]!
+      var seen = false
+      var other = 0
+      while other < index {
+        if prepared.targets[other]! === property { seen = true }
+        other += 1
+      }
+      if !seen { ending += property.instances.count }
+      index += 1
+    }
+    if model != nil {
+      // Its implicit animation goes too, when no part animates it.
+      var animated = false
+      index = 0
+      while index < parts.count {
+        if prepared.targets[index]! === target { animated = true }
+        index += 1
+      }
+      if !animated { ending += target.instances.count }
+    }
+    try checkRoom(toEnd: ending)
     return (target, beginSample)
   }
 
@@ -491,33 +534,6 @@ public final class AnimationEngine {
     }
   }
 
-  /// `declick-<id>`, without allocating while it fits a small string (ids below 10 million).
-  static func declickName(_ id: UInt64) -> String {
-    var digits = 1
-    var rest = id / 10
-    while rest > 0 {
-      digits += 1
-      rest /= 10
-    }
-    let prefix: StaticString = "declick-"
-    let length = prefix.utf8CodeUnitCount + digits
-    return String(unsafeUninitializedCapacity: length) { buffer in
-      var index = 0
-      while index < prefix.utf8CodeUnitCount {
-        buffer[index] = prefix.utf8Start[index]
-        index += 1
-      }
-      var value = id
-      var position = length - 1
-      while position >= prefix.utf8CodeUnitCount {
-        buffer[position] = UInt8(ascii: "0") + UInt8(value % 10)
-        value /= 10
-        position -= 1
-      }
-      return length
-    }
-  }
-
   /// Removes the animation under `key` from `keyPath`. With `declick` seconds, the jump this
   /// would make is smoothed by an additive ramp from the difference to 0, so nothing clicks.
   public func removeAnimation(forKey key: String, from keyPath: String, declick: Double = 0) throws(EngineError) {
@@ -539,6 +555,7 @@ public final class AnimationEngine {
     throws(EngineError)
   {
     try checkRemoval(forKey: key, on: PropertyHandle(property: property))
+    try checkRoom(toEnd: property.instances.count)
     let before = value(of: property, at: now)
     removeInstances(of: property, key: key)
     smoothJump(on: property, from: before, ramp: declick)
@@ -555,6 +572,7 @@ public final class AnimationEngine {
   /// Allocation-free.
   public func removeAllAnimations(from keyPath: String, declick: PreparedAnimation?) throws(EngineError) {
     let property = try property(keyPath)
+    try checkRoom(toEnd: property.instances.count)
     let before = value(of: property, at: now)
     endAll(property)
     smoothJump(on: property, from: before, ramp: declick)
@@ -563,6 +581,7 @@ public final class AnimationEngine {
   /// Holds the audible value: it becomes the model value and every animation is dropped.
   public func cancel(_ keyPath: String) throws(EngineError) {
     let property = try property(keyPath)
+    try checkRoom(toEnd: property.instances.count)
     let held = value(of: property, at: now)
     endAll(property)
     property.model = min(max(held, property.range.lowerBound), property.range.upperBound)
@@ -709,7 +728,7 @@ public final class AnimationEngine {
 
   /// Moves the clock forward by `count` samples and retires what has ended: each completion is
   /// queued (finished: true) and animations removed on completion are set aside. Does not
-  /// allocate as long as fewer than 1024 reports wait to be drained.
+  /// allocate once drained: what ends is what exists, which `completionCapacity` holds.
   public func advance(by count: Int) {
     now = Sample.add(now, Int64(count))
     var propertyIndex = 0
@@ -768,6 +787,16 @@ public final class AnimationEngine {
 
   /// True when completion reports are waiting.
   public var hasPendingCompletions: Bool { !reports.isEmpty }
+
+  /// Animations that may still end before the next drain without growing its buffers.
+  public var completionRoom: Int { completionCapacity - max(reports.count, graveyard.count) }
+
+  /// Refuses a change that could end `count` animations when there is no room to report them.
+  private func checkRoom(toEnd count: Int) throws(EngineError) {
+    guard count <= completionRoom else {
+      throw EngineError(.limitExceeded, field: "key", reason: .tooManyEnding(limit: completionCapacity))
+    }
+  }
 
   /// True while an animation has not ended (running, or waiting for its begin time): every
   /// property's value is otherwise constant from `now` on. Allocation-free.

@@ -42,6 +42,8 @@ public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
     /// A time (as the caller gave it) beyond `MediaTiming.horizon`.
     case beyondHorizon(Double)
     case committedTwice
+    /// More animations would end before the next drain than the engine has room to report.
+    case tooManyEnding(limit: Int)
   }
 
   public init(_ code: Code, field: String? = nil, _ message: String) {
@@ -71,6 +73,8 @@ public struct EngineError: Error, Equatable, Sendable, CustomStringConvertible {
     case .beyondHorizon(let seconds):
       return "\(seconds) s is beyond the horizon of \(Int(MediaTiming.horizon)) s (about 31 years)"
     case .committedTwice: return "an animation prepared once is added once"
+    case .tooManyEnding(let limit):
+      return "more than \(limit) animations would end at once, the most the engine has room to report; try again"
     }
   }
 

@@ -14,6 +14,8 @@ public final class PreparedAnimation: @unchecked Sendable {
   let parts: ContiguousArray<Part>
   let begin: Begin
   let namedByID: Bool
+  /// Named by id: `declick-`, in room reserved here for any id's digits, which the commit writes.
+  private var idName = ""
   /// Each part's property, found by the commit (the storage is reserved here).
   var targets: ContiguousArray<Property?>
   public internal(set) var isCommitted = false
@@ -72,6 +74,10 @@ public final class PreparedAnimation: @unchecked Sendable {
     self.keyPath = keyPath
     self.continuity = continuity
     self.namedByID = namedByID
+    if namedByID {
+      idName = key + "-"
+      idName.reserveCapacity(idName.utf8.count + 20)
+    }
     self.begin = begin ?? animation.timing.beginTime.map { .absolute($0) } ?? .now
     let token = CompletionToken(
       id: 0, key: key, keyPath: keyPath, isInternal: isInternal || namedByID, handler: completion)
@@ -111,6 +117,20 @@ public final class PreparedAnimation: @unchecked Sendable {
     return try PreparedAnimation(
       ramp, forKey: "declick", to: "", continuity: .value, begin: nil, namedByID: true, sampleRate: sampleRate,
       defaultDuration: 0, completion: nil)
+  }
+
+  /// Its name by `id` (`declick-<id>`), written into the room reserved off the render thread:
+  /// allocation-free for any id.
+  func name(byID id: UInt64) -> String {
+    var divisor: UInt64 = 1
+    while id / divisor >= 10 { divisor *= 10 }
+    var rest = id
+    while divisor > 0 {
+      idName.unicodeScalars.append(Unicode.Scalar(UInt8(truncatingIfNeeded: 48 + rest / divisor)))
+      rest %= divisor
+      divisor /= 10
+    }
+    return idName
   }
 
   /// Builds the instances of an animation and its children, depth first.

@@ -190,10 +190,12 @@ struct RequestParser {
       let r = try reader(object, name)
       let key = try r.required(try r.keyPath("key"), "key")
       let rate = try r.number("rate") ?? Self.defaultObserveRate
-      guard rate > 0, rate <= Self.maximumObserveRate else {
+      guard rate >= Self.minimumObserveRate, rate <= Self.maximumObserveRate else {
         throw .at(
           r.path("rate"), .outOfRange,
-          "must be above 0 and at most \(JSONValue.format(Self.maximumObserveRate)) Hz, got \(JSONValue.format(rate))")
+          "must be at least \(JSONValue.format(Self.minimumObserveRate)) Hz (a look every"
+            + " \(JSONValue.format(1 / Self.minimumObserveRate)) s) and at most"
+            + " \(JSONValue.format(Self.maximumObserveRate)) Hz, got \(JSONValue.format(rate))")
       }
       return .observe(key: key, rate: rate)
     case "unobserve":
@@ -260,6 +262,9 @@ struct RequestParser {
 
   static let defaultObserveRate = 20.0
   static let maximumObserveRate = 1000.0
+  /// Each observation costs the render thread a published value every block, whatever its rate:
+  /// a rate so low that it costs the budget nothing would let observations escape it.
+  static let minimumObserveRate = 0.001
 
   private func play(_ object: JSONObject) throws(ProtocolError) -> Play {
     let r = try reader(object, "play")

@@ -125,7 +125,7 @@ private final class DecodersTicket: CommandTicket, @unchecked Sendable {
     let (player, files) = try RecoveryTestConfig.player(device)
     defer { try? FlakyDevice.setUnplugged(false, flag: files.flag) }
     player.recoveryBackoff = (0.02, 0.1)
-    let master = player.publish("master.gain")
+    let master = try player.publish("master.gain")
     player.start()
     defer { player.shutdown() }
     try player.play(try constantFile(1, seconds: 2), id: "s", loop: true)

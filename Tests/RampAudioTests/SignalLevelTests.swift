@@ -47,7 +47,7 @@ import Testing
     let keys = [
       "streams.tone.level.peak", "streams.tone.level.momentary", "master.level.peak", "master.level.momentary",
     ]
-    let published = keys.map { player.publish($0) }
+    let published = try keys.map { try player.publish($0) }
     func reading(_ key: String) -> Double { published[keys.firstIndex(of: key)!].latest.value }
     try player.play(path, id: "tone")
     for _ in 0..<48 { try player.renderOffline() }
@@ -90,8 +90,8 @@ import Testing
   @Test func aPausedStreamFallsToTheFloor() throws {
     let (player, path) = try Self.offlinePlayerAndSine()
     defer { player.finishOffline() }
-    let peak = player.publish("streams.tone.level.peak")
-    let momentary = player.publish("streams.tone.level.momentary")
+    let peak = try player.publish("streams.tone.level.peak")
+    let momentary = try player.publish("streams.tone.level.momentary")
     try player.play(path, id: "tone")
     for _ in 0..<50 { try player.renderOffline() }
     #expect(abs(peak.latest.value - -20) <= 0.1)
@@ -109,8 +109,8 @@ import Testing
     try player.play(path, id: "tone")
     for _ in 0..<50 { try player.renderOffline() }
     #expect(player.inspectOffline { !$0.metersLevels }, "metering with no level observed")
-    let peak = player.publish("streams.tone.level.peak")
-    let momentary = player.publish("master.level.momentary")
+    let peak = try player.publish("streams.tone.level.peak")
+    let momentary = try player.publish("master.level.momentary")
     try player.renderOffline()
     try player.renderOffline()
     #expect(player.inspectOffline { $0.metersLevels })
@@ -150,7 +150,7 @@ import Testing
       "streams.a.level.peak", "streams.a.level.momentary", "streams.b.level.peak", "streams.b.level.momentary",
       "master.level.peak", "master.level.momentary",
     ]
-    let published = keys.map { player.publish($0) }
+    let published = try keys.map { try player.publish($0) }
     player.renderer.applyPendingCommands()
     let buffers = RenderBuffers(frames: 480, channels: 2)
     defer { buffers.deallocate() }

@@ -150,7 +150,7 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     let player = try Player(
       output: OutputConfiguration(
         device: "rampd_test_player11", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock))
-    let master = player.publish("master.gain")
+    let master = try player.publish("master.gain")
     player.start()
     defer { player.shutdown() }
     player.perform { state in _ = try? state.engine.set("master.gain", to: 0, transaction: Transaction(duration: 5)) }
@@ -174,7 +174,7 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     let player = try Player(
       output: OutputConfiguration(
         device: "rampd_test_player12", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock))
-    let master = player.publish("master.gain", wakesOnChange: true)
+    let master = try player.publish("master.gain", wakesOnChange: true)
     player.start()
     defer { player.shutdown() }
     #expect(secondsUntil(5) { master.latest.value == 1 } != nil)
@@ -244,7 +244,7 @@ func secondsUntil(_ seconds: Double, _ condition: () -> Bool) -> Double? {
     let player = try Player(
       output: OutputConfiguration(
         device: "rampd_test_player14", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .clock))
-    let gain = player.publish("streams.s.gain")
+    let gain = try player.publish("streams.s.gain")
     player.start()
     defer { player.shutdown() }
     #expect(secondsUntil(5) { gain.latest.sample >= 0 } != nil)

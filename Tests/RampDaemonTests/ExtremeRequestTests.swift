@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import RampAudio
 import RampDaemon
 import RampProtocol
 import Testing
@@ -145,6 +146,41 @@ import Testing
       usleep(20_000)
     } while Date() < deadline
     #expect(again["ok"] == true, "\(again.serialized())")
+  }
+
+  /// The render thread has room for a fixed number of published values, reserved at start: an
+  /// `observe` past it is refused, naming the field, and an `unobserve` gives room back.
+  @Test func observationsPastTheRenderThreadsRoomAreRefused() throws {
+    let daemon = try DaemonProcess(extraConfiguration: "[limits]\nobservers-per-client = 1024")
+    let first = try daemon.client()
+    let second = try daemon.client()
+    for index in 0..<1024 {
+      let reply = try first.request(["cmd": "observe", "key": .string("a.k\(index)"), "rate": 0.5])
+      guard reply.isOK else {
+        Issue.record("observation \(index): \(reply.serialized())")
+        return
+      }
+    }
+    var refused = JSONValue.null
+    var taken = 0
+    while taken < 200 {
+      let reply = try second.request(["cmd": "observe", "key": .string("b.k\(taken)"), "rate": 0.5])
+      guard reply.isOK else {
+        refused = reply
+        break
+      }
+      taken += 1
+    }
+    // The room left beside the mixer bindings' and the status line's.
+    #expect(taken == Player.publishedCapacity - 1024, "\(taken) more observed")
+    #expect(refused.errorCode == "limit-exceeded", "\(refused.serialized())")
+    #expect(refused.errorField == "key", "\(refused.serialized())")
+    #expect(
+      refused["error"]?["message"]?.stringValue?.contains(
+        "\(Player.publishedCapacity) values are observed or published")
+        == true, "\(refused.serialized())")
+    #expect(try first.request(["cmd": "unobserve", "key": "a.k0"]).isOK)
+    #expect(try second.request(["cmd": "observe", "key": "b.again", "rate": 0.5]).isOK)
   }
 
   /// An event goes out serialised once, the same line to every subscriber.

@@ -72,12 +72,18 @@ import Testing
     #expect(status.result["scheduled"]?.arrayValue?.first?["cmd"] == "ping", "\(status.serialized())")
   }
 
-  /// `observe` with a rate above 0 but below about 1e-10 Hz trapped computing its interval.
-  @Test func anObserveRateNearZeroIsAccepted() throws {
+  /// `observe` with a rate above 0 but below about 1e-10 Hz trapped computing its interval; such
+  /// a rate would also cost the observe budget nothing. It is refused, naming the field, and the
+  /// lowest rate allowed is accepted.
+  @Test func anObserveRateNearZeroIsRefused() throws {
     let daemon = try DaemonProcess()
     let client = try daemon.client()
     let observed = try client.request(["cmd": "observe", "key": "master.gain", "rate": 1e-300])
-    #expect(observed.result["rate"] == 1e-300, "\(observed.serialized())")
+    #expect(observed.errorCode == "out-of-range", "\(observed.serialized())")
+    #expect(observed.errorField == "rate", "\(observed.serialized())")
+    #expect(
+      observed["error"]?["message"]?.stringValue?.contains("at least 0.001 Hz") == true, "\(observed.serialized())")
+    #expect(try client.request(["cmd": "observe", "key": "master.gain", "rate": 0.001]).isOK)
     #expect(try client.request(["cmd": "ping"]).result["pong"] == true)
   }
 

@@ -493,14 +493,15 @@ import Testing
   }
 
   @Test func observeRateIsBounded() {
-    for rate in ["0", "-5", "1000.5"] {
+    for rate in ["0", "-5", "1000.5", "1e-300", "0.0009"] {
       let error = refusal(#"{"cmd":"observe","key":"k","rate":\#(rate)}"#)
       #expect(error?.code == .outOfRange)
       #expect(error?.field == "rate")
     }
     #expect(
       refusal(#"{"cmd":"observe","key":"k","rate":2000}"#)?.message
-        == "rate: must be above 0 and at most 1000 Hz, got 2000")
+        == "rate: must be at least 0.001 Hz (a look every 1000 s) and at most 1000 Hz, got 2000")
+    #expect(refusal(#"{"cmd":"observe","key":"k","rate":0.001}"#) == nil)
   }
 
   @Test func limits() {
