@@ -68,6 +68,9 @@ let package = Package(
     // Knows the engine's types (curves, animations), does no I/O.
     .target(name: "RampProtocol", dependencies: ["RampEngine", "CRampVersion"], swiftSettings: requestPath),
     .target(name: "CRampVersion", cSettings: versionSettings),
+    // In a debug build: counts heap allocations per thread (tests prove the render path makes
+    // none), and traps one on rampd's render thread. A release build compiles none of it.
+    .target(name: "CAllocationGuard", cSettings: [.define("RAMPD_ALLOCATION_GUARD", .when(configuration: .debug))]),
     // The daemon: configuration, the socket server, sessions, command dispatch onto the player.
     .target(
       name: "RampDaemon",
@@ -87,6 +90,7 @@ let package = Package(
       dependencies: [
         "RampDaemon",
         "RampAudio",
+        "CAllocationGuard",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
@@ -139,14 +143,12 @@ let package = Package(
       name: "RampDaemonTests",
       dependencies: [
         "RampDaemon", "RampProtocol", "RampEngine", "RampAudio", .product(name: "Logging", package: "swift-log"),
-        "CAllocationCounter", "RampTestSupport",
+        "CAllocationGuard", "RampTestSupport",
       ]
     ),
     // What the daemon tests here and rampd-web's in Web/ share: the real rampd and rampctl run as
     // processes, a line client, script/install into a temporary root, systemd unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
-    // Counts heap allocations per thread, so tests can prove the render path makes none.
-    .target(name: "CAllocationCounter", path: "Tests/CAllocationCounter"),
-    .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationCounter"]),
+    .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationGuard"]),
   ]
 )

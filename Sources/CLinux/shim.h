@@ -29,3 +29,12 @@ static inline bool rampd_bell_wait(uint32_t *word, int64_t nanoseconds) {
   }
   return __atomic_exchange_n(word, rampd_bell_quiet, __ATOMIC_ACQ_REL) == rampd_bell_rung;
 }
+
+/* Defined only where allocations are guarded (a debug build of rampd, the test binary:
+   Sources/CAllocationGuard): with `armed` true, any allocation or free on the calling thread
+   traps. */
+extern void rampd_render_guard(bool armed) __attribute__((weak));
+
+static inline void rampd_guard_this_thread(bool armed) {
+  if (rampd_render_guard) rampd_render_guard(armed);
+}

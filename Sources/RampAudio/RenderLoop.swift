@@ -1,4 +1,5 @@
 import CALSA
+import CLinux
 import Foundation
 import RampEngine
 import Synchronization
@@ -44,6 +45,8 @@ final class RenderLoop: @unchecked Sendable {
   var scheduled: CommandSchedule
   /// Blocks of silence written in a row while nothing is left to render (`idleIfNothingToRender`).
   var silentBlocksWritten = 0
+  /// The render thread's loop runs with allocations guarded (`rampd_guard_this_thread`).
+  var guarded = false
   /// `configuration.reopenAfter` in frames (nil: never), the fallback's, and the frames written to
   /// the device since it was opened.
   let reopenAfterFrames: Int?
@@ -130,7 +133,12 @@ final class RenderLoop: @unchecked Sendable {
     raisePriority()
     link.renderThread.store(currentThreadID(), ordering: .releasing)
     let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
+    // Where allocations are guarded (a debug build, the tests), one from here on traps.
+    guarded = true
+    rampd_guard_this_thread(true)
     defer {
+      rampd_guard_this_thread(false)
+      guarded = false
       buffers.deallocate()
       device?.drain()
       // Closing finishes what the device writes (the file plugin fixes its WAV header here).
@@ -233,7 +241,11 @@ final class RenderLoop: @unchecked Sendable {
     let irreversible = state.irreversible
     switch command.work {
     case .command(let prepared): prepared.commit(state)
-    case .closure(let body): body(state)
+    case .closure(let body):
+      // A test's closure may allocate.
+      if guarded { rampd_guard_this_thread(false) }
+      body(state)
+      if guarded { rampd_guard_this_thread(true) }
     }
     // What it ended is reported now, so the next command finds the engine's room to report
     // what it ends (`completionCapacity`) empty again.

@@ -1,4 +1,4 @@
-import CAllocationCounter
+import CAllocationGuard
 import Foundation
 import RampEngine
 import Testing

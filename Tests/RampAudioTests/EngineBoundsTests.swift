@@ -1,4 +1,4 @@
-import CAllocationCounter
+import CAllocationGuard
 import Foundation
 import Testing
 
@@ -6,7 +6,7 @@ import Testing
 @testable import RampEngine
 
 /// What the engine does on the render thread stays within storage reserved off it, however long
-/// it runs (counted, see Tests/CAllocationCounter).
+/// it runs (counted, see Sources/CAllocationGuard).
 @Suite struct EngineBoundsTests {
   /// A removal's smoothing ramp is named `declick-<id>` when committed: the name is written into
   /// room reserved when the ramp was prepared, so the commit allocates and frees nothing at any

@@ -1,4 +1,4 @@
-import CAllocationCounter
+import CAllocationGuard
 import Foundation
 import RampEngine
 import Testing
@@ -6,7 +6,7 @@ import Testing
 @testable import RampAudio
 
 /// The render thread never allocates: counted, not assumed. The allocator is wrapped (see
-/// Tests/CAllocationCounter) and the blocks are rendered on this thread, with three streams
+/// Sources/CAllocationGuard) and the blocks are rendered on this thread, with three streams
 /// playing (one at rest), a fade and an additive keyframe wobble in flight, a cubic-bezier master
 /// ramp, and the device write included.
 @Suite struct RealTimeSafetyTests {

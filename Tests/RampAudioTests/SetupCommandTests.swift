@@ -1,4 +1,4 @@
-import CAllocationCounter
+import CAllocationGuard
 import Foundation
 import RampEngine
 import Testing
@@ -8,7 +8,7 @@ import Testing
 /// What the daemon sets up on the render thread (the default transaction, duck rules, mixer
 /// properties, restored levels, the offline input's first sample, the values it publishes) goes
 /// there as prepared commands: committing them allocates and frees nothing on the render thread
-/// (counted, see Tests/CAllocationCounter), and what they replace or remove is handed off it.
+/// (counted, see Sources/CAllocationGuard), and what they replace or remove is handed off it.
 @Suite struct SetupCommandTests {
   func player() throws -> Player {
     try Player(

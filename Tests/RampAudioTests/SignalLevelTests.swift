@@ -1,4 +1,4 @@
-import CAllocationCounter
+import CAllocationGuard
 import CEbur128
 import Foundation
 import RampEngine

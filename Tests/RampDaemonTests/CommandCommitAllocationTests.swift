@@ -1,4 +1,4 @@
-import CAllocationCounter
+import CAllocationGuard
 import Foundation
 import Logging
 import RampEngine
@@ -11,7 +11,7 @@ import Testing
 @testable import RampTestSupport
 
 /// The render thread applies commands without allocating or freeing: counted, not assumed (see
-/// Tests/CAllocationCounter). Requests go through the controller as a connection's would (parsed,
+/// Sources/CAllocationGuard). Requests go through the controller as a connection's would (parsed,
 /// prepared and submitted on this thread, uncounted); the render thread's part (committing the
 /// commands, rendering the blocks, writing them to the device, streams leaving the mix) runs on
 /// this thread too, and is counted; replies and events are then handed out (uncounted).
