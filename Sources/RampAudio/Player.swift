@@ -519,6 +519,10 @@ public final class Player: Sendable {
   /// render thread): the live loop's steps without the clock (`RenderLoop.renderOffline`).
   public func renderOffline() throws(AudioError) { try renderer.renderOffline() }
 
+  /// Takes every command submitted so far into an offline player, as its next block would: a
+  /// caller with more commands than the queue holds (a long timeline) submits them in parts.
+  public func takeCommandsOffline() { renderer.takeEveryCommand() }
+
   /// Runs `body` with the render state between blocks of an offline player (whose caller is its
   /// render thread): what plays, what is in flight.
   public func inspectOffline<T>(_ body: (RenderState) throws -> T) rethrows -> T {

@@ -190,11 +190,7 @@ final class RenderLoop: @unchecked Sendable {
     guard let sink, let buffers = offlineBuffers else {
       throw AudioError(.invalidParameter, "renderOffline needs a player made with a sink")
     }
-    // Every command submitted so far, not a block's share: none may land late.
-    repeat {
-      takeCommands()
-    } while link.commands.freeSlots < link.commands.capacity && link.events.freeSlots > link.eventReserve
-    flushEvents()
+    takeEveryCommand()
     waitForEveryStream(frames: buffers.frames)
     publishValues(due: 0)
     renderScheduled(buffers)
@@ -205,6 +201,16 @@ final class RenderLoop: @unchecked Sendable {
     flushEvents()
     // No recovery thread offline: what was retired is freed here, between blocks.
     while link.retired.pop() != nil {}
+  }
+
+  /// Takes every command submitted so far, not a block's share (none may land late), on an
+  /// offline player: before each block, and between blocks for a caller that submits more than
+  /// the command queue holds before the next one.
+  func takeEveryCommand() {
+    repeat {
+      takeCommands()
+    } while link.commands.freeSlots < link.commands.capacity && link.events.freeSlots > link.eventReserve
+    flushEvents()
   }
 
   /// Runs `body` with the render state between blocks of an offline player (whose caller is its

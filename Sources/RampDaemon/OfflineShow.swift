@@ -218,19 +218,41 @@ public enum OfflineShow {
         if case .delay(let seconds)? = request.at { return Int64((seconds * Double(rate)).rounded()) }
         return 0
       }
-      for (sequence, item) in requests.enumerated() {
-        controller.handle(item.request, from: client, sequence: sequence)
-        if sequence == 0 && options.input != nil {
-          // The input starts on its first sample, as the file does: no declick ramp in.
-          player.submit(PreparedRemoval(key: "declick", from: "streams.main.transport"))
-        }
-      }
       func checkReplies() throws {
         controller.deliverEvents()
         if let (sequence, error) = client.firstFailure() {
           throw Failure("\(requests[sequence].label): \(error.summary)")
         }
       }
+      // Lines go to the player as the render reaches them, before the block they fall in: a
+      // timeline of any length renders, though the command queue and the schedule hold a few
+      // thousand. Those due in the same block go in parts, each taken before the next.
+      let order = requests.indices.sorted { (sample(requests[$0].request), $0) < (sample(requests[$1].request), $1) }
+      var submitted = 0
+      func submit(dueBefore end: Int64) throws {
+        var part = 0
+        while submitted < order.count, sample(requests[order[submitted]].request) < end {
+          let sequence = order[submitted]
+          // A delay counts from the player's current sample: what is left of the line's. An
+          // integer number of frames over the rate, it converts back to exactly that many.
+          var request = requests[sequence].request
+          let ahead = sample(request) - player.currentSample
+          request.at = ahead > 0 ? .delay(Double(ahead) / Double(rate)) : nil
+          controller.handle(request, from: client, sequence: sequence)
+          if sequence == 0 && options.input != nil {
+            // The input starts on its first sample, as the file does: no declick ramp in.
+            player.submit(PreparedRemoval(key: "declick", from: "streams.main.transport"))
+          }
+          submitted += 1
+          part += 1
+          if part == Self.linesPerPart {
+            player.takeCommandsOffline()
+            try checkReplies()
+            part = 0
+          }
+        }
+      }
+      try submit(dueBefore: 1)
       try checkReplies()
 
       // Lines that bring sound back after a silence keep the show going until they have run.
@@ -245,6 +267,7 @@ public enum OfflineShow {
       var end: Int64
       while true {
         if options.isCancelled() { throw Interrupted() }
+        try submit(dueBefore: rendered + Int64(block))
         try player.renderOffline()
         rendered += Int64(block)
         try checkReplies()
@@ -302,6 +325,10 @@ public enum OfflineShow {
   /// one paused) and no animation with an end is still running; nil before. The end is where the
   /// last stream's audio ran out or the last animation ended. An animation that never ends (an
   /// endless repeat) does not hold the show open.
+  /// Timeline lines submitted before the player takes them: well under the command queue's
+  /// room (4096), for lines that are batches.
+  static let linesPerPart = 1024
+
   static func settledEnd(_ state: RenderState, now: Int64) -> Int64? {
     if state.streamSnapshots.contains(where: { !$0.paused }) { return nil }
     let engine = state.engine

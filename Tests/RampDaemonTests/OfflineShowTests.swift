@@ -122,6 +122,33 @@ final class ShowBench {
     #expect(samples[36_000] == 0)
   }
 
+  /// A timeline far longer than the render thread's command queue (4096) and schedule: 20,000
+  /// lines a few frames apart, after 2,000 more on the first sample, each lands on its sample at
+  /// any block size (the lines go to the player as the render reaches them, in parts).
+  @Test(arguments: [64, 4096])
+  func aTimelineOfTwentyThousandLinesRendersEveryLine(blockFrames: Int) throws {
+    let bench = try ShowBench()
+    let spacing = 7
+    let count = 20_000
+    let input = try bench.file("ones.wav", frames: spacing * count + 1_000)
+    func value(_ line: Int) -> Double { Double(line % 1000 + 1) / 1024 }
+    var lines = (0..<2_000).map { _ in #"{"cmd": "set", "key": "master.gain", "value": 0.25, "duration": 0}"# }
+    for line in 0..<count {
+      let at = String(format: "%.17g", Double(line * spacing) / Self.rate)
+      lines.append(#"{"at": \#(at), "cmd": "set", "key": "master.gain", "value": \#(value(line)), "duration": 0}"#)
+    }
+    let (samples, _, _) = try bench.render(input: input, lines.joined(separator: "\n")) {
+      $0.blockFrames = blockFrames
+    }
+    var wrong: [(frame: Int, got: Float, wanted: Float)] = []
+    for line in 0..<count {
+      for frame in line * spacing..<(line + 1) * spacing where samples[frame] != Float(value(line)) {
+        wrong.append((frame, samples[frame], Float(value(line))))
+      }
+    }
+    #expect(wrong.isEmpty, "\(wrong.count) samples off, the first: \(wrong.prefix(5))")
+  }
+
   /// The implicit transaction of a `set` without `duration` is the daemon's (`[implicit]`), live and
   /// offline alike: the one timeline language.
   @Test func setWithoutDurationTakesTheImplicitTransaction() throws {
