@@ -366,3 +366,16 @@ public final class LiveConfiguration: Sendable {
 
   func replace(with configuration: DaemonConfiguration) { value.withLock { $0 = configuration } }
 }
+
+extension DaemonConfiguration {
+  /// What a player is given before it plays, live (`Daemon.start`) and offline (`rampctl render
+  /// --config`) alike: the implicit transaction, which an animation given no duration takes, as
+  /// in Core Animation; and the duck rules, the configuration's and then `savedDucks` (a live
+  /// daemon's, from its state file).
+  func setUp(_ player: Player, savedDucks: [DuckRule] = []) {
+    player.submit(PreparedDefaultTransaction(transaction))
+    for rule in ducks + savedDucks {
+      player.submit(player.prepareDuckAddition(rule))
+    }
+  }
+}

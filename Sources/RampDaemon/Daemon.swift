@@ -162,11 +162,7 @@ public final class Daemon: @unchecked Sendable {
   /// inherited, already listening socket).
   public func start(inheritedSocket: CInt? = nil) throws {
     headerKeeper?.start()
-    // An animation given no duration takes the implicit transaction's, as in Core Animation.
-    player.submit(PreparedDefaultTransaction(configuration.transaction))
-    for rule in configuration.ducks + savedDucks() {
-      player.submit(player.prepareDuckAddition(rule))
-    }
+    configuration.setUp(player, savedDucks: savedDucks())
     player.start()
     startMixers()
     restoreState()

@@ -182,6 +182,8 @@ public enum OfflineShow {
         logger: Logger(label: "rampd.render") { _ in SwiftLogNoOpLogHandler() })
       // The show's clock: a delay counts from 0, so it is exactly its sample.
       controller.clock = { 0 }
+      // Set up as a daemon with this configuration starts: its duck rules act on the show.
+      configuration.setUp(player)
       let client = CollectingClient()
 
       // What the command line adds, as requests of its own.

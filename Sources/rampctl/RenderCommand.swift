@@ -115,7 +115,8 @@ struct RenderCommand: ParsableCommand {
   @Option(
     help: ArgumentHelp(
       "A rampd configuration file whose defaults the timeline runs with (fade curve, implicit transaction, "
-        + "gain.max, declick), as rampd would; default: rampd's built-in defaults.", valueName: "file"))
+        + "gain.max, declick) and whose [[duck]] rules act on it, as rampd would; default: rampd's built-in "
+        + "defaults.", valueName: "file"))
   var config: String?
 
   func validate() throws {

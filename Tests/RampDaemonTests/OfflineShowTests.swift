@@ -165,6 +165,39 @@ final class ShowBench {
     #expect(samples[12_000 + 4_800] == 0.5)
   }
 
+  /// `render --config` sets the player up as a daemon with that file starts: its `[[duck]]`
+  /// rules act on the show (`duck-add` needs a live daemon; a configured rule is how a render
+  /// ducks).
+  @Test func aConfiguredDuckActsOnTheShow() throws {
+    let bench = try ShowBench()
+    let input = try bench.file("bed.wav", frames: 48_000 * 3) { _, _ in 0.5 }
+    let voice = try bench.file("voice.wav", frames: 48_000) { _, _ in 0.25 }
+    let play = #"{"at": 1, "cmd": "play", "path": "\#(voice)", "stream": "voice"}"#
+    let configuration = try DaemonConfiguration.parse(
+      toml: """
+        [[duck]]
+        name = "talk"
+        targets = ["streams.main.gain"]
+        trigger = "voice"
+        depth = 6
+        attack = "100ms"
+        hold = "200ms"
+        release = "500ms"
+        """, source: "test")
+    let (ducked, _, _) = try bench.render(input: input, play, output: "ducked.wav") {
+      $0.configuration = configuration
+    }
+    let (plain, _, _) = try bench.render(input: input, play, output: "plain.wav")
+    // Before the voice, the bed alone; under it, the bed 6 dB down; after the hold and release,
+    // the bed alone again.
+    let under = Float(0.5 * pow(10, -6.0 / 20) + 0.25)
+    for (at, wanted, unducked) in [(0.5, 0.5, 0.5), (1.5, under, 0.75), (1.9, under, 0.75), (2.9, 0.5, 0.5)] {
+      let index = Int(at * Self.rate)
+      #expect(abs(ducked[index] - Float(wanted)) < 1e-5, "at \(at) s: \(ducked[index]), not \(wanted)")
+      #expect(abs(plain[index] - Float(unducked)) < 1e-5, "at \(at) s without the rule: \(plain[index])")
+    }
+  }
+
   @Test func renderingTwiceGivesTheSameBytes() throws {
     let bench = try ShowBench()
     var seed: UInt32 = 12345
