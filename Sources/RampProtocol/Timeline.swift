@@ -70,9 +70,12 @@ public enum Timeline {
 
   /// Every valid line's entry and every invalid line's error (all of them, so one run shows
   /// every mistake). Relative file paths are resolved against `directory` (by default the
-  /// current directory).
+  /// current directory). `options` are the daemon's, for a reader that plays the timeline
+  /// itself (`rampctl render --config`: a plain `db` takes its `fade.db-floor`); by default a
+  /// plain `db` names no floor, left to the daemon that receives the line.
   public static func parse(
-    _ text: String, file: String, directory: String = FileManager.default.currentDirectoryPath
+    _ text: String, file: String, directory: String = FileManager.default.currentDirectoryPath,
+    options: ParseOptions = ParseOptions()
   ) -> (entries: [Entry], errors: [LineError]) {
     var entries: [Entry] = []
     var errors: [LineError] = []
@@ -81,7 +84,7 @@ public enum Timeline {
       if line.isEmpty || line.hasPrefix("#") { continue }
       let label = "\(file):\(index + 1)"
       do {
-        var parsed = try entry(line, label: label, line: index + 1)
+        var parsed = try entry(line, label: label, line: index + 1, options: options)
         parsed.request.command = resolvingPaths(parsed.request.command, against: directory)
         entries.append(parsed)
       } catch {
@@ -93,7 +96,7 @@ public enum Timeline {
 
   /// Reads and parses the file at `path` (`-`: standard input, labelled `<stdin>`). Throws the
   /// errors of every bad line, or one saying the file cannot be read.
-  public static func load(_ path: String) throws(Failure) -> [Entry] {
+  public static func load(_ path: String, options: ParseOptions = ParseOptions()) throws(Failure) -> [Entry] {
     let text: String
     let label = path == "-" ? "<stdin>" : path
     if path == "-" {
@@ -103,7 +106,7 @@ public enum Timeline {
         throw Failure(messages: ["cannot read \(path): \(error.localizedDescription)"])
       }
     }
-    let timeline = parse(text, file: label, directory: directory(of: path))
+    let timeline = parse(text, file: label, directory: directory(of: path), options: options)
     guard timeline.errors.isEmpty else { throw Failure(messages: timeline.errors.map(\.description)) }
     return timeline.entries
   }
@@ -116,7 +119,9 @@ public enum Timeline {
     public init(messages: [String]) { self.messages = messages }
   }
 
-  static func entry(_ text: String, label: String, line: Int) throws(LineError) -> Entry {
+  static func entry(
+    _ text: String, label: String, line: Int, options: ParseOptions = ParseOptions()
+  ) throws(LineError) -> Entry {
     func fail(_ message: String) -> LineError { LineError(label: label, message: message) }
     let value: JSONValue
     do { value = try JSON.parse(text) } catch { throw fail(error.message) }
@@ -135,7 +140,7 @@ public enum Timeline {
     }
     do { object = try convertingUnits(object, at: "") } catch { throw fail(error.description) }
     do {
-      return Entry(label: label, line: line, at: at, request: try Request.parse(.object(object)))
+      return Entry(label: label, line: line, at: at, request: try Request.parse(.object(object), options: options))
     } catch {
       throw fail(error.summary)
     }

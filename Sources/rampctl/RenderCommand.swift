@@ -115,8 +115,8 @@ struct RenderCommand: ParsableCommand {
   @Option(
     help: ArgumentHelp(
       "A rampd configuration file whose defaults the timeline runs with (fade curve, implicit transaction, "
-        + "gain.max, declick) and whose [[duck]] rules act on it, as rampd would; default: rampd's built-in "
-        + "defaults.", valueName: "file"))
+        + "gain.max, declick, fade.db-floor) and whose [[duck]] rules act on it, as rampd would; default: "
+        + "rampd's built-in defaults.", valueName: "file"))
   var config: String?
 
   func validate() throws {
@@ -167,7 +167,8 @@ struct RenderCommand: ParsableCommand {
     }
     do {
       if let script {
-        options.timeline = try Timeline.load(script)
+        options.timeline = try Timeline.load(
+          script, options: ParseOptions(decibelFloor: options.configuration.fades.decibelFloor))
         try OfflineShow.check(options.timeline)
       }
       let summary = try OfflineShow.render(options)

@@ -198,6 +198,32 @@ final class ShowBench {
     }
   }
 
+  /// `rampctl render --config` reads a plain `db` in the timeline with the configuration's
+  /// `fade.db-floor`, as rampd with it reads a request: the same bytes as the floor written out,
+  /// and not those of the default −60 dB.
+  @Test func aPlainDecibelFadeTakesTheConfiguredFloor() throws {
+    let bench = try ShowBench()
+    let input = try bench.file("in.wav", frames: 48_000 * 2) { _, _ in 0.5 }
+    try "[fade]\ndb-floor = -50\n".write(toFile: bench.path("floor.toml"), atomically: true, encoding: .utf8)
+    func render(_ space: String, config: Bool) throws -> Data {
+      let name = "\(space)-\(config)"
+      try #"{"at": 0.5, "cmd": "fade", "key": "master.gain", "to": 0, "duration": 1, "space": "\#(space)"}"#
+        .write(toFile: bench.path("\(name).jsonl"), atomically: true, encoding: .utf8)
+      let run = try runProcess(
+        Executables.rampctl,
+        ["render", input, bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl")]
+          + (config ? ["--config", bench.path("floor.toml")] : []))
+      #expect(run.status == 0, "\(run)")
+      return try Data(contentsOf: URL(fileURLWithPath: bench.path("\(name).wav")))
+    }
+    // Compared here, not in #expect: it would diff two files' bytes to describe a failure.
+    let configured = try render("db", config: true)
+    let sameAsWritten = configured == (try render("db(-50)", config: false))
+    let sameAsDefault = configured == (try render("db(-60)", config: false))
+    #expect(sameAsWritten, "a plain db with the configured -50 dB floor is not db(-50)")
+    #expect(!sameAsDefault, "a plain db with the configured -50 dB floor is db(-60)")
+  }
+
   @Test func renderingTwiceGivesTheSameBytes() throws {
     let bench = try ShowBench()
     var seed: UInt32 = 12345
