@@ -344,14 +344,8 @@ public final class AnimationEngine {
     index = 0
     while index < parts.count {
       let property = prepared.targets[index]!
-      var seen = false
-      var other = 0
-      while other < index {
-        if prepared.targets[other]! === property { seen = true }
-        other += 1
-      }
       // Named by id, it replaces nothing: not even a client's animation that happens to have its name.
-      if !seen && !prepared.namedByID { removeInstances(of: property, key: key) }
+      if Self.isFirstTarget(index, of: prepared) && !prepared.namedByID { removeInstances(of: property, key: key) }
       index += 1
     }
     if let model {
@@ -393,6 +387,18 @@ public final class AnimationEngine {
 
   /// What `commit` does before it changes anything: finds the properties, places the begin,
   /// resolves the ends (into `prepared`, not yet the engine's) and checks the limits.
+  /// Whether the `index`-th part's property is not also an earlier part's: each property counted
+  /// once. Allocation-free.
+  private static func isFirstTarget(_ index: Int, of prepared: PreparedAnimation) -> Bool {
+    let property = prepared.targets[index]!
+    var other = 0
+    while other < index {
+      if prepared.targets[other]! === property { return false }
+      other += 1
+    }
+    return true
+  }
+
   private func ready(_ prepared: PreparedAnimation, to handle: PropertyHandle?, from: Double?, model: Double?)
     throws(EngineError) -> (target: Property, beginSample: Int64)
   {
@@ -467,14 +473,7 @@ public final class AnimationEngine {
     var ending = 0
     index = 0
     while index < parts.count {
-      let property = prepared.targets[index]!
-      var seen = false
-      var other = 0
-      while other < index {
-        if prepared.targets[other]! === property { seen = true }
-        other += 1
-      }
-      if !seen { ending += property.instances.count }
+      if Self.isFirstTarget(index, of: prepared) { ending += prepared.targets[index]!.instances.count }
       index += 1
     }
     if model != nil {

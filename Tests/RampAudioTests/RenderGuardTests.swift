@@ -36,12 +36,7 @@ import Testing
     process.arguments = ["--testing-library", "swift-testing", "--filter", "deliberateAllocationOnTheRenderThread"]
     process.environment = ProcessInfo.processInfo.environment.merging(
       ["RAMPD_DELIBERATE_ALLOCATION": "1", "SWIFT_BACKTRACE": "enable=no"]) { $1 }
-    let errors = Pipe()
-    process.standardError = errors
-    process.standardOutput = FileHandle.nullDevice
-    try process.run()
-    let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
+    let text = try process.standardErrorText()
     #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGABRT, "\(text)")
     #expect(text.contains("rampd: allocation on the render thread"), "\(text)")
   }

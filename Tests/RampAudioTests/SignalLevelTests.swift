@@ -187,12 +187,7 @@ func ffmpegMomentary(_ path: String, seconds: Double, in directory: String) thro
   process.executableURL = URL(fileURLWithPath: ffmpeg)
   process.arguments = ["-nostats", "-hide_banner", "-i", path, "-af", "ebur128", "-f", "null", "-"]
   process.currentDirectoryURL = URL(fileURLWithPath: directory)
-  let errors = Pipe()
-  process.standardError = errors
-  process.standardOutput = FileHandle.nullDevice
-  try process.run()
-  let text = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-  process.waitUntilExit()
+  let text = try process.standardErrorText()
   // Lines such as "[Parsed_ebur128_0 @ 0x...] t: 1        TARGET:-23 LUFS    M: -20.7 S:-120.7 ...".
   // Lines every 100 ms, t the end of the window (0.999979 for 1 s).
   let lines = text.split(separator: "\n").compactMap { line -> (Double, Substring)? in
