@@ -229,16 +229,17 @@ public enum OfflineShow {
       // Lines go to the player as the render reaches them, before the block they fall in: a
       // timeline of any length renders, though the command queue and the schedule hold a few
       // thousand. Those due in the same block go in parts, each taken before the next.
-      let order = requests.indices.sorted { (sample(requests[$0].request), $0) < (sample(requests[$1].request), $1) }
+      let due = requests.map { sample($0.request) }
+      let order = requests.indices.sorted { (due[$0], $0) < (due[$1], $1) }
       var submitted = 0
       func submit(dueBefore end: Int64) throws {
         var part = 0
-        while submitted < order.count, sample(requests[order[submitted]].request) < end {
+        while submitted < order.count, due[order[submitted]] < end {
           let sequence = order[submitted]
           // A delay counts from the player's current sample: what is left of the line's. An
           // integer number of frames over the rate, it converts back to exactly that many.
           var request = requests[sequence].request
-          let ahead = sample(request) - player.currentSample
+          let ahead = due[sequence] - player.currentSample
           request.at = ahead > 0 ? .delay(Double(ahead) / Double(rate)) : nil
           controller.handle(request, from: client, sequence: sequence)
           if sequence == 0 && options.input != nil {
@@ -258,13 +259,14 @@ public enum OfflineShow {
       try checkReplies()
 
       // Lines that bring sound back after a silence keep the show going until they have run.
-      let revivals = requests[firstLine...].map(\.request).filter { request in
-        ([request.command] + (request.command.batched ?? [])).contains {
+      let revivals = (firstLine..<requests.count).filter { line in
+        let command = requests[line].request.command
+        return ([command] + (command.batched ?? [])).contains {
           if case .play = $0 { return true }
           if case .resume = $0 { return true }
           return false
         }
-      }.map(sample)
+      }.map { due[$0] }
       var rendered: Int64 = 0
       var end: Int64
       while true {
@@ -287,14 +289,14 @@ public enum OfflineShow {
           break
         }
       }
-      if let late = requests.enumerated().dropFirst(firstLine).first(where: { sample($0.element.request) > end }) {
+      if let late = (firstLine..<requests.count).first(where: { due[$0] > end }) {
         func seconds(_ value: Double) -> String {
           let rounded = (value * 1000).rounded() / 1000
           return rounded == rounded.rounded() ? "\(Int64(rounded)) s" : "\(rounded) s"
         }
-        let at = Double(sample(late.element.request)) / Double(rate)
+        let at = Double(due[late]) / Double(rate)
         throw Failure(
-          "\(late.element.label): at \(seconds(at)) is after the end of the render, which is "
+          "\(requests[late].label): at \(seconds(at)) is after the end of the render, which is "
             + "\(seconds(Double(end) / Double(rate))) long (\(end) frames at \(rate) Hz)")
       }
       if options.isCancelled() { throw Interrupted() }
@@ -323,14 +325,14 @@ public enum OfflineShow {
       frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note, normalisation: trim)
   }
 
-  /// The show's end once nothing sounds or moves any more: no stream plays (none left, or every
-  /// one paused) and no animation with an end is still running; nil before. The end is where the
-  /// last stream's audio ran out or the last animation ended. An animation that never ends (an
-  /// endless repeat) does not hold the show open.
   /// Timeline lines submitted before the player takes them: well under the command queue's
   /// room (4096), for lines that are batches.
   static let linesPerPart = 1024
 
+  /// The show's end once nothing sounds or moves any more: no stream plays (none left, or every
+  /// one paused) and no animation with an end is still running; nil before. The end is where the
+  /// last stream's audio ran out or the last animation ended. An animation that never ends (an
+  /// endless repeat) does not hold the show open.
   static func settledEnd(_ state: RenderState, now: Int64) -> Int64? {
     if state.streamSnapshots.contains(where: { !$0.paused }) { return nil }
     let engine = state.engine

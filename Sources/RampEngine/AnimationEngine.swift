@@ -385,8 +385,6 @@ public final class AnimationEngine {
     _ = try ready(prepared, to: handle, from: from, model: model)
   }
 
-  /// What `commit` does before it changes anything: finds the properties, places the begin,
-  /// resolves the ends (into `prepared`, not yet the engine's) and checks the limits.
   /// Whether the `index`-th part's property is not also an earlier part's: each property counted
   /// once. Allocation-free.
   private static func isFirstTarget(_ index: Int, of prepared: PreparedAnimation) -> Bool {
@@ -399,6 +397,8 @@ public final class AnimationEngine {
     return true
   }
 
+  /// What `commit` does before it changes anything: finds the properties, places the begin,
+  /// resolves the ends (into `prepared`, not yet the engine's) and checks the limits.
   private func ready(_ prepared: PreparedAnimation, to handle: PropertyHandle?, from: Double?, model: Double?)
     throws(EngineError) -> (target: Property, beginSample: Int64)
   {
