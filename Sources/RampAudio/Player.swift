@@ -309,9 +309,9 @@ public final class Player: Sendable {
     // a block's share waiting wakes it too, so a flood of commands answered early is taken while
     // it waits rather than a block's share per block, which would fill the queue.
     let flooding = link.commands.freeSlots < link.commands.capacity - Self.commandsPerBlock
-    if rewindHistory.enabled
-      || (wake || flooding) && (output.pacing == .clock || link.idling.load(ordering: .sequentiallyConsistent))
-    {
+    let idling = link.idling.load(ordering: .sequentiallyConsistent)
+    if idling { _ = link.idleEndedAt.compareExchange(expected: 0, desired: monotonicNanoseconds(), ordering: .relaxed) }
+    if rewindHistory.enabled || (wake || flooding) && (output.pacing == .clock || idling) {
       link.commandBell.ring()
     }
     return accepted

@@ -118,8 +118,12 @@ final class RenderLink: Sendable {
   let idling = Atomic<Bool>(false)
   /// The device is stopped while nothing plays.
   let stoppedIdle = Atomic<Bool>(false)
-  /// Nanoseconds from waking up idle to the first sample heard, as last measured (−1: not yet).
+  /// Nanoseconds from the command that ended the idle to its first sample heard, as last measured
+  /// (−1: not yet).
   let measuredResume = Atomic<Int64>(-1)
+  /// When the first command of the current idle spell was submitted (monotonic nanoseconds; 0:
+  /// none yet): the render thread's own wake-up comes later, by however long the scheduler takes.
+  let idleEndedAt = Atomic<Int64>(0)
   /// The render thread's kernel id once it runs.
   let renderThread = Atomic<Int32>(0)
   /// Blocks rendered.

@@ -198,9 +198,12 @@ extension RenderLoop {
     }
     // True only once the deadline has passed; false when a change came (or shutdown).
     let scheduledWake = sleepAnsweringReads(until: deadline)
+    let woken = monotonicNanoseconds()
+    // How long the command that ended the idle waited for this thread to wake.
+    let arrived = link.idleEndedAt.load(ordering: .relaxed)
+    let wakeLateness = arrived > 0 ? max(woken - arrived, 0) : 0
     guard link.running.load(ordering: .relaxed) else { return }
     if releases {
-      let woken = monotonicNanoseconds()
       guard let reopened = reopenParked() else {
         // Not opened again: time goes on without it from where the idle spell ends.
         catchUp(from: lastHeard, nanosecondsPerFrame: nanosecondsPerFrame)
@@ -228,7 +231,7 @@ extension RenderLoop {
       : Double(heardFrom - lastHeard) / nanosecondsPerFrame
     if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
     // A timed start says nothing of the latency of a command's wake-up.
-    resumed = timed ? nil : (wake, state.engine.now)
+    resumed = timed ? nil : (wake, state.engine.now, wakeLateness)
     batchStart = nil
   }
 
@@ -281,6 +284,7 @@ extension RenderLoop {
     }
     silentBlocksWritten += 1
     guard silentBlocksWritten >= 2 else { return nil }
+    link.idleEndedAt.store(0, ordering: .relaxed)
     // Pairs with `Player.push`: either it sees `idling` and rings, or the command is seen here.
     link.idling.store(true, ordering: .sequentiallyConsistent)
     let now = monotonicNanoseconds()

@@ -59,14 +59,14 @@ final class RenderLoop: @unchecked Sendable {
   /// Which sample is heard when (its copy for other threads is `link.heard`).
   var heardClock: HeardClock
   /// Nanoseconds from waking up idle to the first sample heard, as last measured (one period
-  /// until measured; its copy for status is `link.measuredResume`).
+  /// until measured; `link.measuredResume` adds how late the wake-up came, for status).
   var resumeNanoseconds: Int64
   /// Nanoseconds a device let go of while idle takes to open again, as last measured (an
   /// estimate until then).
   var reopenNanoseconds: Int64 = 50_000_000
-  /// When the render thread last woke up idle, and the sample it resumed at, until the device
-  /// says when that sample is heard.
-  var resumed: (nanoseconds: Int64, sample: Int64)?
+  /// When the render thread last woke up idle, the sample it resumed at, and how late it woke
+  /// after the command that ended the idle, until the device says when that sample is heard.
+  var resumed: (nanoseconds: Int64, sample: Int64, wakeLateness: Int64)?
   /// The device's underruns at the last observation: one more means the device stopped and
   /// started again.
   var underrunsObserved = 0
@@ -472,7 +472,7 @@ final class RenderLoop: @unchecked Sendable {
     if let resumed {
       self.resumed = nil
       resumeNanoseconds = max(heardClock.nanoseconds(of: resumed.sample) - resumed.nanoseconds, 0)
-      link.measuredResume.store(resumeNanoseconds, ordering: .relaxed)
+      link.measuredResume.store(resumeNanoseconds + resumed.wakeLateness, ordering: .relaxed)
     }
   }
 
