@@ -45,7 +45,11 @@ import Testing
     return measurement.result.truePeak
   }
 
-  static func bits(_ samples: [Float]) -> [UInt32] { samples.map(\.bitPattern) }
+  /// The first index where `a` and `b` differ in any bit (or in length), nil when identical.
+  static func firstDifference(_ a: [Float], _ b: [Float]) -> Int? {
+    guard a.count == b.count else { return min(a.count, b.count) }
+    return a.indices.first { a[$0].bitPattern != b[$0].bitPattern }
+  }
 
   /// Two full-scale sines summed (997 Hz and 3 kHz, up to +6 dBFS) and an fs/4 sine at 45°
   /// (samples at −1.5 dBFS, its true peak 3 dB higher, between them): the output's true peak, as
@@ -77,6 +81,23 @@ import Testing
     #expect(limiter.reductionDecibels > 0)
   }
 
+  /// Steady sines, faded in over 10 ms, at 0.2 and 0.3 × the rate and phases where BS.1770's
+  /// 4× interpolator alone reads 0.08 dB under libebur128's (their points are not at the same
+  /// places between samples): held within 0.05 dB of the ceiling as libebur128 measures them.
+  @Test(arguments: [(9600.0, 0.0), (14_400.0, Double.pi / 16)])
+  func aSteadySineIsHeldWhereMetersReadIt(_ frequency: Double, _ phase: Double) throws {
+    let fade = Self.rate / 100
+    let input = Self.stereo(frames: Self.rate) { frame, channel in
+      let envelope = frame < fade ? 0.5 - 0.5 * cos(Double.pi * Double(frame) / Double(fade)) : 1
+      return 1.5 * envelope * Self.sine(frequency, frame, phase: phase)
+    }
+    let limiter = TruePeakLimiter(rate: Self.rate, channels: 2, ceilingDecibels: -1)
+    let outputPeak = try Self.truePeak(Self.limited(input, by: limiter, block: 480))
+    print("LIMITER \(frequency) Hz: \(outputPeak) dBTP out")
+    #expect(outputPeak <= -1 + 0.05, "\(frequency) Hz: \(outputPeak) dBTP")
+    #expect(outputPeak >= -1.3, "\(frequency) Hz: \(outputPeak) dBTP: lowered more than it needs")
+  }
+
   /// A −6 dBFS sine, and an fs/4 sine at 45° whose true peak is −1.2 dBTP (its samples at
   /// −4.2 dBFS), come out bit for bit as they went in, `latencyFrames` later, after that many
   /// frames of silence; the limiter says it never engaged.
@@ -92,7 +113,7 @@ import Testing
     let latency = limiter.latencyFrames
     let output = Self.limited(input + [Float](repeating: 0, count: latency * 2), by: limiter, block: 480)
     #expect(output.prefix(latency * 2).allSatisfy { $0.bitPattern == 0 })
-    #expect(Self.bits(Array(output.dropFirst(latency * 2))) == Self.bits(input))
+    #expect(Self.firstDifference(Array(output.dropFirst(latency * 2)), input) == nil)
     #expect(limiter.reductionDecibels == 0)
     #expect(limiter.takeEngaged() == (false, 0))
   }
@@ -147,11 +168,11 @@ import Testing
       return loud * (0.5 * Self.sine(997, frame) + 0.3 * Self.sine(3000, frame, phase: Double(channel)))
         + 0.2 * (2 * noise.unit() - 1)
     }
-    func run(_ block: Int) -> [UInt32] {
-      Self.bits(Self.limited(input, by: TruePeakLimiter(rate: Self.rate, channels: 2, ceilingDecibels: -1), block: block))
+    func run(_ block: Int) -> [Float] {
+      Self.limited(input, by: TruePeakLimiter(rate: Self.rate, channels: 2, ceilingDecibels: -1), block: block)
     }
     let reference = run(480)
-    for block in [1, 64, 4096] { #expect(run(block) == reference, "blocks of \(block)") }
+    for block in [1, 64, 4096] { #expect(Self.firstDifference(run(block), reference) == nil, "blocks of \(block)") }
     let limiter = TruePeakLimiter(rate: Self.rate, channels: 2, ceilingDecibels: -1)
     var output = input
     var sizes = SplitMix(seed: 11)
@@ -163,8 +184,8 @@ import Testing
         start += count
       }
     }
-    #expect(Self.bits(output) == reference, "blocks of changing sizes")
-    #expect(reference != Self.bits(input), "the limiter did nothing")
+    #expect(Self.firstDifference(output, reference) == nil, "blocks of changing sizes")
+    #expect(Self.firstDifference(reference, input) != nil, "the limiter did nothing")
   }
 
   /// Audio A, a save, audio B, a restore, B again: B comes out the same both times, though the
@@ -179,15 +200,17 @@ import Testing
     let afterFirst = limiter.reductionDecibels
     limiter.restore(from: 1)
     let again = Self.limited(other, by: limiter, block: 480)
-    #expect(Self.bits(again) == Self.bits(first))
+    #expect(Self.firstDifference(again, first) == nil)
     #expect(limiter.reductionDecibels == afterFirst)
     // From B's end instead, B comes out otherwise (its delay line holds B's end, not A's).
     let fromB = Self.limited(other, by: limiter, block: 480)
-    #expect(Self.bits(fromB) != Self.bits(first))
+    #expect(Self.firstDifference(fromB, first) != nil)
     // Slot 0 holds the state `init` saved: a fresh limiter's.
     limiter.restore(from: 0)
     let fresh = TruePeakLimiter(rate: Self.rate, channels: 2, ceilingDecibels: -1)
-    #expect(Self.bits(Self.limited(other, by: limiter, block: 480)) == Self.bits(Self.limited(other, by: fresh, block: 480)))
+    #expect(
+      Self.firstDifference(Self.limited(other, by: limiter, block: 480), Self.limited(other, by: fresh, block: 480))
+        == nil)
   }
 
   /// The readings: the reduction of the last frame, and whether the limiter lowered anything
@@ -203,7 +226,9 @@ import Testing
     #expect(limiter.reductionDecibels == 0)
     let output = Self.limited(quiet, by: limiter, block: 480)
     #expect(output.prefix(limiter.latencyFrames * 2).allSatisfy { $0 == 0 })
-    #expect(Self.bits(Array(output.dropFirst(limiter.latencyFrames * 2))) == Self.bits(Array(quiet.dropLast(limiter.latencyFrames * 2))))
+    #expect(
+      Self.firstDifference(
+        Array(output.dropFirst(limiter.latencyFrames * 2)), Array(quiet.dropLast(limiter.latencyFrames * 2))) == nil)
     #expect(limiter.takeEngaged() == (false, 0))
   }
 
