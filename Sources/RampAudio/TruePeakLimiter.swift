@@ -78,9 +78,11 @@ public final class TruePeakLimiter {
   private let history: UnsafeMutablePointer<Float>
   private let delay: UnsafeMutablePointer<Float>
 
-  /// Scratch, not state: one channel's history and chunk contiguous, and the chunk's peaks.
+  /// Scratch, not state: one channel's history and chunk contiguous, the chunk's peaks, and one
+  /// interpolated point of each frame.
   private let window: UnsafeMutablePointer<Float>
   private let peaks: UnsafeMutablePointer<Float>
+  private let sums: UnsafeMutablePointer<Float>
 
   /// The rest of the state, copied beside the block.
   struct Cursor {
@@ -154,6 +156,8 @@ public final class TruePeakLimiter {
     window.initialize(repeating: 0, count: span - 1 + Self.chunkFrames)
     peaks = .allocate(capacity: Self.chunkFrames)
     peaks.initialize(repeating: 0, count: Self.chunkFrames)
+    sums = .allocate(capacity: Self.chunkFrames)
+    sums.initialize(repeating: 0, count: Self.chunkFrames)
     savedCursors = .allocate(capacity: max(checkpoints, 1))
     savedCursors.initialize(repeating: Cursor(), count: max(checkpoints, 1))
     savedStates = .allocate(byteCount: max(checkpoints, 1) * stateBytes, alignment: MemoryLayout<Double>.alignment)
@@ -166,6 +170,7 @@ public final class TruePeakLimiter {
     state.deallocate()
     window.deallocate()
     peaks.deallocate()
+    sums.deallocate()
     savedCursors.deallocate()
     savedStates.deallocate()
   }
@@ -277,25 +282,32 @@ public final class TruePeakLimiter {
     }
   }
 
-  /// The interpolated points of `window` into `peaks`: frame f's window is w[f …  f + 11].
+  /// The interpolated points of `window` into `peaks`: frame f's window is w[f …  f + 11]. Tap
+  /// by tap over the whole chunk, so that the compiler vectorises the loops over frames.
   private func interpolate(frames: Int) {
     let span = Self.filterSpan
-    for frame in 0..<frames {
-      let taps = window + frame
-      var highest = peaks[frame]
-      var phase = 0
-      while phase < Self.phases {
-        let c = coefficients + phase * span
-        var sum: Float = 0
-        for tap in 0..<span { sum += c[tap] * taps[tap] }
-        highest = max(highest, abs(sum))
-        phase += 1
+    var phase = 0
+    while phase < Self.phases {
+      let c = coefficients + phase * span
+      let first = c[0]
+      for frame in 0..<frames { sums[frame] = first * window[frame] }
+      var tap = 1
+      while tap < span {
+        let coefficient = c[tap]
+        let taps = window + tap
+        for frame in 0..<frames { sums[frame] += coefficient * taps[frame] }
+        tap += 1
       }
-      peaks[frame] = highest
+      for frame in 0..<frames { peaks[frame] = max(peaks[frame], abs(sums[frame])) }
+      phase += 1
     }
   }
 
   private func applyGain(_ samples: UnsafeMutablePointer<Float>, frames: Int) {
+    if isIdle(frames: frames) {
+      passThrough(samples, frames: frames)
+      return
+    }
     var c = cursor
     for frame in 0..<frames {
       let peak = peaks[frame]
@@ -350,5 +362,37 @@ public final class TruePeakLimiter {
       c.delayPosition = c.delayPosition + 1 == latencyFrames ? 0 : c.delayPosition + 1
     }
     cursor = c
+  }
+
+  /// Whether the gain is 1 and stays 1 for the chunk: every value the envelope's minimum and
+  /// average hold is 1 (the deque then holds a single 1), and no frame needs lowering.
+  private func isIdle(frames: Int) -> Bool {
+    guard cursor.averageLowered == 0, cursor.dequeCount == 1, dequeValues[cursor.dequeHead] == 1 else { return false }
+    var over = false
+    for frame in 0..<frames { over = over || peaks[frame] > ceiling }
+    return !over
+  }
+
+  /// What the per-frame path does to an idle chunk, in runs: the delay line's samples out
+  /// unchanged (a gain of exactly 1), the deque's one value and the average's window moved on.
+  private func passThrough(_ samples: UnsafeMutablePointer<Float>, frames: Int) {
+    var done = 0
+    while done < frames {
+      let run = min(frames - done, latencyFrames - cursor.delayPosition)
+      let line = delay + cursor.delayPosition * channels
+      let audio = samples + done * channels
+      for index in 0..<run * channels {
+        let delayed = line[index]
+        line[index] = audio[index]
+        audio[index] = delayed
+      }
+      done += run
+      cursor.delayPosition = cursor.delayPosition + run == latencyFrames ? 0 : cursor.delayPosition + run
+    }
+    cursor.step += frames
+    dequeSteps[cursor.dequeHead] = cursor.step
+    cursor.averagePosition = (cursor.averagePosition + frames) % attackFrames
+    cursor.envelope = 1
+    cursor.gain = 1
   }
 }
