@@ -14,11 +14,11 @@ import Foundation
 /// 1. Peak: the highest of |sample| and of seven interpolated points between each pair of
 ///    samples, every channel. Four are BS.1770 Annex 2's 4× interpolator (its published 48-tap
 ///    polyphase filter, which interpolates at 1/8, 3/8, 5/8 and 7/8 of a sample period), three
-///    a Hann-windowed sinc at 1/4, 1/2 and 3/4 (the points meters such as libebur128 read). A 4×
-///    meter reads up to 0.7 dB under a peak that falls between its points, and meters differ in
-///    where their points are: checking both grids, the limiter holds the ceiling as either kind
-///    measures it (an fs/4 sine at 45° peaks halfway between samples, where the Annex's filter
-///    has no point and reads 0.17 dB low).
+///    a Hann-windowed sinc at 1/4, 1/2 and 3/4 (where meters such as libebur128 and ffmpeg's
+///    `ebur128` put theirs). A 4× meter reads low when a peak falls between its points, and
+///    meters do not put them at the same places: limited by the Annex's points alone, a steady
+///    sine at 0.2 or 0.3 × the rate reads up to 0.1 dB over the ceiling on libebur128; with both
+///    grids, at most 0.04 dB at any frequency up to 0.45 × the rate.
 /// 2. Required gain: ceiling / peak when the peak is over the ceiling, else 1. It applies to the
 ///    whole span of samples its interpolation read (``filterSpan`` frames), not to one frame.
 /// 3. Release: the envelope follows a lower required gain at once and rises back at most
@@ -34,6 +34,12 @@ import Foundation
 /// `init`, ``restore(from:)`` copies it back; processing the same audio from a restored state
 /// gives the same bytes. A slot is a few kilobytes at 48 kHz stereo (the delay line is most of
 /// it), one copy per block saved.
+///
+/// CPU (release build, x86, 48 kHz stereo, `rampbench --limiter`): about 1.4 ms per second of
+/// audio limited, 0.2 ms of audio at −20 dBFS. The interpolation is most of it, and it is left
+/// out for a channel's chunk whose samples all stay 6.1 dB under the ceiling (no interpolated
+/// point can reach the ceiling then: no phase's taps sum to more than 2.02 in absolute value);
+/// a chunk whose gain stays 1 is copied through the delay line.
 public final class TruePeakLimiter {
   public let rate: Int
   public let channels: Int
@@ -42,7 +48,9 @@ public final class TruePeakLimiter {
   public let ceiling: Float
   /// Frames the gain takes to fall to a peak's gain (the look-ahead given to `init`).
   public let attackFrames: Int
-  /// Frames the output lags the input: the attack and the interpolator's span.
+  /// Frames the output lags the input: ``attackFrames`` + ``filterSpan`` − 2 (a required gain
+  /// binds the frame it is found at and the 11 before it, and the gain then falls over the
+  /// attack: it is down by the time the first of those frames comes out).
   public let latencyFrames: Int
   public let releaseSeconds: Double
   /// How fast the gain recovers once the peaks that needed it have passed.

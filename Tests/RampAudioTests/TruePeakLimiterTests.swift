@@ -232,9 +232,8 @@ import Testing
     #expect(limiter.takeEngaged() == (false, 0))
   }
 
-  /// 1.5 ms of look-ahead at 48 kHz: 72 frames of attack, 82 of latency (the attack, and the
-  /// interpolator's 12 frames less the one the attack's last frame shares and the newest, which
-  /// needs no wait).
+  /// 1.5 ms of look-ahead at 48 kHz: 72 frames of attack, 82 of latency (the attack and the
+  /// interpolator's 12 frames, less 2); the release's 6.02 dB per 100 ms.
   @Test func latency() {
     let limiter = TruePeakLimiter(rate: 48_000, channels: 2, ceilingDecibels: -1)
     #expect(limiter.attackFrames == 72 && limiter.latencyFrames == 82)
