@@ -51,11 +51,12 @@ import Testing
     return a.indices.first { a[$0].bitPattern != b[$0].bitPattern }
   }
 
-  /// Two full-scale sines summed (997 Hz and 3 kHz, up to +6 dBFS) and an fs/4 sine at 45°
-  /// (samples at −1.5 dBFS, its true peak 3 dB higher, between them): the output's true peak, as
-  /// libebur128 measures it, is at most the ceiling + 0.1 dB, and within 0.5 dB of it (limited,
-  /// not silenced).
-  @Test(arguments: ["two full-scale sines", "fs/4 at 45°"])
+  /// Two full-scale sines summed (997 Hz and 3 kHz, up to +6 dBFS), an fs/4 sine at 45° (samples
+  /// at −1.5 dBFS, its true peak 3 dB higher, between them) starting at full amplitude, and white
+  /// noise at +6 dBFS (every frequency to Nyquist): the output's true peak, as libebur128 measures
+  /// it, is at most the ceiling + 0.1 dB, and within 0.5 dB of it (limited, not silenced); no
+  /// sample is over the ceiling.
+  @Test(arguments: ["two full-scale sines", "fs/4 at 45°", "white noise"])
   func theTruePeakStaysUnderTheCeiling(_ signal: String) throws {
     let frames = Self.rate * 2
     let input: [Float]
@@ -65,6 +66,9 @@ import Testing
         amplitude * Self.sine(Double(Self.rate) / 4, frame, phase: Double.pi / 4 + Double(channel) * Double.pi / 2)
       }
       #expect(input.allSatisfy { abs($0) <= Float(pow(10, -1.5 / 20)) * 1.0001 }, "sample peaks under the ceiling")
+    } else if signal == "white noise" {
+      var noise = SplitMix(seed: 5)
+      input = Self.stereo(frames: frames) { _, _ in 2 * (2 * noise.unit() - 1) }
     } else {
       input = Self.stereo(frames: frames) { frame, channel in
         Self.sine(997, frame, phase: Double(channel)) + Self.sine(3000, frame)
@@ -75,8 +79,8 @@ import Testing
     let limiter = TruePeakLimiter(rate: Self.rate, channels: 2, ceilingDecibels: -1)
     let output = Self.limited(input, by: limiter, block: 480)
     let outputPeak = try Self.truePeak(output)
-    print("LIMITER \(signal): \(outputPeak) dBTP out, \(inputPeak) in")
     #expect(outputPeak <= -1 + 0.1, "\(signal): \(outputPeak) dBTP out, \(inputPeak) in")
+    #expect(output.allSatisfy { abs($0) <= limiter.ceiling }, "a sample over the ceiling")
     #expect(outputPeak >= -1.5, "\(signal): \(outputPeak) dBTP out: lowered more than it needs")
     #expect(limiter.reductionDecibels > 0)
   }
@@ -93,7 +97,6 @@ import Testing
     }
     let limiter = TruePeakLimiter(rate: Self.rate, channels: 2, ceilingDecibels: -1)
     let outputPeak = try Self.truePeak(Self.limited(input, by: limiter, block: 480))
-    print("LIMITER \(frequency) Hz: \(outputPeak) dBTP out")
     #expect(outputPeak <= -1 + 0.05, "\(frequency) Hz: \(outputPeak) dBTP")
     #expect(outputPeak >= -1.3, "\(frequency) Hz: \(outputPeak) dBTP: lowered more than it needs")
   }
