@@ -1,6 +1,7 @@
 // rampbench: throughput and accuracy of the engine's per-sample evaluation.
 //
 //   swift run -c release rampbench [--seconds S]
+//   swift run -c release rampbench --limiter [--minutes M]   (the true-peak limiter's CPU time)
 //
 // Each case renders a gain buffer the way the render thread does (blocks of 1024 samples at
 // 48 kHz through AnimationEngine.render into Float), for at least S seconds of wall time per
@@ -12,6 +13,10 @@ import RampAudio
 import RampEngine
 
 let arguments = CommandLine.arguments
+if arguments.contains("--limiter") {
+  limiterBench(minutes: arguments.firstIndex(of: "--minutes").flatMap { Double(arguments[$0 + 1]) } ?? 10)
+  exit(0)
+}
 let minimumSeconds = arguments.firstIndex(of: "--seconds").flatMap { Double(arguments[$0 + 1]) } ?? 1.0
 let sampleRate = 48_000.0
 let block = 1024
