@@ -65,6 +65,9 @@ public struct OutputConfiguration: Sendable, Equatable {
   /// The buffer (seconds) on a device that rewinds, if more than `bufferTime`: a long buffer
   /// stands a render thread scheduled late, and costs no responsiveness there. 0: `bufferTime`.
   public var rewindBufferTime: Double = 0
+  /// The true-peak limiter on the master (``TruePeakLimiter``); not enabled unless asked for
+  /// (the daemon's configuration asks by default).
+  public var limiter = LimiterSettings(enabled: false)
 
   public enum Rewind: String, CaseIterable, Sendable {
     /// On a sound card (a chain that ends in a kernel `hw` PCM, not through `dmix`).
@@ -125,6 +128,7 @@ public struct OutputConfiguration: Sendable, Equatable {
     if !rewindBufferTime.isFinite || !(0...10).contains(rewindBufferTime) {
       throw invalid("rewind-buffer", "\(rewindBufferTime) s is outside 0...10 s")
     }
+    try limiter.validate()
     if let reopenAfter, !(reopenAfter >= periodTime && reopenAfter <= 86_400) {
       // Set by the daemon from its own key (embedded-output.max-duration), which it checks first.
       throw AudioError(.invalidParameter, "reopenAfter: \(reopenAfter) s is outside one period...86400 s")

@@ -195,18 +195,20 @@ public final class Player: Sendable {
   /// ``renderOffline()`` for each block; commands, streams and the mix are the live player's own.
   public convenience init(
     sink: any BlockSink, rate: Int, channels: Int, blockFrames: Int, declick: Double = 0.010, maxGain: Double = 1,
-    scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64,
+    limiter: LimiterSettings = LimiterSettings(enabled: false), scheduledCapacity: Int = Player.maximumScheduled,
+    animationsPerKeyPath: Int = 64,
     eventCapacity: Int = Player.defaultEventCapacity
   ) throws {
     let negotiated = AlsaPCMOutput.Negotiated(
       device: "offline", format: .float32, rate: rate, channels: channels, periodFrames: blockFrames,
       bufferFrames: blockFrames, pacing: .device, kind: .other)
+    var configuration = OutputConfiguration(
+      device: "offline", sampleRate: rate, channels: channels, format: .float32,
+      periodTime: Double(blockFrames) / Double(rate), bufferTime: Double(blockFrames) / Double(rate),
+      pacing: .device)
+    configuration.limiter = limiter
     try self.init(
-      device: nil, sink: sink, negotiated: negotiated,
-      configuration: OutputConfiguration(
-        device: "offline", sampleRate: rate, channels: channels, format: .float32,
-        periodTime: Double(blockFrames) / Double(rate), bufferTime: Double(blockFrames) / Double(rate),
-        pacing: .device),
+      device: nil, sink: sink, negotiated: negotiated, configuration: configuration,
       declick: declick, maxGain: maxGain, scheduledCapacity: scheduledCapacity,
       animationsPerKeyPath: animationsPerKeyPath, eventCapacity: eventCapacity)
     link.running.store(true, ordering: .releasing)
@@ -537,6 +539,17 @@ public final class Player: Sendable {
   /// True while the device is stopped because nothing plays and nothing moves: the render thread
   /// sleeps until a command comes (or a scheduled one is due) and makes no wake-up meanwhile.
   public var isIdle: Bool { link.stoppedIdle.load(ordering: .relaxed) }
+
+  /// The master limiter, when there is one: what it keeps to, the frames it delays the output
+  /// by, its gain reduction at the last block's end (dB, 0 when it leaves the signal alone) and
+  /// the times it engaged after a second or more without lowering anything.
+  public var limiter: LimiterReport? {
+    guard let latency = renderer.limiter?.latencyFrames else { return nil }
+    return LimiterReport(
+      settings: configuration.limiter, latencyFrames: latency,
+      reductionDecibels: Double(bitPattern: link.limiterReduction.load(ordering: .relaxed)),
+      engagements: link.limiterEngagements.load(ordering: .relaxed))
+  }
 
   /// Seconds from a command that ends the idle to its first sample heard, as last measured
   /// (nil before the first time).

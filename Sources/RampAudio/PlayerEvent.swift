@@ -32,6 +32,9 @@ public enum PlayerEvent: Sendable, Equatable {
   /// Queue item `item` was last heard before `sample`: it played to its end or its fade out (a
   /// crossfade, a skip) is over, or its stream stopped or failed (`reason`).
   case itemEnded(stream: String, item: UInt64, sample: Int64, reason: ItemEndReason)
+  /// The master limiter lowered the gain in the block from `sample`, by up to
+  /// `reductionDecibels`, after a second or more of leaving it alone.
+  case limiterEngaged(sample: Int64, reductionDecibels: Double)
 }
 
 /// What a command hands back from the render thread. Subclass it to carry results; the render

@@ -39,6 +39,9 @@ public final class PublishedValue: @unchecked Sendable {
   var handle: PropertyHandle?
   /// For a level (`master.level.peak`, `streams.<id>.level.momentary`): whose, and which reading.
   let level: LevelKey?
+  /// `master.limiter`: the master limiter's gain reduction, dB (NaN without a limiter).
+  let readsLimiter: Bool
+  public static let limiterKeyPath = "master.limiter"
   /// The meter `level` names as the render thread last looked it up (render thread only). Not
   /// retained: it belongs to its stream, and is looked up again once a stream leaves.
   var meter: Unmanaged<SignalLevel>?
@@ -48,6 +51,7 @@ public final class PublishedValue: @unchecked Sendable {
   init(keyPath: String, wakesOnChange: Bool) {
     self.keyPath = keyPath
     level = LevelKey(keyPath)
+    readsLimiter = keyPath == Self.limiterKeyPath
     slots = (0..<Self.slotCount).map { _ in Slot() }
     bell = wakesOnChange ? Bell() : nil
   }

@@ -141,6 +141,10 @@ final class RenderLink: Sendable {
   let realtimeLimit = Atomic<Int>(-1)
   /// What the kernel answered the render thread's request for SCHED_FIFO (0: granted or not asked).
   let realtimeError = Atomic<Int32>(0)
+  /// The master limiter's gain reduction at the last block's end, dB (its bit pattern), and the
+  /// times it engaged after a second or more without lowering anything.
+  let limiterReduction = Atomic<UInt64>(0.0.bitPattern)
+  let limiterEngagements = Atomic<Int>(0)
 
   init(eventCapacity: Int) throws {
     events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))

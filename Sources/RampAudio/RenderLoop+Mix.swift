@@ -144,11 +144,29 @@ extension RenderLoop {
     engine.render(state.master, start: now, count: frames, into: gain)
     ducks.applyToMaster(start: now, count: frames, to: gain)
     GainKernel.apply(mix, gain: gain, frames: frames, channels: channels, into: mix)
+    if let limiter {
+      limiter.process(mix, frames: frames)
+      noteLimiter(limiter, now: now, frames: frames)
+    }
+    // Under a limiter, a no-op: its ceiling is at most 0 dBTP.
     GainKernel.clamp(mix, count: frames * channels)
     if metering { state.masterLevel.add(mix, samples: frames * channels) }
     ducks.end(frames: frames) { retire(.object($0)) }
     engine.advance(by: frames)
     drainCompletions()
+  }
+
+  /// Publishes the limiter's reduction, and posts `limiterEngaged` when it lowers the gain after
+  /// a second or more of leaving it alone. Allocation-free.
+  func noteLimiter(_ limiter: TruePeakLimiter, now: Int64, frames: Int) {
+    link.limiterReduction.store(limiter.reductionDecibels.bitPattern, ordering: .relaxed)
+    let (engaged, deepest) = limiter.takeEngaged()
+    guard engaged else { return }
+    if limiterLastLowered.map({ now - $0 >= Int64(output.rate) }) ?? true {
+      link.limiterEngagements.add(1, ordering: .relaxed)
+      state.post(.limiterEngaged(sample: now, reductionDecibels: deepest))
+    }
+    limiterLastLowered = now + Int64(frames)
   }
 
   /// Posts the engine's completion reports and hands what ended to the recovery thread.

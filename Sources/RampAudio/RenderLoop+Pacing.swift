@@ -291,7 +291,8 @@ extension RenderLoop {
     // When the last sample written is heard; the device stops a period before.
     let lastHeard =
       heardClock.known
-      ? heardClock.nanoseconds(of: state.engine.now) : now + Int64(Double(device.delayFrames) * nanosecondsPerFrame)
+      ? heardClock.nanoseconds(of: state.engine.now - Int64(outputLatency))
+      : now + Int64(Double(device.delayFrames) * nanosecondsPerFrame)
     let period = Int64(Double(output.periodFrames) * nanosecondsPerFrame)
     guard link.commands.isEmpty, sleepIdle(until: lastHeard - period) else {
       link.idling.store(false, ordering: .sequentiallyConsistent)
@@ -299,6 +300,10 @@ extension RenderLoop {
     }
     device.stopForIdle()
     heardClock.restart()
+    // Silence in, silence out: what the limiter holds is two blocks of it, and the idle spell
+    // is a jump in the clock it does not see.
+    limiter?.reset()
+    limiterLastLowered = nil
     // The recovery thread closes it, and opens it again when asked (`reopenParked`).
     if releases { handOver(device, to: link.parkedDevices) }
     return IdleStop(releases: releases, lead: lead, lastHeard: lastHeard)
@@ -332,6 +337,8 @@ extension RenderLoop {
     let behind = Double(monotonicNanoseconds() - lastDue) / nanosecondsPerFrame
     if behind >= 1 { state.engine.advance(by: Int(min(behind, 1e18))) }
     idleClock.reset()
+    limiter?.reset()
+    limiterLastLowered = nil
     batchStart = nil
   }
 

@@ -26,6 +26,15 @@ final class RenderLoop: @unchecked Sendable {
   let refillFrames: Int
   /// What a rewind needs to render again what the device holds (`Rewind.swift`).
   let rewindHistory: RewindHistory
+  /// The master's true-peak limiter (nil: the mix is only clamped), and the frames it delays
+  /// what is heard by: sample `s` of the engine goes out as the output's sample `s + latency`.
+  let limiter: TruePeakLimiter?
+  let outputLatency: Int
+  /// The last sample at which the limiter lowered the gain (`limiterEngaged`).
+  var limiterLastLowered: Int64?
+  /// What an offline player's sink has yet to be spared of the limiter's latency: the silence
+  /// its delay line starts with.
+  var offlineLatencyLeft: Int
   /// The device written to (nil while it is lost and reopened, or for an offline player).
   private(set) var device: AlsaPCMOutput?
   /// `device` is the fallback, played into while the configured device is waited for.
@@ -84,6 +93,10 @@ final class RenderLoop: @unchecked Sendable {
     output: AlsaPCMOutput.Negotiated, configuration: OutputConfiguration, fallback: OutputConfiguration? = nil,
     waiting: Bool = false, declickFrames: Int, rewindHistory: RewindHistory, scheduledCapacity: Int
   ) {
+    limiter = configuration.limiter.limiter(
+      rate: output.rate, channels: output.channels, checkpoints: rewindHistory.capacity)
+    outputLatency = limiter?.latencyFrames ?? 0
+    offlineLatencyLeft = sink == nil ? 0 : outputLatency
     self.link = link
     self.state = state
     self.device = device
@@ -195,7 +208,13 @@ final class RenderLoop: @unchecked Sendable {
     publishValues(due: 0)
     renderScheduled(buffers)
     link.published.store(state.engine.now, ordering: .releasing)
-    try sink.write(buffers.mix, frames: buffers.frames)
+    // The sink's first sample is the show's first: what the limiter's delay line held before it
+    // is not written (its caller renders on until the sink has the show's last sample).
+    let skipped = min(offlineLatencyLeft, buffers.frames)
+    offlineLatencyLeft -= skipped
+    if skipped < buffers.frames {
+      try sink.write(buffers.mix + skipped * buffers.channels, frames: buffers.frames - skipped)
+    }
     link.blockCount.add(1, ordering: .relaxed)
     finishStreams()
     flushEvents()
@@ -319,6 +338,10 @@ final class RenderLoop: @unchecked Sendable {
       let published = state.published[index]
       index += 1
       var value = Double.nan
+      if published.readsLimiter {
+        published.store(limiter?.reductionDecibels ?? .nan, sample: engine.now, due: due)
+        continue
+      }
       if let level = published.level {
         levels = true
         if lookUp {
@@ -467,8 +490,11 @@ final class RenderLoop: @unchecked Sendable {
       heardClock.restart()
     }
     guard let position = device.heardPosition() else { return }
-    heardClock.observe(sample: state.engine.now - Int64(position.delay), at: position.nanoseconds)
-    link.heard.store(heardClock, delay: Int64(position.delay))
+    // The limiter's latency is part of the delay: what is written now left the mix that many
+    // samples ago.
+    let delay = Int64(position.delay + outputLatency)
+    heardClock.observe(sample: state.engine.now - delay, at: position.nanoseconds)
+    link.heard.store(heardClock, delay: delay)
     if let resumed {
       self.resumed = nil
       resumeNanoseconds = max(heardClock.nanoseconds(of: resumed.sample) - resumed.nanoseconds, 0)

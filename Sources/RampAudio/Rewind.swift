@@ -91,9 +91,10 @@ final class RewindHistory: @unchecked Sendable {
     return true
   }
 
-  /// Before a block is rendered at `state.engine.now`: a record of where everything is. A block
-  /// that does not follow the last one (the clock jumped: idle, a lost device) starts afresh.
-  func begin(_ state: RenderState) {
+  /// Before a block is rendered at `state.engine.now`: a record of where everything is (the
+  /// limiter's state in its checkpoint of the record's slot). A block that does not follow the
+  /// last one (the clock jumped: idle, a lost device) starts afresh.
+  func begin(_ state: RenderState, limiter: TruePeakLimiter?) {
     let now = state.engine.now
     if count > 0, lastEnd?.sample != now { clear() }
     if count == capacity || state.streams.count > streamCapacity {
@@ -102,6 +103,7 @@ final class RewindHistory: @unchecked Sendable {
       clear()
     }
     let at = slot(count)
+    limiter?.save(to: at)
     samples[at] = now
     marks[at] = state.irreversible
     plain[at] = Self.plain(state)
@@ -196,8 +198,9 @@ final class RewindHistory: @unchecked Sendable {
 
   /// Puts the streams and the clock back where record `index` has them, and forgets the records
   /// after it (they are rendered again).
-  func restore(_ index: Int, _ state: RenderState) {
+  func restore(_ index: Int, _ state: RenderState, limiter: TruePeakLimiter?) {
     let at = slot(index)
+    limiter?.restore(from: at)
     var stream = 0
     while stream < state.streams.count {
       let playing = state.streams[stream]
@@ -216,7 +219,7 @@ extension RenderLoop {
   /// Render thread, before a block: records where it starts (`RewindHistory.begin`).
   func beginRewindableBlock() {
     guard rewindHistory.enabled else { return }
-    rewindHistory.begin(state)
+    rewindHistory.begin(state, limiter: limiter)
   }
 
   /// Render thread, after a block was written: records where it ended and lets go of what the
@@ -244,7 +247,7 @@ extension RenderLoop {
   /// follows a pointer moving in steps; else what the device says it still holds.
   func playedSample(_ device: AlsaPCMOutput) -> Int64 {
     let now = state.engine.now
-    guard heardClock.running else { return now - Int64(device.delayFrames) }
+    guard heardClock.running else { return now - Int64(device.delayFrames + outputLatency) }
     let heard = heardClock.sample(at: monotonicNanoseconds()) - Double(output.periodFrames)
     return min(Int64(max(heard, -0x1p62)), now)
   }
@@ -267,7 +270,7 @@ extension RenderLoop {
     let rewound = device.rewind(frames: Int(now - target))
     guard rewound > 0 else { return }
     target = now - Int64(rewound)
-    history.restore(record, state)
+    history.restore(record, state, limiter: limiter)
     // From the record to the rewind point, the same samples as before (the device still holds
     // them): rendered again for the clock and the streams to get there, not written.
     while state.engine.now < target {

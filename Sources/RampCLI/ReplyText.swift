@@ -253,6 +253,8 @@ public enum ReplyText {
       return "item-started \(stream) #\(item) \(path) @\(sample)"
     case .itemEnded(let stream, let item, let path, let reason, let sample):
       return "item-ended \(stream) #\(item) \(path) (\(reason)) @\(sample)"
+    case .limiterEngaged(let reduction, let sample):
+      return "limiter-engaged -\(JSONValue.format((reduction * 100).rounded() / 100)) dB @\(sample)"
     case .value(let key, let value, let sample):
       return "value \(key) \(level(value, key: key)) @\(sample)"
     }

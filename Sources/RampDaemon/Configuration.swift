@@ -26,6 +26,7 @@ public struct DaemonConfiguration: Sendable, Equatable {
   public var output: OutputConfiguration = {
     var output = OutputConfiguration()
     output.rewindBufferTime = 0.2
+    output.limiter.enabled = true
     return output
   }()
   /// `[output] wait`: a device that cannot be opened at start is opened again with backoff until

@@ -164,6 +164,27 @@ enum ConfigSchema {
       set: { output, value throws(ValueProblem) in
         output.rewindBufferTime = try ConfigParse.duration(value)
       }),
+    outputKey(
+      "limiter",
+      render: { $0.limiter.enabled ? ConfigText.truePeakValue($0.limiter.ceilingDecibels) : ConfigText.quoted("off") },
+      set: { output, value throws(ValueProblem) in
+        if case .string(let text) = value, text.trimmingCharacters(in: .whitespaces).lowercased() == "off" {
+          output.limiter.enabled = false
+          return
+        }
+        output.limiter.ceilingDecibels = try ConfigParse.truePeak(value, in: LimiterSettings.ceilingRange)
+        output.limiter.enabled = true
+      }),
+    outputKey(
+      "limiter-lookahead", render: { ConfigText.durationValue($0.limiter.lookAhead) },
+      set: { output, value throws(ValueProblem) in
+        output.limiter.lookAhead = try ConfigParse.duration(value)
+      }),
+    outputKey(
+      "limiter-release", render: { ConfigText.durationValue($0.limiter.release) },
+      set: { output, value throws(ValueProblem) in
+        output.limiter.release = try ConfigParse.duration(value)
+      }),
     ConfigKey(
       section: "output", name: "wait",
       apply: { builder, value throws(ValueProblem) in

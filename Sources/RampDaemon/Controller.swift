@@ -236,6 +236,16 @@ public final class Controller: @unchecked Sendable {
     object["rewindMargin"] = .number(rewind.margin)
     object["rewinds"] = .integer(rewind.rewinds)
     if let latency = player.resumeLatency { object["resumeLatency"] = .number(latency) }
+    object["limiter"] =
+      player.limiter.map { limiter in
+        .object([
+          "ceiling": .number(limiter.settings.ceilingDecibels), "lookAhead": .number(limiter.settings.lookAhead),
+          "release": .number(limiter.settings.release),
+          "latency": .number((Double(limiter.latencyFrames) / Double(output.rate) * 1e6).rounded() / 1e6),
+          "reduction": .number((limiter.reductionDecibels * 100).rounded() / 100),
+          "engagements": .integer(limiter.engagements),
+        ])
+      } ?? .bool(false)
     if player.hasOpenedADevice { object["kind"] = .string(output.kind.rawValue) }
     if let latency = player.reopenLatency { object["reopenLatency"] = .number(latency) }
     for (key, value) in player.playsIntoFallback ? fallbackNotes : outputNotes { object[key] = value }
@@ -765,6 +775,9 @@ public final class Controller: @unchecked Sendable {
       broadcast(.duckEnded(rule: rule, sample: sample))
     case .itemStarted, .itemEnded:
       queueEvent(event)
+    case .limiterEngaged(let sample, let reduction):
+      logger.info("limiter engaged", metadata: ["reduction": "\(reduction) dB"])
+      broadcast(.limiterEngaged(reduction: reduction, sample: sample))
     case .eventsLost(let count):
       logger.warning("events lost: the event queue was full", metadata: ["count": "\(count)"])
       broadcast(.eventsLost(count: count))

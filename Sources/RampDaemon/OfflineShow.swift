@@ -48,6 +48,8 @@ public struct RenderSummary: Sendable {
   public let encodingNote: String?
   /// With ``ShowOptions/loudness``: the render's measured loudness and the gain applied to it.
   public let normalisation: LoudnessTrim?
+  /// The master limiter as the render left it (`[output] limiter`); nil when it is off.
+  public let limiter: LimiterReport?
 }
 
 /// A show rendered offline by rampd's own parts: the timeline's requests go through the
@@ -168,6 +170,7 @@ public enum OfflineShow {
     let block = max(min(options.blockFrames, rate / 4), 64)
     let writer = try SoundFileWriter(path: options.output, sampleRate: rate, channels: channels, encoding: encoding)
     let sink = SoundFileSink(writer: writer, blockFrames: block)
+    var limiter: LimiterReport?
     /// Plays the show into `sink` and returns its length in frames.
     func play(into sink: SoundFileSink) throws -> Int64 {
       sink.limit = limit
@@ -175,7 +178,7 @@ public enum OfflineShow {
       configuration.limits.pendingScheduled = Player.maximumScheduled
       let player = try Player(
         sink: sink, rate: rate, channels: channels, blockFrames: block, declick: configuration.declick,
-        maxGain: configuration.maxGain)
+        maxGain: configuration.maxGain, limiter: configuration.output.limiter)
       defer { player.finishOffline() }
       let controller = Controller(
         player: player, configuration: configuration,
@@ -299,15 +302,22 @@ public enum OfflineShow {
           "\(requests[late].label): at \(seconds(at)) is after the end of the render, which is "
             + "\(seconds(Double(end) / Double(rate))) long (\(end) frames at \(rate) Hz)")
       }
+      // The limiter's latency: the show's last samples are still in its delay line.
+      while sink.received < end {
+        if options.isCancelled() { throw Interrupted() }
+        try player.renderOffline()
+      }
       if options.isCancelled() { throw Interrupted() }
       try sink.finish(frames: end)
+      limiter = player.limiter
       return end
     }
 
     guard let target = options.loudness else {
       let end = try play(into: sink)
       return RenderSummary(
-        frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note, normalisation: nil)
+        frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note, normalisation: nil,
+        limiter: limiter)
     }
     let measurement = try LoudnessMeasurement(channels: channels, sampleRate: rate, name: "the render")
     let measured = try play(into: SoundFileSink(measuring: measurement, blockFrames: block))
@@ -322,7 +332,8 @@ public enum OfflineShow {
         "the render measured \(measured) frames long and then rendered \(end): did a file it plays change?")
     }
     return RenderSummary(
-      frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note, normalisation: trim)
+      frames: end, sampleRate: rate, channels: channels, encoding: encoding, encodingNote: note, normalisation: trim,
+      limiter: limiter)
   }
 
   /// Timeline lines submitted before the player takes them: well under the command queue's

@@ -400,4 +400,5 @@ public enum EventKind: String, Sendable, CaseIterable {
   case duckEnded = "duck-ended"
   case itemStarted = "item-started"
   case itemEnded = "item-ended"
+  case limiterEngaged = "limiter-engaged"
 }

@@ -84,6 +84,9 @@ public enum Event: Sendable, Equatable {
   /// out by the crossfade at its end), `skipped` (faded out by a skip), `stopped` (its stream
   /// was stopped) or `failed` (its stream's decoding failed).
   case itemEnded(stream: String, item: UInt64, path: String, reason: String, sample: Int64)
+  /// The master limiter lowered the gain from `sample`, by up to `reduction` dB in that block,
+  /// after a second or more of leaving the signal alone.
+  case limiterEngaged(reduction: Double, sample: Int64)
   /// An observed key path's presentation value (`observe`), not a subscription kind.
   case value(key: String, value: Double, sample: Int64)
 
@@ -104,6 +107,7 @@ public enum Event: Sendable, Equatable {
     case .duckEnded: return .duckEnded
     case .itemStarted: return .itemStarted
     case .itemEnded: return .itemEnded
+    case .limiterEngaged: return .limiterEngaged
     case .value: return nil
     }
   }
@@ -162,6 +166,9 @@ public enum Event: Sendable, Equatable {
       object["path"] = .string(path)
       object["reason"] = .string(reason)
       object["sample"] = .integer(sample)
+    case .limiterEngaged(let reduction, let sample):
+      object["reduction"] = .number(reduction)
+      object["sample"] = .integer(sample)
     case .value(let key, let value, let sample):
       object["key"] = .string(key)
       object["value"] = .number(value)
@@ -214,6 +221,8 @@ public enum Event: Sendable, Equatable {
       return .itemEnded(
         stream: try fields.string("stream"), item: try fields.unsigned("item"), path: try fields.string("path"),
         reason: try fields.string("reason"), sample: try fields.integer("sample"))
+    case "limiter-engaged":
+      return .limiterEngaged(reduction: try fields.number("reduction"), sample: try fields.integer("sample"))
     case "value":
       return .value(
         key: try fields.string("key"), value: try fields.number("value"), sample: try fields.integer("sample"))

@@ -97,6 +97,7 @@ extension EventKind {
       case .itemStarted: "an item of a stream's queue began"
       case .itemEnded: "finished, skipped, stopped or failed"
       case .underrun: "a stream's decoder fell behind"
+      case .limiterEngaged: "the master limiter lowered the gain, after a second or more at rest"
       case .animationStarted, .streamStarted, .deviceFailed, .deviceRecovered, .configReloaded: nil
       }
     return note.map { "\(rawValue) (\($0))" } ?? rawValue

@@ -119,6 +119,12 @@ struct RenderCommand: ParsableCommand {
         + "rampd's built-in defaults.", valueName: "file"))
   var config: String?
 
+  @Flag(
+    help: ArgumentHelp(
+      "Leave the master's true-peak limiter out (output.limiter, on at -1 dBTP by default): the mix is "
+        + "clamped to [-1, 1] instead."))
+  var noLimiter = false
+
   func validate() throws {
     guard (1...2).contains(files.count) else {
       throw ValidationError("expected an input and an output file, or only an output file with --script")
@@ -154,6 +160,7 @@ struct RenderCommand: ParsableCommand {
         options.configuration = try DaemonConfiguration.load(file: config, environment: [:], overrides: [:])
       } catch { throw ValidationError("--config: \(error)") }
     }
+    if noLimiter { options.configuration.output.limiter.enabled = false }
     if let input {
       do { try SoundFileSink.checkDistinct(input: input, output: output) } catch {
         throw ValidationError(error.message)
@@ -178,6 +185,7 @@ struct RenderCommand: ParsableCommand {
       if let trim = summary.normalisation {
         FileHandle.standardError.write("rampctl render: \(Self.describe(trim))\n".data(using: .utf8)!)
       }
+      FileHandle.standardError.write("rampctl render: \(Self.describe(summary.limiter))\n".data(using: .utf8)!)
       let seconds = Double(summary.frames) / Double(summary.sampleRate)
       FileHandle.standardError.write(
         "rendered \(summary.frames) frames (\(HumanUnits.format(duration: seconds))) at \(summary.sampleRate) Hz, \(summary.channels) channel(s), \(summary.encoding.rawValue) → \(output)\n"
@@ -193,6 +201,17 @@ struct RenderCommand: ParsableCommand {
       throw fail(error.description)
     } catch let error as OfflineShow.Interrupted {
       throw fail(error.description, ClientFailure.ExitStatus.interrupted)
+    }
+  }
+
+  /// What the limiter did: `limiter: -1 dBTP, engaged 3 times` (or `never engaged`), `limiter: off`.
+  static func describe(_ limiter: LimiterReport?) -> String {
+    guard let limiter else { return "limiter: off" }
+    let ceiling = "limiter: \(JSONValue.format(limiter.settings.ceilingDecibels)) dBTP"
+    switch limiter.engagements {
+    case 0: return ceiling + ", never engaged"
+    case 1: return ceiling + ", engaged once"
+    default: return ceiling + ", engaged \(limiter.engagements) times"
     }
   }
 
