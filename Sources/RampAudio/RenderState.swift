@@ -26,7 +26,7 @@ public final class RenderState: @unchecked Sendable {
   var published: ContiguousArray<PublishedValue> = []
   /// The duck rules, multiplied into their targets in the mix.
   public let ducks: DuckLayer
-  /// The mix as it is output (after `master.gain` and the clamp): `master.level.*`.
+  /// The mix as it is output (after `master.gain` and the limiter or the clamp): `master.level.*`.
   let masterLevel: SignalLevel
   /// Some level is observed: the streams' and the master's meters are fed. Off, they cost
   /// nothing; turned on, they start from silence.

@@ -17,7 +17,7 @@ extension DuckTests {
     """
 
   @Test func aRuleAddedAtRunTimeSurvivesARestartAndStillDucks() throws {
-    let first = try DaemonProcess(extraConfiguration: Self.configured)
+    let first = try DaemonProcess(limiter: "off", extraConfiguration: Self.configured)
     let client = try first.client()
     let talk: JSONObject = [
       "name": "talk", "targets": ["streams.bed.gain"], "depth": 12, "attack": 0.1, "attackCurve": "linear",
@@ -34,7 +34,7 @@ extension DuckTests {
     // No chance to save anything more: what was acknowledged is on disk.
     first.kill()
 
-    let second = try DaemonProcess(extraConfiguration: Self.configured, reusing: first.directory)
+    let second = try DaemonProcess(limiter: "off", extraConfiguration: Self.configured, reusing: first.directory)
     let again = try second.client()
     try again.request(["cmd": "subscribe", "events": ["duck-started"]])
     let rules = try #require(again.request(["cmd": "duck-list"]).result["ducks"]?.arrayValue)
@@ -62,7 +62,7 @@ extension DuckTests {
     #expect(held < 1e-6, "held off the depth by \(held)")
 
     // Removed before the restart: gone after it.
-    let third = try DaemonProcess(extraConfiguration: Self.configured, reusing: first.directory)
+    let third = try DaemonProcess(limiter: "off", extraConfiguration: Self.configured, reusing: first.directory)
     let list = try third.client().request(["cmd": "duck-list"])
     #expect(list.result["ducks"]?.arrayValue?.map { $0["name"]?.stringValue } == ["conf"], "\(list.serialized())")
     #expect(third.stop() == 0)

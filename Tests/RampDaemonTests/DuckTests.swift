@@ -55,7 +55,7 @@ import Testing
   /// Attack, hold and release, each on its curve at every sample, from the events' samples; the
   /// bed sits at exactly the depth between them and exactly at its model value after.
   @Test func attackHoldAndReleaseFollowTheirCurves() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["duck-started", "duck-ended"]])
     let bed = try daemon.constantFile("bed", seconds: 4, left: 1, right: 0)
@@ -99,7 +99,7 @@ import Testing
   /// A fade on the bed during a duck is heard under it (the fade's curve × the depth), and its
   /// end value is kept after the release: the duck never touched the model value.
   @Test func aFadeOnTheBedDuringADuckIsHeardUnderItAndKept() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["duck-ended", "animation-started"]])
     let bed = try daemon.constantFile("bed", seconds: 4, left: 1, right: 0)
@@ -149,7 +149,7 @@ import Testing
   /// with a set on the bed among them; once the last release ends the bed is exactly its model
   /// value, sample for sample.
   @Test func aThousandRapidTriggersLeaveTheBedAtItsModelValue() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["duck-started", "duck-ended"]])
     let bed = try daemon.constantFile("bed", seconds: 6, left: 1, right: 0)
@@ -228,7 +228,7 @@ import Testing
   /// detector's delay (RMS: window × (threshold / level)²) plus one block of the burst's first
   /// sample, follows its attack, and releases once the burst is over and the hold has passed.
   @Test func aToneBurstStartsASidechainDuckInTime() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["duck-started", "duck-ended"]])
     let bed = try daemon.constantFile("bed", seconds: 4, left: 1, right: 0)
@@ -272,7 +272,7 @@ import Testing
   /// A group trigger (`voice*`): any stream whose id starts `voice` ducks the master while it
   /// plays, and the master comes back once none does.
   @Test func aStreamOfTheTriggerGroupDucksWhileItPlays() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["duck-started", "duck-ended", "stream-started"]])
     let bed = try daemon.constantFile("bed", seconds: 3, left: 1, right: 0)

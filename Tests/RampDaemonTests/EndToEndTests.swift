@@ -13,7 +13,7 @@ import Testing
   /// A fade-in then a fade-out with `then: stop`: each ramp is the curve at every sample, and the
   /// stream is released when the fade-out is over.
   @Test func fadeInThenFadeOutAndStopIsTheCurveAtEverySample() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     #expect(client.greeting["hello"] == "rampd" && client.greeting["protocol"] == 1)
     try client.request(["cmd": "subscribe"])
@@ -84,7 +84,7 @@ import Testing
   /// A batch crossfade: the fade-out of one stream and the fade-in of the other start on the same
   /// sample (one plays on the left channel only, the other on the right).
   @Test func aBatchCrossfadeStartsBothRampsOnTheSameSample() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     let left = try daemon.constantFile("left", seconds: 2, left: 1, right: 0)
     let right = try daemon.constantFile("right", seconds: 2, left: 0, right: 1)
@@ -167,7 +167,7 @@ import Testing
 
   /// Observed values are the values that were played, at the samples they name.
   @Test func observedValuesMatchWhatWasPlayed() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     let file = try daemon.constantFile("one", seconds: 2)
     #expect(try client.request(["cmd": "play", "path": .string(file)]).isOK)
@@ -223,7 +223,7 @@ import Testing
   }
 
   @Test func aScheduledSetLandsLater() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     let file = try daemon.constantFile("one", seconds: 2)
     #expect(try client.request(["cmd": "play", "path": .string(file)]).isOK)
@@ -249,7 +249,7 @@ import Testing
 /// nothing: the stream playing throughout is never interrupted and the daemon keeps serving.
 @Suite struct BadInputTests {
   @Test func badRequestsAreRefusedWhileAudioPlaysOn() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     let file = try daemon.constantFile("one", seconds: 3)
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "keep"]).isOK)
@@ -593,9 +593,10 @@ import Testing
     #expect(seconds > 0.5 && seconds < 1.2 && seconds < elapsed - 2, "\(seconds) s written in \(elapsed) s")
     var recorded = [Float](repeating: 0, count: frames * 2)
     let read = try recorded.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: frames) }
-    // The tone, sample for sample after its declick ramp (16-bit: within a step).
-    let first = try #require((0..<read).first { recorded[2 * $0] != 0 })
-    let steady = (first + 1_440)..<(first + 24_000 - 1_440)
+    // The tone, sample for sample after its declick ramp (16-bit: within a step). It starts
+    // where the recording rises above the dither of the silence before it (±1 step).
+    let first = try #require((0..<read).first { abs(recorded[2 * $0]) > 1.5 / 32_768 })
+    let steady = (first + 480)..<(first + 24_000 - 1_440)
     #expect(steady.upperBound <= read, "\(read) frames, the tone from \(first)")
     let off = steady.filter { $0 < read && abs(recorded[2 * $0] - level) > 1.0 / 32_768 }
     #expect(off.isEmpty, "\(off.count) frames of the tone are not at \(level), first at \(off.first ?? -1)")

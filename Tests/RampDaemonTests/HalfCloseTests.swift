@@ -75,7 +75,7 @@ import Testing
   /// A fade then a `wait` for it: the wait's reply comes when the fade ends, then rampd closes;
   /// the fade is heard in the recorded samples.
   @Test func socatWaitIsAnsweredWhenTheFadeEndsThenTheConnectionCloses() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let file = try daemon.constantFile("one", seconds: 10)
     let client = try daemon.client()
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "one"]).isOK)

@@ -163,6 +163,9 @@ import Testing
     let status = try client.request(["cmd": "status"])
     let period = Int(try #require(status["result"]?["output"]?["periodFrames"]?.numberValue))
     try #require(status["result"]?["output"]?["pacing"] == "device")
+    // The limiter's latency: live, the show is heard that much after the block it starts in
+    // (offline, the file starts on the show's first sample).
+    let latency = Int(((status["result"]?["output"]?["limiter"]?["latency"]?.numberValue ?? 0) * 48_000).rounded())
 
     // Offline: the same lines, the same configuration, blocks of the device's period.
     var options = ShowOptions(input: nil, output: "\(daemon.directory)/offline.wav")
@@ -186,7 +189,9 @@ import Testing
     let liveStart = try #require(live.firstIndex { $0 != 0 })
     let offlineStart = try #require(offline.firstIndex { $0 != 0 })
     // The lines count from the sample at which rampd's render thread stopped: a whole block.
-    #expect((liveStart - offlineStart) % (2 * period) == 0, "\(liveStart - offlineStart) samples apart")
+    #expect(
+      (liveStart - offlineStart - 2 * latency) % (2 * period) == 0,
+      "\(liveStart - offlineStart) samples apart, \(latency) frames of latency")
     let length = offline.count - offlineStart
     var differing = 0
     var first: Int?

@@ -82,7 +82,7 @@ import Testing
   /// sample is the files' samples times their trims, the linear crossfades between them included.
   /// The second item is opened (and measured) by the `play`, the third while the second plays.
   @Test func queueItemsCrossfadeBetweenTheirNormalisedLevels() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "stream-ended"]])
     let frames = [4 * Self.rate, 3 * Self.rate, 3 * Self.rate]
@@ -161,7 +161,7 @@ import Testing
   /// and a fade keep their curves at every sample, scaled by the trim. A second play of the file
   /// finds its measurement in the cache, next to the state file.
   @Test func aDuckAndAFadeOnANormalisedStreamKeepTheirShapes() throws {
-    let daemon = try DaemonProcess(extraConfiguration: "[playback]\nloudness = \"-18LUFS\"\n")
+    let daemon = try DaemonProcess(limiter: "off", extraConfiguration: "[playback]\nloudness = \"-18LUFS\"\n")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["duck-started", "duck-ended", "animation-started"]])
     let path = "\(daemon.directory)/tone.wav"

@@ -43,7 +43,8 @@ final class ShowBench {
     return parsed.entries
   }
 
-  /// Renders into `out.wav` (float) and reads it back, interleaved.
+  /// Renders into `out.wav` (float) and reads it back, interleaved. Without the limiter unless
+  /// `configure` turns it on: the tests read gains off full-scale constant inputs.
   func render(
     input: String?, _ timeline: String = "", output: String = "out.wav",
     _ configure: (inout ShowOptions) -> Void = { _ in }
@@ -51,6 +52,7 @@ final class ShowBench {
     var options = ShowOptions(input: input, output: path(output))
     options.encoding = .float
     options.timeline = try self.timeline(timeline)
+    options.configuration.output.limiter.enabled = false
     configure(&options)
     let summary = try OfflineShow.render(options)
     let reader = try SoundFileReader(path: path(output))

@@ -17,7 +17,7 @@ extension QueueTests {
   /// ramps follow their curve at every sample, and the outgoing item's rest is not heard. The last
   /// item's audio ends on a block's last frame; it still ends with its `item-ended`.
   @Test func aQuietTailStartsTheCrossfadeWhereTheLevelFalls() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended", "stream-ended"]])
     let fall = 61_213

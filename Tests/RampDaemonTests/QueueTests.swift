@@ -30,7 +30,7 @@ import Testing
   /// next one's first frame right after the last one's last; `status` shows the queue and the
   /// playing item's duration; each item starts and ends with an event at its sample.
   @Test func threeFilesPlayGapless() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended", "stream-ended"]])
     let lengths = [24_007, 14_413, 19_201]
@@ -85,7 +85,7 @@ import Testing
   /// A daemon, a client that hears each item start and each stream end, and two 0.6 s files,
   /// `a` and `b`, each constant at its (left, right) levels.
   static func twoItems(a: (Float, Float), b: (Float, Float)) throws -> (DaemonProcess, LineClient, String, String) {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "stream-ended"]])
     let first = try daemon.constantFile("a", seconds: 0.6, left: a.0, right: a.1)
@@ -143,7 +143,7 @@ import Testing
   /// item alone once it is over; the first item ends as finished (its crossfade began at its
   /// end), the second as skipped.
   @Test func aSkipMidCrossfadeRetargetsWithoutAJump() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended"]])
     let a = try daemon.constantFile("a", seconds: 1.5, left: 0.5, right: 0)
@@ -187,7 +187,7 @@ import Testing
 
   /// A looping queue starts again from its first item after the last, gapless, until stopped.
   @Test func aLoopingQueueStartsAgain() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started"]])
     // Long enough (1 s and 0.7 s) for the next item to be opened and installed in time on a
@@ -283,7 +283,7 @@ import Testing
   /// fade left the mix (nothing of either is heard from there), before its `stream-ended`; one
   /// stopped while a single item plays ends that item likewise.
   @Test func stoppingAQueueStreamEndsItsItems() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
     try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended", "stream-ended"]])
     let a = try daemon.constantFile("a", seconds: 1.5, left: 0.5, right: 0)

@@ -24,7 +24,7 @@ import Testing
   /// waits exit 0 once their ramps are over, the fade-in is the linear curve at every sample, and
   /// the stream has ended.
   @Test func playWithFadeInThenFadeOutAndStop() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let file = try daemon.constantFile("one", seconds: 10)
     let started = Date()
     let play = try rampctl(
@@ -58,7 +58,7 @@ import Testing
   /// `--space 'db(-60)'` is a floor of -60 dB, played as such by a rampd configured with another
   /// floor (`fade.db-floor = -50`): the fade runs in equal dB steps from 0 to -60 dB.
   @Test func anExplicitFloorIsPlayedUnderAnotherConfiguredOne() throws {
-    let daemon = try DaemonProcess(environment: ["RAMPD_FADE_DB_FLOOR": "-50"])
+    let daemon = try DaemonProcess(limiter: "off", environment: ["RAMPD_FADE_DB_FLOOR": "-50"])
     _ = try daemon.constantFile("one", seconds: 3)
     #expect(
       try rampctl(["play", "one.wav", "--stream", "a"], socket: daemon.socket, directory: daemon.directory).status
@@ -177,7 +177,7 @@ import Testing
   /// A timeline: lines are applied at their `at`, a relative path is taken from the script's
   /// directory (not rampctl's), and a script with an invalid line runs nothing.
   @Test func timelineBatch() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let file = try daemon.constantFile("one", seconds: 10)
     let script = "\(daemon.directory)/show.jsonl"
     try """
@@ -216,7 +216,7 @@ import Testing
   /// `stop` of its stream name, which another stream, already playing, has: it plays on, at the
   /// level it had, to the end of the recording.
   @Test func aRefusedLineStopsTheTimeline() throws {
-    let daemon = try DaemonProcess()
+    let daemon = try DaemonProcess(limiter: "off")
     let file = try daemon.constantFile("one", seconds: 10)
     let client = try daemon.client()
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "bed"]).isOK)
@@ -249,7 +249,7 @@ import Testing
     {"at": 0.1, "cmd": "stop", "stream": "nope"}
     {"at": 0.2, "cmd": "set", "key": "master.gain", "value": 0.5}
     """.write(toFile: script, atomically: true, encoding: .utf8)
-    let daemon2 = try DaemonProcess()
+    let daemon2 = try DaemonProcess(limiter: "off")
     let together = try rampctl(["batch", script], socket: daemon2.socket)
     #expect(together.status == 65, "\(together)")
     #expect(together.stderr.contains("\(script):2: unknown-stream"), "\(together)")
@@ -269,7 +269,8 @@ import Testing
     {"at": 0.05, "cmd": "batch", "commands": [{"cmd": "play", "path": "./half.wav", "stream": "b"}]}
     """.write(toFile: bench.path("show.jsonl"), atomically: true, encoding: .utf8)
     let run = try runProcess(
-      Executables.rampctl, ["render", bench.path("out.wav"), "--script", bench.path("show.jsonl")], directory: "/")
+      Executables.rampctl, ["render", bench.path("out.wav"), "--script", bench.path("show.jsonl"), "--no-limiter"],
+      directory: "/")
     #expect(run.status == 0, "\(run)")
     let reader = try SoundFileReader(path: bench.path("out.wav"))
     var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
@@ -289,7 +290,8 @@ import Testing
     func render(_ name: String, _ timeline: String) throws -> [Float] {
       try timeline.write(toFile: bench.path("\(name).jsonl"), atomically: true, encoding: .utf8)
       let run = try runProcess(
-        Executables.rampctl, ["render", bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl")])
+        Executables.rampctl,
+        ["render", bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl"), "--no-limiter"])
       #expect(run.status == 0, "\(run)")
       let reader = try SoundFileReader(path: bench.path("\(name).wav"))
       var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)

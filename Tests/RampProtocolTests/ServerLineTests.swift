@@ -98,6 +98,10 @@ import Testing
       #"{"event":"schedule-applied","schedule":5,"command":"stop","next":null}"#
     ),
     (
+      .limiterEngaged(reduction: 2.5, sample: 480),
+      #"{"event":"limiter-engaged","reduction":2.5,"sample":480}"#
+    ),
+    (
       .value(key: "master.gain", value: 0.5, sample: 48_000),
       #"{"event":"value","key":"master.gain","value":0.5,"sample":48000}"#
     ),
@@ -121,6 +125,7 @@ import Testing
       Event.duckStarted(rule: "r", sample: 0).kind, Event.duckEnded(rule: "r", sample: 9).kind,
       Event.itemStarted(stream: "s", item: 1, path: "p", sample: 0).kind,
       Event.itemEnded(stream: "s", item: 1, path: "p", reason: "finished", sample: 9).kind,
+      Event.limiterEngaged(reduction: 2.5, sample: 480).kind,
     ]
     #expect(kinds.compactMap { $0 } == EventKind.allCases)
     #expect(Event.value(key: "k", value: 0, sample: 0).kind == nil)

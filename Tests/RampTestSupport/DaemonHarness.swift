@@ -104,7 +104,8 @@ final class DaemonProcess {
   private let ownsDirectory: Bool
 
   init(
-    name: String = #function, extraConfiguration: String = "", extraALSA: String = "", periodMs: Int = 5,
+    name: String = #function, limiter: String = "-1dBTP", extraConfiguration: String = "", extraALSA: String = "",
+    periodMs: Int = 5,
     bufferMs: Int = 20, environment extraEnvironment: [String: String] = [:], journal: Bool = false,
     reusing earlier: String? = nil, realtimeLimit: Int? = nil, launcher: [String] = [], pacing: String = "clock",
     recordingIsPipe: Bool = false
@@ -119,7 +120,7 @@ final class DaemonProcess {
     recording = "\(directory)/played.raw"
     let values = [
       "device": "rampd_e2e", "recording": recording, "socket": socket, "state": "\(directory)/state.json",
-      "period": "\(periodMs)ms", "buffer": "\(bufferMs)ms", "pacing": pacing,
+      "period": "\(periodMs)ms", "buffer": "\(bufferMs)ms", "pacing": pacing, "limiter": limiter,
     ]
     let alsa = try Fixture.filled("test-daemon.asound.conf", values) + extraALSA
     try alsa.write(toFile: "\(directory)/asound.conf", atomically: true, encoding: .utf8)

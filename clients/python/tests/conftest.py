@@ -38,7 +38,7 @@ def write_configuration(directory, **values):
     given, the rest (device, state file, 5 ms period, 20 ms buffer, clock pacing) by default."""
     values = {
         "device": "rampd_py", "state": str(pathlib.Path(directory) / "state.json"),
-        "period": "5ms", "buffer": "20ms", "pacing": "clock", **values,
+        "period": "5ms", "buffer": "20ms", "pacing": "clock", "limiter": "-1dBTP", **values,
     }
     for template, name in (("test-daemon.toml", "rampd.toml"), ("test-daemon.asound.conf", "asound.conf")):
         text = (CHECKOUT / "Tests" / "Fixtures" / template).read_text()
