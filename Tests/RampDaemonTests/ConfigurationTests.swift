@@ -234,7 +234,13 @@ extension ConfigurationTests {
         device: "hw:1,0", sampleRate: 44_100, channels: 6, format: .s24, periodTime: 0.005, bufferTime: 0.02,
         pacing: .clock)
       expected.rewindBufferTime = 0.2
+      expected.limiter.enabled = true
       #expect(c.output == expected)
+      #expect(try parse("[output]\nlimiter = \"off\"").output.limiter.enabled == false)
+      #expect(
+        try parse("[output]\nlimiter = \"-2.5dBTP\"\nlimiter-lookahead = \"3ms\"\nlimiter-release = \"250ms\"\n").output.limiter
+          == LimiterSettings(ceilingDecibels: -2.5, lookAhead: 0.003, release: 0.25))
+      #expect(try parse("[output]\nlimiter = -3").output.limiter.ceilingDecibels == -3)
       #expect(try parse("[output]\nrewind = \"off\"\nrewind-buffer = \"1s\"").output.rewind == .off)
       #expect(try parse("[output]\nrewind-buffer = 0").output.rewindBufferTime == 0)
       #expect(try parse("[output]\nrate = \"96k\"").output.sampleRate == 96_000)
@@ -312,6 +318,11 @@ extension ConfigurationTests {
         "[output]\nmargin = \"soon\"",
         #"test:2: output.margin: expected a duration (a number of seconds, or a string such as "10ms", "2s", "1m30s"), got string "soon""#
       ),
+      ("[output]\nlimiter = \"+1dBTP\"", "test:2: output.limiter: 1 dBTP is outside -20 dBTP...0 dBTP"),
+      ("[output]\nlimiter = \"loud\"", #"test:2: output.limiter: expected a true-peak level such as "-1dBTP", got string "loud""#),
+      ("[output]\nlimiter = true", "test:2: output.limiter: expected a true-peak level such as \"-1dBTP\", got boolean true"),
+      ("[output]\nlimiter-lookahead = \"50ms\"", "test:2: output.limiter-lookahead: 0.05 s is outside 0.0005...0.02 s"),
+      ("[output]\nlimiter-release = 0", "test:2: output.limiter-release: 0.0 s is outside 0.01...5 s"),
     ])
     func outputInvalid(toml: String, expected: String) {
       #expect(failure(toml) == expected)
@@ -623,7 +634,7 @@ extension ConfigurationTests {
       ("[output]\ndeclick = \"5ms\"", "test:2: output.declick: unknown key in [output] (did you mean gain.declick?)"),
       (
         "[output]\nvolume = 1",
-        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
+        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
       ),
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
@@ -637,7 +648,7 @@ extension ConfigurationTests {
       ("output = 3", "test:1: output: expected a table [output], got integer 3"),
       (
         "[output.extra]\na = 1",
-        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
+        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
       ),
       ("[fade]\nduraton = 1", "test:2: fade.duraton: unknown key (did you mean fade.duration?)"),
     ])
@@ -676,8 +687,8 @@ extension ConfigurationTests {
           == "test:2: limits.clients: 0 is outside 1...4096\ntest:4: output.rate: 1 Hz is outside 8000...384000")
       #expect(
         failure("[output]\nzz = 1\naa = 2")
-          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
-          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, wait"
+          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
+          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
       )
       // Dotted keys and quoted keys.
       #expect(failure("\n\noutput.rate = 5") == "test:3: output.rate: 5 Hz is outside 8000...384000")
