@@ -94,6 +94,17 @@ public enum ReplyText {
         lines.append(
           lock["granted"] == true ? "memory: locked" : "memory: not locked: \(lock["message"]?.stringValue ?? "?")")
       }
+      if let limiter = output["limiter"] {
+        if let ceiling = limiter["ceiling"]?.numberValue {
+          let reduction = limiter["reduction"]?.numberValue ?? 0
+          let now = reduction > 0 ? "lowering the output \(JSONValue.format(reduction)) dB" : "at rest"
+          lines.append(
+            "limiter: \(JSONValue.format(ceiling)) dBTP, \(now), engaged \(limiter["engagements"].map(number) ?? "?") time(s)"
+          )
+        } else {
+          lines.append("limiter: off")
+        }
+      }
       if output["embedded"] == true, let file = output["file"]?.stringValue {
         let requested = output["requestedDevice"]?.stringValue.map { " (\($0) could not be opened)" } ?? ""
         lines.append("embedded output: playing into \(file)\(requested)")

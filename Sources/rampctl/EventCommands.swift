@@ -112,7 +112,8 @@ struct ObserveCommand: DaemonCommand {
       rampd samples the value at --rate and sends it when it changed, with the sample it was \
       audible at (like mpv's observe_property). Signal levels are observed the same way: \
       streams.<id>.level.peak and master.level.peak (dBFS), streams.<id>.level.momentary and \
-      master.level.momentary (LUFS), over the last 400 ms of what is heard.
+      master.level.momentary (LUFS), over the last 400 ms of what is heard; master.limiter is the \
+      master limiter's gain reduction (dB).
 
       Examples:
         rampctl observe

@@ -14,7 +14,7 @@ struct RenderCommand: ParsableCommand {
     discussion: """
       rampd's own player renders it: the timeline's requests go through the daemon's command \
       handling into the same render loop and mix (transport ramps, resampling, channel mapping, \
-      clamping) rampd plays with, against an output that writes a file as fast as the disk \
+      the master's true-peak limiter) rampd plays with, against an output that writes a file as fast as the disk \
       allows, on a virtual clock. The same input, options and timeline always give the same \
       bytes, and the same audio rampd plays live.
 
@@ -48,6 +48,12 @@ struct RenderCommand: ParsableCommand {
       render with no integrated loudness (silent, or shorter than 0.4 s) is written at its \
       own level (gain 0 dB), and stderr says so. Since the show is rendered twice, it takes \
       about twice as long.
+
+      The master's true-peak limiter applies as in rampd (output.limiter of --config, on at \
+      -1 dBTP by default): what would pass the ceiling is turned down smoothly, what stays \
+      under it is written bit for bit, and the file starts on the show's first sample (the \
+      limiter's latency is left out). stderr says what it did ("limiter: -1 dBTP, engaged 3 \
+      times"). --no-limiter leaves it out: the mix is clamped to [-1, 1].
 
       --script applies a timeline: the file rampctl batch runs against rampd, one protocol \
       request per line (PROTOCOL.md), each with an optional "at" in seconds from the start \

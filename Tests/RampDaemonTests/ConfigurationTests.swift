@@ -238,7 +238,8 @@ extension ConfigurationTests {
       #expect(c.output == expected)
       #expect(try parse("[output]\nlimiter = \"off\"").output.limiter.enabled == false)
       #expect(
-        try parse("[output]\nlimiter = \"-2.5dBTP\"\nlimiter-lookahead = \"3ms\"\nlimiter-release = \"250ms\"\n").output.limiter
+        try parse("[output]\nlimiter = \"-2.5dBTP\"\nlimiter-lookahead = \"3ms\"\nlimiter-release = \"250ms\"\n").output
+          .limiter
           == LimiterSettings(ceilingDecibels: -2.5, lookAhead: 0.003, release: 0.25))
       #expect(try parse("[output]\nlimiter = -3").output.limiter.ceilingDecibels == -3)
       #expect(try parse("[output]\nrewind = \"off\"\nrewind-buffer = \"1s\"").output.rewind == .off)
@@ -319,8 +320,14 @@ extension ConfigurationTests {
         #"test:2: output.margin: expected a duration (a number of seconds, or a string such as "10ms", "2s", "1m30s"), got string "soon""#
       ),
       ("[output]\nlimiter = \"+1dBTP\"", "test:2: output.limiter: 1 dBTP is outside -20 dBTP...0 dBTP"),
-      ("[output]\nlimiter = \"loud\"", #"test:2: output.limiter: expected a true-peak level such as "-1dBTP", got string "loud""#),
-      ("[output]\nlimiter = true", "test:2: output.limiter: expected a true-peak level such as \"-1dBTP\", got boolean true"),
+      (
+        "[output]\nlimiter = \"loud\"",
+        #"test:2: output.limiter: expected a true-peak level such as "-1dBTP", got string "loud""#
+      ),
+      (
+        "[output]\nlimiter = true",
+        "test:2: output.limiter: expected a true-peak level such as \"-1dBTP\", got boolean true"
+      ),
       ("[output]\nlimiter-lookahead = \"50ms\"", "test:2: output.limiter-lookahead: 0.05 s is outside 0.0005...0.02 s"),
       ("[output]\nlimiter-release = 0", "test:2: output.limiter-release: 0.0 s is outside 0.01...5 s"),
     ])
