@@ -91,6 +91,8 @@ public final class TruePeakLimiter {
   private let window: UnsafeMutablePointer<Float>
   private let peaks: UnsafeMutablePointer<Float>
   private let sums: UnsafeMutablePointer<Float>
+  /// A run of the delay line, as `passThrough` swaps it with the audio.
+  private let swapScratch: UnsafeMutablePointer<Float>
 
   /// The rest of the state, copied beside the block.
   struct Cursor {
@@ -166,6 +168,8 @@ public final class TruePeakLimiter {
     peaks.initialize(repeating: 0, count: Self.chunkFrames)
     sums = .allocate(capacity: Self.chunkFrames)
     sums.initialize(repeating: 0, count: Self.chunkFrames)
+    swapScratch = .allocate(capacity: channels * latencyFrames)
+    swapScratch.initialize(repeating: 0, count: channels * latencyFrames)
     savedCursors = .allocate(capacity: max(checkpoints, 1))
     savedCursors.initialize(repeating: Cursor(), count: max(checkpoints, 1))
     savedStates = .allocate(byteCount: max(checkpoints, 1) * stateBytes, alignment: MemoryLayout<Double>.alignment)
@@ -179,6 +183,7 @@ public final class TruePeakLimiter {
     window.deallocate()
     peaks.deallocate()
     sums.deallocate()
+    swapScratch.deallocate()
     savedCursors.deallocate()
     savedStates.deallocate()
   }
@@ -261,9 +266,58 @@ public final class TruePeakLimiter {
     var start = 0
     while start < frames {
       let count = min(frames - start, Self.chunkFrames)
-      findPeaks(samples + start * channels, frames: count)
-      applyGain(samples + start * channels, frames: count)
+      let chunk = samples + start * channels
+      if atRest, isQuiet(chunk, frames: count) {
+        // What `findPeaks` and `applyGain` would do, at a fraction of the cost: nothing to find,
+        // nothing to lower.
+        keepHistory(chunk, frames: count)
+        passThrough(chunk, frames: count)
+      } else {
+        findPeaks(chunk, frames: count)
+        applyGain(chunk, frames: count)
+      }
       start += count
+    }
+  }
+
+  /// The gain is 1 and stays 1 until a frame needs lowering: the envelope's minimum and average
+  /// hold nothing but 1.
+  private var atRest: Bool {
+    cursor.averageLowered == 0 && cursor.dequeCount == 1 && dequeValues[cursor.dequeHead] == 1
+  }
+
+  /// Whether no sample of `frames`, nor of the history before them, is over ceiling /
+  /// `boundFactor`: no sample and no interpolated point between them can then reach the ceiling.
+  private func isQuiet(_ samples: UnsafeMutablePointer<Float>, frames: Int) -> Bool {
+    let bound = ceiling / boundFactor
+    var index = 0
+    let count = frames * channels
+    while index < count {
+      if samples[index].magnitude > bound { return false }
+      index += 1
+    }
+    index = 0
+    while index < channels * (Self.filterSpan - 1) {
+      if history[index].magnitude > bound { return false }
+      index += 1
+    }
+    return true
+  }
+
+  /// Keeps the last `filterSpan` − 1 samples of each channel, as `findPeaks` does.
+  private func keepHistory(_ samples: UnsafeMutablePointer<Float>, frames: Int) {
+    let kept = Self.filterSpan - 1
+    var channel = 0
+    while channel < channels {
+      let past = history + channel * kept
+      let fresh = min(frames, kept)
+      if fresh < kept { past.update(from: past + fresh, count: kept - fresh) }
+      var index = 0
+      while index < fresh {
+        past[kept - fresh + index] = samples[(frames - fresh + index) * channels + channel]
+        index += 1
+      }
+      channel += 1
     }
   }
 
@@ -376,7 +430,7 @@ public final class TruePeakLimiter {
   /// Whether the gain is 1 and stays 1 for the chunk: every value the envelope's minimum and
   /// average hold is 1 (the deque then holds a single 1), and no frame needs lowering.
   private func isIdle(frames: Int) -> Bool {
-    guard cursor.averageLowered == 0, cursor.dequeCount == 1, dequeValues[cursor.dequeHead] == 1 else { return false }
+    guard atRest else { return false }
     var over = false
     for frame in 0..<frames { over = over || peaks[frame] > ceiling }
     return !over
@@ -390,11 +444,9 @@ public final class TruePeakLimiter {
       let run = min(frames - done, latencyFrames - cursor.delayPosition)
       let line = delay + cursor.delayPosition * channels
       let audio = samples + done * channels
-      for index in 0..<run * channels {
-        let delayed = line[index]
-        line[index] = audio[index]
-        audio[index] = delayed
-      }
+      swapScratch.update(from: audio, count: run * channels)
+      audio.update(from: line, count: run * channels)
+      line.update(from: swapScratch, count: run * channels)
       done += run
       cursor.delayPosition = cursor.delayPosition + run == latencyFrames ? 0 : cursor.delayPosition + run
     }

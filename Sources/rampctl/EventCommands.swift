@@ -149,7 +149,16 @@ struct ObserveCommand: DaemonCommand {
       // A key path that does not exist yet is not an error to `observe`, so check it first; a
       // level is no property, but the gain of what it measures says whether that is there.
       let keyPath = Parse.keyPath(key)
-      _ = try daemon.call(Request(.get(key: LevelKey(keyPath)?.gainKeyPath ?? keyPath)))
+      if keyPath == PublishedValue.limiterKeyPath {
+        // No property either: the limiter is there when status says so.
+        let output = try daemon.call(Request(.status)).result["output"]
+        guard output?["limiter"]?["ceiling"] != nil else {
+          throw ClientFailure.refused(
+            ProtocolError(.unknownKeyPath, field: "key", "master.limiter: the limiter is off ([output] limiter)"))
+        }
+      } else {
+        _ = try daemon.call(Request(.get(key: LevelKey(keyPath)?.gainKeyPath ?? keyPath)))
+      }
       _ = try daemon.call(request)
       try printEvents(on: daemon, json: connection.json, count: count) { line in
         if case .event(.value(let observed, _, _)) = line { return observed == Parse.keyPath(key) }

@@ -49,7 +49,8 @@ enum ClockedDevice {
     // An hour of a 100 ppm error (0.36 s) in three seconds.
     "rampd_clocked_hour_fast": 120_000, "rampd_clocked_hour_slow": -120_000,
     "rampd_clocked_idle": 0, "rampd_clocked_status": 35, "rampd_clocked_device": 0,
-    "rampd_clocked_rewind": 0, "rampd_clocked_rewind_query": 0, "rampd_clocked_rewind_safety": 0,
+    "rampd_clocked_rewind": 0, "rampd_clocked_rewind_query": 0, "rampd_clocked_limiter_rewind": 0,
+    "rampd_clocked_rewind_safety": 0,
     "rampd_clocked_rewind_timer": 0,
     "rampd_clocked_behind_file": 0, "rampd_clocked_kind": 0,
   ]
@@ -93,12 +94,14 @@ enum ClockedDevice {
   /// A player on device `name` (float, paced by the device).
   /// `rewind: .on`: it rewinds (the device honours a rewind; `auto` rewinds on sound cards only).
   static func player(
-    _ name: String, period: Double = 0.01, buffer: Double = 0.2, rewind: OutputConfiguration.Rewind = .auto
+    _ name: String, period: Double = 0.01, buffer: Double = 0.2, rewind: OutputConfiguration.Rewind = .auto,
+    limiter: LimiterSettings = LimiterSettings(enabled: false)
   ) throws -> Player {
     _ = try files(name)
     var output = OutputConfiguration(
       device: name, format: .float32, periodTime: period, bufferTime: buffer, pacing: .device)
     output.rewind = rewind
+    output.limiter = limiter
     return try Player(output: output)
   }
 

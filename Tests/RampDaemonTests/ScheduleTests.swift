@@ -14,9 +14,10 @@ import Testing
   static let rate = 48_000.0
 
   /// A daemon whose output has room (200 ms) to ride out a loaded machine, so that the samples
-  /// checked are the ones a late period would not have skipped.
+  /// checked are the ones a late period would not have skipped. Without the limiter: the tests
+  /// read the gain off full-scale files.
   static func roomyDaemon(environment: [String: String] = [:], name: String = #function) throws -> DaemonProcess {
-    try DaemonProcess(name: name, periodMs: 10, bufferMs: 200, environment: environment)
+    try DaemonProcess(name: name, limiter: "off", periodMs: 10, bufferMs: 200, environment: environment)
   }
 
   func rampctl(_ arguments: [String], _ daemon: DaemonProcess, environment extra: [String: String] = [:]) throws

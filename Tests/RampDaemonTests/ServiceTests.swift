@@ -158,7 +158,7 @@ import Testing
   }
 
   @Test func sigtermFadesEveryStreamOutBeforeExiting() throws {
-    let daemon = try DaemonProcess(extraConfiguration: "[shutdown]\nfade = \"200ms\"")
+    let daemon = try DaemonProcess(limiter: "off", extraConfiguration: "[shutdown]\nfade = \"200ms\"")
     let client = try daemon.client()
     let file = try daemon.constantFile("one", seconds: 10)
     #expect(try client.request(["cmd": "play", "path": .string(file)]).isOK)

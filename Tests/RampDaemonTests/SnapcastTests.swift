@@ -68,8 +68,9 @@ import Testing
         "--player", "file:filename=\(heard)", "--logsink", "stderr",
       ], environment: noAvahi, niceness: -10)
     defer { client.stop() }
+    // Without the limiter: the fade's shape is read off a full-scale tone.
     let daemon = try DaemonProcess(
-      extraALSA: shipped.asound(fifo: fifo), environment: try shipped.rampdOutputEnvironment())
+      limiter: "off", extraALSA: shipped.asound(fifo: fifo), environment: try shipped.rampdOutputEnvironment())
     defer { daemon.stop() }
     let control = try daemon.client()
     let status = try control.request(["cmd": "status"])
