@@ -68,9 +68,11 @@ import Testing
         "--player", "file:filename=\(heard)", "--logsink", "stderr",
       ], environment: noAvahi, niceness: -10)
     defer { client.stop() }
-    // Without the limiter: the fade's shape is read off a full-scale tone.
-    let daemon = try DaemonProcess(
-      limiter: "off", extraALSA: shipped.asound(fifo: fifo), environment: try shipped.rampdOutputEnvironment())
+    // The shipped configuration's output, without the limiter: the fade's shape is read off a
+    // full-scale tone.
+    var environment = try shipped.rampdOutputEnvironment()
+    environment["RAMPD_OUTPUT_LIMITER"] = "off"
+    let daemon = try DaemonProcess(extraALSA: shipped.asound(fifo: fifo), environment: environment)
     defer { daemon.stop() }
     let control = try daemon.client()
     let status = try control.request(["cmd": "status"])
