@@ -8,16 +8,17 @@ import Testing
 /// (`Tests/Fixtures/pcm_clocked.c`), the frame that carries the change is consumed within 1 ms of
 /// the time asked for, whatever the device's clock error.
 @Suite struct HeardOnTimeTests {
-  /// Plays a constant 1 through device `name` (200 ms buffer), lets the mapping learn the device
-  /// for `settle` seconds, then schedules master.gain 0.5 for `ahead` seconds from now; returns
-  /// how far from that time (in seconds) the first frame at 0.5 was heard, and the player's
-  /// measured output.
+  /// Plays a constant `level` through device `name` (200 ms buffer), lets the mapping learn the
+  /// device for `settle` seconds, then schedules master.gain 0.5 for `ahead` seconds from now;
+  /// returns how far from that time (in seconds) the first frame at half the level was heard,
+  /// and the player's measured output.
   func heardError(
-    _ name: String, settle: Double = 1.5, ahead: Double = 2, name test: String = #function
+    _ name: String, settle: Double = 1.5, ahead: Double = 2, level: Float = 1,
+    limiter: LimiterSettings = LimiterSettings(enabled: false), name test: String = #function
   ) throws -> (error: Double, measured: (delay: Double, driftPPM: Double)?) {
-    let player = try ClockedDevice.player(name)
+    let player = try ClockedDevice.player(name, limiter: limiter)
     let file = try temporaryDirectory(test).appendingPathComponent("one.wav").path
-    try writeSignal(file, frames: 48_000 * Int(settle + ahead + 2), channels: 2)
+    try writeSignal(file, frames: 48_000 * Int(settle + ahead + 2), channels: 2) { _, _ in level }
     player.start()
     try player.play(file, id: "one")
     usleep(UInt32(settle * 1e6))
@@ -28,9 +29,9 @@ import Testing
     let measured = player.measuredOutput
     player.shutdown()
     let recording = try ClockedDevice.recording(name)
-    let playing = try #require((0..<recording.frames).first { recording.sample($0) == 1 })
-    let changed = try #require((playing..<recording.frames).first { recording.sample($0) == 0.5 })
-    #expect(recording.sample(changed - 1) == 1)
+    let playing = try #require((0..<recording.frames).first { recording.sample($0) == level })
+    let changed = try #require((playing..<recording.frames).first { recording.sample($0) == level / 2 })
+    #expect(recording.sample(changed - 1) == level)
     let heard = try #require(recording.nanoseconds(ofFrame: changed))
     return (Double(heard - (monotonic + Int64(ahead * 1e9))) / 1e9, measured)
   }
@@ -44,6 +45,13 @@ import Testing
     // fill it again: after the first of them it holds about 110 ms, after the last about 200 ms.
     // (Less than 100 ms only if a wake-up came later than a loaded machine makes it.)
     #expect(delay > 0.05 && delay <= 0.21, "delay \(delay) s")
+  }
+
+  /// Through the master limiter, whose look-ahead delays the output by 82 frames (1.7 ms): the
+  /// heard clock counts them, so the change is still heard at its time.
+  @Test func aScheduledChangeIsHeardAtItsTimeThroughTheLimiter() throws {
+    let (error, _) = try heardError("rampd_clocked_limiter_on_time", level: 0.5, limiter: LimiterSettings())
+    #expect(abs(error) < 0.001, "heard \(error * 1000) ms from its time")
   }
 
   @Test func onTimeWithTheDeviceClock100PPMFast() throws {
