@@ -51,7 +51,7 @@ enum ClockedDevice {
     "rampd_clocked_idle": 0, "rampd_clocked_status": 35, "rampd_clocked_device": 0,
     "rampd_clocked_rewind": 0, "rampd_clocked_rewind_query": 0, "rampd_clocked_limiter_rewind": 0,
     "rampd_clocked_limiter_on_time": 0,
-    "rampd_clocked_rewind_safety": 0,
+    "rampd_clocked_rewind_safety": 0, "rampd_clocked_rewind_safety_limited": 0,
     "rampd_clocked_rewind_timer": 0,
     "rampd_clocked_behind_file": 0, "rampd_clocked_kind": 0,
   ]

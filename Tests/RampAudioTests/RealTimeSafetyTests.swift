@@ -246,11 +246,14 @@ private func renderAndWrite(_ player: Player, _ buffers: RenderBuffers, finishin
 extension RealTimeSafetyTests {
   /// Rewinding allocates and frees nothing either: on the clocked device with rewind on, blocks
   /// waited for, recorded for rewind, rendered and written, and every twentieth a rewind of what the device
-  /// holds (rendering again up to the rewind point included), as before a command.
-  @Test func rewindingAllocatesNothing() throws {
-    let player = try ClockedDevice.player("rampd_clocked_rewind_safety", period: 0.005, buffer: 0.05, rewind: .on)
+  /// holds (rendering again up to the rewind point included), as before a command. With the
+  /// master limiter too, at work on a full-scale tone: saved and restored with the records.
+  @Test(arguments: [false, true]) func rewindingAllocatesNothing(limiting: Bool) throws {
+    let player = try ClockedDevice.player(
+      limiting ? "rampd_clocked_rewind_safety_limited" : "rampd_clocked_rewind_safety", period: 0.005,
+      buffer: 0.05, rewind: .on, limiter: LimiterSettings(enabled: limiting))
     let path = try temporaryDirectory().appendingPathComponent("tone.wav").path
-    try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * (limiting ? 1 : 0.3) }
     try player.play(path, id: "tone", loop: true)
     player.perform { state in
       _ = try? state.engine.set("master.gain", to: 0.5, transaction: Transaction(duration: 2, timingFunction: .default))
@@ -279,5 +282,6 @@ extension RealTimeSafetyTests {
     #expect(player.outputRewind.rewinds - rewindsBefore == 10, "\(player.outputRewind.rewinds - rewindsBefore) rewinds")
     #expect(count.allocated == 0, "\(count.allocated) allocations")
     #expect(count.freed == 0, "\(count.freed) frees")
+    if limiting { #expect(player.limiter.map { $0.engagements > 0 } == true, "the limiter worked") }
   }
 }
