@@ -19,7 +19,11 @@ extension RenderLoop {
     let now = engine.now
     let ducks = state.ducks
     let metering = state.metersLevels
-    ducks.begin(state, now: now)
+    // What waits for a condition is decided at the decision points only: the grid's samples
+    // (`renderScheduled` splits the block there when something may be decided) and those at which
+    // a command changed what is heard (a trigger stream's play, `duck`, a seek).
+    let deciding = now % Int64(Self.decisionFrames) == 0 || changedAt == now
+    if deciding { ducks.begin(state, now: now) }
     mix.update(repeating: 0, count: frames * channels)
     // Index loop, not for-in: an unspecialised iterator allocates in a debug build.
     var index = 0
@@ -32,16 +36,16 @@ extension RenderLoop {
         // has sought, drop the stale audio; the stream then waits for its ring to refill and
         // ramps back in (as after an underrun). Until then it holds its place, silent. No engine
         // call: nothing is allocated or freed here.
-        if stream.supply > 0 {
+        if stream.supply > 0 && deciding {
           engine.render(stream.transport, start: now, count: 1, into: ramp)
           if ramp[0] == 0 && engine.restingValue(stream.transport) == 0 { stream.supply = 0 }
         }
-        if stream.supply == 0 {
+        if stream.supply == 0 && deciding {
           if !stream.seekRequested {
             stream.decoder.requestSeek(toOutputFrame: frame)
             stream.seekRequested = true
-          } else if offset == 0, let mark = stream.decoder.takeSeekMark() {
-            // Taken at a block's start only (where a render thread without a clock has waited
+          } else if let mark = stream.decoder.takeSeekMark() {
+            // Taken at a decision point only (where a render thread without a clock has waited
             // for it), so where the stream comes back does not depend on the decoder's speed.
             stream.decoder.ring.discard(upTo: mark)
             stream.pendingSeek = nil
@@ -51,26 +55,34 @@ extension RenderLoop {
             // (no underrun: nothing was cut) and ramps in.
             stream.starved = true
           }
+        }
+        if stream.supply == 0 {
           if metering { stream.level.addSilence(frames: frames) }
           continue
         }
       }
       if stream.paused {
-        // Paused: the position holds once the ramp to silence is over.
-        engine.render(stream.transport, start: now, count: 1, into: ramp)
-        if ramp[0] == 0 {
+        // Paused: the position holds once the ramp to silence is over (seen at a decision point,
+        // so where it holds does not depend on the blocks).
+        if deciding {
+          engine.render(stream.transport, start: now, count: 1, into: ramp)
+          stream.holding = ramp[0] == 0
+        }
+        if stream.holding {
           if metering { stream.level.addSilence(frames: frames) }
           continue
         }
+      } else {
+        stream.holding = false
       }
       let wanted = frames * channels
       let decoder = stream.decoder
       let available = decoder.ring.available
       let finished = decoder.isFinished
       if stream.starved {
-        // Holding, silent and in place, until the ring has refilled (judged at a block's start,
+        // Holding, silent and in place, until the ring has refilled (judged at a decision point,
         // for the same reason as a seek's mark).
-        guard offset == 0, finished || available >= min(refillFrames * channels, decoder.ring.capacity) else {
+        guard deciding, finished || available >= min(refillFrames * channels, decoder.ring.capacity) else {
           if metering { stream.level.addSilence(frames: frames) }
           continue
         }
@@ -215,9 +227,7 @@ extension RenderLoop {
     var index = state.streams.count - 1
     while index >= 0 {
       let stream = state.streams[index]
-      let drained =
-        stream.decoder.isFinished && stream.decoder.ring.available == 0 && stream.pendingSeek == nil
-        && !(stream.queue?.continues ?? false)
+      let drained = stream.isDrained
       var stopped = false
       if stream.stopping {
         var level: Float = 1

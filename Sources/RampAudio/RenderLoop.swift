@@ -30,6 +30,9 @@ final class RenderLoop: @unchecked Sendable {
   /// what is heard by: sample `s` of the engine goes out as the output's sample `s + latency`.
   let limiter: TruePeakLimiter?
   let outputLatency: Int
+  /// The sample at which a command that changes what is heard last ran: a decision point of the
+  /// mix (`renderSpan`), as the decision-grid's samples are.
+  var changedAt: Int64 = -1
   /// The last sample at which the limiter lowered the gain (`limiterEngaged`).
   var limiterLastLowered: Int64?
   /// What an offline player's sink has yet to be spared of the limiter's latency: the silence
@@ -264,6 +267,7 @@ final class RenderLoop: @unchecked Sendable {
   /// handles are looked up again before the next block.
   func run(_ command: PlayerCommand) {
     let irreversible = state.irreversible
+    if command.changesSound { changedAt = state.engine.now }
     switch command.work {
     case .command(let prepared): prepared.commit(state)
     case .closure(let body):
@@ -419,8 +423,64 @@ final class RenderLoop: @unchecked Sendable {
       }
       var span = buffers.frames - offset
       if let sample = scheduled.firstSample { span = min(span, Int(sample - now)) }
+      if decisionsPending {
+        // Split at the decision points too, so each is taken at its sample whatever the blocks.
+        let grid = Int64(Self.decisionFrames)
+        let intoGrid = Int(now % grid)
+        span = min(span, Self.decisionFrames - intoGrid)
+        if intoGrid == 0 && waitsForDecoders { waitForDecisions() }
+      }
       renderSpan(buffers, offset: offset, frames: span)
       offset += span
+    }
+  }
+
+  /// Frames between the samples at which the mix decides what waits for a condition rather than
+  /// for a sample of its own (a duck rule's trigger, hold and release; where a seek lands; when a
+  /// starved stream has refilled): multiples of it on the output's clock, whatever the blocks, so
+  /// that the same show renders the same samples at any block size.
+  static let decisionFrames = 64
+
+  /// Whether a decision point may decide something: a duck rule is in force, or a stream seeks,
+  /// waits to refill or ramps to its pause. Otherwise blocks are not split at them.
+  var decisionsPending: Bool {
+    if state.ducks.count > 0 { return true }
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      if stream.pendingSeek != nil || stream.starved || stream.paused && !stream.holding { return true }
+      index += 1
+    }
+    return false
+  }
+
+  /// Without a clock, nothing is late: the render waits for decoders rather than depend on their
+  /// speed (``waitForEveryStream(frames:)``).
+  var waitsForDecoders: Bool { sink != nil || device?.hasNoClock == true }
+
+  /// At a decision point, without a clock: waits until each stream's seek asked for has landed
+  /// and each starved stream has refilled (or its file ended), so that where they come back does
+  /// not depend on the decoders' speed. Polled, as `waitForEveryStream` polls a seek.
+  func waitForDecisions() {
+    var index = 0
+    while index < state.streams.count && link.running.load(ordering: .relaxed) {
+      let stream = state.streams[index]
+      let decoder = stream.decoder
+      if decoder.hasFailed {
+        index += 1
+        continue
+      }
+      if stream.pendingSeek != nil && stream.seekRequested && decoder.seekIsPending {
+        usleep(100)
+        continue
+      }
+      if stream.starved && stream.pendingSeek == nil && !decoder.isFinished
+        && decoder.ring.available < min(refillFrames * output.channels, decoder.ring.capacity)
+      {
+        _ = decoder.awaitSamples(min(refillFrames * output.channels, decoder.ring.capacity))
+        continue
+      }
+      index += 1
     }
   }
 

@@ -164,6 +164,8 @@ final class PlayingStream {
   /// Stereo balance, −1 (left) … +1 (right); only a two-channel output applies it.
   let pan: PropertyHandle
   var paused: Bool
+  /// Paused, and silent since a decision point: its position holds.
+  var holding = false
   var stopping = false
   /// A seek waiting for the ramp to silence (then the decoder is asked) or for the decoder.
   var pendingSeek: Int?
@@ -191,5 +193,11 @@ final class PlayingStream {
     self.transport = transport
     self.pan = pan
     self.paused = paused
+  }
+
+  /// Its file has played to the end (the ring empty, no seek to come, no next item of a queue):
+  /// it leaves the mix after the block, and triggers nothing from now on.
+  var isDrained: Bool {
+    decoder.isFinished && decoder.ring.available == 0 && pendingSeek == nil && !(queue?.continues ?? false)
   }
 }

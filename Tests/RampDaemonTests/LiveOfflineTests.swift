@@ -177,6 +177,13 @@ import Testing
     let summary = try OfflineShow.render(options)
     let offline = try readFloats("\(daemon.directory)/offline.wav")
     #expect(offline.count == Int(summary.frames) * 2)
+    // And as `rampctl render` renders it, in blocks of its own size: the same samples.
+    options.blockFrames = OfflineShow.defaultBlockFrames
+    options.output = "\(daemon.directory)/default-blocks.wav"
+    _ = try OfflineShow.render(options)
+    let defaultBlocks = try readFloats(options.output)
+    let sameAtDefaultBlocks = defaultBlocks == offline
+    #expect(sameAtDefaultBlocks, "blocks of \(options.blockFrames) and of \(period) render different samples: \(defaultBlocks.count) and \(offline.count), first at \(zip(defaultBlocks, offline).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? -1)")
 
     // The live recording holds the blocks before the lines (a pipe's worth), the show, then silence.
     let wanted = 96_000 + Int(summary.frames) + 48_000

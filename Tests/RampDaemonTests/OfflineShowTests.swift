@@ -202,12 +202,13 @@ final class ShowBench {
 
   /// `rampctl render --config` reads a plain `db` in the timeline with the configuration's
   /// `fade.db-floor`, as rampd with it reads a request: the same bytes as the floor written out,
-  /// and not those of the default −60 dB.
+  /// and not those of the default −60 dB. (The samples: a float WAV's header holds the time it
+  /// was written.)
   @Test func aPlainDecibelFadeTakesTheConfiguredFloor() throws {
     let bench = try ShowBench()
     let input = try bench.file("in.wav", frames: 48_000 * 2) { _, _ in 0.5 }
     try "[fade]\ndb-floor = -50\n".write(toFile: bench.path("floor.toml"), atomically: true, encoding: .utf8)
-    func render(_ space: String, config: Bool) throws -> Data {
+    func render(_ space: String, config: Bool) throws -> [Float] {
       let name = "\(space)-\(config)"
       try #"{"at": 0.5, "cmd": "fade", "key": "master.gain", "to": 0, "duration": 1, "space": "\#(space)"}"#
         .write(toFile: bench.path("\(name).jsonl"), atomically: true, encoding: .utf8)
@@ -216,14 +217,61 @@ final class ShowBench {
         ["render", input, bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl")]
           + (config ? ["--config", bench.path("floor.toml")] : []))
       #expect(run.status == 0, "\(run)")
-      return try Data(contentsOf: URL(fileURLWithPath: bench.path("\(name).wav")))
+      let reader = try SoundFileReader(path: bench.path("\(name).wav"))
+      var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
+      _ = try samples.withUnsafeMutableBufferPointer {
+        try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
+      }
+      return samples
     }
-    // Compared here, not in #expect: it would diff two files' bytes to describe a failure.
+    // Compared here, not in #expect: it would diff every sample to describe a failure.
     let configured = try render("db", config: true)
     let sameAsWritten = configured == (try render("db(-50)", config: false))
     let sameAsDefault = configured == (try render("db(-60)", config: false))
     #expect(sameAsWritten, "a plain db with the configured -50 dB floor is not db(-50)")
     #expect(!sameAsDefault, "a plain db with the configured -50 dB floor is db(-60)")
+  }
+
+  /// The same show at any block size gives the same bytes: a fade, a configured duck its trigger
+  /// stream sets off, a seek, a fade in dB down to the configured floor, each landing between
+  /// block starts.
+  @Test func theSameShowAtAnyBlockSizeGivesTheSameBytes() throws {
+    let bench = try ShowBench()
+    let input = try bench.file("bed.wav", frames: 48_000 * 6) { frame, _ in Float(sin(Double(frame) * 0.0288)) * 0.5 }
+    let voice = try bench.file("voice.wav", frames: 48_500) { frame, _ in Float(sin(Double(frame) * 0.0863)) * 0.3 }
+    let configuration = try DaemonConfiguration.parse(
+      toml: """
+        [fade]
+        db-floor = -50
+        [[duck]]
+        name = "talk"
+        targets = ["streams.main.gain"]
+        trigger = "voice"
+        depth = 6
+        attack = "100ms"
+        hold = "200ms"
+        release = "500ms"
+        """, source: "test")
+    let show = #"""
+      {"at": 0.5037, "cmd": "fade", "key": "streams.main.gain", "to": 0.3, "duration": 0.4, "space": "db"}
+      {"at": 1.0123, "cmd": "play", "path": "\#(voice)", "stream": "voice"}
+      {"at": 2.7771, "cmd": "seek", "stream": "main", "position": 0.3}
+      {"at": 3.5, "cmd": "fade", "key": "master.gain", "to": 0, "duration": 1, "space": "db"}
+      """#
+    var renders: [(blockFrames: Int, samples: [Float])] = []
+    for blockFrames in [64, 480, 4096] {
+      let (samples, _, _) = try bench.render(input: input, show, output: "\(blockFrames).wav") {
+        $0.configuration = configuration
+        $0.blockFrames = blockFrames
+      }
+      renders.append((blockFrames, samples))
+    }
+    for (blockFrames, samples) in renders.dropFirst() {
+      let first = zip(samples, renders[0].samples).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+      let lengths = "\(samples.count) samples, and \(renders[0].samples.count) in blocks of 64"
+      #expect(samples.count == renders[0].samples.count, "blocks of \(blockFrames): \(lengths)")
+      #expect(first == nil, "blocks of \(blockFrames) and of 64 differ from sample \(first ?? -1) on")
+    }
   }
 
   @Test func renderingTwiceGivesTheSameBytes() throws {
