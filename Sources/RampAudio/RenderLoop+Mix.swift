@@ -3,9 +3,10 @@ import RampEngine
 import Synchronization
 
 extension RenderLoop {
-  /// One block into `buffers.mix`. Allocation-free: the render thread's hot path.
+  /// One block into `buffers.mix`, as the render thread renders it (split where a command is due
+  /// and at the decision points, `renderScheduled`). Allocation-free: the render thread's hot path.
   func renderBlock(_ buffers: RenderBuffers) {
-    renderSpan(buffers, offset: 0, frames: buffers.frames)
+    renderScheduled(buffers)
   }
 
   /// Frames [offset, offset + frames) of the block. Allocation-free.

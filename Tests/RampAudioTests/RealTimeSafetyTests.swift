@@ -143,8 +143,10 @@ import Testing
         release: 0.02),
       DuckRule(
         name: "peak", targets: ["streams.bed.gain", "master.gain"], trigger: "voice2",
+        // Released 20 ms after a 20 ms window of quiet: over before the next burst, 50 ms after
+        // the last.
         sidechain: DuckRule.Sidechain(threshold: -10, detector: .peak, window: 0.02), attack: 0.01, hold: 0,
-        release: 0.03, releaseCurve: .fade(.qsin)),
+        release: 0.02, releaseCurve: .fade(.qsin)),
       DuckRule(name: "hand", targets: ["master.gain"], depth: 6, attack: 0.05, hold: 0.02, release: 0.05),
       DuckRule(name: "playing", targets: ["streams.voice2.gain"], trigger: "voice1", attack: 0.05),
     ].map(player.prepareDuck)
