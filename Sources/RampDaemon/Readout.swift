@@ -404,6 +404,10 @@ enum CommandRefusal: Error {
   /// was refused (for an unknown one's suggestion).
   func error(defined: KeyPathNames?) -> ProtocolError {
     switch self {
+    case .unknownKey(let key) where LevelKey(key) != nil || key == PublishedValue.limiterKeyPath:
+      // Measured as it is heard, not a property: read by observing it.
+      return ProtocolError(
+        .unknownKeyPath, field: "key", "'\(key)' is measured from what is heard, not a property: read it with observe")
     case .unknownKey(let key):
       let hint = Preparation.hint(key, defined: defined?.keyPaths ?? [])
       return ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)'\(hint)")

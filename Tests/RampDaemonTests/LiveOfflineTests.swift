@@ -183,7 +183,10 @@ import Testing
     _ = try OfflineShow.render(options)
     let defaultBlocks = try readFloats(options.output)
     let sameAtDefaultBlocks = defaultBlocks == offline
-    #expect(sameAtDefaultBlocks, "blocks of \(options.blockFrames) and of \(period) render different samples: \(defaultBlocks.count) and \(offline.count), first at \(zip(defaultBlocks, offline).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? -1)")
+    #expect(
+      sameAtDefaultBlocks,
+      "blocks of \(options.blockFrames) and of \(period) render different samples: \(defaultBlocks.count) and \(offline.count), first at \(zip(defaultBlocks, offline).enumerated().first { $0.element.0 != $0.element.1 }?.offset ?? -1)"
+    )
 
     // The live recording holds the blocks before the lines (a pipe's worth), the show, then silence.
     let wanted = 96_000 + Int(summary.frames) + 48_000

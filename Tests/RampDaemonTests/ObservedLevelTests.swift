@@ -49,6 +49,18 @@ import Testing
     let keys = [
       "streams.tone.level.peak", "streams.tone.level.momentary", "master.level.peak", "master.level.momentary",
     ]
+    for key in keys + ["master.limiter"] {
+      // Read by observing: `get`, `set` and animations name the command to use.
+      for command: JSONObject in [
+        ["cmd": "get", "key": .string(key)], ["cmd": "set", "key": .string(key), "value": 1],
+      ] {
+        let refused = try client.request(command)
+        #expect(refused["error"]?["code"] == "unknown-key-path", "\(refused.serialized())")
+        #expect(
+          refused["error"]?["message"]?.stringValue?.contains("measured from what is heard") == true,
+          "\(refused.serialized())")
+      }
+    }
     for key in keys { #expect(try client.request(["cmd": "observe", "key": .string(key), "rate": 50]).isOK) }
     // A stream's level is its audio as it goes into the mix: heard the limiter's latency later.
     // The master's is what goes out, after the limiter.
