@@ -7,7 +7,8 @@ run (driven by `BENCH_ONLY=playing script/bench-daemon`).
       build given (--rampd, and --before for the build before a change) on ALSA `null` (pacing
       "clock") and on the clocked test device (Tests/Fixtures/pcm_clocked.c, plays in real time)
       with rewind on, the daemon's defaults otherwise (period 10 ms, buffer 50 ms, rewind buffer
-      200 ms); and the build after the change through ALSA's `pipewire` PCM into a PipeWire of the
+      200 ms, the master limiter at -1 dBTP); the build after on `null` with the limiter off (what
+      the limiter costs); and the build after the change through ALSA's `pipewire` PCM into a PipeWire of the
       benchmark's own (pipewire_session.py: a null sink, as a desktop without a card), with
       PipeWire's own process beside it. Per daemon, over the middle of the playback: the process's CPU seconds per minute,
       and the render (or output) thread's CPU and voluntary context switches (its wake-ups) per
@@ -65,6 +66,9 @@ def playing(args, say):
                 rampd, args.work, f"rampd-{build}-null", 'device = "null"\npacing = "clock"')
             daemons[f"rampd {build}, clocked device, rewind"] = heard.clocked_daemon(
                 args, args.work, f"rampd-{build}-clocked", rewind="on", rampd=rampd)[0]
+        # The master limiter's cost: the same build on null without it.
+        daemons["rampd after, null (pacing clock), limiter off"] = bench.start_rampd(
+            args.rampd, args.work, "rampd-after-null-no-limiter", 'device = "null"\npacing = "clock"\nlimiter = "off"')
         daemons["rampd after, pipewire (PipeWire 0.3)"] = bench.start_rampd(
             args.rampd, args.work, "rampd-after-pipewire", 'device = "pipewire"', env=session.environment)
         time.sleep(1)

@@ -47,7 +47,7 @@ import Testing
     #expect(delay > 0.05 && delay <= 0.21, "delay \(delay) s")
   }
 
-  /// Through the master limiter, whose look-ahead delays the output by 82 frames (1.7 ms): the
+  /// Through the master limiter, whose look-ahead delays the output by 58 frames (1.2 ms): the
   /// heard clock counts them, so the change is still heard at its time.
   @Test func aScheduledChangeIsHeardAtItsTimeThroughTheLimiter() throws {
     let (error, _) = try heardError("rampd_clocked_limiter_on_time", level: 0.5, limiter: LimiterSettings())

@@ -93,7 +93,7 @@ import Testing
     #expect(try Self.truePeak((0..<frames).flatMap { [signal($0), signal($0)] }) < -1.5)
     try Self.playTogether(client, [(path, 1)])
     let latency = try client.request(["cmd": "status"]).result["output"]?["limiter"]?["latency"]?.numberValue
-    #expect(latency.map { abs($0 * Self.rate - 82) < 0.5 } == true, "latency \(latency ?? -1) s")
+    #expect(latency.map { abs($0 * Self.rate - 58) < 0.5 } == true, "latency \(latency ?? -1) s")
     #expect(client.events.allSatisfy { $0["event"] != "limiter-engaged" })
     daemon.stop()
     let played = try daemon.played()

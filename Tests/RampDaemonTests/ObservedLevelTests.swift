@@ -66,7 +66,7 @@ import Testing
     // The master's is what goes out, after the limiter.
     let status = try client.request(["cmd": "status"]).result["output"]?["limiter"]
     let latency = Int(((status?["latency"]?.numberValue ?? 0) * 48_000).rounded())
-    #expect(latency == 82)
+    #expect(latency == 58)
     #expect(try client.request(["cmd": "play", "path": .string(path), "stream": "tone"]).isOK)
     usleep(1_000_000)
     #expect(try client.request(["cmd": "fade", "key": "streams.tone.gain", "to": 0.1, "duration": 0.5]).isOK)
