@@ -96,9 +96,7 @@ public struct OutputConfiguration: Sendable, Equatable {
 
   /// Checks ranges. Every message starts with the configuration key it concerns (`output.rate: …`).
   public func validate() throws(AudioError) {
-    func invalid(_ field: String, _ problem: String) -> AudioError {
-      AudioError(.invalidParameter, section: "output", field: field, problem)
-    }
+    let invalid = AudioError.invalidOutput
     if device.isEmpty {
       throw invalid("device", "must not be empty")
     }

@@ -24,9 +24,7 @@ public struct LimiterSettings: Sendable, Equatable {
 
   /// Checks ranges; a message starts with the configuration key it concerns.
   public func validate() throws(AudioError) {
-    func invalid(_ field: String, _ problem: String) -> AudioError {
-      AudioError(.invalidParameter, section: "output", field: field, problem)
-    }
+    let invalid = AudioError.invalidOutput
     if !ceilingDecibels.isFinite || !Self.ceilingRange.contains(ceilingDecibels) {
       throw invalid("limiter", "\(ceilingDecibels) dBTP is outside -20...0 dBTP")
     }
@@ -54,4 +52,11 @@ public struct LimiterReport: Sendable, Equatable {
   public var latencyFrames: Int
   public var reductionDecibels: Double
   public var engagements: Int
+}
+
+extension AudioError {
+  /// An `[output]` key's value out of range: `output.<field>: <problem>`.
+  static func invalidOutput(_ field: String, _ problem: String) -> AudioError {
+    AudioError(.invalidParameter, section: "output", field: field, problem)
+  }
 }

@@ -68,6 +68,18 @@ final class ShowBench {
 /// `rampctl render`'s engine: a timeline of protocol requests played by rampd's own player into a
 /// file. Constant inputs make the output the gain applied, sample by sample.
 @Suite struct OfflineShowTests {
+  /// A configured duck rule: the voice lowers the main stream by 6 dB.
+  static let talkRule = """
+    [[duck]]
+    name = "talk"
+    targets = ["streams.main.gain"]
+    trigger = "voice"
+    depth = 6
+    attack = "100ms"
+    hold = "200ms"
+    release = "500ms"
+
+    """
   static let rate = 48_000.0
   /// The default declick ramp, in frames.
   static let declick = 480
@@ -176,16 +188,7 @@ final class ShowBench {
     let voice = try bench.file("voice.wav", frames: 48_000) { _, _ in 0.25 }
     let play = #"{"at": 1, "cmd": "play", "path": "\#(voice)", "stream": "voice"}"#
     let configuration = try DaemonConfiguration.parse(
-      toml: """
-        [[duck]]
-        name = "talk"
-        targets = ["streams.main.gain"]
-        trigger = "voice"
-        depth = 6
-        attack = "100ms"
-        hold = "200ms"
-        release = "500ms"
-        """, source: "test")
+      toml: Self.talkRule, source: "test")
     let (ducked, _, _) = try bench.render(input: input, play, output: "ducked.wav") {
       $0.configuration = configuration
     }
@@ -240,18 +243,7 @@ final class ShowBench {
     let input = try bench.file("bed.wav", frames: 48_000 * 6) { frame, _ in Float(sin(Double(frame) * 0.0288)) * 0.5 }
     let voice = try bench.file("voice.wav", frames: 48_500) { frame, _ in Float(sin(Double(frame) * 0.0863)) * 0.3 }
     let configuration = try DaemonConfiguration.parse(
-      toml: """
-        [fade]
-        db-floor = -50
-        [[duck]]
-        name = "talk"
-        targets = ["streams.main.gain"]
-        trigger = "voice"
-        depth = 6
-        attack = "100ms"
-        hold = "200ms"
-        release = "500ms"
-        """, source: "test")
+      toml: "[fade]\ndb-floor = -50\n" + Self.talkRule, source: "test")
     let show = #"""
       {"at": 0.5037, "cmd": "fade", "key": "streams.main.gain", "to": 0.3, "duration": 0.4, "space": "db"}
       {"at": 1.0123, "cmd": "play", "path": "\#(voice)", "stream": "voice"}
