@@ -272,9 +272,14 @@ extension RenderLoop {
     target = now - Int64(rewound)
     history.restore(record, state, limiter: limiter)
     // From the record to the rewind point, the same samples as before (the device still holds
-    // them): rendered again for the clock and the streams to get there, not written.
+    // them): rendered again for the clock and the streams to get there, not written; split at the
+    // decision points as the first render was (a pause's hold is decided there).
     while state.engine.now < target {
-      renderSpan(scratch, offset: 0, frames: min(scratch.frames, Int(target - state.engine.now)))
+      var frames = min(scratch.frames, Int(target - state.engine.now))
+      if decisionsPending {
+        frames = min(frames, Self.decisionFrames - Int(state.engine.now % Int64(Self.decisionFrames)))
+      }
+      renderSpan(scratch, offset: 0, frames: frames)
     }
     link.published.store(state.engine.now, ordering: .releasing)
     history.rewinds.add(1, ordering: .relaxed)

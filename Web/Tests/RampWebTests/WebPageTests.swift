@@ -17,7 +17,8 @@ import Testing
   /// from 1 to the fader's new gain with no step larger than the glide's slope (a `set` with a
   /// duration for each move, never a jump), and ends at that gain.
   @Test func faderDragRampsTheRecordedOutput() throws {
-    let daemon = try DaemonProcess()
+    // Without the limiter: the ramp is read off a full-scale tone.
+    let daemon = try DaemonProcess(limiter: "off")
     let tone = try daemon.constantFile("tone", seconds: 60)
     let client = try daemon.client()
     let played = try client.request(["cmd": "play", "path": .string(tone), "stream": "tone"])
