@@ -305,6 +305,11 @@ public final class Player: Sendable {
   }
 
   private func push(_ command: PlayerCommand, wake: Bool) -> Bool {
+    // When a command that ends an idle spell came (a read is answered without ending it): stamped
+    // before the render thread can see the command.
+    if command.changesSound && link.idling.load(ordering: .sequentiallyConsistent) {
+      _ = link.idleEndedAt.compareExchange(expected: 0, desired: monotonicNanoseconds(), ordering: .relaxed)
+    }
     let accepted = link.submitLock.withLock { _ in link.commands.push(command) }
     // Only a render thread waiting for the clock listens for it; one waiting for room in a device
     // that rewinds always takes a command at once (then heard within the rewind margin). More than
@@ -312,7 +317,6 @@ public final class Player: Sendable {
     // it waits rather than a block's share per block, which would fill the queue.
     let flooding = link.commands.freeSlots < link.commands.capacity - Self.commandsPerBlock
     let idling = link.idling.load(ordering: .sequentiallyConsistent)
-    if idling { _ = link.idleEndedAt.compareExchange(expected: 0, desired: monotonicNanoseconds(), ordering: .relaxed) }
     if rewindHistory.enabled || (wake || flooding) && (output.pacing == .clock || idling) {
       link.commandBell.ring()
     }

@@ -224,7 +224,9 @@ extension RenderLoop {
     // mapping says, whatever this wake-up's latency.
     let startMargin: Int64 = 5_000_000
     let timed = scheduledWake && device.start(at: wake + startMargin)
-    if timed { heardFrom = wake + startMargin }
+    // The device starts with output frame `now`; the engine's sample `now` is heard the limiter's
+    // latency later.
+    if timed { heardFrom = wake + startMargin + Int64(Double(outputLatency) * nanosecondsPerFrame) }
     let behind =
       heardClock.known
       ? heardClock.sample(at: heardFrom) - Double(state.engine.now)
@@ -300,8 +302,9 @@ extension RenderLoop {
     }
     device.stopForIdle()
     heardClock.restart()
-    // Silence in, silence out: what the limiter holds is two blocks of it, and the idle spell
-    // is a jump in the clock it does not see.
+    // The idle spell is a jump in the clock the limiter does not see: it starts again from
+    // silence, as the output did (two silent blocks written, each longer than its delay line at
+    // the default look-ahead and period).
     limiter?.reset()
     limiterLastLowered = nil
     // The recovery thread closes it, and opens it again when asked (`reopenParked`).

@@ -428,7 +428,7 @@ final class RenderLoop: @unchecked Sendable {
         let grid = Int64(Self.decisionFrames)
         let intoGrid = Int(now % grid)
         span = min(span, Self.decisionFrames - intoGrid)
-        if intoGrid == 0 && waitsForDecoders { waitForDecisions() }
+        if (intoGrid == 0 || changedAt == now) && waitsForDecoders { waitForDecisions() }
       }
       renderSpan(buffers, offset: offset, frames: span)
       offset += span
@@ -477,7 +477,10 @@ final class RenderLoop: @unchecked Sendable {
       if stream.starved && stream.pendingSeek == nil && !decoder.isFinished
         && decoder.ring.available < min(refillFrames * output.channels, decoder.ring.capacity)
       {
-        _ = decoder.awaitSamples(min(refillFrames * output.channels, decoder.ring.capacity))
+        // The decoder rings the command bell once it has them.
+        if decoder.awaitSamples(min(refillFrames * output.channels, decoder.ring.capacity)) {
+          _ = link.commandBell.wait(seconds: 0.1)
+        }
         continue
       }
       index += 1

@@ -79,6 +79,7 @@ final class RewindHistory: @unchecked Sendable {
   /// alone.
   static func plain(_ stream: PlayingStream) -> Bool {
     stream.pendingSeek == nil && !stream.seekRequested && !stream.starved && stream.supply == 1
+      && !(stream.paused && !stream.holding)
   }
 
   static func plain(_ state: RenderState) -> Bool {

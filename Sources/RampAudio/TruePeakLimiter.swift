@@ -375,8 +375,9 @@ public final class TruePeakLimiter {
     var c = cursor
     for frame in 0..<frames {
       let peak = peaks[frame]
-      // A NaN peak compares false: the render loop silences NaN after the limiter.
-      let required = peak > ceiling ? Double(ceiling) / Double(peak) : 1
+      // A NaN peak compares false: the render loop silences NaN after the limiter. An infinite
+      // one asks for no more than 60 dB, from which the gain recovers as from any other.
+      let required = peak > ceiling ? max(Double(ceiling) / Double(peak), 0.001) : 1
       c.envelope = min(required, c.envelope * recovery, 1)
 
       // The minimum of the envelope over the last `holdFrames` frames.
