@@ -31,6 +31,9 @@ import Testing
     player.start()
     try player.play(file, id: "signal")
     usleep(500_000)
+    // In real time, as the shipped unit lets the render thread be: at normal priority on a busy
+    // machine it may run late and the device under (what is compared below holds regardless).
+    let realtime = IdleTests.realtime(player)
     var value = 1.0
     for _ in 0..<8 {
       usleep(UInt32.random(in: 150_000...250_000))
@@ -51,7 +54,7 @@ import Testing
     let underruns = player.deviceUnderruns
     player.shutdown()
     #expect(rewinds >= 8, "\(rewinds) rewinds")
-    #expect(underruns == 0)
+    if realtime { #expect(underruns == 0) }
     // When the stream started (its start ramp ends a declick ramp later), and when each set did.
     let started = try #require(reports.first { $0.keyPath == "streams.signal.transport" }, "\(reports)").sample - 480
     let sets = reports.filter { $0.keyPath == "master.gain" }.map { ($0.sample - 960 - started, $0) }
