@@ -188,18 +188,18 @@ def main():
     for name, x in results["playing"].items():
         print(f"| {name} | {x['cpu_s_per_min']:.3f} | {x['cpu_s_per_min_without_device']:.3f} | {x['main_ms_per_s']:.3f} |"
               f" {x['main_wakeups_per_s']:.1f} | {x['wakeups_per_s_all']:.1f} | {x['underrun_events'] if x['underrun_events'] is not None else ''} |")
-    playing = results["playing"]
+    played = results["playing"]
     pairs = [("the track above", "rampd after, null (pacing clock)", "rampd after, null (pacing clock), limiter off")]
     pairs += [(f"the {signal} track", f"rampd after, null (pacing clock), {signal} track, limiter on",
                f"rampd after, null (pacing clock), {signal} track, limiter off") for signal in ("loud", "quiet")]
-    pairs = [p for p in pairs if p[1] in playing and p[2] in playing]
+    pairs = [p for p in pairs if p[1] in played and p[2] in played]
     if pairs:
         print()
         print("| the limiter, side by side (rampd on null) | render thread ms per s, on | off | on − off"
               " | CPU s per minute (process), on | off |")
         print("|---|---:|---:|---:|---:|---:|")
         for label, on, off in pairs:
-            a, b = playing[on], playing[off]
+            a, b = played[on], played[off]
             print(f"| {label} | {a['main_ms_per_s']:.3f} | {b['main_ms_per_s']:.3f} | {a['main_ms_per_s'] - b['main_ms_per_s']:+.3f} |"
                   f" {a['cpu_s_per_min']:.3f} | {b['cpu_s_per_min']:.3f} |")
     print()
