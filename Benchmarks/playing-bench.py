@@ -8,7 +8,10 @@ run (driven by `BENCH_ONLY=playing script/bench-daemon`).
       "clock") and on the clocked test device (Tests/Fixtures/pcm_clocked.c, plays in real time)
       with rewind on, the daemon's defaults otherwise (period 10 ms, buffer 50 ms, rewind buffer
       200 ms, the master limiter at -1 dBTP); the build after on `null` with the limiter off (what
-      the limiter costs); and the build after the change through ALSA's `pipewire` PCM into a PipeWire of the
+      the limiter costs), and, with --loud-track and --quiet-track, the build after on `null` with
+      the limiter on and off playing each of those (a signal over the ceiling, that the limiter
+      limits all along, and one far under it, where it rests); and the build after the change
+      through ALSA's `pipewire` PCM into a PipeWire of the
       benchmark's own (pipewire_session.py: a null sink, as a desktop without a card), with
       PipeWire's own process beside it. Per daemon, over the middle of the playback: the process's CPU seconds per minute,
       and the render (or output) thread's CPU and voluntary context switches (its wake-ups) per
@@ -56,7 +59,7 @@ def rates(before, after, seconds):
 
 def playing(args, say):
     builds = [("after", args.rampd)] + ([("before", args.before)] if args.before else [])
-    daemons = {}
+    daemons, tracks = {}, {}
     mpd = bench.start_mpd(args.mpd, args.work, os.path.dirname(args.track))
     # A desktop's PipeWire of the benchmark's own: rampd plays into it through ALSA's pipewire PCM.
     session = pipewire.PipeWireSession(args.work)
@@ -66,9 +69,19 @@ def playing(args, say):
                 rampd, args.work, f"rampd-{build}-null", 'device = "null"\npacing = "clock"')
             daemons[f"rampd {build}, clocked device, rewind"] = heard.clocked_daemon(
                 args, args.work, f"rampd-{build}-clocked", rewind="on", rampd=rampd)[0]
-        # The master limiter's cost: the same build on null without it.
+        # The master limiter's cost: the same build on null without it, and with and without it on
+        # a signal it limits all along and on one under the level where it interpolates nothing.
         daemons["rampd after, null (pacing clock), limiter off"] = bench.start_rampd(
             args.rampd, args.work, "rampd-after-null-no-limiter", 'device = "null"\npacing = "clock"\nlimiter = "off"')
+        for signal, track in (("loud", args.loud_track), ("quiet", args.quiet_track)):
+            if not track:
+                continue
+            for limiter in ("on", "off"):
+                name = f"rampd after, null (pacing clock), {signal} track, limiter {limiter}"
+                daemons[name] = bench.start_rampd(
+                    args.rampd, args.work, f"rampd-after-null-{signal}-limiter-{limiter}",
+                    'device = "null"\npacing = "clock"' + ('\nlimiter = "off"' if limiter == "off" else ""))
+                tracks[name] = track
         daemons["rampd after, pipewire (PipeWire 0.3)"] = bench.start_rampd(
             args.rampd, args.work, "rampd-after-pipewire", 'device = "pipewire"', env=session.environment)
         time.sleep(1)
@@ -85,7 +98,7 @@ def playing(args, say):
         for name, daemon in daemons.items():
             players.append(threading.Thread(
                 target=lambda name=name, daemon=daemon: results.update(
-                    {name: bench.play_rampd(daemon, args.track, args.seconds, count_underruns=True)})))
+                    {name: bench.play_rampd(daemon, tracks.get(name, args.track), args.seconds, count_underruns=True)})))
         for thread in players + timers:
             thread.start()
         for thread in players + timers:
@@ -160,6 +173,8 @@ def main():
     parser.add_argument("--before", help="a second rampd build, measured beside --rampd")
     parser.add_argument("--track", required=True, help="the WAV played, inside a music directory")
     parser.add_argument("--seconds", type=float, required=True, help="its length")
+    parser.add_argument("--loud-track", help="a WAV of the same length over the limiter's ceiling")
+    parser.add_argument("--quiet-track", help="a WAV of the same length far under the limiter's ceiling")
     parser.add_argument("--results", required=True)
     args = parser.parse_args()
     say = lambda *a: print(*a, flush=True)
@@ -173,6 +188,20 @@ def main():
     for name, x in results["playing"].items():
         print(f"| {name} | {x['cpu_s_per_min']:.3f} | {x['cpu_s_per_min_without_device']:.3f} | {x['main_ms_per_s']:.3f} |"
               f" {x['main_wakeups_per_s']:.1f} | {x['wakeups_per_s_all']:.1f} | {x['underrun_events'] if x['underrun_events'] is not None else ''} |")
+    played = results["playing"]
+    pairs = [("the track above", "rampd after, null (pacing clock)", "rampd after, null (pacing clock), limiter off")]
+    pairs += [(f"the {signal} track", f"rampd after, null (pacing clock), {signal} track, limiter on",
+               f"rampd after, null (pacing clock), {signal} track, limiter off") for signal in ("loud", "quiet")]
+    pairs = [p for p in pairs if p[1] in played and p[2] in played]
+    if pairs:
+        print()
+        print("| the limiter, side by side (rampd on null) | render thread ms per s, on | off | on − off"
+              " | CPU s per minute (process), on | off |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for label, on, off in pairs:
+            a, b = played[on], played[off]
+            print(f"| {label} | {a['main_ms_per_s']:.3f} | {b['main_ms_per_s']:.3f} | {a['main_ms_per_s'] - b['main_ms_per_s']:+.3f} |"
+                  f" {a['cpu_s_per_min']:.3f} | {b['cpu_s_per_min']:.3f} |")
     print()
     print("| `set` → first changed sample heard | buffer | median | p99 | max | rewinds | device underruns |")
     print("|---|---:|---:|---:|---:|---:|---:|")
