@@ -113,11 +113,7 @@ import Testing
     let run = try runProcess(Executables.rampctl, ["render", output, "--script", timeline, "--encoding", "float"])
     #expect(run.status == 0, "\(run.stderr)")
     #expect(run.stderr.contains("limiter: -1 dBTP, never engaged"), "\(run.stderr)")
-    let reader = try SoundFileReader(path: output)
-    var offline = [Float](repeating: 0, count: Int(reader.frames) * 2)
-    _ = try offline.withUnsafeMutableBufferPointer {
-      try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
-    }
+    let offline = try readSamples(output)
     #expect(offline.count == 2 * frames)
     let offlineDiffering = (480..<frames).filter { offline[2 * $0] != signal($0) }
     #expect(offlineDiffering.isEmpty, "\(offlineDiffering.count) frames differ offline")

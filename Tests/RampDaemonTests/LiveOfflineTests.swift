@@ -175,13 +175,13 @@ import Testing
     options.configuration = try DaemonConfiguration.load(
       file: "\(daemon.directory)/rampd.toml", environment: [:], overrides: [:])
     let summary = try OfflineShow.render(options)
-    let offline = try readFloats("\(daemon.directory)/offline.wav")
+    let offline = try readSamples("\(daemon.directory)/offline.wav")
     #expect(offline.count == Int(summary.frames) * 2)
     // And as `rampctl render` renders it, in blocks of its own size: the same samples.
     options.blockFrames = OfflineShow.defaultBlockFrames
     options.output = "\(daemon.directory)/default-blocks.wav"
     _ = try OfflineShow.render(options)
-    let defaultBlocks = try readFloats(options.output)
+    let defaultBlocks = try readSamples(options.output)
     let sameAtDefaultBlocks = defaultBlocks == offline
     #expect(
       sameAtDefaultBlocks,
@@ -231,12 +231,4 @@ import Testing
     try writer.close()
   }
 
-  private func readFloats(_ path: String) throws -> [Float] {
-    let reader = try SoundFileReader(path: path)
-    var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
-    _ = try samples.withUnsafeMutableBufferPointer {
-      try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
-    }
-    return samples
-  }
 }

@@ -65,6 +65,14 @@ final class ShowBench {
   }
 }
 
+/// Every sample of a sound file, interleaved, as floats.
+func readSamples(_ path: String) throws -> [Float] {
+  let reader = try SoundFileReader(path: path)
+  var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
+  _ = try samples.withUnsafeMutableBufferPointer { try reader.read(into: $0.baseAddress!, frames: Int(reader.frames)) }
+  return samples
+}
+
 /// `rampctl render`'s engine: a timeline of protocol requests played by rampd's own player into a
 /// file. Constant inputs make the output the gain applied, sample by sample.
 @Suite struct OfflineShowTests {
@@ -220,12 +228,7 @@ final class ShowBench {
         ["render", input, bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl")]
           + (config ? ["--config", bench.path("floor.toml")] : []))
       #expect(run.status == 0, "\(run)")
-      let reader = try SoundFileReader(path: bench.path("\(name).wav"))
-      var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
-      _ = try samples.withUnsafeMutableBufferPointer {
-        try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
-      }
-      return samples
+      return try readSamples(bench.path("\(name).wav"))
     }
     // Compared here, not in #expect: it would diff every sample to describe a failure.
     let configured = try render("db", config: true)

@@ -293,12 +293,7 @@ import Testing
         Executables.rampctl,
         ["render", bench.path("\(name).wav"), "--script", bench.path("\(name).jsonl"), "--no-limiter"])
       #expect(run.status == 0, "\(run)")
-      let reader = try SoundFileReader(path: bench.path("\(name).wav"))
-      var samples = [Float](repeating: 0, count: Int(reader.frames) * reader.channels)
-      _ = try samples.withUnsafeMutableBufferPointer {
-        try reader.read(into: $0.baseAddress!, frames: Int(reader.frames))
-      }
-      return samples
+      return try readSamples(bench.path("\(name).wav"))
     }
     let minus6 = pow(10, -6.0 / 20)
     let units = try render(
