@@ -185,4 +185,27 @@ import Testing
     let got = try #require(alongside.result["value"]?.numberValue)
     #expect(abs(got - observed) <= 0.05, "get \(got) LUFS, the observer \(observed) LUFS")
   }
+
+  /// With nothing playing, the device stopped: `get` reads silence at once (no block comes to
+  /// fill a window), not a timeout.
+  @Test func getWhileNothingPlays() throws {
+    // The embedded WAV output stops while nothing plays (the harness's device keeps writing).
+    let output = NSTemporaryDirectory() + "rampd-level-idle-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).wav"
+    defer { unlink(output) }
+    let daemon = try DaemonProcess(environment: [
+      "RAMPD_OUTPUT_DEVICE": "rampd_no_such_device", "RAMPD_EMBEDDED_OUTPUT_ENABLED": "true",
+      "RAMPD_EMBEDDED_OUTPUT_PATH": output,
+    ])
+    let client = try daemon.client()
+    var idle = false
+    for _ in 0..<200 where !idle {
+      idle = try client.request(["cmd": "status"]).result["output"]?["idle"] == true
+      if !idle { usleep(10_000) }
+    }
+    try #require(idle, "the output never stopped for idle")
+    for key in ["master.level.peak", "master.level.momentary"] {
+      let reply = try client.request(["cmd": "get", "key": .string(key)])
+      #expect(reply.result["value"]?.numberValue == -150, "\(reply.serialized())")
+    }
+  }
 }
