@@ -374,6 +374,24 @@ public final class Player: Sendable {
   /// Values published now (the commands that publish them may still wait in the queue).
   public var publishedValues: Int { publishedCount.load(ordering: .relaxed) }
 
+  /// Seconds a level is measured over (its window): `streams.<id>.level.*`, `master.level.*`.
+  public static let levelWindow = Double(SignalLevel.steps) / 100
+
+  /// `value`'s latest reading once it is what an observer would read now, nil until then: a
+  /// level once the meters have measured a whole window (`levelWindow` after they started from
+  /// silence, when no level was published before; at once when they were running already), or
+  /// as it stands when the device is stopped because nothing plays (no block comes to fill the
+  /// window); any other value once it has been published. NaN: the key path has nothing to read.
+  public func measuredReading(of value: PublishedValue) -> (value: Double, sample: Int64)? {
+    let latest = value.latest
+    guard latest.sample >= 0 else { return nil }
+    guard value.level != nil, !latest.value.isNaN else { return latest }
+    let since = link.meteringSince.load(ordering: .acquiring)
+    guard since >= 0 else { return nil }
+    let window = Int64(SignalLevel.windowFrames(sampleRate: output.rate))
+    return latest.sample >= since + window || (isIdle && latest.sample >= since) ? latest : nil
+  }
+
   /// The next event from the render thread, if any.
   public func nextEvent() -> PlayerEvent? { link.events.pop() }
 

@@ -145,6 +145,9 @@ final class RenderLink: Sendable {
   /// times it engaged after a second or more without lowering anything.
   let limiterReduction = Atomic<UInt64>(0.0.bitPattern)
   let limiterEngagements = Atomic<Int>(0)
+  /// The sample from which the meters measure (they start from silence when some level comes to
+  /// be published), −1 while none is: a level read after it by a whole window is the signal's.
+  let meteringSince = Atomic<Int64>(-1)
 
   init(eventCapacity: Int) throws {
     events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))

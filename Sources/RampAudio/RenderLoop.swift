@@ -336,8 +336,8 @@ final class RenderLoop: @unchecked Sendable {
     // Key paths are looked up (hashed) only after something may have defined or undefined one.
     let lookUp = publishedHandlesStale
     publishedHandlesStale = false
+    if lookUp { switchMetering() }
     var index = 0
-    var levels = false
     while index < state.published.count {
       let published = state.published[index]
       index += 1
@@ -347,7 +347,6 @@ final class RenderLoop: @unchecked Sendable {
         continue
       }
       if let level = published.level {
-        levels = true
         if lookUp {
           let meter = level.stream.map { state.stream($0)?.level } ?? state.masterLevel
           published.meter = meter.map { Unmanaged.passUnretained($0) }
@@ -369,17 +368,28 @@ final class RenderLoop: @unchecked Sendable {
       }
       published.store(value, sample: engine.now, due: due)
     }
-    // What is published changes only by a command, after which every handle is looked up.
-    if lookUp && levels != state.metersLevels {
-      state.metersLevels = levels
-      if levels {
-        state.masterLevel.reset()
-        var stream = 0
-        while stream < state.streams.count {
-          state.streams[stream].level.reset()
-          stream += 1
-        }
-      }
+  }
+
+  /// Meters while some level is published (what is published changes only by a command, after
+  /// which every handle is looked up): before the values are read, so the first one published
+  /// after the meters start is already theirs, not what they held when they last stopped.
+  /// Allocation-free.
+  private func switchMetering() {
+    var levels = false
+    var index = 0
+    while index < state.published.count && !levels {
+      levels = state.published[index].level != nil
+      index += 1
+    }
+    guard levels != state.metersLevels else { return }
+    state.metersLevels = levels
+    link.meteringSince.store(levels ? state.engine.now : -1, ordering: .releasing)
+    guard levels else { return }
+    state.masterLevel.reset()
+    var stream = 0
+    while stream < state.streams.count {
+      state.streams[stream].level.reset()
+      stream += 1
     }
   }
 

@@ -40,7 +40,7 @@ final class SignalLevel {
 
   init(sampleRate: Int, channels: Int) {
     self.channels = channels
-    stepFrames = max(Int((Double(sampleRate) / 100).rounded()), 1)
+    stepFrames = Self.stepFrames(sampleRate: sampleRate)
     let rate = Double(sampleRate)
     // libebur128's ebur128_init_filter: the analog prototypes of BS.1770, bilinear at `rate`.
     var f0 = 1681.974450955533
@@ -75,6 +75,11 @@ final class SignalLevel {
     stepPeaks.deallocate()
     stepEnergies.deallocate()
   }
+
+  static func stepFrames(sampleRate: Int) -> Int { max(Int((Double(sampleRate) / 100).rounded()), 1) }
+
+  /// Frames from the meters' start to their first reading of a whole window.
+  static func windowFrames(sampleRate: Int) -> Int { stepFrames(sampleRate: sampleRate) * steps }
 
   /// libebur128's default channel map (the one ``Loudness`` measures files with): 4 channels are
   /// L R Ls Rs, 5 are L R C Ls Rs, otherwise L R C LFE Ls Rs and nothing after the sixth.

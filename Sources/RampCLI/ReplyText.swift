@@ -17,6 +17,9 @@ public enum ReplyText {
   /// `get`: `master.gain = 0.5 (-6.02 dB), audible 0.73 (-2.73 dB), range 0...1`.
   public static func property(_ result: JSONValue) -> String {
     let key = result["key"]?.stringValue ?? "?"
+    if result["model"] == nil, let value = result["value"]?.numberValue {
+      return "\(key) = \(measured(value, key: key))"
+    }
     let model = result["model"]?.numberValue ?? .nan
     let audible = result["presentation"]?.numberValue ?? .nan
     var text = "\(key) = \(level(model, key: key))"
@@ -27,6 +30,14 @@ public enum ReplyText {
       text += ", range \(HumanUnits.format(gain: low))...\(HumanUnits.format(gain: high))"
     }
     return text
+  }
+
+  /// A level or the limiter's reduction as `get` reads it: `-20.0 dBFS peak`, `-23.0 LUFS`,
+  /// `1.5 dB reduction`.
+  static func measured(_ value: Double, key: String) -> String {
+    if key.hasSuffix(".level.peak") { return ProgressLine.level(value, "dBFS peak") }
+    if key.hasSuffix(".level.momentary") { return ProgressLine.level(value, "LUFS") }
+    return HumanUnits.trimmedFixed(value, decimals: 1) + " dB reduction"
   }
 
   /// `list`: one row per key path, then its animations indented beneath it.

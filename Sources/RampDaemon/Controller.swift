@@ -123,6 +123,8 @@ public final class Controller: @unchecked Sendable {
       respond(.failure(ProtocolError(.internalError, field: "cmd", "observe is handled by the connection")))
     case .wait(let wait):
       self.wait(wait, respond: respond)
+    case .get(let key) where request.at == nil && Query.isMeasured(key):
+      readMeasured(key, respond: respond)
     case .schedules:
       respond(.success(["schedules": .array(scheduleList(withRequests: true))]))
     case .unschedule(let schedule, let tag):
@@ -671,6 +673,78 @@ public final class Controller: @unchecked Sendable {
                 "\(waiter.pending.count) animation(s) still running after \(timeout) s: \(waiter.pending.sorted())")))
         }
       }
+    }
+  }
+
+  // MARK: Measured values
+
+  /// `get` of a level or of `master.limiter`: published as an observer's value is, read once it
+  /// is what an observer would read now (``Player/measuredReading(of:)``), then unpublished.
+  private func readMeasured(_ key: String, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void) {
+    let published: PublishedValue
+    do {
+      published = try player.publish(key)
+    } catch {
+      respond(.failure(Self.refusal(error)))
+      return
+    }
+    pollMeasured(
+      published, deadline: DispatchTime.now() + Player.levelWindow + Self.measuredTimeout, respond: respond)
+  }
+
+  /// Beyond the window, how long a level may take to be read before the reply says why it was not.
+  static let measuredTimeout = 2.0
+
+  private func pollMeasured(
+    _ published: PublishedValue, deadline: DispatchTime,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
+  ) {
+    let key = published.keyPath
+    if let reading = player.measuredReading(of: published) {
+      player.unpublish(published)
+      guard !reading.value.isNaN else {
+        respond(.failure(Self.nothingMeasured(key)))
+        return
+      }
+      respond(.success(["key": .string(key), "value": .number(reading.value), "sample": .integer(reading.sample)]))
+      return
+    }
+    guard DispatchTime.now() < deadline, !stopping.load(ordering: .acquiring) else {
+      player.unpublish(published)
+      respond(
+        .failure(
+          ProtocolError(
+            .timeout, field: "key",
+            "'\(key)' was not measured within \(JSONValue.format(Player.levelWindow + Self.measuredTimeout)) s:"
+              + " the output renders no audio (see status)")))
+      return
+    }
+    DispatchQueue.global().asyncAfter(deadline: .now() + Self.measuredPoll) { [self] in
+      pollMeasured(published, deadline: deadline, respond: respond)
+    }
+  }
+
+  /// Well under a period: a level whose meters already run is read as soon as it is published.
+  static let measuredPoll = 0.005
+
+  /// Why a measured key path read nothing: its stream is not playing, or the limiter is off.
+  static func nothingMeasured(_ key: String) -> ProtocolError {
+    if key == PublishedValue.limiterKeyPath {
+      return ProtocolError(.unknownKeyPath, field: "key", "master.limiter: the limiter is off ([output] limiter)")
+    }
+    let stream = LevelKey(key)?.stream ?? ""
+    return ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)' (no stream '\(stream)' is playing)")
+  }
+
+  /// Why a value could not be published for `observe` or `get`.
+  static func refusal(_ error: Player.PublishRefusal) -> ProtocolError {
+    switch error {
+    case .full:
+      ProtocolError(
+        .limitExceeded, field: "key",
+        "\(Player.publishedCapacity) values are observed or published over every connection, the most the render"
+          + " thread has room for")
+    case .queueFull: .commandQueueFull
     }
   }
 

@@ -95,6 +95,10 @@ struct Query: Sendable {
     }
   }
 
+  /// Whether `key` is measured from what is heard rather than a property: a level, or the
+  /// limiter's gain reduction (``PublishedValue``).
+  static func isMeasured(_ key: String) -> Bool { LevelKey(key) != nil || key == PublishedValue.limiterKeyPath }
+
   /// Whether it names a key path the render thread may not know.
   var namesKeyPath: Bool {
     switch kind {
@@ -404,10 +408,13 @@ enum CommandRefusal: Error {
   /// was refused (for an unknown one's suggestion).
   func error(defined: KeyPathNames?) -> ProtocolError {
     switch self {
-    case .unknownKey(let key) where LevelKey(key) != nil || key == PublishedValue.limiterKeyPath:
-      // Measured as it is heard, not a property: read by observing it.
+    case .unknownKey(let key) where Query.isMeasured(key):
+      // Measured as it is heard, not a property: `get` reads it when on its own (the controller's
+      // `readMeasured`), not in a batch or at a time.
       return ProtocolError(
-        .unknownKeyPath, field: "key", "'\(key)' is measured from what is heard, not a property: read it with observe")
+        .unknownKeyPath, field: "key",
+        "'\(key)' is measured from what is heard, not a property: read it with a get of its own (not in a batch"
+          + " or with at) or with observe")
     case .unknownKey(let key):
       let hint = Preparation.hint(key, defined: defined?.keyPaths ?? [])
       return ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)'\(hint)")

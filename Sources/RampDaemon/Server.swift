@@ -662,7 +662,7 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
       published = try controller.player.publish(key)
     } catch {
       controller.observeBudget.release(rate)
-      return Reply.failure(id: id, error: Self.refusal(error))
+      return Reply.failure(id: id, error: Controller.refusal(error))
     }
     let observer = Observer(published: published, rate: rate)
     let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
@@ -680,18 +680,6 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     guard sample >= 0, !value.isNaN, value != observer.last else { return }
     observer.last = value
     event(Event.value(key: observer.published.keyPath, value: value, sample: sample).json.serializedLine())
-  }
-
-  /// Why a value could not be published for `observe`.
-  private static func refusal(_ error: Player.PublishRefusal) -> ProtocolError {
-    switch error {
-    case .full:
-      ProtocolError(
-        .limitExceeded, field: "key",
-        "\(Player.publishedCapacity) values are observed or published over every connection, the most the render"
-          + " thread has room for")
-    case .queueFull: .commandQueueFull
-    }
   }
 
   private func unobserve(_ key: String?, id: JSONValue?) -> JSONValue {

@@ -166,6 +166,15 @@ import Testing
       "key": "master.gain", "model": 0.5, "presentation": 0.25, "range": [0, 1], "sample": 480,
     ]
     #expect(ReplyText.property(get) == "master.gain = 0.5 (-6.02 dB), audible 0.25 (-12.04 dB), range 0...1")
+    // A measured value: its unit, silence as -inf.
+    #expect(
+      ReplyText.property(["key": "master.level.peak", "value": -20.004, "sample": 480])
+        == "master.level.peak = -20.0 dBFS peak")
+    #expect(
+      ReplyText.property(["key": "streams.a.level.momentary", "value": -150, "sample": 480])
+        == "streams.a.level.momentary = -inf LUFS")
+    #expect(
+      ReplyText.property(["key": "master.limiter", "value": 1.5, "sample": 480]) == "master.limiter = 1.5 dB reduction")
     let list: JSONValue = [
       "sample": 0,
       "properties": [
