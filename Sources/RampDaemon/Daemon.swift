@@ -120,20 +120,20 @@ public final class Daemon: @unchecked Sendable {
     fallbackNotes["memoryLock"] = .object(memoryStatus)
     self.locks = locks
     self.headerKeeper = headerKeeper
-    controller = Controller(
-      player: player, configuration: configuration, outputNotes: notes, fallbackNotes: fallbackNotes, logger: logger)
-    server = Server(path: socketPath, controller: controller, logger: logger)
-    let server = server
-    controller.connectedClients = { server.clientCount.load(ordering: .relaxed) }
-    master = notifier.isActive ? try? player.publish("master.gain") : nil
     let store = StateStore(path: statePath, logger: logger)
     restored = store.load()
     let saver = StateSaver(store: store, logger: logger)
     // A state file from the start: the levels journal only refines one (see StateStore.journal).
     saver.update(restored)
     saver.flush()
-    controller.persistence = Persistence(saver: saver, restored: restored)
-    controller.persistedKeys = ["master.gain"] + configuration.mixers.map(\.keyPath)
+    let connections = ConnectionCount()
+    controller = Controller(
+      player: player, configuration: configuration, outputNotes: notes, fallbackNotes: fallbackNotes,
+      persistence: Persistence(saver: saver, restored: restored),
+      persistedKeys: ["master.gain"] + configuration.mixers.map(\.keyPath),
+      connectedClients: { connections.value.load(ordering: .relaxed) }, logger: logger)
+    server = Server(path: socketPath, controller: controller, connections: connections, logger: logger)
+    master = notifier.isActive ? try? player.publish("master.gain") : nil
   }
 
   /// ALSA's `file` plugin over `null`, paced by the clock: a real ALSA PCM that needs no card, and
@@ -208,7 +208,7 @@ public final class Daemon: @unchecked Sendable {
 
   /// The saved model values (applied at once, before anything plays) and schedules.
   private func restoreState() {
-    let keys = controller.persistedKeys
+    let keys = controller.pipeline.persistedKeys
     let values = restored.values.filter { keys.contains($0.key) }
     if !values.isEmpty {
       player.submit(player.prepareLevels(values.map { (keyPath: $0.key, value: $0.value) }))

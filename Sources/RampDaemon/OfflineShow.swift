@@ -180,11 +180,10 @@ public enum OfflineShow {
         sink: sink, rate: rate, channels: channels, blockFrames: block, declick: configuration.declick,
         maxGain: configuration.maxGain, limiter: configuration.output.limiter)
       defer { player.finishOffline() }
+      // The show's clock stands at 0: a delay counts from there, so it is exactly its sample.
       let controller = Controller(
-        player: player, configuration: configuration,
+        player: player, configuration: configuration, clock: { 0 },
         logger: Logger(label: "rampd.render") { _ in SwiftLogNoOpLogHandler() })
-      // The show's clock: a delay counts from 0, so it is exactly its sample.
-      controller.clock = { 0 }
       // Set up as a daemon with this configuration starts: its duck rules act on the show.
       configuration.setUp(player)
       let client = CollectingClient()

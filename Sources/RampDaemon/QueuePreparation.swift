@@ -242,7 +242,7 @@ extension Preparation {
   }
 }
 
-extension Controller {
+extension EventHub {
   /// Where the next items of queues are opened: off the event thread, one at a time.
   private static let queueOpening = DispatchQueue(label: "rampd-queue")
 

@@ -6,6 +6,12 @@ import RampAudio
 import RampProtocol
 import Synchronization
 
+/// How many clients are connected: counted by the server, read by `status`.
+public final class ConnectionCount: Sendable {
+  let value = Atomic<Int>(0)
+  public init() {}
+}
+
 /// The Unix-socket server: one line of JSON per request, one per reply or event.
 public final class Server: @unchecked Sendable {
   public let path: String
@@ -17,13 +23,15 @@ public final class Server: @unchecked Sendable {
   private var bell: Channel?
   /// Sends what the connections wrote, once per turn of the event loop.
   private let output: OutputFlusher
-  let clientCount = Atomic<Int>(0)
+  /// How many clients are connected (shared with the controller's `status`).
+  let connections: ConnectionCount
   /// The access rules of the running configuration, resolved once per change (a name lookup may be
   /// slow, and the event loop serves everyone).
   private let policies = Mutex<(access: AccessSettings, socket: SocketSettings, policy: AccessPolicy)?>(nil)
 
-  public init(path: String, controller: Controller, logger: Logger) {
+  public init(path: String, controller: Controller, connections: ConnectionCount = ConnectionCount(), logger: Logger) {
     self.path = path
+    self.connections = connections
     self.controller = controller
     self.logger = logger
     group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -88,14 +96,14 @@ public final class Server: @unchecked Sendable {
         // Read per connection, so a reload's limits apply to the next one.
         let configuration = controller.configuration
         let limit = configuration.limits.clients
-        guard clients.clientCount.add(1, ordering: .relaxed).newValue <= limit else {
-          clients.clientCount.subtract(1, ordering: .relaxed)
+        guard clients.connections.value.add(1, ordering: .relaxed).newValue <= limit else {
+          clients.connections.value.subtract(1, ordering: .relaxed)
           let error = ProtocolError(.limitExceeded, "\(limit) clients are connected, the most allowed (limits.clients)")
           return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(Refusal(line: Reply.failure(id: nil, error: error)))
           }
         }
-        channel.closeFuture.whenComplete { _ in clients.clientCount.subtract(1, ordering: .relaxed) }
+        channel.closeFuture.whenComplete { _ in clients.connections.value.subtract(1, ordering: .relaxed) }
         return PeerCredentials.read(from: channel).flatMapThrowing { peer in
           let policy = try? clients.accessPolicy(throwing: false)
           guard let peer, let policy, policy.admits(peer) else {
@@ -298,416 +306,4 @@ final class Refusal: ChannelInboundHandler, Sendable {
 
 struct LineTooLong: Error {
   let limit: Int
-}
-
-/// One connection: parses requests, hands them to the controller, writes replies and events, and
-/// runs the connection's observers.
-final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
-  typealias InboundIn = ByteBuffer
-  typealias OutboundOut = ByteBuffer
-
-  private let channel: Channel
-  private let controller: Controller
-  private var configuration: DaemonConfiguration { controller.configuration }
-  private let logger: Logger
-  private let output: OutputFlusher
-  /// Output written and not yet sent (event-loop thread only): `output` sends it.
-  private var unsent = false
-  /// Where a reply is serialised before it is copied to the socket's buffer, kept from one to the
-  /// next (event-loop thread only).
-  private var scratch: [UInt8] = []
-  /// Requests arrive as lines (event-loop thread only).
-  private var framer: LineFramer
-  /// Set once the connection closed, or is being closed for a line over the limit: no further
-  /// line is handled.
-  private var closing = false
-  /// While the lines of a read are being handled (a reply that fails can close the connection
-  /// meanwhile).
-  private var handlingLines = false
-  /// Set once the client shut its sending side: the connection closes when every request read
-  /// has its reply written.
-  private var inputClosed = false
-  /// Observed key paths (event-loop thread only).
-  private var observers: [String: Observer] = [:]
-  /// Commands that open files run here, so that never stalls the event loop that serves every
-  /// client; the others run on the event loop, unless one of this connection's is still queued
-  /// here (its commands take effect in the order they came).
-  private let commands = DispatchQueue(label: "rampd.session")
-  private let queued = Atomic<Int>(0)
-  /// Requests read and not yet answered.
-  private let unanswered = Atomic<Int>(0)
-  let peer: Peer
-  let confinedToMediaRoots: Bool
-  /// When the last complete request arrived (event-loop thread only): a client that trickles a
-  /// line byte by byte is as idle as one that sends nothing.
-  private var lastRequest = NIODeadline.now()
-  private var idleCheck: Scheduled<Void>?
-  /// Flow control: the connection is not read while its unsent output is past the high water mark
-  /// or this many of its requests await replies, so a client that floods without reading holds a
-  /// bounded amount of the daemon's memory (and the kernel's socket buffers hold the rest).
-  static let maximumInFlight = 4096
-  private let readingPaused = Atomic<Bool>(false)
-  /// Replies leave in request order (PROTOCOL.md §1), yet some are ready before an earlier one: a
-  /// refusal found while parsing, `subscribe`, `observe` or `version` are answered at once, while an
-  /// earlier command may still wait for the render thread. The rest is event-loop only.
-  private var nextSequence = 0
-  /// The requests whose replies keep request order and are not written yet, oldest first.
-  private var inOrder = CircularBuffer<Int>()
-  /// Replies ready before an earlier one, by request.
-  private var held: [Int: JSONValue] = [:]
-  /// `wait` (when its animations end) and a plain `at` (when it takes effect) reply whenever.
-  private var anyOrder = Set<Int>()
-
-  /// Lives on the connection's event loop only.
-  final class Observer: @unchecked Sendable {
-    let published: PublishedValue
-    /// Hz, taken from the daemon's observe budget until the observation stops.
-    let rate: Double
-    var task: RepeatedTask?
-    var last: Double?
-    init(published: PublishedValue, rate: Double) {
-      self.published = published
-      self.rate = rate
-    }
-  }
-
-  init(
-    channel: Channel, controller: Controller, peer: Peer, confined: Bool, lineLength: Int, output: OutputFlusher,
-    logger: Logger
-  ) {
-    self.channel = channel
-    self.output = output
-    framer = LineFramer(maximumLength: lineLength)
-    self.controller = controller
-    self.peer = peer
-    confinedToMediaRoots = confined
-    self.logger = logger
-  }
-
-  func channelActive(context: ChannelHandlerContext) {
-    write(Greeting.line(version: RampdVersion.current))
-    scheduleIdleCheck(after: nil)
-    context.fireChannelActive()
-  }
-
-  func channelInactive(context: ChannelHandlerContext) {
-    handleLastLine()
-    closing = true
-    idleCheck?.cancel()
-    for observer in observers.values { stop(observer) }
-    observers = [:]
-    controller.disconnected(self)
-    context.fireChannelInactive()
-  }
-
-  func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-    guard !closing else { return }
-    defer { updateReading() }
-    framer.append(unwrapInboundIn(data))
-    handlingLines = true
-    defer { handlingLines = false }
-    do {
-      while !closing, let line = try framer.nextLine() { handle(line: line) }
-    } catch {
-      closing = true
-      close(with: Reply.failure(id: nil, error: ProtocolError.lineTooLong(limit: error.limit)))
-    }
-  }
-
-  /// The client has sent everything (a half-close; a client that closed both ways comes here
-  /// too, before the connection goes). The requests read are answered, then the connection closes.
-  func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-    guard let event = event as? ChannelEvent, event == .inputClosed else {
-      context.fireUserInboundEventTriggered(event)
-      return
-    }
-    handleLastLine()
-    inputClosed = true
-    closeOnceAnswered()
-  }
-
-  /// A last line without a newline still counts, unless the connection went while the lines
-  /// before it were handled.
-  private func handleLastLine() {
-    if !closing && !handlingLines, let last = framer.remainder() { handle(line: last) }
-  }
-
-  /// After a half-close: closes the connection once every reply is written (and flushed).
-  private func closeOnceAnswered() {
-    guard inputClosed, !closing, unanswered.load(ordering: .relaxed) == 0 else { return }
-    closing = true
-    idleCheck?.cancel()
-    close(after: channel.allocator.buffer(capacity: 0))
-  }
-
-  /// One request line.
-  private func handle(line bytes: ByteBufferView) {
-    lastRequest = .now()
-    if bytes.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { return }
-    // Every request gets exactly one reply, through `reply`.
-    unanswered.add(1, ordering: .relaxed)
-    let sequence = nextSequence
-    nextSequence += 1
-    let (id, result) = Request.parse(
-      utf8: bytes, options: ParseOptions(decibelFloor: controller.live.read { $0.fades.decibelFloor }))
-    switch result {
-    case .failure(let error):
-      inOrder.append(sequence)
-      reply(Reply.failure(id: id, error: error), sequence: sequence)
-    case .success(let request):
-      if case .wait = request.command {
-        anyOrder.insert(sequence)
-      } else if request.at != nil && request.ack != .scheduled {
-        anyOrder.insert(sequence)
-      } else {
-        inOrder.append(sequence)
-      }
-      switch request.command {
-      case .observe(let key, let rate):
-        reply(observe(key, rate: rate, id: request.id), sequence: sequence)
-      case .unobserve(let key):
-        reply(unobserve(key, id: request.id), sequence: sequence)
-      default:
-        let controller = controller
-        // Saving a schedule waits for the disk: that too runs off the event loop.
-        if !request.command.opensFiles && request.at == nil && queued.load(ordering: .acquiring) == 0 {
-          controller.handle(request, from: self, sequence: sequence)
-          return
-        }
-        queued.add(1, ordering: .relaxed)
-        commands.async { [self] in
-          controller.handle(request, from: self, sequence: sequence)
-          queued.subtract(1, ordering: .releasing)
-        }
-      }
-    }
-  }
-
-  func errorCaught(context: ChannelHandlerContext, error: Error) {
-    logger.debug("connection error", metadata: ["error": "\(error)"])
-    context.close(promise: nil)
-  }
-
-  // MARK: Idle connections
-
-  /// Checks again after `delay`, or after the idle timeout. With no timeout configured it looks
-  /// every minute, so a reload that sets one reaches connections already open.
-  private func scheduleIdleCheck(after delay: TimeAmount?) {
-    let timeout = configuration.limits.idleTimeout
-    let wait = delay ?? (timeout > 0 ? .nanoseconds(Int64(timeout * 1e9)) : .seconds(60))
-    idleCheck = channel.eventLoop.scheduleTask(in: wait) { [weak self] in self?.checkIdle() }
-  }
-
-  /// Closes a connection that sent no request for `limits.idle-timeout` and waits for nothing: no
-  /// subscription, no observer, no reply due.
-  private func checkIdle() {
-    let timeout = configuration.limits.idleTimeout
-    guard timeout > 0, channel.isActive else {
-      if channel.isActive { scheduleIdleCheck(after: nil) }
-      return
-    }
-    let limit = TimeAmount.nanoseconds(Int64(timeout * 1e9))
-    let idle = NIODeadline.now() - lastRequest
-    let waiting = !observers.isEmpty || unanswered.load(ordering: .relaxed) > 0 || controller.isSubscribed(self)
-    guard idle >= limit, !waiting else {
-      scheduleIdleCheck(after: idle >= limit ? limit : limit - idle)
-      return
-    }
-    logger.info("closing an idle connection", metadata: ["peer": "\(peer)"])
-    let error = ProtocolError(
-      .timeout, "no request for \(ConfigText.duration(timeout)) (limits.idle-timeout); closing the connection")
-    close(with: Reply.failure(id: nil, error: error))
-  }
-
-  /// Sends a last line, then closes the connection.
-  private func close(with line: JSONValue) {
-    var buffer = channel.allocator.buffer(capacity: 256)
-    buffer.writeString(line.serializedLine())
-    close(after: buffer)
-  }
-
-  /// Closes the connection once `bytes`, and everything written before them, are sent.
-  private func close(after bytes: ByteBuffer) {
-    let channel = channel
-    // What the replies written before acknowledge is in the journal before they leave.
-    controller.persistence?.writeJournal()
-    channel.writeAndFlush(bytes).whenComplete { _ in channel.close(promise: nil) }
-  }
-
-  // MARK: Client
-
-  func channelWritabilityChanged(context: ChannelHandlerContext) {
-    updateReading()
-    context.fireChannelWritabilityChanged()
-  }
-
-  /// Pauses or resumes reading requests (see `maximumInFlight`). Event loop only.
-  private func updateReading() {
-    let read = channel.isWritable && unanswered.load(ordering: .relaxed) < Self.maximumInFlight
-    guard read == readingPaused.load(ordering: .relaxed) else { return }
-    readingPaused.store(!read, ordering: .relaxed)
-    channel.setOption(ChannelOptions.autoRead, value: read).whenFailure { _ in }
-  }
-
-  func reply(_ line: JSONValue, sequence: Int) {
-    let loop = channel.eventLoop
-    if loop.inEventLoop {
-      deliver(line, sequence: sequence)
-    } else {
-      // Written from the loop only, so a reply handed over from another thread cannot be
-      // overtaken there by a later one written directly.
-      loop.execute { self.deliver(line, sequence: sequence) }
-    }
-  }
-
-  private func deliver(_ line: JSONValue, sequence: Int) {
-    unanswered.subtract(1, ordering: .relaxed)
-    if readingPaused.load(ordering: .relaxed) { updateReading() }
-    defer { closeOnceAnswered() }
-    if anyOrder.remove(sequence) != nil {
-      write(line)
-      return
-    }
-    guard inOrder.first == sequence else {
-      held[sequence] = line
-      return
-    }
-    inOrder.removeFirst()
-    write(line)
-    while let next = inOrder.first, let ready = held.removeValue(forKey: next) {
-      inOrder.removeFirst()
-      write(ready)
-    }
-  }
-
-  var awaitsNoOtherReply: Bool { unanswered.load(ordering: .relaxed) == 1 }
-
-  func event(_ line: String) {
-    // Written from the loop only (a reload's event comes from another thread).
-    guard channel.eventLoop.inEventLoop else {
-      channel.eventLoop.execute { self.event(line) }
-      return
-    }
-    // A subscriber that does not read loses events instead of holding the daemon's memory.
-    guard channel.isWritable else { return }
-    write(text: line)
-  }
-
-  private func write(_ line: JSONValue) {
-    scratch.removeAll(keepingCapacity: true)
-    line.write(into: &scratch)
-    scratch.append(UInt8(ascii: "\n"))
-    var buffer = channel.allocator.buffer(capacity: scratch.count)
-    buffer.writeBytes(scratch)
-    send(buffer)
-  }
-
-  private func write(text: String) {
-    var buffer = channel.allocator.buffer(capacity: text.utf8.count)
-    buffer.writeString(text)
-    send(buffer)
-  }
-
-  /// Writes `buffer` now and has it sent at the end of this turn of the event loop, with whatever
-  /// else this and the other connections write meanwhile.
-  private func send(_ buffer: ByteBuffer) {
-    channel.write(buffer, promise: nil)
-    guard !unsent else { return }
-    unsent = true
-    output.sendLater(self)
-  }
-
-  var eventLoop: EventLoop { channel.eventLoop }
-
-  /// Sends what was written (the flusher calls it, on the event loop).
-  func sendWritten() {
-    unsent = false
-    channel.flush()
-  }
-
-  // MARK: Observe
-
-  private func observe(_ key: String, rate: Double, id: JSONValue?) -> JSONValue {
-    do {
-      try Preparation.checkAddressable(key)
-    } catch {
-      return Reply.failure(id: id, error: error)
-    }
-    let limits = configuration.limits
-    guard rate <= limits.maxObserveRate else {
-      return Reply.failure(
-        id: id,
-        error: ProtocolError(
-          .outOfRange, field: "rate", "\(rate) Hz is above limits.max-observe-rate (\(limits.maxObserveRate) Hz)"))
-    }
-    if observers[key] == nil && observers.count >= limits.observersPerClient {
-      return Reply.failure(
-        id: id,
-        error: ProtocolError(
-          .limitExceeded, field: "key", "\(limits.observersPerClient) key paths are observed, the most allowed"))
-    }
-    let replaced = observers[key]?.rate ?? 0
-    if let total = controller.observeBudget.take(rate, replacing: replaced, limit: limits.observeBudget) {
-      return Reply.failure(
-        id: id,
-        error: ProtocolError(
-          .limitExceeded, field: "rate",
-          "rate: \(JSONValue.format(rate)) Hz would bring the observe rates of every connection to"
-            + " \(JSONValue.format(total)) Hz, above limits.observe-budget (\(JSONValue.format(limits.observeBudget)) Hz)"
-        ))
-    }
-    if let old = observers.removeValue(forKey: key) { stop(old) }
-    let published: PublishedValue
-    do {
-      published = try controller.player.publish(key)
-    } catch {
-      controller.observeBudget.release(rate)
-      return Reply.failure(id: id, error: Controller.refusal(error))
-    }
-    let observer = Observer(published: published, rate: rate)
-    let interval = TimeAmount.nanoseconds(Int64(1e9 / rate))
-    observer.task = channel.eventLoop.scheduleRepeatedTask(initialDelay: interval, delay: interval) {
-      [weak self, observer] _ in
-      self?.report(observer)
-    }
-    observers[key] = observer
-    return Reply.success(id: id, result: ["key": .string(key), "rate": .number(rate)])
-  }
-
-  /// Sends the observed value when it changed since the last report (and the first time).
-  private func report(_ observer: Observer) {
-    let (value, sample) = observer.published.latest
-    guard sample >= 0, !value.isNaN, value != observer.last else { return }
-    observer.last = value
-    event(Event.value(key: observer.published.keyPath, value: value, sample: sample).json.serializedLine())
-  }
-
-  private func unobserve(_ key: String?, id: JSONValue?) -> JSONValue {
-    let keys = key.map { [$0] } ?? Array(observers.keys)
-    if let key, observers[key] == nil {
-      return Reply.failure(id: id, error: ProtocolError(.invalidField, field: "key", "key: '\(key)' is not observed"))
-    }
-    for key in keys {
-      if let observer = observers.removeValue(forKey: key) { stop(observer) }
-    }
-    return Reply.success(id: id, result: ["keys": .array(keys.sorted().map { .string($0) })])
-  }
-
-  private func stop(_ observer: Observer) {
-    controller.observeBudget.release(observer.rate)
-    observer.task?.cancel()
-    controller.player.unpublish(observer.published)
-  }
-}
-
-extension Command {
-  /// Whether preparing it opens files (so it may block on a slow disk, or measure a file's
-  /// loudness): a queue command opens the item that follows the playing one.
-  var opensFiles: Bool {
-    switch self {
-    case .play, .queueAdd, .queueRemove, .queueClear, .skip: true
-    case .batch(let requests): requests.contains { $0.command.opensFiles }
-    default: false
-    }
-  }
 }

@@ -60,13 +60,13 @@ import Testing
       try self.init(configuration, label: label)
     }
 
-    init(_ configuration: DaemonConfiguration, label: String) throws {
+    init(_ configuration: DaemonConfiguration, label: String, persistence: Persistence? = nil) throws {
       player = try Player(
         output: OutputConfiguration(
           device: "null", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device),
         declick: configuration.declick, maxGain: configuration.maxGain)
       logger = Logger(label: label, factory: { _ in SwiftLogNoOpLogHandler() })
-      controller = Controller(player: player, configuration: configuration, logger: logger)
+      controller = Controller(player: player, configuration: configuration, persistence: persistence, logger: logger)
       buffers = RenderBuffers(frames: player.output.periodFrames, channels: player.output.channels)
     }
 
@@ -155,13 +155,14 @@ import Testing
     var configuration = DaemonConfiguration()
     // Loudness measurements are cached next to the state file: in the scratch directory.
     configuration.state.path = "\(scratch.directory)/state.json"
-    let session = try Session(configuration, label: "commit-test")
-    let controller = session.controller
     // Persisted model values are read after each command that may change them.
-    let store = StateStore(path: "\(scratch.directory)/state.json", logger: session.logger)
-    let saver = StateSaver(store: store, logger: session.logger)
-    controller.persistence = Persistence(saver: saver, restored: PersistentState())
+    let storeLogger = Logger(label: "commit-test-store", factory: { _ in SwiftLogNoOpLogHandler() })
+    let store = StateStore(path: "\(scratch.directory)/state.json", logger: storeLogger)
+    let saver = StateSaver(store: store, logger: storeLogger)
     defer { saver.close() }
+    let session = try Session(
+      configuration, label: "commit-test", persistence: Persistence(saver: saver, restored: PersistentState()))
+    let controller = session.controller
     let client = session.client
     var sequence: Int { session.sequence }
     func send(_ line: String) { session.send(line) }

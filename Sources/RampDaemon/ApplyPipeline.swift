@@ -1,0 +1,216 @@
+import Foundation
+import Logging
+import RampAudio
+import RampEngine
+import RampProtocol
+import Synchronization
+
+/// How prepared commands reach the render thread: prepared together, journaled and saved where a
+/// change must outlive a kill, converted to the sample they apply at, queued with a ticket whose
+/// return settles what waits on it (the reply, the journal, a saved schedule's book).
+final class ApplyPipeline: @unchecked Sendable {
+  let player: Player
+  let preparation: Preparation
+  let live: LiveConfiguration
+  let persistence: Persistence?
+  /// The key paths whose model values are persisted.
+  let persistedKeys: [String]
+  /// Unix seconds now: what a request's `at` delay counts from (an offline show's clock stands
+  /// at 0, so a delay is exactly its sample).
+  let clock: @Sendable () -> Double
+  let logger: Logger
+  /// Commands queued for a sample of their own and not yet back.
+  private let scheduled = Atomic<Int>(0)
+
+  init(
+    player: Player, preparation: Preparation, live: LiveConfiguration, persistence: Persistence?,
+    persistedKeys: [String], clock: @escaping @Sendable () -> Double, logger: Logger
+  ) {
+    self.player = player
+    self.preparation = preparation
+    self.live = live
+    self.persistence = persistence
+    self.persistedKeys = persistedKeys
+    self.clock = clock
+    self.logger = logger
+  }
+
+  private var configuration: DaemonConfiguration { live.current }
+
+  /// How many commands wait on the render thread for their sample.
+  var scheduledCount: Int { scheduled.load(ordering: .relaxed) }
+
+  func submit(
+    _ commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
+    fieldPrefix: String? = nil, answerEarly: Bool = false, saved: SavedRun? = nil, elapsed: Double = 0,
+    confined: Bool = false, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
+    var operations: [Operation] = []
+    for (index, command) in commands.enumerated() {
+      do {
+        operations.append(try preparation.prepare(command, elapsed: elapsed, confined: confined))
+      } catch {
+        saved?.settle()
+        respond(.failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error))
+        return
+      }
+    }
+    let changesModels = commands.contains { $0.mayChangeModels }
+    let persistedKeys = persistence == nil ? [] : persistedKeys
+    let rampKey = saved?.rampSeconds != nil ? commands.first?.rampKey : nil
+    /// Refuses it once it is counted among the scheduled ones (if it has a schedule).
+    func refuse(_ error: ProtocolError) {
+      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      saved?.settle()
+      respond(.failure(error))
+    }
+    var sample: Int64?
+    if let schedule {
+      let limit = configuration.limits.pendingScheduled
+      guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
+        refuse(
+          ProtocolError(
+            .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)"))
+        return
+      }
+      sample = targetSample(for: schedule)
+    }
+    let all = operations
+    // A change that cannot fail on the render thread is acknowledged once queued, as MPD's
+    // setvol is: the round trip does not wait for the render thread.
+    let foregone = schedule == nil && all.count == 1 && answerEarly ? all[0].foregoneResult : nil
+    // Journaled before it is acknowledged, like every other change of a persisted value.
+    let early: (key: String, value: Double)? = foregone.flatMap { result in
+      guard let key = result["key"]?.stringValue, persistedKeys.contains(key), let value = result["value"]?.numberValue
+      else { return nil }
+      return (key, value)
+    }
+    // A change of the duck rules is saved before it is queued, as a schedule is: the reply that
+    // follows is for rules that survive a kill. What the render thread refuses is put back. One
+    // for a sample of its own is saved once it applied instead (its schedule is saved meanwhile):
+    // saved now, it would be in force after a restart before its time, and out of order with
+    // changes made meanwhile.
+    let changesDuckRules = commands.contains(where: \.changesDuckRules)
+    let duckUndo: Persistence.DuckUndo?
+    if let persistence, sample == nil, changesDuckRules {
+      guard let undo = persistence.record(ducks: commands) else {
+        refuse(
+          ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
+        return
+      }
+      duckUndo = undo
+    } else {
+      duckUndo = nil
+    }
+    let logger = logger
+    let atSample = sample != nil
+    // Model values are read after the command only when it may have changed them (an early answer
+    // recorded its change already: the ticket only settles it).
+    let ticket = DaemonTicket(
+      all, player: player, fieldPrefix: fieldPrefix, rampKey: rampKey,
+      persistedKeys: changesModels && early == nil ? persistedKeys : [], keepsResults: foregone == nil,
+      scheduled: atSample
+    ) { [self] ticket in
+      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
+      if case .failure = ticket.result, let duckUndo {
+        // Those before the refused one applied (a batch whose commands changed things for each other).
+        persistence?.undo(duckUndo, from: ticket.applied)
+      } else if case .success = ticket.result, atSample, changesDuckRules, let persistence,
+        persistence.record(ducks: commands) == nil
+      {
+        logger.error("a scheduled duck rule change applied but could not be saved (see above)")
+      }
+      if let saved {
+        if case .success = ticket.result { saved.applied(from: ticket.rampFrom) } else { saved.settle() }
+      }
+      guard foregone == nil else {
+        if case .failure(let error) = ticket.result {
+          logger.error("an acknowledged command failed", metadata: ["error": "\(error.message)"])
+        }
+        return
+      }
+      respond(ticket.result.map { combine($0.arrayValue ?? []) })
+    }
+    // A saved schedule withdrawn on its way here is not queued (`HandedSchedules`).
+    if let saved, !saved.hand(ticket) {
+      if let duckUndo { persistence?.undo(duckUndo, from: 0) }
+      refuse(CommandRefusal.withdrawn.error(defined: nil))
+      return
+    }
+    if let early { persistence?.acknowledgeEarly(early.key, value: early.value) }
+    // An acknowledged change lands on the next block's first sample whether or not the render
+    // thread is woken for it now.
+    let accepted = player.submit(ticket, at: sample, wake: foregone == nil)
+    if !accepted {
+      if let duckUndo { persistence?.undo(duckUndo, from: 0) }
+      // Refused after all: the key path's value is recorded again from the next command.
+      if let early { persistence?.record(values: [:], settling: early.key) }
+      refuse(.commandQueueFull)
+    } else if let foregone {
+      respond(.success(combine([foregone])))
+    }
+  }
+
+  /// The one conversion of a wall-clock time to the output's sample clock, made when a schedule
+  /// is handed to the render thread (for a saved one, `WallClockSchedules.lead` before it is due).
+  private func targetSample(for schedule: Schedule) -> Int64 {
+    let now = clock()
+    let seconds = schedule.secondsUntilDue(from: now)
+    // Offline, the clock is the show's own and the sample is exact; live, it is the sample the
+    // device will play at the due time. A saved schedule may be due later than the clock can
+    // count (a state file from before delays were bounded): it then never comes.
+    if countsInSamples(schedule), case .delay(let delay) = schedule {
+      return player.currentSample + Int64(min((delay * Double(player.output.rate)).rounded(), 1e18))
+    }
+    guard !player.isOffline else {
+      return player.currentSample + Int64(min((seconds * Double(player.output.rate)).rounded(), 1e18))
+    }
+    return player.sample(heardAt: now + seconds)
+  }
+
+  /// A delay on an output without a clock (device pacing over `null`): the render thread runs as
+  /// fast as the device takes audio, not at the wall clock's pace, so the delay is counted in
+  /// samples from the next block's first one, as an offline render counts it. Converted through
+  /// the wall clock, or held there until it is nearly due, it would land wherever the samples had
+  /// raced to meanwhile.
+  func countsInSamples(_ schedule: Schedule?) -> Bool {
+    guard case .delay = schedule else { return false }
+    return player.deviceHasNoClock
+  }
+
+  /// Holds `key` at its audible value, dropping its animations (`cancel`): a ramp whose
+  /// schedule gave way stops where it is, and the newer command takes over from there.
+  func hold(_ key: String) {
+    submit([.cancel(key: key)], at: nil, respond: { _ in }, combine: { $0[0] })
+  }
+}
+
+/// A saved schedule on its way through the pipeline: its book hears how it ended.
+struct SavedRun {
+  let record: ScheduleBook.SavedSchedule
+  let book: ScheduleBook
+
+  var rampSeconds: Double? { record.rampSeconds }
+  /// False when the schedule was withdrawn on its way (its ticket is then not queued).
+  func hand(_ ticket: DaemonTicket) -> Bool { book.handed.hand(record.id, ticket) }
+  /// It did not take effect.
+  func settle() { book.settle(record) }
+  /// It took effect (what it started, recorded first: a withdrawal that no longer finds it reads that).
+  func applied(from: Double?) {
+    book.applied(record, from: from)
+    book.handed.settled(record.id)
+  }
+}
+
+extension Command {
+  /// Whether applying it may change a model value (what is persisted).
+  var mayChangeModels: Bool {
+    switch self {
+    case .set, .fade, .cancel: true
+    case .batch(let requests): requests.contains { $0.command.mayChangeModels }
+    default: false
+    }
+  }
+}
