@@ -1,14 +1,17 @@
 import Foundation
 import Logging
+import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
-import Synchronization
 
 /// How prepared commands reach the render thread: prepared together, journaled and saved where a
 /// change must outlive a kill, converted to the sample they apply at, queued with a ticket whose
 /// return settles what waits on it (the reply, the journal, a saved schedule's book).
-final class ApplyPipeline: @unchecked Sendable {
+///
+/// Runs on the control loop; what waits for the disk (opening files, saving duck rules) is done
+/// off it first (`ControlLoop.offload`).
+final class ApplyPipeline: Sendable {
   let player: Player
   let preparation: Preparation
   let live: LiveConfiguration
@@ -19,13 +22,16 @@ final class ApplyPipeline: @unchecked Sendable {
   /// at 0, so a delay is exactly its sample).
   let clock: @Sendable () -> Double
   let logger: Logger
+  let control: ControlLoop
   /// Commands queued for a sample of their own and not yet back.
-  private let scheduled = Atomic<Int>(0)
+  private let scheduled: NIOLoopBoundBox<Int>
 
   init(
     player: Player, preparation: Preparation, live: LiveConfiguration, persistence: Persistence?,
-    persistedKeys: [String], clock: @escaping @Sendable () -> Double, logger: Logger
+    persistedKeys: [String], clock: @escaping @Sendable () -> Double, control: ControlLoop, logger: Logger
   ) {
+    self.control = control
+    scheduled = .makeBoxSendingValue(0, eventLoop: control.eventLoop)
     self.player = player
     self.preparation = preparation
     self.live = live
@@ -38,37 +44,86 @@ final class ApplyPipeline: @unchecked Sendable {
   private var configuration: DaemonConfiguration { live.current }
 
   /// How many commands wait on the render thread for their sample.
-  var scheduledCount: Int { scheduled.load(ordering: .relaxed) }
+  var scheduledCount: Int { scheduled.value }
 
+  /// What is done before a command reaches the loop's part of the pipeline, off the loop when it
+  /// waits for the disk: the commands prepared, and duck rules saved.
+  private struct Prepared: Sendable {
+    let operations: [Operation]
+    let duckUndo: Persistence.DuckUndo?
+  }
+
+  /// Prepares `commands`, then applies them all at one sample on the render thread, or none.
+  /// `handedOver` is called once they are queued there or refused: the connection's next request
+  /// may go then.
   func submit(
     _ commands: [Command], at schedule: Schedule?,
     respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
     fieldPrefix: String? = nil, answerEarly: Bool = false, saved: SavedRun? = nil, elapsed: Double = 0,
-    confined: Bool = false, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+    confined: Bool = false, handedOver: HandOver = .none, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
   ) {
-    var operations: [Operation] = []
-    for (index, command) in commands.enumerated() {
-      do {
-        operations.append(try preparation.prepare(command, elapsed: elapsed, confined: confined))
-      } catch {
+    // A change of the duck rules is saved before it is queued, as a schedule is: the reply that
+    // follows is for rules that survive a kill. What the render thread refuses is put back. One
+    // for a sample of its own is saved once it applied instead (its schedule is saved meanwhile):
+    // saved now, it would be in force after a restart before its time, and out of order with
+    // changes made meanwhile.
+    let changesDuckRules = commands.contains(where: \.changesDuckRules)
+    let savesDucks = persistence != nil && schedule == nil && changesDuckRules
+    let preparation = preparation
+    let persistence = persistence
+    control.offload(inPlace: !savesDucks && !commands.contains(where: \.opensFiles)) {
+      () -> Result<Prepared, ProtocolError> in
+      var operations: [Operation] = []
+      for (index, command) in commands.enumerated() {
+        do throws(ProtocolError) {
+          operations.append(try preparation.prepare(command, elapsed: elapsed, confined: confined))
+        } catch {
+          return .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
+        }
+      }
+      guard savesDucks, let persistence else { return .success(Prepared(operations: operations, duckUndo: nil)) }
+      guard let undo = persistence.record(ducks: commands) else {
+        return .failure(
+          ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
+      }
+      return .success(Prepared(operations: operations, duckUndo: undo))
+    } then: { [self] prepared in
+      defer { handedOver.done() }
+      switch prepared {
+      case .failure(let error):
         saved?.settle()
-        respond(.failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error))
-        return
+        respond(.failure(error))
+      case .success(let prepared):
+        apply(
+          prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+          answerEarly: answerEarly, saved: saved, combine: combine)
       }
     }
+  }
+
+  /// The loop's part: the sample, the journal, the ticket, the queue.
+  private func apply(
+    _ prepared: Prepared, commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void, fieldPrefix: String?,
+    answerEarly: Bool, saved: SavedRun?, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
+    let operations = prepared.operations
+    let duckUndo = prepared.duckUndo
+    let changesDuckRules = commands.contains(where: \.changesDuckRules)
     let changesModels = commands.contains { $0.mayChangeModels }
     let persistedKeys = persistence == nil ? [] : persistedKeys
     let rampKey = saved?.rampSeconds != nil ? commands.first?.rampKey : nil
     /// Refuses it once it is counted among the scheduled ones (if it has a schedule).
     func refuse(_ error: ProtocolError) {
-      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if schedule != nil { scheduled.value -= 1 }
       saved?.settle()
       respond(.failure(error))
     }
     var sample: Int64?
     if let schedule {
       let limit = configuration.limits.pendingScheduled
-      guard scheduled.add(1, ordering: .relaxed).newValue <= limit else {
+      scheduled.value += 1
+      guard scheduled.value <= limit else {
         refuse(
           ProtocolError(
             .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)"))
@@ -86,23 +141,6 @@ final class ApplyPipeline: @unchecked Sendable {
       else { return nil }
       return (key, value)
     }
-    // A change of the duck rules is saved before it is queued, as a schedule is: the reply that
-    // follows is for rules that survive a kill. What the render thread refuses is put back. One
-    // for a sample of its own is saved once it applied instead (its schedule is saved meanwhile):
-    // saved now, it would be in force after a restart before its time, and out of order with
-    // changes made meanwhile.
-    let changesDuckRules = commands.contains(where: \.changesDuckRules)
-    let duckUndo: Persistence.DuckUndo?
-    if let persistence, sample == nil, changesDuckRules {
-      guard let undo = persistence.record(ducks: commands) else {
-        refuse(
-          ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
-        return
-      }
-      duckUndo = undo
-    } else {
-      duckUndo = nil
-    }
     let logger = logger
     let atSample = sample != nil
     // Model values are read after the command only when it may have changed them (an early answer
@@ -112,7 +150,7 @@ final class ApplyPipeline: @unchecked Sendable {
       persistedKeys: changesModels && early == nil ? persistedKeys : [], keepsResults: foregone == nil,
       scheduled: atSample
     ) { [self] ticket in
-      if schedule != nil { scheduled.subtract(1, ordering: .relaxed) }
+      if schedule != nil { scheduled.value -= 1 }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
       if case .failure = ticket.result, let duckUndo {
         // Those before the refused one applied (a batch whose commands changed things for each other).
@@ -187,8 +225,20 @@ final class ApplyPipeline: @unchecked Sendable {
   }
 }
 
+/// Called once a request has been handed on (queued for the render thread, kept on the wall
+/// clock, or refused): a connection hands on its requests one after another, so they take effect
+/// in the order they came even when one waited for the disk.
+public struct HandOver: Sendable {
+  public let done: @Sendable () -> Void
+  public static let none = HandOver {}
+
+  public init(_ done: @escaping @Sendable () -> Void) {
+    self.done = done
+  }
+}
+
 /// A saved schedule on its way through the pipeline: its book hears how it ended.
-struct SavedRun {
+struct SavedRun: Sendable {
   let record: ScheduleBook.SavedSchedule
   let book: ScheduleBook
 

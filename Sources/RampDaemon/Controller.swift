@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
@@ -36,7 +37,10 @@ extension Client {
 ///   thread posts: replies and events come back through the player's event queue and
 ///   `deliverEvents`, so the render thread never touches a socket.
 /// - Observing is the connection's (`ConnectionObservers`), checked and published here.
-public final class Controller: @unchecked Sendable {
+///
+/// All of it runs on one executor, the control loop (`ControlLoop`): requests, replies, events,
+/// timers and saved schedules. What waits for the disk is done off it and comes back to it.
+public final class Controller: Sendable {
   public let player: Player
   /// The `observe` rates taken over every connection (`[limits] observe-budget`).
   let observeBudget = ObserveBudget()
@@ -55,6 +59,9 @@ public final class Controller: @unchecked Sendable {
   let pipeline: ApplyPipeline
   let schedules: ScheduleBook
   let hub: EventHub
+  /// Where the control side runs.
+  public let control: ControlLoop
+  /// Set by `shutdown`, from any thread.
   private let stopping = Atomic<Bool>(false)
   /// How many clients are connected.
   private let connectedClients: @Sendable () -> Int
@@ -66,12 +73,14 @@ public final class Controller: @unchecked Sendable {
   ///   - clock: Unix seconds now, what a request's `at` delay counts from (an offline show's
   ///     clock stands at 0, so a delay is exactly its sample).
   ///   - connectedClients: how many clients are connected, for `status`.
+  ///   - control: the loop the control side runs on.
   public init(
     player: Player, configuration: DaemonConfiguration, outputNotes: JSONObject = [:], fallbackNotes: JSONObject = [:],
     persistence: Persistence? = nil, persistedKeys: [String] = ["master.gain"],
     clock: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 },
-    connectedClients: @escaping @Sendable () -> Int = { 0 }, logger: Logger
+    connectedClients: @escaping @Sendable () -> Int = { 0 }, control: ControlLoop, logger: Logger
   ) {
+    self.control = control
     self.player = player
     live = LiveConfiguration(configuration)
     self.outputNotes = outputNotes
@@ -83,30 +92,38 @@ public final class Controller: @unchecked Sendable {
       live: live, player: player, streamNames: StreamNames(),
       loudnessMeter: LoudnessMeter(
         cachePath: (configuration.state.resolvedPath() as NSString).deletingLastPathComponent + "/loudness.cache"))
-    hub = EventHub(player: player, preparation: preparation, logger: logger)
+    hub = EventHub(player: player, preparation: preparation, control: control, logger: logger)
     pipeline = ApplyPipeline(
       player: player, preparation: preparation, live: live, persistence: persistence, persistedKeys: persistedKeys,
-      clock: clock, logger: logger)
+      clock: clock, control: control, logger: logger)
     schedules = ScheduleBook(
-      persistence: persistence, preparation: preparation, pipeline: pipeline, hub: hub, live: live, logger: logger)
+      persistence: persistence, preparation: preparation, pipeline: pipeline, hub: hub, live: live, control: control,
+      logger: logger)
   }
 
-  /// The streams playing (or paused), in the order they started, as the events told.
-  public var playingStreams: [String] { hub.playingStreams }
+  /// The streams playing (or paused), in the order they started, as the events told. Off the
+  /// loop (shutdown, a test) it waits for the loop to answer.
+  public var playingStreams: [String] {
+    (try? control.run { [hub] in hub.playingStreams }) ?? []
+  }
 
   /// Refuses further requests.
   public func shutdown() {
     stopping.store(true, ordering: .releasing)
   }
 
-  /// Re-arms the schedules saved by an earlier run (`ScheduleBook.restore`).
-  public func restore(_ saved: [PersistedSchedule]) { schedules.restore(saved) }
+  /// Re-arms the schedules saved by an earlier run (`ScheduleBook.restore`), on the loop.
+  public func restore(_ saved: [PersistedSchedule]) {
+    control.execute { [schedules] in schedules.restore(saved) }
+  }
 
-  /// Sends `event` to every client subscribed to its kind.
-  public func broadcast(_ event: Event) { hub.broadcast(event) }
+  /// Sends `event` to every client subscribed to its kind (from any thread: on the loop).
+  public func broadcast(_ event: Event) {
+    control.execute { [hub] in hub.broadcast(event) }
+  }
 
-  /// Hands out every reply and event the render thread has posted. The server calls it on its
-  /// event loop whenever `player.eventDescriptor` becomes readable.
+  /// Hands out every reply and event the render thread has posted. On the loop: the server calls
+  /// it whenever `player.eventDescriptor` becomes readable.
   public func deliverEvents() { hub.deliverEvents() }
 
   /// Forgets a client that disconnected.
@@ -117,9 +134,16 @@ public final class Controller: @unchecked Sendable {
 
   // MARK: Requests
 
-  /// Runs `request` for `client`; the reply arrives through `client.reply`, possibly later (a
-  /// scheduled command replies when it takes effect, `wait` when the animations end).
-  public func handle(_ request: Request, from client: any Client, sequence: Int) {
+  /// Runs `request` for `client`, on the loop; the reply arrives through `client.reply`, possibly
+  /// later (a scheduled command replies when it takes effect, `wait` when the animations end).
+  /// `handedOver` is called once it is handed on (queued for the render thread, kept for its
+  /// time, answered or refused); a request that waits for the disk is handed on later, and a
+  /// connection's next request waits for that, so its requests take effect in order.
+  public func handle(_ request: Request, from client: any Client, sequence: Int, handedOver: HandOver = .none) {
+    control.eventLoop.preconditionInEventLoop()
+    // Handed on when this returns, unless a branch below passes it on.
+    var handsOverLater = false
+    defer { if !handsOverLater { handedOver.done() } }
     let id = request.id
     let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void = { [weak client] result in
       switch result {
@@ -134,7 +158,8 @@ public final class Controller: @unchecked Sendable {
     let confined = client.confinedToMediaRoots
     if request.yield == nil { schedules.giveWay(to: request.command) }
     if request.ack == .scheduled {
-      schedules.acknowledgeSchedule(request, confined: confined, respond: respond)
+      handsOverLater = true
+      schedules.acknowledgeSchedule(request, confined: confined, respond: respond, handedOver: handedOver)
       return
     }
     switch request.command {
@@ -169,25 +194,29 @@ public final class Controller: @unchecked Sendable {
         return .object(status)
       }
     case .batch(let requests):
-      guard case .kept(let record) = schedules.save(request, confined: confined, respond: respond) else { return }
-      let respond = record.map { schedules.announcing($0, respond) } ?? respond
-      schedules.whenDue(record, at: request.at, respond: respond) { [self] at in
-        pipeline.submit(
-          requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands",
-          saved: record.map { SavedRun(record: $0, book: schedules) }, confined: confined
-        ) { results in
-          ["results": .array(results)]
+      handsOverLater = true
+      schedules.save(request, confined: confined, respond: respond, handedOver: handedOver) { [self] record in
+        let respond = record.map { schedules.announcing($0, respond) } ?? respond
+        schedules.whenDue(record, at: request.at, respond: respond, handedOver: handedOver) { [self] at, handedOver in
+          pipeline.submit(
+            requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands",
+            saved: record.map { SavedRun(record: $0, book: schedules) }, confined: confined, handedOver: handedOver
+          ) { results in
+            ["results": .array(results)]
+          }
         }
       }
     default:
-      guard case .kept(let record) = schedules.save(request, confined: confined, respond: respond) else { return }
-      let respond = record.map { schedules.announcing($0, respond) } ?? respond
+      handsOverLater = true
       let answerEarly = client.awaitsNoOtherReply
-      schedules.whenDue(record, at: request.at, respond: respond) { [self] at in
-        pipeline.submit(
-          [request.command], at: at, respond: respond, answerEarly: answerEarly,
-          saved: record.map { SavedRun(record: $0, book: schedules) }, confined: confined
-        ) { $0[0] }
+      schedules.save(request, confined: confined, respond: respond, handedOver: handedOver) { [self] record in
+        let respond = record.map { schedules.announcing($0, respond) } ?? respond
+        schedules.whenDue(record, at: request.at, respond: respond, handedOver: handedOver) { [self] at, handedOver in
+          pipeline.submit(
+            [request.command], at: at, respond: respond, answerEarly: answerEarly,
+            saved: record.map { SavedRun(record: $0, book: schedules) }, confined: confined, handedOver: handedOver
+          ) { $0[0] }
+        }
       }
     }
   }
@@ -339,7 +368,7 @@ public final class Controller: @unchecked Sendable {
               + " the output renders no audio (see status)")))
       return
     }
-    DispatchQueue.global().asyncAfter(deadline: .now() + Self.measuredPoll) { [self] in
+    control.after(Self.measuredPoll) { [self] in
       pollMeasured(published, deadline: deadline, respond: respond)
     }
   }

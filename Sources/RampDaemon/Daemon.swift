@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import NIOPosix
 import RampAudio
 import RampEngine
 import RampProtocol
@@ -28,6 +29,11 @@ public final class Daemon: @unchecked Sendable {
   private let locks: [InstanceLock]
   /// Keeps the embedded WAV file's header true while it grows.
   private let headerKeeper: WavHeaderKeeper?
+  /// The control loop's thread (`ControlLoop`): it serves the socket and runs the controller.
+  private let loopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+  /// Where the control side's blocking work runs: opening and measuring files, syncing the state
+  /// file. Two threads, so one slow disk read does not hold up a schedule's save.
+  private let blocking = NIOThreadPool(numberOfThreads: 2)
 
   /// Decides that this daemon may run, then opens the output and prepares the server; nothing
   /// plays or listens until `start`.
@@ -131,7 +137,8 @@ public final class Daemon: @unchecked Sendable {
       player: player, configuration: configuration, outputNotes: notes, fallbackNotes: fallbackNotes,
       persistence: Persistence(saver: saver, restored: restored),
       persistedKeys: ["master.gain"] + configuration.mixers.map(\.keyPath),
-      connectedClients: { connections.value.load(ordering: .relaxed) }, logger: logger)
+      connectedClients: { connections.value.load(ordering: .relaxed) },
+      control: ControlLoop(eventLoop: loopGroup.next(), blocking: blocking), logger: logger)
     server = Server(path: socketPath, controller: controller, connections: connections, logger: logger)
     master = notifier.isActive ? try? player.publish("master.gain") : nil
   }
@@ -161,6 +168,7 @@ public final class Daemon: @unchecked Sendable {
   /// Starts rendering, the event thread, the mixer bindings and the socket (or serves on an
   /// inherited, already listening socket).
   public func start(inheritedSocket: CInt? = nil) throws {
+    blocking.start()
     headerKeeper?.start()
     configuration.setUp(player, savedDucks: savedDucks())
     player.start()
@@ -319,6 +327,8 @@ public final class Daemon: @unchecked Sendable {
     player.shutdown()
     headerKeeper?.stop()
     controller.persistence?.saver.close()
+    try? blocking.syncShutdownGracefully()
+    try? loopGroup.syncShutdownGracefully()
     for lock in locks { lock.release() }
     logger.notice("rampd stopped")
   }

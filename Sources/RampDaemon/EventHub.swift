@@ -1,36 +1,45 @@
 import Foundation
 import Logging
+import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
-import Synchronization
 
 /// Who hears what: event subscriptions, `wait`s for animations to end, and the render thread's
-/// events and returned tickets, handed out as replies and broadcasts.
-final class EventHub: @unchecked Sendable {
+/// events and returned tickets, handed out as replies and broadcasts. Its state is the control
+/// loop's (`ControlLoop`): every method runs there.
+final class EventHub: Sendable {
   let player: Player
   let preparation: Preparation
   let logger: Logger
-  private let subscribers = Mutex<[ObjectIdentifier: Subscription]>([:])
-  private let waits = Mutex<WaitRegistry>(WaitRegistry())
-  private let playing = Mutex<[String]>([])
+  let control: ControlLoop
+  private let state: NIOLoopBoundBox<State>
+
+  private struct State {
+    var subscribers: [ObjectIdentifier: Subscription] = [:]
+    var waits = WaitRegistry()
+    /// The streams playing (or paused), in the order they started, as the events told.
+    var playing: [String] = []
+  }
 
   struct Subscription {
     weak var client: (any Client)?
     var kinds: Set<EventKind>
   }
 
-  init(player: Player, preparation: Preparation, logger: Logger) {
+  init(player: Player, preparation: Preparation, control: ControlLoop, logger: Logger) {
     self.player = player
     self.preparation = preparation
+    self.control = control
     self.logger = logger
+    state = .makeBoxSendingValue(State(), eventLoop: control.eventLoop)
   }
 
   /// The streams playing (or paused), in the order they started, as the events told.
-  var playingStreams: [String] { playing.withLock { $0 } }
+  var playingStreams: [String] { state.value.playing }
 
   /// How many clients receive some kind of event.
-  var subscriberCount: Int { subscribers.withLock { $0.values.count { !$0.kinds.isEmpty } } }
+  var subscriberCount: Int { state.value.subscribers.values.count { !$0.kinds.isEmpty } }
 
   // MARK: Wait
 
@@ -81,10 +90,10 @@ final class EventHub: @unchecked Sendable {
       respond(.success(["animations": []]))
       return
     }
-    let token = waits.withLock { $0.add(Set(awaited), respond: respond) }
+    let token = state.value.waits.add(Set(awaited), respond: respond)
     if let timeout {
-      DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
-        if let waiter = waits.withLock({ $0.remove(token) }) {
+      control.after(timeout) { [self] in
+        if let waiter = state.value.waits.remove(token) {
           waiter.respond(
             .failure(
               ProtocolError(
@@ -94,31 +103,32 @@ final class EventHub: @unchecked Sendable {
       }
     }
   }
+
   // MARK: Events
 
   /// Whether `client` receives events of some kind.
   func isSubscribed(_ client: any Client) -> Bool {
-    subscribers.withLock { $0[ObjectIdentifier(client)]?.kinds.isEmpty == false }
+    state.value.subscribers[ObjectIdentifier(client)]?.kinds.isEmpty == false
   }
 
   func subscribe(_ client: any Client, to kinds: [EventKind]?) -> JSONValue {
     let wanted = Set(kinds ?? EventKind.allCases)
-    let now = subscribers.withLock { table in
+    let now = state.withValue { state in
       let key = ObjectIdentifier(client)
-      var subscription = table[key] ?? Subscription(client: client, kinds: [])
+      var subscription = state.subscribers[key] ?? Subscription(client: client, kinds: [])
       subscription.kinds.formUnion(wanted)
-      table[key] = subscription
+      state.subscribers[key] = subscription
       return subscription.kinds
     }
     return ["events": .array(EventKind.allCases.filter(now.contains).map { .string($0.rawValue) })]
   }
 
   func unsubscribe(_ client: any Client, from kinds: [EventKind]?) -> JSONValue {
-    let now = subscribers.withLock { table in
+    let now = state.withValue { state in
       let key = ObjectIdentifier(client)
-      guard var subscription = table[key] else { return Set<EventKind>() }
+      guard var subscription = state.subscribers[key] else { return Set<EventKind>() }
       if let kinds { subscription.kinds.subtract(kinds) } else { subscription.kinds = [] }
-      table[key] = subscription
+      state.subscribers[key] = subscription
       return subscription.kinds
     }
     return ["events": .array(EventKind.allCases.filter(now.contains).map { .string($0.rawValue) })]
@@ -126,14 +136,12 @@ final class EventHub: @unchecked Sendable {
 
   /// Forgets a client that disconnected.
   func disconnected(_ client: any Client) {
-    _ = subscribers.withLock { $0.removeValue(forKey: ObjectIdentifier(client)) }
+    state.value.subscribers[ObjectIdentifier(client)] = nil
   }
 
   func broadcast(_ event: Event) {
     guard let kind = event.kind else { return }
-    let targets = subscribers.withLock { table in
-      table.values.compactMap { $0.kinds.contains(kind) ? $0.client : nil }
-    }
+    let targets = state.value.subscribers.values.compactMap { $0.kinds.contains(kind) ? $0.client : nil }
     guard !targets.isEmpty else { return }
     let line = event.json.serializedLine()
     for client in targets { client.event(line) }
@@ -164,14 +172,14 @@ final class EventHub: @unchecked Sendable {
           .animationFinished(
             id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample))
       }
-      let finished = waits.withLock { $0.finish(report.id, finished: report.finished) }
+      let finished = state.value.waits.finish(report.id, finished: report.finished)
       for waiter in finished { waiter.answer() }
     case .streamStarted(let id, let path):
-      playing.withLock { $0.append(id) }
+      state.value.playing.append(id)
       logger.info("stream started", metadata: ["stream": "\(id)", "path": "\(path)"])
       broadcast(.streamStarted(stream: id, path: path))
     case .streamEnded(let id, let reason):
-      playing.withLock { $0.removeAll { $0 == id } }
+      state.value.playing.removeAll { $0 == id }
       preparation.queues.ended(id)
       logger.info("stream ended", metadata: ["stream": "\(id)", "reason": "\(reason.rawValue)"])
       broadcast(.streamEnded(stream: id, reason: RampProtocol.StreamEndReason(rawValue: reason.rawValue) ?? .failed))
@@ -209,7 +217,7 @@ final class EventHub: @unchecked Sendable {
   /// awaited animations are still in flight. A wait whose animations have all ended is answered
   /// (with `events-lost` if it missed an end), never left hanging.
   private func recheckWaits() {
-    let awaited = waits.withLock { $0.pendingIDs }
+    let awaited = state.value.waits.pendingIDs
     guard !awaited.isEmpty else { return }
     let query = Query(.animations(key: nil, ids: awaited), player: player)
     let ticket = DaemonTicket(
@@ -220,15 +228,15 @@ final class EventHub: @unchecked Sendable {
         awaited.contains(animation.id) && (animation.endSample.map { $0 > now } ?? true)
       }
       let gone = awaited.subtracting(alive.map(\.id))
-      for waiter in waits.withLock({ $0.lose(gone) }) { waiter.answer() }
+      for waiter in state.value.waits.lose(gone) { waiter.answer() }
     }
     player.submit(ticket)
   }
 }
 
-/// Clients waiting for animations to end. Guarded by the controller's mutex.
+/// Clients waiting for animations to end: the event hub's, on the control loop.
 struct WaitRegistry {
-  final class Waiter: @unchecked Sendable {
+  final class Waiter {
     var pending: Set<UInt64>
     var outcomes: [(UInt64, Bool)] = []
     /// Animations that ended while their `animation-finished` was lost.

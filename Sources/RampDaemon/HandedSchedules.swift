@@ -1,4 +1,4 @@
-import Synchronization
+import NIOCore
 
 /// Saved schedules from the moment they are armed until the render thread has applied them.
 ///
@@ -7,6 +7,7 @@ import Synchronization
 /// moments (`unschedule`, or a newer command it yields to), it must neither apply later nor leave
 /// a ramp that already began running on unseen: `withdraw` says which of the two it was, decided
 /// by the ticket itself (`DaemonTicket.withdraw`), so there is no moment in which it is neither.
+/// The table is the control loop's.
 final class HandedSchedules: Sendable {
   /// Where a withdrawn schedule was.
   enum Withdrawal {
@@ -25,17 +26,21 @@ final class HandedSchedules: Sendable {
     var withdrawn: Set<UInt64> = []
   }
 
-  private let table = Mutex(Table())
+  private let table: NIOLoopBoundBox<Table>
+
+  init(control: ControlLoop) {
+    table = .makeBoxSendingValue(Table(), eventLoop: control.eventLoop)
+  }
 
   /// Schedule `id` is armed: on the wall clock, or on its way to the render thread.
   func depart(_ id: UInt64) {
-    table.withLock { _ = $0.departing.insert(id) }
+    table.value.departing.insert(id)
   }
 
   /// Before the ticket of schedule `id` goes to the render thread: false when the schedule was
   /// withdrawn meanwhile, and the ticket is then not to be queued.
   func hand(_ id: UInt64, _ ticket: DaemonTicket) -> Bool {
-    table.withLock { table in
+    table.withValue { table in
       table.departing.remove(id)
       guard table.withdrawn.remove(id) == nil else { return false }
       table.tickets[id] = ticket
@@ -45,7 +50,7 @@ final class HandedSchedules: Sendable {
 
   /// Schedule `id` applied, was refused, or left the wall clock's keeping otherwise: forgotten.
   func settled(_ id: UInt64) {
-    table.withLock { table in
+    table.withValue { table in
       table.tickets[id] = nil
       table.departing.remove(id)
       table.withdrawn.remove(id)
@@ -54,7 +59,7 @@ final class HandedSchedules: Sendable {
 
   /// Takes schedule `id` back; nil when it is not on its way (it applied and came back).
   func withdraw(_ id: UInt64) -> Withdrawal? {
-    table.withLock { table in
+    table.withValue { table in
       if let ticket = table.tickets.removeValue(forKey: id) {
         return ticket.withdraw() ? .beforeApplying : .afterApplying(rampKey: ticket.rampKey)
       }

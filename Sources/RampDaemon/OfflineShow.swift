@@ -6,7 +6,7 @@ import RampProtocol
 import Synchronization
 
 /// What `rampctl render` asks of an ``OfflineShow``.
-public struct ShowOptions {
+public struct ShowOptions: Sendable {
   /// A file that plays as stream `main` from the first sample (nil: only what the timeline plays).
   public var input: String?
   public var output: String
@@ -30,7 +30,7 @@ public struct ShowOptions {
   public var configuration = DaemonConfiguration()
   /// Asked between blocks; true stops the render (``OfflineShow/Interrupted``) and the output stays
   /// as it was.
-  public var isCancelled: () -> Bool = { false }
+  public var isCancelled: @Sendable () -> Bool = { false }
 
   public init(input: String?, output: String) {
     self.input = input
@@ -131,6 +131,14 @@ public enum OfflineShow {
   ///   ``Failure`` for a line refused when it runs or due after the end; ``Interrupted``.
   public static func render(_ options: ShowOptions) throws -> RenderSummary {
     try check(options.timeline)
+    // The controller runs on a loop of its own (`ControlLoop`), and the whole show with it: each
+    // line reaches the player on the loop, before the render goes on.
+    let (control, group) = ControlLoop.standalone()
+    defer { try? group.syncShutdownGracefully() }
+    return try control.run { try render(options, on: control) }
+  }
+
+  private static func render(_ options: ShowOptions, on control: ControlLoop) throws -> RenderSummary {
     let plays = options.timeline.flatMap { entry in
       ([entry.request.command] + (entry.request.command.batched ?? [])).compactMap {
         command -> (Timeline.Entry, String)? in
@@ -182,7 +190,7 @@ public enum OfflineShow {
       defer { player.finishOffline() }
       // The show's clock stands at 0: a delay counts from there, so it is exactly its sample.
       let controller = Controller(
-        player: player, configuration: configuration, clock: { 0 },
+        player: player, configuration: configuration, clock: { 0 }, control: control,
         logger: Logger(label: "rampd.render") { _ in SwiftLogNoOpLogHandler() })
       // Set up as a daemon with this configuration starts: its duck rules act on the show.
       configuration.setUp(player)

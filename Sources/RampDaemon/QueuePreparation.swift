@@ -243,11 +243,8 @@ extension Preparation {
 }
 
 extension EventHub {
-  /// Where the next items of queues are opened: off the event thread, one at a time.
-  private static let queueOpening = DispatchQueue(label: "rampd-queue")
-
   /// The render thread's item events: the book follows the playing item and the next one is
-  /// opened (off the event thread) and installed before the playing one ends.
+  /// opened (off the loop) and installed before the playing one ends.
   func queueEvent(_ event: PlayerEvent) {
     let queues = preparation.queues
     switch event {
@@ -264,29 +261,30 @@ extension EventHub {
     }
   }
 
-  /// Opens the item that follows `after` in `stream`'s queue and installs it; an item whose file
-  /// no longer opens leaves the queue (logged) and the one after it is tried.
+  /// Opens the item that follows `after` in `stream`'s queue (off the loop: it waits for the disk,
+  /// and may measure the file's loudness) and installs it; an item whose file no longer opens
+  /// leaves the queue (logged) and the one after it is tried.
   private func installNext(_ stream: String, after: UInt64) {
     let queues = preparation.queues
     let preparation = preparation
-    let player = player
     let logger = logger
-    Self.queueOpening.async {
+    control.offload { () -> QueueInstall? in
       while let queue = queues.queue(stream), queue.current == after {
         guard let following = queue.following else {
-          player.submit(QueueInstall(stream: stream, after: after, generation: queue.generation, item: nil))
-          return
+          return QueueInstall(stream: stream, after: after, generation: queue.generation, item: nil)
         }
         do throws(ProtocolError) {
           let item = try preparation.openQueueItem(following, in: queue, field: "path")
-          player.submit(QueueInstall(stream: stream, after: after, generation: queue.generation, item: item))
-          return
+          return QueueInstall(stream: stream, after: after, generation: queue.generation, item: item)
         } catch {
           logger.warning(
             "queue item dropped: it no longer opens", metadata: ["stream": "\(stream)", "error": "\(error.message)"])
           _ = try? queues.change(stream) { queue in queue.items.removeAll { $0.id == following.id } }
         }
       }
+      return nil
+    } then: { [player] install in
+      if let install { player.submit(install) }
     }
   }
 }

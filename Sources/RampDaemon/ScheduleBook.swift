@@ -1,32 +1,36 @@
 import Foundation
 import Logging
+import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
-import Synchronization
 
 /// The saved schedules: kept on disk before they are acknowledged, on the wall clock until shortly
 /// before they are due, then handed to the apply pipeline; restored after a restart, listed,
 /// withdrawn, and given way by the rule of `yield`.
-final class ScheduleBook: @unchecked Sendable {
+///
+/// Runs on the control loop, so a withdrawal (an `unschedule`, a newer command it yields to) is
+/// never half-way when another looks; saving to the disk is done off it (`ControlLoop.offload`).
+final class ScheduleBook: Sendable {
   let persistence: Persistence?
   let preparation: Preparation
   let pipeline: ApplyPipeline
   let hub: EventHub
   let live: LiveConfiguration
   let logger: Logger
+  let control: ControlLoop
   /// Saved schedules not yet handed to the render thread.
-  let wallClock = WallClockSchedules()
+  let wallClock: WallClockSchedules
   /// Saved schedules on their way to it or handed to it, and not yet applied.
-  let handed = HandedSchedules()
-  /// Taken while a schedule is withdrawn: two at once (an `unschedule` and a newer command it
-  /// yields to, on two connections) would each see the other's half.
-  let withdrawals = Mutex<Void>(())
+  let handed: HandedSchedules
 
   init(
     persistence: Persistence?, preparation: Preparation, pipeline: ApplyPipeline, hub: EventHub,
-    live: LiveConfiguration, logger: Logger
+    live: LiveConfiguration, control: ControlLoop, logger: Logger
   ) {
+    self.control = control
+    wallClock = WallClockSchedules(control: control)
+    handed = HandedSchedules(control: control)
     self.persistence = persistence
     self.preparation = preparation
     self.pipeline = pipeline
@@ -37,29 +41,36 @@ final class ScheduleBook: @unchecked Sendable {
 
   private var configuration: DaemonConfiguration { live.current }
 
-  /// What `save` did: kept the schedule (nil: nothing to keep, no `at`), or refused the request.
-  enum Saving {
-    case kept(SavedSchedule?)
-    case refused
-  }
-
   /// A scheduled request is saved before it is queued, so it outlives a restart even though its
-  /// reply waits for its time (a timeline script's lines, say).
+  /// reply waits for its time (a timeline script's lines, say). Saving waits for the disk: it is
+  /// done off the loop, and `then` is called back on it with the schedule kept (nil: nothing to
+  /// keep, no `at`). A schedule that could not be saved is refused, and `handedOver` called.
   func save(
     _ request: Request, field: String = "at", confined: Bool,
-    respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
-  ) -> Saving {
-    guard request.isScheduled, let persistence else { return .kept(nil) }
-    let due = Self.firstDue(request)
-    guard let id = persistence.add(Self.unscheduled(request).json.objectValue ?? [:], due: due, confined: confined)
-    else {
-      respond(
-        .failure(
-          ProtocolError(
-            .internalError, field: field, "the schedule could not be saved (see rampd's log); nothing was scheduled")))
-      return .refused
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void, handedOver: HandOver = .none,
+    then: @escaping @Sendable (SavedSchedule?) -> Void
+  ) {
+    guard request.isScheduled, let persistence else {
+      then(nil)
+      return
     }
-    return .kept(SavedSchedule(request, id: id, due: due, rampSeconds: rampSeconds(of: request.command)))
+    let due = Self.firstDue(request)
+    let entry = Self.unscheduled(request).json.objectValue ?? [:]
+    let rampSeconds = rampSeconds(of: request.command)
+    control.offload {
+      persistence.add(entry, due: due, confined: confined)
+    } then: { id in
+      guard let id else {
+        respond(
+          .failure(
+            ProtocolError(
+              .internalError, field: field, "the schedule could not be saved (see rampd's log); nothing was scheduled")
+          ))
+        handedOver.done()
+        return
+      }
+      then(SavedSchedule(request, id: id, due: due, rampSeconds: rampSeconds))
+    }
   }
 
   /// When a schedule first takes effect, in Unix seconds: at `at`; a repeat at a time of day at
@@ -88,7 +99,7 @@ final class ScheduleBook: @unchecked Sendable {
   }
 
   /// A schedule kept in the state file: its id, and how long its ramp lasts once it starts.
-  struct SavedSchedule {
+  struct SavedSchedule: Sendable {
     let id: UInt64
     let due: Double
     let rampSeconds: Double?
@@ -109,10 +120,12 @@ final class ScheduleBook: @unchecked Sendable {
   /// `"ack": "scheduled"`: checked, saved to disk, answered at once; it takes effect at its time
   /// even if rampd restarts meanwhile.
   func acknowledgeSchedule(
-    _ request: Request, confined: Bool, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
+    _ request: Request, confined: Bool, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
+    handedOver: HandOver = .none
   ) {
     guard persistence != nil else {
       respond(.failure(ProtocolError(.internalError, field: "ack", "schedules cannot be saved")))
+      handedOver.done()
       return
     }
     let commands: [Command]
@@ -121,18 +134,31 @@ final class ScheduleBook: @unchecked Sendable {
     } else {
       commands = [request.command]
     }
-    // Checked before it is saved, so a bad request is refused now rather than at its time.
-    for (index, command) in commands.enumerated() {
-      do {
-        _ = try preparation.prepare(command, confined: confined)
-      } catch {
-        respond(.failure(commands.count > 1 ? error.prefixed("commands[\(index)]") : error))
+    // Checked before it is saved, so a bad request is refused now rather than at its time
+    // (preparing may open files: off the loop).
+    let preparation = preparation
+    control.offload { () -> ProtocolError? in
+      for (index, command) in commands.enumerated() {
+        do throws(ProtocolError) {
+          _ = try preparation.prepare(command, confined: confined)
+        } catch {
+          return commands.count > 1 ? error.prefixed("commands[\(index)]") : error
+        }
+      }
+      return nil
+    } then: { [self] refusal in
+      if let refusal {
+        respond(.failure(refusal))
+        handedOver.done()
         return
       }
+      save(request, field: "ack", confined: confined, respond: respond, handedOver: handedOver) { [self] record in
+        defer { handedOver.done() }
+        guard let record else { return }
+        run(Self.unscheduled(request), record: record, at: .date(record.due), elapsed: 0, confined: confined)
+        respond(.success(["scheduled": .integer(record.id), "due": .string(RFC3339.format(record.due))]))
+      }
     }
-    guard case .kept(let record?) = save(request, field: "ack", confined: confined, respond: respond) else { return }
-    run(Self.unscheduled(request), record: record, at: .date(record.due), elapsed: 0, confined: confined)
-    respond(.success(["scheduled": .integer(record.id), "due": .string(RFC3339.format(record.due))]))
   }
 
   /// Re-arms the schedules saved by an earlier run. One whose time passed while rampd was down
@@ -204,7 +230,7 @@ final class ScheduleBook: @unchecked Sendable {
       run(request, record: again, at: .date(next), elapsed: 0, confined: confined)
     }
     let respond = announcing(record, logged)
-    whenDue(record, at: at, respond: respond) { [self] at in
+    whenDue(record, at: at, respond: respond) { [self] at, _ in
       if case .batch(let requests) = request.command {
         pipeline.submit(
           requests.map(\.command), at: at, respond: respond, fieldPrefix: "commands",
@@ -238,22 +264,26 @@ final class ScheduleBook: @unchecked Sendable {
 
   /// Runs `submit` with the schedule's time once it is near: a saved schedule waits on the wall
   /// clock (`WallClockSchedules`) and is turned into a sample only shortly before it is due.
+  ///
+  /// `submit` is given `handedOver` when it runs now; one that waits on the wall clock is handed
+  /// over once it is kept there.
   func whenDue(
     _ record: SavedSchedule?, at: Schedule?, respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void,
-    submit: @escaping @Sendable (Schedule?) -> Void
+    handedOver: HandOver = .none, submit: @escaping @Sendable (Schedule?, HandOver) -> Void
   ) {
     // On a device without a clock a delay counts in samples from the request's arrival: it goes
     // to the render thread at once (the wall clock says nothing of where the samples are).
     guard let record else {
-      submit(at)
+      submit(at, handedOver)
       return
     }
     // From here until its ticket is back it can be withdrawn (`HandedSchedules`).
     handed.depart(record.id)
     guard !pipeline.countsInSamples(at) else {
-      submit(at)
+      submit(at, handedOver)
       return
     }
+    defer { handedOver.done() }
     let limit = configuration.limits.pendingScheduled
     if wallClock.holds(due: record.due), pipeline.scheduledCount + wallClock.count >= limit {
       settle(record)
@@ -263,7 +293,7 @@ final class ScheduleBook: @unchecked Sendable {
             .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")))
       return
     }
-    wallClock.add(record.id, due: record.due) { submit(at.map { _ in .date(record.due) }) }
+    wallClock.add(record.id, due: record.due) { submit(at.map { _ in .date(record.due) }, .none) }
   }
 
   /// A schedule that did not take effect: forgotten, unless it repeats (it then comes again).
@@ -283,7 +313,7 @@ final class ScheduleBook: @unchecked Sendable {
       return
     }
     persistence.started(record.id, from: from)
-    DispatchQueue.global().asyncAfter(deadline: .now() + left) { persistence.finish(record.id) }
+    control.after(left) { persistence.finish(record.id) }
   }
 
   /// The saved schedules, soonest first, as `status` and `schedules` list them; `due` is the next
@@ -346,27 +376,27 @@ final class ScheduleBook: @unchecked Sendable {
   /// the one withdrawal that removes the entry acts on it.
   private func withdraw(_ entry: PersistedSchedule) -> Bool? {
     guard let persistence else { return nil }
-    return withdrawals.withLock { _ -> Bool? in
-      let withdrawal: HandedSchedules.Withdrawal?
-      if wallClock.remove(entry.id) {
-        handed.settled(entry.id)
-        withdrawal = .beforeApplying
-      } else {
-        withdrawal = handed.withdraw(entry.id)
-      }
-      guard let removed = persistence.finish(entry.id) else { return nil }
-      let rampKey: String?
-      switch withdrawal {
-      case .beforeApplying: return false
-      case .afterApplying(let key): rampKey = key
-      case nil:
-        // Applied and back: a ramp keeps its entry, with where it started, while it is under way.
-        guard removed.from != nil else { return false }
-        rampKey = (try? Self.request(of: removed).get())?.command.rampKey
-      }
-      if removed.request["yield"] != nil, let rampKey { pipeline.hold(rampKey) }
-      return true
+    // On the loop: a withdrawal is over before another (an `unschedule` and a newer command it
+    // yields to, on two connections) looks.
+    let withdrawal: HandedSchedules.Withdrawal?
+    if wallClock.remove(entry.id) {
+      handed.settled(entry.id)
+      withdrawal = .beforeApplying
+    } else {
+      withdrawal = handed.withdraw(entry.id)
     }
+    guard let removed = persistence.finish(entry.id) else { return nil }
+    let rampKey: String?
+    switch withdrawal {
+    case .beforeApplying: return false
+    case .afterApplying(let key): rampKey = key
+    case nil:
+      // Applied and back: a ramp keeps its entry, with where it started, while it is under way.
+      guard removed.from != nil else { return false }
+      rampKey = (try? Self.request(of: removed).get())?.command.rampKey
+    }
+    if removed.request["yield"] != nil, let rampKey { pipeline.hold(rampKey) }
+    return true
   }
 
   /// The request a saved schedule keeps, parsed as it was received. Its `at` is not kept (the

@@ -18,7 +18,8 @@ public final class Server: @unchecked Sendable {
   private let controller: Controller
   private var configuration: DaemonConfiguration { controller.configuration }
   private let logger: Logger
-  private let group: MultiThreadedEventLoopGroup
+  /// The control loop: it serves every connection.
+  private let loop: EventLoop
   private var channel: Channel?
   private var bell: Channel?
   /// Sends what the connections wrote, once per turn of the event loop.
@@ -34,12 +35,12 @@ public final class Server: @unchecked Sendable {
     self.connections = connections
     self.controller = controller
     self.logger = logger
-    group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    loop = controller.control.eventLoop
     output = OutputFlusher(controller: controller)
   }
 
-  /// The loop that serves every connection (and hands replies out).
-  public var eventLoop: EventLoop { group.next() }
+  /// The loop that serves every connection (and hands replies out): the controller's.
+  public var eventLoop: EventLoop { loop }
 
   /// Binds the socket (replacing a stale one), sets its mode and group, and starts accepting.
   public func start() throws {
@@ -65,7 +66,7 @@ public final class Server: @unchecked Sendable {
     let descriptor = dup(controller.player.eventDescriptor)
     guard descriptor >= 0 else { throw ServerError("cannot watch the player's events: \(errnoText())") }
     let controller = controller
-    bell = try NIOPipeBootstrap(group: group)
+    bell = try NIOPipeBootstrap(group: loop)
       .channelInitializer { channel in
         channel.eventLoop.makeCompletedFuture {
           try channel.pipeline.syncOperations.addHandler(EventBell(controller: controller))
@@ -77,7 +78,6 @@ public final class Server: @unchecked Sendable {
   public func shutdown() {
     try? bell?.close().wait()
     try? channel?.close().wait()
-    try? group.syncShutdownGracefully()
     if channel?.localAddress?.pathname == path { unlink(path) }
   }
 
@@ -86,7 +86,7 @@ public final class Server: @unchecked Sendable {
     let logger = logger
     let clients = self
     let output = output
-    return ServerBootstrap(group: group)
+    return ServerBootstrap(group: loop)
       .serverChannelOption(.backlog, value: 64)
       .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
       // A client that has sent everything and shut its side (`socat`, `nc -N`, a script's

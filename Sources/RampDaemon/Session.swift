@@ -39,11 +39,14 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
     loop: channel.eventLoop, budget: controller.observeBudget, player: controller.player
   ) { [weak self] line in self?.event(line) }
   var observers: ConnectionObservers? { observing }
-  /// Commands that open files run here, so that never stalls the event loop that serves every
-  /// client; the others run on the event loop, unless one of this connection's is still queued
-  /// here (its commands take effect in the order they came).
-  private let commands = DispatchQueue(label: "rampd.session")
-  private let queued = Atomic<Int>(0)
+  /// Requests that came while an earlier one of this connection's waits for the disk (opening a
+  /// file, saving a schedule): handed to the controller in turn, once that one is handed on, so a
+  /// connection's commands take effect in the order they came (event-loop thread only).
+  private var waiting = CircularBuffer<(request: Request, sequence: Int)>()
+  /// A request of this connection's is being handed on (event-loop thread only).
+  private var handingOn = false
+  /// `handOnWaiting` is under way (event-loop thread only).
+  private var drainingWaiting = false
   /// Requests read and not yet answered.
   private let unanswered = Atomic<Int>(0)
   let peer: Peer
@@ -163,18 +166,29 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
         // Answered at once, whatever this connection's earlier commands still wait for.
         controller.handle(request, from: self, sequence: sequence)
       default:
-        let controller = controller
-        // Saving a schedule waits for the disk: that too runs off the event loop.
-        if !request.command.opensFiles && request.at == nil && queued.load(ordering: .acquiring) == 0 {
-          controller.handle(request, from: self, sequence: sequence)
-          return
-        }
-        queued.add(1, ordering: .relaxed)
-        commands.async { [self] in
-          controller.handle(request, from: self, sequence: sequence)
-          queued.subtract(1, ordering: .releasing)
-        }
+        waiting.append((request, sequence))
+        handOnWaiting()
       }
+    }
+  }
+
+  /// Hands the waiting requests to the controller, one after another; one that waits for the disk
+  /// is handed on later, and the rest wait for it.
+  private func handOnWaiting() {
+    // One handed on at once calls back from within `handle`: the loop below takes the next.
+    guard !drainingWaiting else { return }
+    drainingWaiting = true
+    defer { drainingWaiting = false }
+    let loopBound = NIOLoopBound(self, eventLoop: channel.eventLoop)
+    while !handingOn, let next = waiting.popFirst() {
+      handingOn = true
+      controller.handle(
+        next.request, from: self, sequence: next.sequence,
+        handedOver: HandOver {
+          let session = loopBound.value
+          session.handingOn = false
+          session.handOnWaiting()
+        })
     }
   }
 

@@ -1,6 +1,7 @@
 import CAllocationGuard
 import Foundation
 import Logging
+import NIOPosix
 import RampEngine
 import RampProtocol
 import Synchronization
@@ -26,10 +27,11 @@ import Testing
   }
 
   /// A controller over a player writing to ALSA `null`; requests reach it as a connection's
-  /// would (parsed, then handled on the calling thread).
+  /// would (parsed, then handled on the controller's loop, which the calling thread waits for).
   final class Session {
     let player: Player
     let controller: Controller
+    private let loopGroup: MultiThreadedEventLoopGroup
     let logger: Logger
     let client = Collector()
     /// A block's worth of the render thread's buffers.
@@ -49,7 +51,7 @@ import Testing
           player.renderer.finishStreams()
         }
       }
-      controller.deliverEvents()
+      deliverEvents()
       player.link.reapRetired()
     }
 
@@ -66,11 +68,23 @@ import Testing
           device: "null", format: .float32, periodTime: 0.005, bufferTime: 0.02, pacing: .device),
         declick: configuration.declick, maxGain: configuration.maxGain)
       logger = Logger(label: label, factory: { _ in SwiftLogNoOpLogHandler() })
-      controller = Controller(player: player, configuration: configuration, persistence: persistence, logger: logger)
+      let (control, loopGroup) = ControlLoop.standalone()
+      self.loopGroup = loopGroup
+      controller = Controller(
+        player: player, configuration: configuration, persistence: persistence, control: control, logger: logger)
       buffers = RenderBuffers(frames: player.output.periodFrames, channels: player.output.channels)
     }
 
-    deinit { buffers.deallocate() }
+    deinit {
+      buffers.deallocate()
+      try? loopGroup.syncShutdownGracefully()
+    }
+
+    /// Hands out what the render thread posted, on the controller's loop.
+    func deliverEvents() {
+      let controller = controller
+      _ = try? controller.control.run { controller.deliverEvents() }
+    }
 
     func send(_ line: String) {
       let (_, parsed) = Request.parse(line: line)
@@ -79,7 +93,8 @@ import Testing
         return
       }
       sequence += 1
-      controller.handle(request, from: client, sequence: sequence)
+      let (controller, client, sequence) = (controller, client, sequence)
+      _ = try? controller.control.run { controller.handle(request, from: client, sequence: sequence) }
     }
   }
 
@@ -263,7 +278,7 @@ import Testing
       send(#"{"cmd":"duck-add","name":"fill\#(index)","targets":["streams.nobody.gain"]}"#)
     }
     player.renderer.applyPendingCommands()
-    controller.deliverEvents()
+    session.deliverEvents()
     let setUp = client.replies.withLock { $0 }
     #expect(setUp.count == session.sequence && setUp.allSatisfy { $0["ok"] == .bool(true) }, "\(setUp.suffix(2))")
     client.replies.withLock { $0.removeAll() }
@@ -411,7 +426,7 @@ import Testing
     for index in 0..<limit { send(hold("master.gain", "hold\(index)")) }
     for index in 0..<(limit - 1) { send(hold("streams.bed.pan", "hold\(index)")) }
     player.renderer.applyPendingCommands()
-    session.controller.deliverEvents()
+    session.deliverEvents()
     let setUp = client.replies.withLock { $0 }
     #expect(setUp.count == session.sequence && setUp.allSatisfy { $0["ok"] == .bool(true) }, "\(setUp.suffix(2))")
     client.replies.withLock { $0.removeAll() }
@@ -574,7 +589,7 @@ import Testing
           player.renderer.renderBlock(buffers)
         }
       }
-      controller.deliverEvents()
+      session.deliverEvents()
       player.link.reapRetired()
     }
     let replies = client.replies.withLock { $0 }
