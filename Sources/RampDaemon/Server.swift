@@ -22,6 +22,8 @@ public final class Server: @unchecked Sendable {
   private let loop: EventLoop
   private var channel: Channel?
   private var bell: Channel?
+  /// `start` bound the socket at `path` (not inherited).
+  private var boundHere = false
   /// Sends what the connections wrote, once per turn of the event loop.
   private let output: OutputFlusher
   /// How many clients are connected (shared with the controller's `status`).
@@ -48,6 +50,7 @@ public final class Server: @unchecked Sendable {
     try Self.prepareDirectory(for: path)
     try Self.removeStaleSocket(at: path)
     let channel = try bootstrap().bind(unixDomainSocketPath: path).wait()
+    boundHere = true
     try applyPermissions()
     self.channel = channel
     try watchEvents()
@@ -78,7 +81,9 @@ public final class Server: @unchecked Sendable {
   public func shutdown() {
     try? bell?.close().wait()
     try? channel?.close().wait()
-    if channel?.localAddress?.pathname == path { unlink(path) }
+    // Only a socket rampd bound itself: an inherited one belongs to systemd's rampd.socket,
+    // which keeps listening and starts rampd again on the next connection.
+    if boundHere { unlink(path) }
   }
 
   private func bootstrap() -> ServerBootstrap {

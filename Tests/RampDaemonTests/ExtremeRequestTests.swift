@@ -205,10 +205,14 @@ import Testing
     try daemon.start()
     defer { daemon.shutdown() }
     let subscribers = [Recorder(), Recorder(), Recorder()]
-    for subscriber in subscribers {
-      daemon.controller.handle(Request(.subscribe(events: nil)), from: subscriber, sequence: 0)
+    // On the controller's loop, where requests and events are handled.
+    let controller = daemon.controller
+    try controller.control.run {
+      for subscriber in subscribers {
+        controller.handle(Request(.subscribe(events: nil)), from: subscriber, sequence: 0)
+      }
+      controller.broadcast(.streamStarted(stream: "s1", path: "/music/a.flac"))
     }
-    daemon.controller.broadcast(.streamStarted(stream: "s1", path: "/music/a.flac"))
     let lines = subscribers.map(\.events)
     #expect(lines.allSatisfy { $0.count == 1 })
     let first = try #require(lines[0].first)

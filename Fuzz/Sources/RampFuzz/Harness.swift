@@ -284,7 +284,9 @@ final class Generation {
     let (_, parsed) = Request.parse(line: line)
     guard case .success(let request) = parsed else { fatalError("fuzz harness: \(line) does not parse") }
     let client = Inbox()
-    daemon.controller.handle(request, from: client, sequence: 0)
+    // Handled on the controller's loop, as a connection's request is.
+    let controller = daemon.controller
+    controller.control.execute { controller.handle(request, from: client, sequence: 0) }
     return client.wait(timeout: timeout)
   }
 }
