@@ -699,6 +699,7 @@ def main():
     parser.add_argument("--short-seconds", type=float, required=True, help="its length")
     parser.add_argument("--results", required=True)
     parser.add_argument("--tries", type=int, default=50)
+    parser.add_argument("--before", help="another rampd build, measured beside --rampd in (a) (kind rampd-before)")
     parser.add_argument("--only", choices=["realtime", "latency", "rtt"],
                         help="realtime: only (b) in real time (both daemons), with CPU and wake-ups per thread; "
                         "latency: only (d); rtt: only (a), with the floor")
@@ -721,6 +722,9 @@ def main():
     if args.floor and args.only in (None, "rtt"):
         path = os.path.join(work, "floor.sock")
         floor = Daemon("floor", [args.floor, path], path, work)
+    before = None
+    if args.before and args.only in (None, "rtt"):
+        before = start_rampd(args.before, work, "rampd-before", 'device = "null"\npacing = "clock"')
     if args.only == "realtime":
         try:
             time.sleep(1.0)
@@ -743,7 +747,8 @@ def main():
         # Several rounds, the daemons taking turns to go first, their latencies pooled: which cores
         # the scheduler gives a client and its daemon (the same or not) sways a single round.
         rounds = int(os.environ.get("RTT_ROUNDS", "3"))
-        servers = [("rampd", rampd), ("mpd", mpd)] + ([("floor", floor)] if floor else [])
+        servers = ([("rampd", rampd), ("mpd", mpd)] + ([("floor", floor)] if floor else [])
+                   + ([("rampd-before", before)] if before else []))
         for clients, each in [(1, 1000), (10, 200), (100, 30)]:
             pooled = {kind: [] for kind, _ in servers}
             totals = {kind: {"wall_s": 0.0, "daemon_s": 0.0, "clients_s": 0.0} for kind in pooled}
@@ -771,6 +776,8 @@ def main():
                     f" clients {r['client_cores']:.2f})")
         if floor:
             floor.stop()
+        if before:
+            before.stop()
         if args.only == "rtt":
             mpd.stop()
             with open(args.results, "w") as f:

@@ -43,7 +43,7 @@ extension Client {
 public final class Controller: Sendable {
   public let player: Player
   /// The `observe` rates taken over every connection (`[limits] observe-budget`).
-  let observeBudget = ObserveBudget()
+  let observeBudget: ObserveBudget
   /// The running configuration, replaced whole by `reload`.
   public let live: LiveConfiguration
   public var configuration: DaemonConfiguration { live.current }
@@ -81,6 +81,7 @@ public final class Controller: Sendable {
     connectedClients: @escaping @Sendable () -> Int = { 0 }, control: ControlLoop, logger: Logger
   ) {
     self.control = control
+    observeBudget = ObserveBudget(control: control)
     self.player = player
     live = LiveConfiguration(configuration)
     self.outputNotes = outputNotes

@@ -1,25 +1,28 @@
-import Synchronization
+import NIOCore
 
 /// The `observe` rates in use over every connection, held against `[limits] observe-budget`: each
-/// observed key path costs the daemon a timer wake-up per period, whoever asked for it.
+/// observed key path costs the daemon a timer wake-up per period, whoever asked for it. The
+/// control loop's: observations start and stop there.
 final class ObserveBudget: Sendable {
-  private let used = Mutex<Double>(0)
+  private let used: NIOLoopBoundBox<Double>
+
+  init(control: ControlLoop) {
+    used = .makeBoxSendingValue(0, eventLoop: control.eventLoop)
+  }
 
   /// Takes `rate` Hz if the budget `limit` allows it once `replacing` Hz (an observation this one
   /// replaces, released separately) is given back; otherwise returns the rate that would be in use.
   func take(_ rate: Double, replacing: Double, limit: Double) -> Double? {
-    used.withLock { used in
-      let total = used - replacing + rate
-      guard total <= limit else { return total }
-      used += rate
-      return nil
-    }
+    let total = used.value - replacing + rate
+    guard total <= limit else { return total }
+    used.value += rate
+    return nil
   }
 
   func release(_ rate: Double) {
-    used.withLock { $0 = max($0 - rate, 0) }
+    used.value = max(used.value - rate, 0)
   }
 
   /// Hz in use now.
-  var inUse: Double { used.withLock { $0 } }
+  var inUse: Double { used.value }
 }
