@@ -71,8 +71,8 @@ final class ApplyPipeline: Sendable {
     let savesDucks = persistence != nil && schedule == nil && changesDuckRules
     let preparation = preparation
     let persistence = persistence
-    control.offload(inPlace: !savesDucks && !commands.contains(where: \.opensFiles)) {
-      () -> Result<Prepared, ProtocolError> in
+    control.offload(.files, inPlace: !commands.contains(where: \.opensFiles)) {
+      () -> Result<[Operation], ProtocolError> in
       var operations: [Operation] = []
       for (index, command) in commands.enumerated() {
         do throws(ProtocolError) {
@@ -81,22 +81,33 @@ final class ApplyPipeline: Sendable {
           return .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
         }
       }
-      guard savesDucks, let persistence else { return .success(Prepared(operations: operations, duckUndo: nil)) }
-      guard let undo = persistence.record(ducks: commands) else {
-        return .failure(
-          ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
-      }
-      return .success(Prepared(operations: operations, duckUndo: undo))
+      return .success(operations)
     } then: { [self] prepared in
-      defer { handedOver.done() }
-      switch prepared {
-      case .failure(let error):
-        saved?.settle()
-        respond(.failure(error))
-      case .success(let prepared):
-        apply(
-          prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
-          answerEarly: answerEarly, saved: saved, combine: combine)
+      let finish: @Sendable (Result<Prepared, ProtocolError>) -> Void = { [self] prepared in
+        defer { handedOver.done() }
+        switch prepared {
+        case .failure(let error):
+          saved?.settle()
+          respond(.failure(error))
+        case .success(let prepared):
+          apply(
+            prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+            answerEarly: answerEarly, saved: saved, combine: combine)
+        }
+      }
+      guard case .success(let operations) = prepared, savesDucks, let persistence else {
+        finish(prepared.map { Prepared(operations: $0, duckUndo: nil) })
+        return
+      }
+      // On the disk's one lane: the rules are saved, and then applied, in the order they came.
+      control.offload(.disk) { () -> Result<Prepared, ProtocolError> in
+        guard let undo = persistence.record(ducks: commands) else {
+          return .failure(
+            ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
+        }
+        return .success(Prepared(operations: operations, duckUndo: undo))
+      } then: {
+        finish($0)
       }
     }
   }
@@ -154,11 +165,14 @@ final class ApplyPipeline: Sendable {
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
       if case .failure = ticket.result, let duckUndo {
         // Those before the refused one applied (a batch whose commands changed things for each other).
-        persistence?.undo(duckUndo, from: ticket.applied)
-      } else if case .success = ticket.result, atSample, changesDuckRules, let persistence,
-        persistence.record(ducks: commands) == nil
-      {
-        logger.error("a scheduled duck rule change applied but could not be saved (see above)")
+        undo(duckUndo, from: ticket.applied)
+      } else if case .success = ticket.result, atSample, changesDuckRules, let persistence {
+        control.offload(.disk) {
+          if persistence.record(ducks: commands) == nil {
+            logger.error("a scheduled duck rule change applied but could not be saved (see above)")
+          }
+        } then: { _ in
+        }
       }
       if let saved {
         if case .success = ticket.result { saved.applied(from: ticket.rampFrom) } else { saved.settle() }
@@ -173,7 +187,7 @@ final class ApplyPipeline: Sendable {
     }
     // A saved schedule withdrawn on its way here is not queued (`HandedSchedules`).
     if let saved, !saved.hand(ticket) {
-      if let duckUndo { persistence?.undo(duckUndo, from: 0) }
+      if let duckUndo { undo(duckUndo, from: 0) }
       refuse(CommandRefusal.withdrawn.error(defined: nil))
       return
     }
@@ -182,12 +196,21 @@ final class ApplyPipeline: Sendable {
     // thread is woken for it now.
     let accepted = player.submit(ticket, at: sample, wake: foregone == nil)
     if !accepted {
-      if let duckUndo { persistence?.undo(duckUndo, from: 0) }
+      if let duckUndo { undo(duckUndo, from: 0) }
       // Refused after all: the key path's value is recorded again from the next command.
       if let early { persistence?.record(values: [:], settling: early.key) }
       refuse(.commandQueueFull)
     } else if let foregone {
       respond(.success(combine([foregone])))
+    }
+  }
+
+  /// Puts back saved duck rules the render thread refused, on the disk's lane (after the save).
+  private func undo(_ undo: Persistence.DuckUndo, from index: Int) {
+    guard let persistence else { return }
+    control.offload(.disk) {
+      persistence.undo(undo, from: index)
+    } then: { _ in
     }
   }
 

@@ -6,17 +6,17 @@ import NIOPosix
 ///
 /// Every request, reply, event, timer and saved schedule is handled on it, so the control side's
 /// state (subscriptions, waits, schedules) is plain data owned by the loop (`NIOLoopBoundBox`),
-/// with no locks. What may wait for the disk (opening and measuring a file, syncing the state
-/// file) runs on `blocking`'s threads and comes back to the loop with its result.
+/// with no locks. What may wait for the disk runs on a lane of `BlockingLanes` and comes back to
+/// the loop with its result.
 ///
 /// An offline render runs the whole show as one task on a loop of its own, with no pool: its
 /// blocking work is done in place, so each line is handed to the player before the render goes on.
 public struct ControlLoop: Sendable {
   public let eventLoop: EventLoop
   /// Where blocking work runs; nil: in place (an offline render).
-  private let blocking: NIOThreadPool?
+  private let blocking: BlockingLanes?
 
-  public init(eventLoop: EventLoop, blocking: NIOThreadPool?) {
+  public init(eventLoop: EventLoop, blocking: BlockingLanes?) {
     self.eventLoop = eventLoop
     self.blocking = blocking
   }
@@ -47,16 +47,17 @@ public struct ControlLoop: Sendable {
     return try eventLoop.submit(body).wait()
   }
 
-  /// Runs `work` where blocking is allowed, then `then` with its result on the loop. With no
-  /// pool, or when `inPlace`, both run at once, here.
+  /// Runs `work` on `lane`, then `then` with its result on the loop. With no lanes, or when
+  /// `inPlace`, both run at once, here.
   public func offload<T: Sendable>(
-    inPlace: Bool = false, _ work: @escaping @Sendable () -> T, then: @escaping @Sendable (T) -> Void
+    _ lane: BlockingLanes.Lane, inPlace: Bool = false, _ work: @escaping @Sendable () -> T,
+    then: @escaping @Sendable (T) -> Void
   ) {
     guard let blocking, !inPlace else {
       then(work())
       return
     }
-    blocking.runIfActive(eventLoop: eventLoop, work).whenComplete { result in
+    blocking.pool(lane).runIfActive(eventLoop: eventLoop, work).whenComplete { result in
       switch result {
       case .success(let value): then(value)
       // The pool stopped (rampd is stopping): what was not done is not done.
@@ -69,5 +70,43 @@ public struct ControlLoop: Sendable {
   @discardableResult
   public func after(_ seconds: Double, _ body: @escaping @Sendable () -> Void) -> Scheduled<Void> {
     eventLoop.scheduleTask(in: .nanoseconds(Int64(min(max(seconds, 0), 1e9) * 1e9)), body)
+  }
+}
+
+/// Where the control side's blocking work runs, in lanes that do not wait for each other.
+public final class BlockingLanes: Sendable {
+  public enum Lane: Sendable {
+    /// Opening and measuring the files a request plays: two at once, so one slow file does not
+    /// hold up every other connection's.
+    case files
+    /// Opening the next item of a queue, one after another: never behind a request's measurement,
+    /// so a gapless queue's next item is installed in time.
+    case queue
+    /// Syncing the state file (a schedule, the duck rules): one at a time, so saves complete, and
+    /// come back to the loop, in the order they were asked for.
+    case disk
+  }
+
+  private let files = NIOThreadPool(numberOfThreads: 2)
+  private let queue = NIOThreadPool(numberOfThreads: 1)
+  private let disk = NIOThreadPool(numberOfThreads: 1)
+
+  public init() {}
+
+  func pool(_ lane: Lane) -> NIOThreadPool {
+    switch lane {
+    case .files: files
+    case .queue: queue
+    case .disk: disk
+    }
+  }
+
+  public func start() {
+    for pool in [files, queue, disk] { pool.start() }
+  }
+
+  /// Waits for the work under way (a measurement, a sync) to end; what has not started is dropped.
+  public func shutdown() {
+    for pool in [files, queue, disk] { try? pool.syncShutdownGracefully() }
   }
 }

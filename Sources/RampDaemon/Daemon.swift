@@ -30,10 +30,10 @@ public final class Daemon: @unchecked Sendable {
   /// Keeps the embedded WAV file's header true while it grows.
   private let headerKeeper: WavHeaderKeeper?
   /// The control loop's thread (`ControlLoop`): it serves the socket and runs the controller.
-  private let loopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-  /// Where the control side's blocking work runs: opening and measuring files, syncing the state
-  /// file. Two threads, so one slow disk read does not hold up a schedule's save.
-  private let blocking = NIOThreadPool(numberOfThreads: 2)
+  private let loopGroup: MultiThreadedEventLoopGroup
+  /// Where the control side's blocking work runs (opening and measuring files, syncing the state
+  /// file), in lanes that do not wait for each other.
+  private let blocking = BlockingLanes()
 
   /// Decides that this daemon may run, then opens the output and prepares the server; nothing
   /// plays or listens until `start`.
@@ -133,6 +133,8 @@ public final class Daemon: @unchecked Sendable {
     saver.update(restored)
     saver.flush()
     let connections = ConnectionCount()
+    // Made last: nothing after it throws, so a daemon that may not run leaves no thread behind.
+    loopGroup = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     controller = Controller(
       player: player, configuration: configuration, outputNotes: notes, fallbackNotes: fallbackNotes,
       persistence: Persistence(saver: saver, restored: restored),
@@ -323,12 +325,15 @@ public final class Daemon: @unchecked Sendable {
     watchdog?.cancel()
     server.shutdown()
     controller.shutdown()
+    // The control side first: the blocking work under way ends (its result comes back to the
+    // loop), then the loop closes the connections and drops its timers, so nothing reaches the
+    // player or the state file once they are stopped.
+    blocking.shutdown()
+    try? loopGroup.syncShutdownGracefully()
     for mixer in mixers { mixer.stop() }
     player.shutdown()
     headerKeeper?.stop()
     controller.persistence?.saver.close()
-    try? blocking.syncShutdownGracefully()
-    try? loopGroup.syncShutdownGracefully()
     for lock in locks { lock.release() }
     logger.notice("rampd stopped")
   }

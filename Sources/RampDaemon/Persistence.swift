@@ -124,6 +124,11 @@ public final class Persistence: Sendable {
     }
   }
 
+  /// Whether schedule `id` is kept (not finished, nor taken back).
+  func isKept(_ id: UInt64) -> Bool {
+    state.withLock { recorded in recorded.state.schedules.contains { $0.id == id } }
+  }
+
   /// Forgets schedule `id`; the entry it removed (nil: it was not kept).
   @discardableResult
   func finish(_ id: UInt64) -> PersistedSchedule? {

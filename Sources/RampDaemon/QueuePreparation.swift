@@ -268,7 +268,7 @@ extension EventHub {
     let queues = preparation.queues
     let preparation = preparation
     let logger = logger
-    control.offload { () -> QueueInstall? in
+    control.offload(.queue) { () -> QueueInstall? in
       while let queue = queues.queue(stream), queue.current == after {
         guard let following = queue.following else {
           return QueueInstall(stream: stream, after: after, generation: queue.generation, item: nil)

@@ -57,7 +57,7 @@ final class ScheduleBook: Sendable {
     let due = Self.firstDue(request)
     let entry = Self.unscheduled(request).json.objectValue ?? [:]
     let rampSeconds = rampSeconds(of: request.command)
-    control.offload {
+    control.offload(.disk) {
       persistence.add(entry, due: due, confined: confined)
     } then: { id in
       guard let id else {
@@ -66,6 +66,13 @@ final class ScheduleBook: Sendable {
             ProtocolError(
               .internalError, field: field, "the schedule could not be saved (see rampd's log); nothing was scheduled")
           ))
+        handedOver.done()
+        return
+      }
+      // Listed from the moment it was kept: an `unschedule` (or a newer command it yields to)
+      // may have taken it back while it was being synced.
+      guard persistence.isKept(id) else {
+        respond(.failure(CommandRefusal.withdrawn.error(defined: nil)))
         handedOver.done()
         return
       }
@@ -137,7 +144,7 @@ final class ScheduleBook: Sendable {
     // Checked before it is saved, so a bad request is refused now rather than at its time
     // (preparing may open files: off the loop).
     let preparation = preparation
-    control.offload { () -> ProtocolError? in
+    control.offload(.files) { () -> ProtocolError? in
       for (index, command) in commands.enumerated() {
         do throws(ProtocolError) {
           _ = try preparation.prepare(command, confined: confined)
