@@ -69,46 +69,84 @@ final class ApplyPipeline: Sendable {
     // changes made meanwhile.
     let changesDuckRules = commands.contains(where: \.changesDuckRules)
     let savesDucks = persistence != nil && schedule == nil && changesDuckRules
+    // Most commands open nothing: prepared here, at once (no closure to allocate on the way).
+    guard commands.contains(where: \.opensFiles) else {
+      proceed(
+        Self.prepare(
+          commands, preparation: preparation, elapsed: elapsed, confined: confined, fieldPrefix: fieldPrefix),
+        commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix, answerEarly: answerEarly,
+        saved: saved, savesDucks: savesDucks, handedOver: handedOver, combine: combine)
+      return
+    }
     let preparation = preparation
-    let persistence = persistence
-    control.offload(.files, inPlace: !commands.contains(where: \.opensFiles)) {
-      () -> Result<[Operation], ProtocolError> in
-      var operations: [Operation] = []
-      for (index, command) in commands.enumerated() {
-        do throws(ProtocolError) {
-          operations.append(try preparation.prepare(command, elapsed: elapsed, confined: confined))
-        } catch {
-          return .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
-        }
-      }
-      return .success(operations)
+    control.offload(.files) {
+      Self.prepare(commands, preparation: preparation, elapsed: elapsed, confined: confined, fieldPrefix: fieldPrefix)
     } then: { [self] prepared in
-      let finish: @Sendable (Result<Prepared, ProtocolError>) -> Void = { [self] prepared in
-        defer { handedOver.done() }
-        switch prepared {
-        case .failure(let error):
-          saved?.settle()
-          respond(.failure(error))
-        case .success(let prepared):
-          apply(
-            prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
-            answerEarly: answerEarly, saved: saved, combine: combine)
-        }
+      proceed(
+        prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+        answerEarly: answerEarly,
+        saved: saved, savesDucks: savesDucks, handedOver: handedOver, combine: combine)
+    }
+  }
+
+  /// Prepares every command, or says why one cannot be.
+  private static func prepare(
+    _ commands: [Command], preparation: Preparation, elapsed: Double, confined: Bool, fieldPrefix: String?
+  ) -> Result<[Operation], ProtocolError> {
+    var operations: [Operation] = []
+    operations.reserveCapacity(commands.count)
+    for (index, command) in commands.enumerated() {
+      do throws(ProtocolError) {
+        operations.append(try preparation.prepare(command, elapsed: elapsed, confined: confined))
+      } catch {
+        return .failure(fieldPrefix.map { error.prefixed("\($0)[\(index)]") } ?? error)
       }
-      guard case .success(let operations) = prepared, savesDucks, let persistence else {
-        finish(prepared.map { Prepared(operations: $0, duckUndo: nil) })
-        return
+    }
+    return .success(operations)
+  }
+
+  /// Back on the loop with the commands prepared: duck rules saved first (on the disk's one lane,
+  /// so rules are saved, and then applied, in the order they came), then applied.
+  private func proceed(
+    _ prepared: Result<[Operation], ProtocolError>, commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void, fieldPrefix: String?,
+    answerEarly: Bool, saved: SavedRun?, savesDucks: Bool, handedOver: HandOver,
+    combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
+    guard case .success(let operations) = prepared, savesDucks, let persistence else {
+      finish(
+        prepared.map { Prepared(operations: $0, duckUndo: nil) }, commands: commands, at: schedule, respond: respond,
+        fieldPrefix: fieldPrefix, answerEarly: answerEarly, saved: saved, handedOver: handedOver, combine: combine)
+      return
+    }
+    control.offload(.disk) { () -> Result<Prepared, ProtocolError> in
+      guard let undo = persistence.record(ducks: commands) else {
+        return .failure(
+          ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
       }
-      // On the disk's one lane: the rules are saved, and then applied, in the order they came.
-      control.offload(.disk) { () -> Result<Prepared, ProtocolError> in
-        guard let undo = persistence.record(ducks: commands) else {
-          return .failure(
-            ProtocolError(.internalError, "the duck rules could not be saved (see rampd's log); nothing was changed"))
-        }
-        return .success(Prepared(operations: operations, duckUndo: undo))
-      } then: {
-        finish($0)
-      }
+      return .success(Prepared(operations: operations, duckUndo: undo))
+    } then: { [self] prepared in
+      finish(
+        prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+        answerEarly: answerEarly, saved: saved, handedOver: handedOver, combine: combine)
+    }
+  }
+
+  /// Applies what was prepared, or refuses; then the request is handed on.
+  private func finish(
+    _ prepared: Result<Prepared, ProtocolError>, commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void, fieldPrefix: String?,
+    answerEarly: Bool, saved: SavedRun?, handedOver: HandOver, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
+    defer { handedOver.done() }
+    switch prepared {
+    case .failure(let error):
+      saved?.settle()
+      respond(.failure(error))
+    case .success(let prepared):
+      apply(
+        prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+        answerEarly: answerEarly, saved: saved, combine: combine)
     }
   }
 
@@ -252,12 +290,22 @@ final class ApplyPipeline: Sendable {
 /// clock, or refused): a connection hands on its requests one after another, so they take effect
 /// in the order they came even when one waited for the disk.
 public struct HandOver: Sendable {
-  public let done: @Sendable () -> Void
-  public static let none = HandOver {}
+  private let target: (any HandOverTarget)?
 
-  public init(_ done: @escaping @Sendable () -> Void) {
-    self.done = done
+  /// Nobody waits.
+  public static let none = HandOver(nil)
+
+  public init(_ target: (any HandOverTarget)?) {
+    self.target = target
   }
+
+  public func done() { target?.handedOn() }
+}
+
+/// What waits for a request to be handed on (a connection, to hand on its next).
+public protocol HandOverTarget: AnyObject, Sendable {
+  /// On the control loop.
+  func handedOn()
 }
 
 /// A saved schedule on its way through the pipeline: its book hears how it ended.

@@ -210,6 +210,14 @@ public final class Controller: Sendable {
     default:
       handsOverLater = true
       let answerEarly = client.awaitsNoOtherReply
+      // Not kept as a schedule (no `at`, or nowhere to keep it): straight on.
+      guard request.isScheduled, persistence != nil else {
+        pipeline.submit(
+          [request.command], at: request.at, respond: respond, answerEarly: answerEarly, confined: confined,
+          handedOver: handedOver
+        ) { $0[0] }
+        return
+      }
       schedules.save(request, confined: confined, respond: respond, handedOver: handedOver) { [self] record in
         let respond = record.map { schedules.announcing($0, respond) } ?? respond
         schedules.whenDue(record, at: request.at, respond: respond, handedOver: handedOver) { [self] at, handedOver in

@@ -8,7 +8,7 @@ import Synchronization
 
 /// One connection: parses requests, hands them to the controller, writes replies and events, and
 /// runs the connection's observers.
-final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
+final class Session: ChannelInboundHandler, Client, HandOverTarget, @unchecked Sendable {
   typealias InboundIn = ByteBuffer
   typealias OutboundOut = ByteBuffer
 
@@ -173,23 +173,22 @@ final class Session: ChannelInboundHandler, Client, @unchecked Sendable {
   }
 
   /// Hands the waiting requests to the controller, one after another; one that waits for the disk
-  /// is handed on later, and the rest wait for it.
+  /// is handed on later (`handedOn`), and the rest wait for it.
   private func handOnWaiting() {
     // One handed on at once calls back from within `handle`: the loop below takes the next.
     guard !drainingWaiting else { return }
     drainingWaiting = true
     defer { drainingWaiting = false }
-    let loopBound = NIOLoopBound(self, eventLoop: channel.eventLoop)
     while !handingOn, let next = waiting.popFirst() {
       handingOn = true
-      controller.handle(
-        next.request, from: self, sequence: next.sequence,
-        handedOver: HandOver {
-          let session = loopBound.value
-          session.handingOn = false
-          session.handOnWaiting()
-        })
+      controller.handle(next.request, from: self, sequence: next.sequence, handedOver: HandOver(self))
     }
+  }
+
+  func handedOn() {
+    channel.eventLoop.preconditionInEventLoop()
+    handingOn = false
+    handOnWaiting()
   }
 
   func errorCaught(context: ChannelHandlerContext, error: Error) {
