@@ -256,7 +256,7 @@ public final class Daemon: @unchecked Sendable {
   private func startWatchdog() {
     guard notifier.isActive else { return }
     let every = min((notifier.watchdogInterval ?? 10) / 2, 5)
-    let feeder = WatchdogFeeder()
+    let feeder = WatchdogFeeder(loop: server.eventLoop)
     watchdog = server.eventLoop.scheduleRepeatedTask(
       initialDelay: .zero, delay: .milliseconds(Int64(every * 1000))
     ) { [weak self] _ in
@@ -352,24 +352,34 @@ public final class Daemon: @unchecked Sendable {
 }
 
 /// The watchdog's memory between ticks (event loop only).
-final class WatchdogFeeder: @unchecked Sendable {
-  private var lastBlocks = -1
-  private var lastStatus = ""
-  private var stalled = false
+final class WatchdogFeeder: Sendable {
+  private struct State {
+    var lastBlocks = -1
+    var lastStatus = ""
+    var stalled = false
+  }
+  /// The loop's that feeds the watchdog.
+  private let state: NIOLoopBoundBox<State>
+
+  init(loop: EventLoop) {
+    state = .makeBoxSendingValue(State(), eventLoop: loop)
+  }
 
   func tick(blocks: Int, idle: Bool, status: String, notifier: ServiceNotifier, logger: Logger) {
-    if blocks != lastBlocks || idle {
-      if notifier.watchdogInterval != nil { notifier.watchdog() }
-      if stalled { logger.notice("render loop running again") }
-      stalled = false
-    } else if !stalled {
-      stalled = true
-      logger.error("render loop stalled: not feeding the watchdog")
-    }
-    lastBlocks = blocks
-    if status != lastStatus {
-      notifier.status(status)
-      lastStatus = status
+    state.withValue { state in
+      if blocks != state.lastBlocks || idle {
+        if notifier.watchdogInterval != nil { notifier.watchdog() }
+        if state.stalled { logger.notice("render loop running again") }
+        state.stalled = false
+      } else if !state.stalled {
+        state.stalled = true
+        logger.error("render loop stalled: not feeding the watchdog")
+      }
+      state.lastBlocks = blocks
+      if status != state.lastStatus {
+        notifier.status(status)
+        state.lastStatus = status
+      }
     }
   }
 }

@@ -5,28 +5,44 @@ import NIOCore
 /// killed). The replies a turn writes, to one connection or many, need one journal write between
 /// them, not one each; and a connection's replies and events leave in one send.
 ///
-/// Event-loop thread only: the server has one loop, and every connection writes on it.
-final class OutputFlusher: @unchecked Sendable {
+/// The control loop's: the server has one loop, and every connection writes on it.
+final class OutputFlusher: Sendable {
   private let controller: Controller
   /// The connections with output written and not yet sent; `spare` is the other list, swapped in
   /// while these are sent (so the lists are not allocated each turn).
-  private var due: [Session] = []
-  private var spare: [Session] = []
+  private struct Lists {
+    var due: [Session] = []
+    var spare: [Session] = []
+  }
+  private let lists: NIOLoopBoundBox<Lists>
 
-  init(controller: Controller) { self.controller = controller }
+  init(controller: Controller) {
+    self.controller = controller
+    lists = .makeBoxSendingValue(Lists(), eventLoop: controller.control.eventLoop)
+  }
 
   /// Sends `session`'s output once the event loop has handled what it read in this turn. From the
   /// loop (a task it runs next: after the reads of this turn, before it waits again).
   func sendLater(_ session: Session) {
-    due.append(session)
-    guard due.count == 1 else { return }
+    let first = lists.withValue { lists in
+      lists.due.append(session)
+      return lists.due.count == 1
+    }
+    guard first else { return }
     session.eventLoop.execute { self.sendAll() }
   }
 
   private func sendAll() {
     controller.persistence?.writeJournal()
-    swap(&due, &spare)
-    for session in spare { session.sendWritten() }
-    spare.removeAll(keepingCapacity: true)
+    // Taken out of the box while they are sent: a send may write again (and come back here).
+    var sending = lists.withValue { lists in
+      swap(&lists.due, &lists.spare)
+      let sending = lists.spare
+      lists.spare = []
+      return sending
+    }
+    for session in sending { session.sendWritten() }
+    sending.removeAll(keepingCapacity: true)
+    lists.value.spare = sending
   }
 }
