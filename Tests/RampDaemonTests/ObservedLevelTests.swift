@@ -25,6 +25,25 @@ import Testing
   }
 
   /// The highest |sample| of the 400 ms of stereo `samples` before frame `end`, dBFS.
+  /// A level read at `sample` (heard at `heard`) is what the recording reads there: within what
+  /// the window 10 ms earlier or ending there reads, ± 0.1 dB for a peak, ± 0.2 LU for loudness.
+  static func expectRecordingReads(
+    _ value: Double, key: String, sample: Int, heard: Int, in played: [Float],
+    sourceLocation: SourceLocation = #_sourceLocation
+  ) throws {
+    if key.hasSuffix(".peak") {
+      let bounds = [peak(played, end: heard - 480), peak(played, end: heard)]
+      #expect(
+        value >= bounds.min()! - 0.1 && value <= bounds.max()! + 0.1,
+        "\(key) at \(sample): \(value) dB, the recording \(bounds)", sourceLocation: sourceLocation)
+    } else {
+      let bounds = [try momentary(played, end: heard - 480), try momentary(played, end: heard)]
+      #expect(
+        value >= bounds.min()! - 0.2 && value <= bounds.max()! + 0.2,
+        "\(key) at \(sample): \(value) LUFS, libebur128 on the recording \(bounds)", sourceLocation: sourceLocation)
+    }
+  }
+
   static func peak(_ samples: [Float], end: Int) -> Double {
     let window = samples[(2 * max(end - 19_200, 0))..<(2 * end)]
     return 20 * log10(Double(window.map { abs($0) }.max() ?? 0))
@@ -81,17 +100,7 @@ import Testing
       // Values are sent when they change: a steady level is one value.
       let heard = key.hasPrefix("streams.") ? sample + latency : sample
       guard heard >= 19_200 + 480, heard <= played.count / 2 else { continue }
-      if key.hasSuffix(".peak") {
-        let bounds = [Self.peak(played, end: heard - 480), Self.peak(played, end: heard)]
-        #expect(
-          observed >= bounds.min()! - 0.1 && observed <= bounds.max()! + 0.1,
-          "\(key) at \(sample): \(observed) dB, the recording \(bounds)")
-      } else {
-        let bounds = [try Self.momentary(played, end: heard - 480), try Self.momentary(played, end: heard)]
-        #expect(
-          observed >= bounds.min()! - 0.2 && observed <= bounds.max()! + 0.2,
-          "\(key) at \(sample): \(observed) LUFS, libebur128 on the recording \(bounds)")
-      }
+      try Self.expectRecordingReads(observed, key: key, sample: sample, heard: heard, in: played)
       checked += 1
     }
     #expect(checked >= 20, "\(checked) values checked of \(values.count)")
@@ -168,18 +177,8 @@ import Testing
     for (key, sample, value) in read {
       let heard = key.hasPrefix("streams.") ? sample + latency : sample
       try #require(heard <= played.count / 2, "\(key) at \(sample): past the recording")
-      if key.hasSuffix(".peak") {
-        #expect(abs(value - -20) <= 0.1, "\(key) at \(sample): \(value) dB")
-        let bounds = [Self.peak(played, end: heard - 480), Self.peak(played, end: heard)]
-        #expect(
-          value >= bounds.min()! - 0.1 && value <= bounds.max()! + 0.1,
-          "\(key) at \(sample): \(value) dB, the recording \(bounds)")
-      } else {
-        let bounds = [try Self.momentary(played, end: heard - 480), try Self.momentary(played, end: heard)]
-        #expect(
-          value >= bounds.min()! - 0.2 && value <= bounds.max()! + 0.2,
-          "\(key) at \(sample): \(value) LUFS, libebur128 on the recording \(bounds)")
-      }
+      if key.hasSuffix(".peak") { #expect(abs(value - -20) <= 0.1, "\(key) at \(sample): \(value) dB") }
+      try Self.expectRecordingReads(value, key: key, sample: sample, heard: heard, in: played)
     }
     let observed = try #require(observedBefore?["value"]?.numberValue, "no value observed")
     let got = try #require(alongside.result["value"]?.numberValue)
