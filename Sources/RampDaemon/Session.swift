@@ -166,6 +166,12 @@ final class Session: ChannelInboundHandler, Client, HandOverTarget, @unchecked S
         // Answered at once, whatever this connection's earlier commands still wait for.
         controller.handle(request, from: self, sequence: sequence)
       default:
+        // Nothing of this connection's waits: straight on, without a trip through the queue.
+        guard handingOn || drainingWaiting || !waiting.isEmpty else {
+          handingOn = true
+          controller.handle(request, from: self, sequence: sequence, handedOver: HandOver(self))
+          return
+        }
         waiting.append((request, sequence))
         handOnWaiting()
       }
