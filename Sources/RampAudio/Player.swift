@@ -540,7 +540,8 @@ public final class Player: Sendable {
   // MARK: Offline
 
   /// Renders one block of an offline player into its sink, on the calling thread (which is its
-  /// render thread): the live loop's steps without the clock (`RenderLoop.renderOffline`).
+  /// render thread): the live loop's step (`RenderLoop.step`), driven by the sink instead of the
+  /// device (`SinkBlocks`).
   public func renderOffline() throws(AudioError) { try renderer.renderOffline() }
 
   /// Takes every command submitted so far into an offline player, as its next block would: a

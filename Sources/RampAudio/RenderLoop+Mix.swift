@@ -184,9 +184,8 @@ extension RenderLoop {
 
   /// Posts the engine's completion reports and hands what ended to the recovery thread.
   func drainCompletions() {
-    state.engine.drainCompletions(retiring: { retire(.object($0)) }) { report in
-      state.post(.animationFinished(report))
-    }
+    state.engine.drainCompletions(
+      retiring: { retire(.object($0)) }, { report in state.post(.animationFinished(report)) })
   }
 
   enum SupplyRamp {

@@ -163,66 +163,42 @@ final class RenderLoop: @unchecked Sendable {
       for stream in state.streams { stream.cancelDecoders() }
       link.finished.store(true, ordering: .releasing)
     }
+    var clocked = DeviceBlocks()
     while link.running.load(ordering: .acquiring) {
-      if link.blockCount.load(ordering: .relaxed) > 0 { idleIfNothingToRender(buffers) }
-      // With clock pacing, the wait comes before the block is rendered: a command taken during
-      // it lands on the block's first sample, heard at most one buffer later.
-      var due: Int64 = 0
-      // The pacing of the device in use: the fallback and the configured device may differ.
-      if let device, device.negotiated.pacing == .device {
-        let waited = waitForRoomTakingCommands(on: device, frames: buffers.frames)
-        observeAfterWrite = waited
-        // A device that rewinds is filled by timer, several blocks per wake-up, as with the clock.
-        if rewindHistory.enabled && device.rewindsNow { due = dueOfBlock(waited: waited, on: device) }
-      }
-      if let device, device.negotiated.pacing == .clock {
-        let waited = takeCommandsWhileWaiting(for: device, frames: buffers.frames)
-        observeAfterWrite = waited
-        due = dueOfBlock(waited: waited, on: device)
-      }
-      takeCommands()
-      // Replies leave now, not after the block has waited for the device.
-      flushEvents()
-      if let device, device.negotiated.pacing == .device { waitForStreams(on: device, frames: buffers.frames) }
-      publishValues(due: due)
-      beginRewindableBlock()
-      renderScheduled(buffers)
-      // Published before the write (with device pacing, the wait for the device), so commands
-      // taken meanwhile count from here.
-      link.published.store(state.engine.now, ordering: .releasing)
-      writeOrKeepTime(buffers)
-      endRewindableBlock()
-      link.blockCount.add(1, ordering: .relaxed)
-      finishStreams()
-      flushEvents()
+      // A live block cannot fail: a device error is recovered from (`writeOrKeepTime`).
+      try? step(&clocked, buffers)
     }
   }
 
-  /// Renders one block of an offline player into its sink, on the calling thread (which is its
-  /// render thread): the live loop's steps without the clock. Before the block it waits for every
-  /// stream to have its audio (``waitForEveryStream(frames:)``), so the render does not depend
-  /// on how fast the decoders run. The caller takes the events between blocks.
-  public func renderOffline() throws(AudioError) {
-    guard let sink, let buffers = offlineBuffers else {
-      throw AudioError(.invalidParameter, "renderOffline needs a player made with a sink")
-    }
-    takeEveryCommand()
-    waitForEveryStream(frames: buffers.frames)
-    publishValues(due: 0)
+  /// One block, whichever drives it: what comes before it (the wait for the device or the clock,
+  /// the commands, the decoders) and where it goes are `driver`'s; the rest is the same live and
+  /// offline, so a render is the live output, sample for sample.
+  func step<Driver: BlockDriver>(_ driver: inout Driver, _ buffers: RenderBuffers) throws(AudioError) {
+    let due = driver.beforeBlock(self, buffers)
+    publishValues(due: due)
+    beginRewindableBlock()
     renderScheduled(buffers)
+    // Published before the write (with device pacing, the wait for the device), so commands
+    // taken meanwhile count from here.
     link.published.store(state.engine.now, ordering: .releasing)
-    // The sink's first sample is the show's first: what the limiter's delay line held before it
-    // is not written (its caller renders on until the sink has the show's last sample).
-    let skipped = min(offlineLatencyLeft, buffers.frames)
-    offlineLatencyLeft -= skipped
-    if skipped < buffers.frames {
-      try sink.write(buffers.mix + skipped * buffers.channels, frames: buffers.frames - skipped)
-    }
+    try driver.deliver(self, buffers)
+    endRewindableBlock()
     link.blockCount.add(1, ordering: .relaxed)
     finishStreams()
     flushEvents()
-    // No recovery thread offline: what was retired is freed here, between blocks.
-    while link.retired.pop() != nil {}
+    driver.afterBlock(self)
+  }
+
+  /// Renders one block of an offline player into its sink, on the calling thread (which is its
+  /// render thread): the live loop's step, driven by the sink (`SinkBlocks`). Before the block it
+  /// waits for every stream to have its audio (``waitForEveryStream(frames:)``), so the render does
+  /// not depend on how fast the decoders run. The caller takes the events between blocks.
+  public func renderOffline() throws(AudioError) {
+    guard sink != nil, let buffers = offlineBuffers else {
+      throw AudioError(.invalidParameter, "renderOffline needs a player made with a sink")
+    }
+    var virtual = SinkBlocks()
+    try step(&virtual, buffers)
   }
 
   /// Takes every command submitted so far, not a block's share (none may land late), on an
