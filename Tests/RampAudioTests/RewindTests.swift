@@ -27,6 +27,8 @@ import Testing
     var rewind: (active: Bool, margin: Double, rewinds: Int)
     var underruns: Int
     var finished = 0
+    /// The render thread ran in real time (`IdleTests.realtime`).
+    var realtime = false
   }
 
   /// Plays the signal through `name` (200 ms buffer, 10 ms period), then sends `sets` gain
@@ -40,6 +42,9 @@ import Testing
     player.start()
     try player.play(file, id: "signal")
     usleep(800_000)
+    // In real time, as the shipped unit lets the render thread be: at normal priority on a busy
+    // machine it may run late and the device under (what is heard is checked regardless).
+    let realtime = IdleTests.realtime(player)
     var sent: [(nanoseconds: Int64, value: Double)] = []
     var generator = SystemRandomNumberGenerator()
     var value = 1.0
@@ -54,7 +59,7 @@ import Testing
       }
     }
     usleep(400_000)
-    var outcome = Outcome(rewind: player.outputRewind, underruns: player.deviceUnderruns)
+    var outcome = Outcome(rewind: player.outputRewind, underruns: player.deviceUnderruns, realtime: realtime)
     player.shutdown()
     while let event = player.nextEvent() {
       if case .animationFinished = event { outcome.finished += 1 }
@@ -97,7 +102,7 @@ import Testing
     #expect(outcome.rewind.active, "the clocked device rewinds")
     #expect(outcome.rewind.margin <= 0.005)
     #expect(outcome.rewind.rewinds >= 12, "\(outcome.rewind.rewinds) rewinds")
-    #expect(outcome.underruns == 0)
+    #expect(!outcome.realtime || outcome.underruns == 0, "\(outcome.underruns) underrun(s) in real time")
     let sorted = outcome.latencies.sorted()
     let median = sorted[sorted.count / 2]
     // Heard within the margin; the rest is the render thread's wake-up and render (a loaded
