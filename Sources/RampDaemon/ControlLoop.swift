@@ -28,8 +28,6 @@ public struct ControlLoop: Sendable {
     return (ControlLoop(eventLoop: group.next(), blocking: nil), group)
   }
 
-  public var inLoop: Bool { eventLoop.inEventLoop }
-
   /// Runs `body` on the loop: in place when called there, else as the loop's next task.
   public func execute(_ body: @escaping @Sendable () -> Void) {
     if eventLoop.inEventLoop {

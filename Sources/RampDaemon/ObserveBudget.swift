@@ -22,7 +22,4 @@ final class ObserveBudget: Sendable {
   func release(_ rate: Double) {
     used.value = max(used.value - rate, 0)
   }
-
-  /// Hz in use now.
-  var inUse: Double { used.value }
 }
