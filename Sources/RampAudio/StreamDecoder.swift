@@ -24,6 +24,8 @@ public final class StreamDecoder: @unchecked Sendable {
   public let lowWater: Int
 
   private let reader: SoundFileReader
+  /// The decoder thread's working blocks.
+  private let scratch: DecodeScratch
   private let resampler: Resampler?
   private let channelMap: ChannelMap
   private let state = Atomic<Int>(State.running.rawValue)
@@ -102,6 +104,9 @@ public final class StreamDecoder: @unchecked Sendable {
       ? nil
       : try Resampler(inputRate: Double(reader.sampleRate), outputRate: Double(outputRate), channels: reader.channels)
     channelMap = try ChannelMap(inputChannels: reader.channels, outputChannels: outputChannels)
+    scratch = DecodeScratch(
+      fileRate: fileRate, fileChannels: fileChannels, outputRate: outputRate, outputChannels: outputChannels,
+      resamplerInputRate: resampler?.inputRate)
     ring = RingBuffer(minimumCapacity: Int(Double(outputRate) * bufferSeconds) * outputChannels)
     lowWater = ring.capacity / 2
     bell = Bell()
@@ -288,20 +293,13 @@ public final class StreamDecoder: @unchecked Sendable {
     nameThisThread("rampd-decoder")
     flushSubnormalsOnThisThread()
     decoderThread.store(currentThreadID(), ordering: .releasing)
-    // Upsampling reads fewer file frames at a time, so a block stays about `blockFrames` output
-    // frames, whatever the ratio.
-    let block = min(max(Self.blockFrames * fileRate / outputRate, 16), Self.blockFrames)
-    let fileFrames = UnsafeMutablePointer<Float>.allocate(capacity: block * fileChannels)
-    let resampledCapacity = resampler.map { 2 * Int(Double(block) * Double(outputRate) / $0.inputRate) + 256 } ?? block
-    let resampled = UnsafeMutablePointer<Float>.allocate(capacity: resampledCapacity * fileChannels)
-    let mapped = UnsafeMutablePointer<Float>.allocate(capacity: resampledCapacity * outputChannels)
-    defer {
-      fileFrames.deallocate()
-      resampled.deallocate()
-      mapped.deallocate()
-      // Failed or cancelled: a consumer waiting for samples waits no more.
-      notifyConsumer()
-    }
+    let block = scratch.block
+    let fileFrames = scratch.fileFrames
+    let resampledCapacity = scratch.resampledCapacity
+    let resampled = scratch.resampled
+    let mapped = scratch.mapped
+    // Failed or cancelled: a consumer waiting for samples waits no more.
+    defer { notifyConsumer() }
     var pending = 0  // mapped samples not yet in the ring
     var pendingOffset = 0
     // Where they are: `mapped`, or the decoded samples themselves when the map is the identity.
@@ -401,5 +399,35 @@ public final class StreamDecoder: @unchecked Sendable {
         break
       }
     }
+  }
+}
+
+/// A decoder thread's working blocks: the file's frames, soxr's output, the channel map's output.
+/// Owned by the decoder, not the thread's stack, so they live exactly as long as the decoder and
+/// are reachable from it (LeakSanitizer, scanning at exit, need not find them on a sleeping
+/// thread's stack).
+private final class DecodeScratch {
+  /// File frames read at a time: upsampling reads fewer, so a block stays about
+  /// `StreamDecoder.blockFrames` output frames, whatever the ratio.
+  let block: Int
+  let resampledCapacity: Int
+  let fileFrames: UnsafeMutablePointer<Float>
+  let resampled: UnsafeMutablePointer<Float>
+  let mapped: UnsafeMutablePointer<Float>
+
+  init(fileRate: Int, fileChannels: Int, outputRate: Int, outputChannels: Int, resamplerInputRate: Double?) {
+    let block = min(max(StreamDecoder.blockFrames * fileRate / outputRate, 16), StreamDecoder.blockFrames)
+    let resampledCapacity = resamplerInputRate.map { 2 * Int(Double(block) * Double(outputRate) / $0) + 256 } ?? block
+    self.block = block
+    self.resampledCapacity = resampledCapacity
+    fileFrames = .allocate(capacity: block * fileChannels)
+    resampled = .allocate(capacity: resampledCapacity * fileChannels)
+    mapped = .allocate(capacity: resampledCapacity * outputChannels)
+  }
+
+  deinit {
+    fileFrames.deallocate()
+    resampled.deallocate()
+    mapped.deallocate()
   }
 }

@@ -433,7 +433,8 @@ enum CommandRefusal: Error {
     case .outOfRange(let key, let value, let range, let field):
       return ProtocolError(
         outOfRange: .propertyRange, value: value, field: field,
-        "\(value) is outside \(key)'s range \(range.lowerBound)...\(range.upperBound)")
+        reason:
+          "is outside \(key)'s range \(JSONValue.format(range.lowerBound))...\(JSONValue.format(range.upperBound))")
     case .noQueue(let stream):
       return QueueBook.noQueue(stream)
     case .unknownDuck(let name):

@@ -50,6 +50,9 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   /// units: `+3dB` arrives as 1.4125…): what a client routes on, never the message.
   public var bound: Bound?
   public var value: Double?
+  /// An `out-of-range` refusal's words after the number it quotes: the message is `<value>
+  /// <reason>`, so a client can quote the value as its user typed it (`+3dB`) and keep the rest.
+  public internal(set) var reason: String?
   /// The message without the place it starts with (the field path, or where a `bad-json` line
   /// went wrong), for a caller that names the place its own way; nil when the message names no
   /// place.
@@ -73,11 +76,12 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
     self.message = message
   }
 
-  /// An `out-of-range` refusal of `value` for crossing `bound`.
-  public init(outOfRange bound: Bound, value: Double, field: String?, _ message: String) {
-    self.init(.outOfRange, field: field, message)
+  /// An `out-of-range` refusal of `value` for crossing `bound`, saying `<value> <reason>`.
+  public init(outOfRange bound: Bound, value: Double, field: String?, reason: String) {
+    self.init(.outOfRange, field: field, "\(JSONValue.format(value)) \(reason)")
     self.bound = bound
     self.value = value
+    self.reason = reason
   }
 
   /// A `bad-json` refusal at byte `offset`: `bad JSON at column <offset + 1>: <problem>`.
@@ -92,7 +96,7 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   /// Equal as the wire carries them: what a reply sends, not how the message was put together.
   public static func == (lhs: ProtocolError, rhs: ProtocolError) -> Bool {
     lhs.code == rhs.code && lhs.field == rhs.field && lhs.message == rhs.message && lhs.bound == rhs.bound
-      && lhs.value == rhs.value
+      && lhs.value == rhs.value && lhs.reason == rhs.reason
   }
 
   /// `<code>: <message>`, with the field when the message does not already start with it: what

@@ -28,6 +28,7 @@ extension ProtocolError {
     object["message"] = .string(message)
     if let bound { object["bound"] = .string(bound.rawValue) }
     if let value { object["value"] = .number(value) }
+    if let reason { object["reason"] = .string(reason) }
     return .object(object)
   }
 
@@ -269,6 +270,7 @@ public enum ServerLine: Sendable, Equatable {
     var failure = ProtocolError(code, field: details.optionalString("field"), try details.string("message"))
     failure.bound = details.optionalString("bound").flatMap(ProtocolError.Bound.init(rawValue:))
     failure.value = details.object["value"]?.numberValue
+    failure.reason = details.optionalString("reason")
     return .reply(id: id, result: .failure(failure))
   }
 }

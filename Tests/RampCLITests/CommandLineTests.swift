@@ -223,18 +223,19 @@ import Testing
   @Test func gainRefusalsEchoWhatWasTyped() {
     let above = ProtocolError(
       outOfRange: .gainMaximum, value: 50, field: "value",
-      "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+      reason: "is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+    #expect(above.message == "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     #expect(
       RefusalText.explained(above, typed: ["value": "50"]).message
         == "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more); did you mean 50%?")
-    let two = ProtocolError(outOfRange: .gainMaximum, value: 2, field: "value", "2 is above the maximum gain 1 (0 dB)")
+    let two = ProtocolError(
+      outOfRange: .gainMaximum, value: 2, field: "value", reason: "is above the maximum gain 1 (0 dB)")
     #expect(RefusalText.explained(two, typed: ["value": "2"]).message == "2 is above the maximum gain 1 (0 dB)")
     let decibels = ProtocolError(
       outOfRange: .gainMaximum, value: 1.4125375446227544, field: "to",
-      "1.4125375446227544 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+      reason: "is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     let told = RefusalText.explained(decibels, typed: ["to": "+3dB"]).message
-    #expect(told.hasPrefix("+3dB (1.412538) is above"), "\(told)")
-    #expect(!told.contains("did you mean"))
+    #expect(told == "+3dB (1.412538) is above the maximum gain 1 (0 dB; raise gain.max to allow more)", "\(told)")
     let other = ProtocolError(.unknownKeyPath, field: "key", "no property 'x'")
     #expect(RefusalText.explained(other, typed: ["key": "x"]) == other)
   }
@@ -243,10 +244,32 @@ import Testing
   /// whatever its message says, and a gain maximum worded otherwise still gets the hint.
   @Test func gainRefusalsRouteOnTheirBound() {
     let pan = ProtocolError(
-      outOfRange: .propertyRange, value: 50, field: "value", "50 is above the maximum gain of nothing")
+      outOfRange: .propertyRange, value: 50, field: "value", reason: "is above the maximum gain of nothing")
     #expect(!RefusalText.explained(pan, typed: ["value": "50"]).message.contains("did you mean"))
-    let reworded = ProtocolError(outOfRange: .gainMaximum, value: 50, field: "value", "50 exceeds gain.max")
+    let reworded = ProtocolError(outOfRange: .gainMaximum, value: 50, field: "value", reason: "exceeds gain.max")
     #expect(RefusalText.explained(reworded, typed: ["value": "50"]).message == "50 exceeds gain.max; did you mean 50%?")
+  }
+
+  /// The typed value replaces the number through the refusal's `reason`, never by reading the
+  /// message: a message whose first word is the number but that carries no reason (as a daemon
+  /// that sends none writes it) is kept whole, and one that quotes the number elsewhere still gets
+  /// the typed value in front of its reason.
+  @Test func refusalsAreRetoldFromTheirDataNotTheirWords() throws {
+    var noReason = ProtocolError(.outOfRange, field: "to", "1.4125375446227544 is too loud")
+    noReason.value = 1.4125375446227544
+    noReason.bound = .gainMaximum
+    #expect(RefusalText.explained(noReason, typed: ["to": "+3dB"]).message == "1.4125375446227544 is too loud")
+
+    let refused = ProtocolError(
+      outOfRange: .propertyRange, value: 2, field: "value", reason: "is outside streams.a.pan's range -1...1")
+    guard case .reply(_, .failure(let read)) = try ServerLine.parse(Reply.failure(id: 1, error: refused).serialized())
+    else {
+      Issue.record("not a failed reply")
+      return
+    }
+    #expect(
+      RefusalText.explained(read, typed: ["value": "200%"]).message
+        == "200% (2) is outside streams.a.pan's range -1...1")
   }
 
   @Test func nothingToStopSaysSo() throws {
