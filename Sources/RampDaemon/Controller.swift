@@ -347,14 +347,15 @@ public final class Controller: Sendable {
       return
     }
     pollMeasured(
-      published, deadline: DispatchTime.now() + Player.levelWindow + Self.measuredTimeout, respond: respond)
+      published, deadline: .now() + .nanoseconds(Int64((Player.levelWindow + Self.measuredTimeout) * 1e9)),
+      respond: respond)
   }
 
   /// Beyond the window, how long a level may take to be read before the reply says why it was not.
   static let measuredTimeout = 2.0
 
   private func pollMeasured(
-    _ published: PublishedValue, deadline: DispatchTime,
+    _ published: PublishedValue, deadline: NIODeadline,
     respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
   ) {
     let key = published.keyPath
@@ -367,7 +368,7 @@ public final class Controller: Sendable {
       respond(.success(["key": .string(key), "value": .number(reading.value), "sample": .integer(reading.sample)]))
       return
     }
-    guard DispatchTime.now() < deadline, !stopping.load(ordering: .acquiring) else {
+    guard NIODeadline.now() < deadline, !stopping.load(ordering: .acquiring) else {
       player.unpublish(published)
       respond(
         .failure(
