@@ -69,36 +69,24 @@ final class ApplyPipeline: Sendable {
     // changes made meanwhile.
     let changesDuckRules = commands.contains(where: \.changesDuckRules)
     let savesDucks = persistence != nil && schedule == nil && changesDuckRules
-    let request = Submission(
-      commands: commands, schedule: schedule, respond: respond, fieldPrefix: fieldPrefix, answerEarly: answerEarly,
-      saved: saved, handedOver: handedOver, combine: combine)
     // Most commands open nothing: prepared here, at once (no closure to allocate on the way).
     guard commands.contains(where: \.opensFiles) else {
       proceed(
         Self.prepare(
           commands, preparation: preparation, elapsed: elapsed, confined: confined, fieldPrefix: fieldPrefix),
-        request, savesDucks: savesDucks)
+        commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix, answerEarly: answerEarly,
+        saved: saved, savesDucks: savesDucks, handedOver: handedOver, combine: combine)
       return
     }
     let preparation = preparation
     control.offload(.files) {
       Self.prepare(commands, preparation: preparation, elapsed: elapsed, confined: confined, fieldPrefix: fieldPrefix)
     } then: { [self] prepared in
-      proceed(prepared, request, savesDucks: savesDucks)
+      proceed(
+        prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+        answerEarly: answerEarly,
+        saved: saved, savesDucks: savesDucks, handedOver: handedOver, combine: combine)
     }
-  }
-
-  /// One request on its way through the pipeline: what it applies, when, and how it is answered.
-  private struct Submission: Sendable {
-    let commands: [Command]
-    let schedule: Schedule?
-    let respond: @Sendable (Result<JSONValue, ProtocolError>) -> Void
-    /// Where its commands' errors are placed (a batch's `commands`).
-    let fieldPrefix: String?
-    let answerEarly: Bool
-    let saved: SavedRun?
-    let handedOver: HandOver
-    let combine: @Sendable ([JSONValue]) -> JSONValue
   }
 
   /// Prepares every command, or says why one cannot be.
@@ -119,12 +107,18 @@ final class ApplyPipeline: Sendable {
 
   /// Back on the loop with the commands prepared: duck rules saved first (on the disk's one lane,
   /// so rules are saved, and then applied, in the order they came), then applied.
-  private func proceed(_ prepared: Result<[Operation], ProtocolError>, _ request: Submission, savesDucks: Bool) {
+  private func proceed(
+    _ prepared: Result<[Operation], ProtocolError>, commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void, fieldPrefix: String?,
+    answerEarly: Bool, saved: SavedRun?, savesDucks: Bool, handedOver: HandOver,
+    combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
     guard case .success(let operations) = prepared, savesDucks, let persistence else {
-      finish(prepared.map { Prepared(operations: $0, duckUndo: nil) }, request)
+      finish(
+        prepared.map { Prepared(operations: $0, duckUndo: nil) }, commands: commands, at: schedule, respond: respond,
+        fieldPrefix: fieldPrefix, answerEarly: answerEarly, saved: saved, handedOver: handedOver, combine: combine)
       return
     }
-    let commands = request.commands
     control.offload(.disk) { () -> Result<Prepared, ProtocolError> in
       guard let undo = persistence.record(ducks: commands) else {
         return .failure(
@@ -132,30 +126,36 @@ final class ApplyPipeline: Sendable {
       }
       return .success(Prepared(operations: operations, duckUndo: undo))
     } then: { [self] prepared in
-      finish(prepared, request)
+      finish(
+        prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+        answerEarly: answerEarly, saved: saved, handedOver: handedOver, combine: combine)
     }
   }
 
   /// Applies what was prepared, or refuses; then the request is handed on.
-  private func finish(_ prepared: Result<Prepared, ProtocolError>, _ request: Submission) {
-    defer { request.handedOver.done() }
+  private func finish(
+    _ prepared: Result<Prepared, ProtocolError>, commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void, fieldPrefix: String?,
+    answerEarly: Bool, saved: SavedRun?, handedOver: HandOver, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
+    defer { handedOver.done() }
     switch prepared {
     case .failure(let error):
-      request.saved?.settle()
-      request.respond(.failure(error))
+      saved?.settle()
+      respond(.failure(error))
     case .success(let prepared):
-      apply(prepared, request)
+      apply(
+        prepared, commands: commands, at: schedule, respond: respond, fieldPrefix: fieldPrefix,
+        answerEarly: answerEarly, saved: saved, combine: combine)
     }
   }
 
   /// The loop's part: the sample, the journal, the ticket, the queue.
-  private func apply(_ prepared: Prepared, _ request: Submission) {
-    let commands = request.commands
-    let schedule = request.schedule
-    let respond = request.respond
-    let fieldPrefix = request.fieldPrefix
-    let saved = request.saved
-    let combine = request.combine
+  private func apply(
+    _ prepared: Prepared, commands: [Command], at schedule: Schedule?,
+    respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void, fieldPrefix: String?,
+    answerEarly: Bool, saved: SavedRun?, combine: @escaping @Sendable ([JSONValue]) -> JSONValue
+  ) {
     let operations = prepared.operations
     let duckUndo = prepared.duckUndo
     let changesDuckRules = commands.contains(where: \.changesDuckRules)
@@ -183,7 +183,7 @@ final class ApplyPipeline: Sendable {
     let all = operations
     // A change that cannot fail on the render thread is acknowledged once queued, as MPD's
     // setvol is: the round trip does not wait for the render thread.
-    let foregone = schedule == nil && all.count == 1 && request.answerEarly ? all[0].foregoneResult : nil
+    let foregone = schedule == nil && all.count == 1 && answerEarly ? all[0].foregoneResult : nil
     // Journaled before it is acknowledged, like every other change of a persisted value.
     let early: (key: String, value: Double)? = foregone.flatMap { result in
       guard let key = result["key"]?.stringValue, persistedKeys.contains(key), let value = result["value"]?.numberValue
