@@ -246,13 +246,13 @@ struct Preparation: Sendable {
     let maximum = live.read { $0.maxGain }
     guard value >= 0 else {
       throw ProtocolError(
-        outOfRange: .gainMinimum, value: value, field: field, reason: "is below the minimum gain 0")
+        outOfRange: .gainMinimum, value: value, field: field, detail: "is below the minimum gain 0")
     }
     guard value <= maximum * (1 + 1e-12) else {
       let decibels = JSONValue.format(configuration.maxGainDecibels)
       throw ProtocolError(
         outOfRange: .gainMaximum, value: value, field: field,
-        reason: "is above the maximum gain \(JSONValue.format(maximum)) (\(decibels) dB; raise "
+        detail: "is above the maximum gain \(JSONValue.format(maximum)) (\(decibels) dB; raise "
           + "gain.max to allow more)")
     }
   }

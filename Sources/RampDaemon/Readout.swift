@@ -431,10 +431,7 @@ enum CommandRefusal: Error {
         "position: \(JSONValue.format(position)) s is past the end of stream '\(id)', whose file is"
           + " \(JSONValue.format((length * 1000).rounded() / 1000)) s long")
     case .outOfRange(let key, let value, let range, let field):
-      return ProtocolError(
-        outOfRange: .propertyRange, value: value, field: field,
-        reason:
-          "is outside \(key)'s range \(JSONValue.format(range.lowerBound))...\(JSONValue.format(range.upperBound))")
+      return .outsideRange(value, keyPath: key, range: range, field: field)
     case .noQueue(let stream):
       return QueueBook.noQueue(stream)
     case .unknownDuck(let name):

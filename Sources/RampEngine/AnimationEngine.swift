@@ -122,7 +122,7 @@ public final class AnimationEngine {
       throw EngineError(.invalidValue, field: "range", "must not contain NaN")
     }
     guard range.contains(value) else {
-      throw EngineError(.outOfRange, field: "value", "\(value) is outside \(keyPath)'s range \(range)")
+      throw EngineError(.outOfRange, field: "value", reason: .outsideRange(value, keyPath: keyPath, range: range))
     }
     return PropertyHandle(
       property: Property(keyPath: keyPath, model: value, range: range, capacity: maxAnimationsPerKeyPath))

@@ -51,8 +51,8 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   public var bound: Bound?
   public var value: Double?
   /// An `out-of-range` refusal's words after the number it quotes: the message is `<value>
-  /// <reason>`, so a client can quote the value as its user typed it (`+3dB`) and keep the rest.
-  public internal(set) var reason: String?
+  /// <detail>`, so a client can quote the value as its user typed it (`+3dB`) and keep the rest.
+  public var detail: String?
   /// The message without the place it starts with (the field path, or where a `bad-json` line
   /// went wrong), for a caller that names the place its own way; nil when the message names no
   /// place.
@@ -76,12 +76,23 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
     self.message = message
   }
 
-  /// An `out-of-range` refusal of `value` for crossing `bound`, saying `<value> <reason>`.
-  public init(outOfRange bound: Bound, value: Double, field: String?, reason: String) {
-    self.init(.outOfRange, field: field, "\(JSONValue.format(value)) \(reason)")
+  /// An `out-of-range` refusal of `value` for crossing `bound`, saying `<value> <detail>`.
+  public init(outOfRange bound: Bound, value: Double, field: String?, detail: String) {
+    self.init(.outOfRange, field: field, "\(JSONValue.format(value)) \(detail)")
     self.bound = bound
     self.value = value
-    self.reason = reason
+    self.detail = detail
+  }
+
+  /// An `out-of-range` refusal of `value`, outside `keyPath`'s range: however it was met (a
+  /// request checked, a property defined), the same refusal.
+  public static func outsideRange(
+    _ value: Double, keyPath: String, range: ClosedRange<Double>, field: String?
+  ) -> ProtocolError {
+    ProtocolError(
+      outOfRange: .propertyRange, value: value, field: field,
+      detail:
+        "is outside \(keyPath)'s range \(JSONValue.format(range.lowerBound))...\(JSONValue.format(range.upperBound))")
   }
 
   /// A `bad-json` refusal at byte `offset`: `bad JSON at column <offset + 1>: <problem>`.
@@ -96,7 +107,7 @@ public struct ProtocolError: Error, Sendable, Equatable, CustomStringConvertible
   /// Equal as the wire carries them: what a reply sends, not how the message was put together.
   public static func == (lhs: ProtocolError, rhs: ProtocolError) -> Bool {
     lhs.code == rhs.code && lhs.field == rhs.field && lhs.message == rhs.message && lhs.bound == rhs.bound
-      && lhs.value == rhs.value && lhs.reason == rhs.reason
+      && lhs.value == rhs.value && lhs.detail == rhs.detail
   }
 
   /// `<code>: <message>`, with the field when the message does not already start with it: what
@@ -133,6 +144,10 @@ extension ProtocolError {
   /// An engine refusal met when a command is applied, as a reply reports it. `field` names the
   /// request field when the engine's own field is not a request field.
   public init(_ error: EngineError, field: String? = nil) {
+    if case .outsideRange(let value, let keyPath, let range) = error.reason {
+      self = .outsideRange(value, keyPath: keyPath, range: range, field: field ?? error.field)
+      return
+    }
     self.init(ErrorCode(error.code), field: field ?? error.field, error.message)
   }
 

@@ -28,7 +28,7 @@ extension ProtocolError {
     object["message"] = .string(message)
     if let bound { object["bound"] = .string(bound.rawValue) }
     if let value { object["value"] = .number(value) }
-    if let reason { object["reason"] = .string(reason) }
+    if let detail { object["detail"] = .string(detail) }
     return .object(object)
   }
 
@@ -270,7 +270,7 @@ public enum ServerLine: Sendable, Equatable {
     var failure = ProtocolError(code, field: details.optionalString("field"), try details.string("message"))
     failure.bound = details.optionalString("bound").flatMap(ProtocolError.Bound.init(rawValue:))
     failure.value = details.object["value"]?.numberValue
-    failure.reason = details.optionalString("reason")
+    failure.detail = details.optionalString("detail")
     return .reply(id: id, result: .failure(failure))
   }
 }

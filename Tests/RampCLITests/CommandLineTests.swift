@@ -223,17 +223,17 @@ import Testing
   @Test func gainRefusalsEchoWhatWasTyped() {
     let above = ProtocolError(
       outOfRange: .gainMaximum, value: 50, field: "value",
-      reason: "is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+      detail: "is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     #expect(above.message == "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     #expect(
       RefusalText.explained(above, typed: ["value": "50"]).message
         == "50 is above the maximum gain 1 (0 dB; raise gain.max to allow more); did you mean 50%?")
     let two = ProtocolError(
-      outOfRange: .gainMaximum, value: 2, field: "value", reason: "is above the maximum gain 1 (0 dB)")
+      outOfRange: .gainMaximum, value: 2, field: "value", detail: "is above the maximum gain 1 (0 dB)")
     #expect(RefusalText.explained(two, typed: ["value": "2"]).message == "2 is above the maximum gain 1 (0 dB)")
     let decibels = ProtocolError(
       outOfRange: .gainMaximum, value: 1.4125375446227544, field: "to",
-      reason: "is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
+      detail: "is above the maximum gain 1 (0 dB; raise gain.max to allow more)")
     let told = RefusalText.explained(decibels, typed: ["to": "+3dB"]).message
     #expect(told == "+3dB (1.412538) is above the maximum gain 1 (0 dB; raise gain.max to allow more)", "\(told)")
     let other = ProtocolError(.unknownKeyPath, field: "key", "no property 'x'")
@@ -244,31 +244,37 @@ import Testing
   /// whatever its message says, and a gain maximum worded otherwise still gets the hint.
   @Test func gainRefusalsRouteOnTheirBound() {
     let pan = ProtocolError(
-      outOfRange: .propertyRange, value: 50, field: "value", reason: "is above the maximum gain of nothing")
+      outOfRange: .propertyRange, value: 50, field: "value", detail: "is above the maximum gain of nothing")
     #expect(!RefusalText.explained(pan, typed: ["value": "50"]).message.contains("did you mean"))
-    let reworded = ProtocolError(outOfRange: .gainMaximum, value: 50, field: "value", reason: "exceeds gain.max")
+    let reworded = ProtocolError(outOfRange: .gainMaximum, value: 50, field: "value", detail: "exceeds gain.max")
     #expect(RefusalText.explained(reworded, typed: ["value": "50"]).message == "50 exceeds gain.max; did you mean 50%?")
   }
 
-  /// The typed value replaces the number through the refusal's `reason`, never by reading the
-  /// message: a message whose first word is the number but that carries no reason (as a daemon
-  /// that sends none writes it) is kept whole, and one that quotes the number elsewhere still gets
-  /// the typed value in front of its reason.
+  /// The typed value goes in front of the refusal's `detail`, never in place of the message's
+  /// first word: a message that starts with the number but comes with no detail (as a daemon that
+  /// sends none writes it) is kept whole, and one with a detail is retold from it, whatever words
+  /// its message starts with.
   @Test func refusalsAreRetoldFromTheirDataNotTheirWords() throws {
-    var noReason = ProtocolError(.outOfRange, field: "to", "1.4125375446227544 is too loud")
-    noReason.value = 1.4125375446227544
-    noReason.bound = .gainMaximum
-    #expect(RefusalText.explained(noReason, typed: ["to": "+3dB"]).message == "1.4125375446227544 is too loud")
-
-    let refused = ProtocolError(
-      outOfRange: .propertyRange, value: 2, field: "value", reason: "is outside streams.a.pan's range -1...1")
-    guard case .reply(_, .failure(let read)) = try ServerLine.parse(Reply.failure(id: 1, error: refused).serialized())
-    else {
-      Issue.record("not a failed reply")
-      return
+    func retold(_ line: String, typed: String) throws -> String {
+      guard case .reply(_, .failure(let refusal)) = try ServerLine.parse(line) else {
+        Issue.record("not a failed reply: \(line)")
+        return ""
+      }
+      return RefusalText.explained(refusal, typed: ["value": typed]).message
     }
     #expect(
-      RefusalText.explained(read, typed: ["value": "200%"]).message
+      try retold(
+        #"{"id":1,"ok":false,"error":{"code":"out-of-range","field":"value","message":"2 is too far","#
+          + #""bound":"property-range","value":2}}"#, typed: "200%") == "2 is too far")
+    #expect(
+      try retold(
+        #"{"id":1,"ok":false,"error":{"code":"out-of-range","field":"value","message":"pan 2 is too far","#
+          + #""bound":"property-range","value":2,"detail":"is too far"}}"#, typed: "200%") == "200% (2) is too far")
+
+    let refused = ProtocolError.outsideRange(2, keyPath: "streams.a.pan", range: -1...1, field: "value")
+    #expect(refused.message == "2 is outside streams.a.pan's range -1...1")
+    #expect(
+      try retold(Reply.failure(id: 1, error: refused).serialized(), typed: "200%")
         == "200% (2) is outside streams.a.pan's range -1...1")
   }
 

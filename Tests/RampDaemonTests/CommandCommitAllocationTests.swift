@@ -370,7 +370,9 @@ import Testing
       ),
       "\(last[15])")
     #expect(error(16) == ("out-of-range", "value", "2 is outside streams.bed.pan's range -1...1"), "\(last[16])")
-    #expect(last[16]["error"]?["bound"] == "property-range" && last[16]["error"]?["value"] == 2, "\(last[16])")
+    #expect(
+      last[16]["error"]?["bound"] == "property-range" && last[16]["error"]?["value"] == 2
+        && last[16]["error"]?["detail"] == "is outside streams.bed.pan's range -1...1", "\(last[16])")
     #expect(
       error(17) == ("limit-exceeded", "stream", "2 streams are playing, the most allowed (limits.streams)"),
       "\(last[17])")

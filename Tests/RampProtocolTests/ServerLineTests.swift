@@ -182,12 +182,12 @@ import Testing
   /// wire, and a prefix (a batch's `commands[1]`) keeps them.
   @Test func outOfRangeRefusalsCarryTheirBoundAndValue() throws {
     let error = ProtocolError(
-      outOfRange: .gainMaximum, value: 1.5, field: "value", reason: "is above the maximum gain 1 (0 dB)")
+      outOfRange: .gainMaximum, value: 1.5, field: "value", detail: "is above the maximum gain 1 (0 dB)")
     #expect(error.message == "1.5 is above the maximum gain 1 (0 dB)")
     let line = Reply.failure(id: 3, error: error).serialized()
     #expect(
       line.contains(#""bound":"gain-maximum""#) && line.contains(#""value":1.5"#)
-        && line.contains(#""reason":"is above the maximum gain 1 (0 dB)""#), "\(line)")
+        && line.contains(#""detail":"is above the maximum gain 1 (0 dB)""#), "\(line)")
     #expect(try ServerLine.parse(line) == .reply(id: 3, result: .failure(error)))
     let prefixed = error.prefixed("commands[1]")
     #expect(prefixed.field == "commands[1].value" && prefixed.bound == .gainMaximum && prefixed.value == 1.5)
@@ -195,7 +195,7 @@ import Testing
     let plain = try ServerLine.parse(
       #"{"id":4,"ok":false,"error":{"code":"out-of-range","field":"value","message":"2 is above the maximum gain 1"}}"#)
     guard case .reply(_, .failure(let read)) = plain else { throw ProtocolError(.internalError, "not a refusal") }
-    #expect(read.bound == nil && read.value == nil && read.reason == nil)
+    #expect(read.bound == nil && read.value == nil && read.detail == nil)
   }
 }
 
