@@ -163,10 +163,10 @@ final class RenderLoop: @unchecked Sendable {
       for stream in state.streams { stream.cancelDecoders() }
       link.finished.store(true, ordering: .releasing)
     }
-    var clocked = DeviceBlocks()
+    var driver = DeviceBlocks()
     while link.running.load(ordering: .acquiring) {
       // A live block cannot fail: a device error is recovered from (`writeOrKeepTime`).
-      try? step(&clocked, buffers)
+      try? step(&driver, buffers)
     }
   }
 

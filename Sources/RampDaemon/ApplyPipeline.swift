@@ -173,9 +173,7 @@ final class ApplyPipeline: Sendable {
       let limit = configuration.limits.pendingScheduled
       scheduled.value += 1
       guard scheduled.value <= limit else {
-        refuse(
-          ProtocolError(
-            .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)"))
+        refuse(.pendingScheduledLimit(limit))
         return
       }
       sample = targetSample(for: schedule)
@@ -209,7 +207,6 @@ final class ApplyPipeline: Sendable {
           if persistence.record(ducks: commands) == nil {
             logger.error("a scheduled duck rule change applied but could not be saved (see above)")
           }
-        } then: { _ in
         }
       }
       if let saved {
@@ -246,10 +243,7 @@ final class ApplyPipeline: Sendable {
   /// Puts back saved duck rules the render thread refused, on the disk's lane (after the save).
   private func undo(_ undo: Persistence.DuckUndo, from index: Int) {
     guard let persistence else { return }
-    control.offload(.disk) {
-      persistence.undo(undo, from: index)
-    } then: { _ in
-    }
+    control.offload(.disk) { persistence.undo(undo, from: index) }
   }
 
   /// The one conversion of a wall-clock time to the output's sample clock, made when a schedule

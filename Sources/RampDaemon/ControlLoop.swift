@@ -45,13 +45,12 @@ public struct ControlLoop: Sendable {
     return try eventLoop.submit(body).wait()
   }
 
-  /// Runs `work` on `lane`, then `then` with its result on the loop. With no lanes, or when
-  /// `inPlace`, both run at once, here.
+  /// Runs `work` on `lane`, then `then` with its result on the loop. With no lanes, both run at
+  /// once, here.
   public func offload<T: Sendable>(
-    _ lane: BlockingLanes.Lane, inPlace: Bool = false, _ work: @escaping @Sendable () -> T,
-    then: @escaping @Sendable (T) -> Void
+    _ lane: BlockingLanes.Lane, _ work: @escaping @Sendable () -> T, then: @escaping @Sendable (T) -> Void = { _ in }
   ) {
-    guard let blocking, !inPlace else {
+    guard let blocking else {
       then(work())
       return
     }
@@ -67,7 +66,12 @@ public struct ControlLoop: Sendable {
   /// Runs `body` on the loop after `seconds`.
   @discardableResult
   public func after(_ seconds: Double, _ body: @escaping @Sendable () -> Void) -> Scheduled<Void> {
-    eventLoop.scheduleTask(in: .nanoseconds(Int64(min(max(seconds, 0), 1e9) * 1e9)), body)
+    eventLoop.scheduleTask(in: Self.timeAmount(seconds), body)
+  }
+
+  /// `seconds` as the loop counts time (at least 0, at most 10⁹ s).
+  static func timeAmount(_ seconds: Double) -> TimeAmount {
+    .nanoseconds(Int64(min(max(seconds, 0), 1e9) * 1e9))
   }
 }
 

@@ -347,8 +347,7 @@ public final class Controller: Sendable {
       return
     }
     pollMeasured(
-      published, deadline: .now() + .nanoseconds(Int64((Player.levelWindow + Self.measuredTimeout) * 1e9)),
-      respond: respond)
+      published, deadline: .now() + ControlLoop.timeAmount(Player.levelWindow + Self.measuredTimeout), respond: respond)
   }
 
   /// Beyond the window, how long a level may take to be read before the reply says why it was not.

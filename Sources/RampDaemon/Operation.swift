@@ -468,6 +468,11 @@ final class DaemonTicket: CommandTicket, RenderCommand, @unchecked Sendable {
 extension ProtocolError {
   /// The render thread's command queue had no room for a command.
   static let commandQueueFull = ProtocolError(.limitExceeded, "the render thread's command queue is full; try again")
+
+  /// `limit` commands wait for their time already (`[limits] pending-scheduled`).
+  static func pendingScheduledLimit(_ limit: Int) -> ProtocolError {
+    ProtocolError(.limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")
+  }
 }
 
 /// Key paths the daemon keeps for itself: the transport ramps that start, pause and stop streams.

@@ -36,8 +36,10 @@ final class OutputFlusher: Sendable {
     controller.persistence?.writeJournal()
     // Taken out of the box while they are sent: a send may write again (and come back here).
     var sending = lists.withValue { lists in
-      swap(&lists.due, &lists.spare)
-      let sending = lists.spare
+      // What was due is sent from here and comes back as the spare; `due` takes the spare's
+      // (empty) storage, each list held once so neither is copied on its next append.
+      let sending = lists.due
+      lists.due = lists.spare
       lists.spare = []
       return sending
     }

@@ -294,10 +294,7 @@ final class ScheduleBook: Sendable {
     let limit = configuration.limits.pendingScheduled
     if wallClock.holds(due: record.due), pipeline.scheduledCount + wallClock.count >= limit {
       settle(record)
-      respond(
-        .failure(
-          ProtocolError(
-            .limitExceeded, field: "at", "\(limit) commands are already scheduled (limits.pending-scheduled)")))
+      respond(.failure(.pendingScheduledLimit(limit)))
       return
     }
     wallClock.add(record.id, due: record.due) { submit(at.map { _ in .date(record.due) }, .none) }
