@@ -199,26 +199,35 @@ final class ApplyPipeline: Sendable {
     ) { [self] ticket in
       if schedule != nil { scheduled.value -= 1 }
       if !ticket.models.isEmpty || early != nil { persistence?.record(values: ticket.models, settling: early?.key) }
+      /// The schedule's book hears how it ended, then the request is answered.
+      @Sendable func settle() {
+        if let saved {
+          if case .success = ticket.result { saved.applied(from: ticket.rampFrom) } else { saved.settle() }
+        }
+        guard foregone == nil else {
+          if case .failure(let error) = ticket.result {
+            logger.error("an acknowledged command failed", metadata: ["error": "\(error.message)"])
+          }
+          return
+        }
+        respond(ticket.result.map { combine($0.arrayValue ?? []) })
+      }
       if case .failure = ticket.result, let duckUndo {
         // Those before the refused one applied (a batch whose commands changed things for each other).
         undo(duckUndo, from: ticket.applied)
       } else if case .success = ticket.result, atSample, changesDuckRules, let persistence {
+        // Saved once it applied, and answered once saved (on the disk's lane, after the saves
+        // before it): an acknowledged rule change outlives a kill.
         control.offload(.disk) {
           if persistence.record(ducks: commands) == nil {
             logger.error("a scheduled duck rule change applied but could not be saved (see above)")
           }
-        }
-      }
-      if let saved {
-        if case .success = ticket.result { saved.applied(from: ticket.rampFrom) } else { saved.settle() }
-      }
-      guard foregone == nil else {
-        if case .failure(let error) = ticket.result {
-          logger.error("an acknowledged command failed", metadata: ["error": "\(error.message)"])
+        } then: { _ in
+          settle()
         }
         return
       }
-      respond(ticket.result.map { combine($0.arrayValue ?? []) })
+      settle()
     }
     // A saved schedule withdrawn on its way here is not queued (`HandedSchedules`).
     if let saved, !saved.hand(ticket) {
