@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import RampAudio
@@ -49,13 +50,19 @@ enum AlsaTestConfig {
   static func path(_ name: String) -> String { "\(directory)/\(name)" }
 
   /// Puts the ALSA configuration file `path` on `ALSA_CONFIG_PATH`, after this suite's (once).
+  /// One at a time: suites running in parallel each append theirs, and two reading the variable at
+  /// once would each set it without the other's file.
   static func append(configuration path: String) {
     _ = directory
-    let current = getenv("ALSA_CONFIG_PATH").map { String(cString: $0) } ?? "/usr/share/alsa/alsa.conf"
-    if !current.split(separator: ":").contains(Substring(path)) {
-      setenv("ALSA_CONFIG_PATH", "\(current):\(path)", 1)
+    appending.withLock { _ in
+      let current = getenv("ALSA_CONFIG_PATH").map { String(cString: $0) } ?? "/usr/share/alsa/alsa.conf"
+      if !current.split(separator: ":").contains(Substring(path)) {
+        setenv("ALSA_CONFIG_PATH", "\(current):\(path)", 1)
+      }
     }
   }
+
+  private static let appending = Mutex<Void>(())
 }
 
 private func openOutput(

@@ -57,10 +57,7 @@ enum MixerTestConfig {
     } catch {
       return .failure(TestSetupError(message: "cannot write \(path): \(error)"))
     }
-    let current = getenv("ALSA_CONFIG_PATH").map { String(cString: $0) } ?? "/usr/share/alsa/alsa.conf"
-    if !current.split(separator: ":").contains(Substring(path)) {
-      setenv("ALSA_CONFIG_PATH", "\(current):\(path)", 1)
-    }
+    AlsaTestConfig.append(configuration: path)
     return .success(dir)
   }()
 
