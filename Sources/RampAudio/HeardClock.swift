@@ -12,7 +12,8 @@ import Synchronization
 /// moves in steps of tens of milliseconds at uneven times (an audio server's graph running late)
 /// then moves the rate by the little it knows, not by thousands of ppm. The rate is kept across
 /// runs (the crystal stays the same) and only ever refined; a new device starts over. The
-/// position follows each observation, smoothed against a pointer that moves in steps.
+/// position follows each observation, smoothed against a pointer that moves in steps (on an
+/// audio server's client, no faster than a clock drifts: `boundsDrift`).
 struct HeardClock {
   /// The nominal rate (frames per second).
   let nominal: Double
@@ -27,11 +28,22 @@ struct HeardClock {
   /// How far off `rate` may be (three standard errors), in frames per second: before any run,
   /// what a clock taken at its nominal rate may be off by (1000 ppm).
   private var rateError: Double
-  /// Whether a rate more than `nominalError` off is refused. An audio server's clock is a
-  /// card's or the system's, within ppm of nominal, but the delay its client reports drifts for
-  /// seconds while the server settles its latency (`pulse` through pipewire-pulse: by thousands
-  /// of ppm), which a line through the positions cannot tell from a clock running off.
+  /// Whether the mapping may not drift faster than `nominalError`, neither its rate nor its
+  /// position. An audio server's clock is a card's or the system's, within ppm of nominal, and
+  /// its stream plays sample after sample, so when each sample is heard lies on a line; but the
+  /// delay its client reports wanders for seconds while the server settles its latency (`pulse`
+  /// through pipewire-pulse: by 3–4 ms a second, up to 16 ms off that line in a stream's first
+  /// seconds, then a sawtooth of ±1 ms), which neither a fitted line nor a position that follows
+  /// each observation can tell from a clock running off. So, once a run has lasted
+  /// `minimumSpan` (a stream starting up: a pointer still, then moving), the position moves
+  /// towards what the device says by at most `nominalError` of the time elapsed, as a clock
+  /// would drift: two wall-clock times converted a second apart land a second apart within a
+  /// millisecond. A difference of `slewedSeconds` or more is a real shift (the server's graph
+  /// skipped a quantum): a run starts from it, its position set outright.
   var boundsDrift = false
+  /// The largest difference between the position and what an audio server's client reports that
+  /// is taken as the report's wandering rather than a shift (`boundsDrift`).
+  static let slewedSeconds = 0.02
   /// Nanoseconds a run must last before its rate is trusted over the nominal or earlier one.
   static let minimumSpan: Int64 = 500_000_000
   /// Of each observation's difference from the prediction, the part taken at once (a pointer
@@ -51,6 +63,12 @@ struct HeardClock {
   /// position outright.
   mutating func observe(sample observed: Int64, at time: Int64) {
     let observed = Double(observed)
+    // A shift breaks the line a server's stream is heard on: a run starts from it.
+    if boundsDrift, let fit = run, time - fit.nanoseconds >= Self.minimumSpan,
+      abs(observed - sample(at: time)) >= nominal * Self.slewedSeconds
+    {
+      run = nil
+    }
     guard var fit = run, known else {
       run = RunFit(sample: observed, nanoseconds: time, nominal: nominal)
       sample = observed
@@ -60,14 +78,20 @@ struct HeardClock {
     }
     fit.add(sample: observed, at: time)
     run = fit
-    if time - fit.nanoseconds >= Self.minimumSpan, let line = fit.line, line.error <= rateError,
+    let established = time - fit.nanoseconds >= Self.minimumSpan
+    if established, let line = fit.line, line.error <= rateError,
       !boundsDrift || abs(line.framesPerSecond / nominal - 1) <= Self.nominalError
     {
       rate = line.framesPerSecond / 1e9
       rateError = line.error
     }
-    let predicted = sample + Double(time - nanoseconds) * rate
-    sample = predicted + (observed - predicted) * Self.positionGain
+    let predicted = sample(at: time)
+    var moved = (observed - predicted) * Self.positionGain
+    if boundsDrift && established {
+      let most = Double(time - nanoseconds) * rate * Self.nominalError
+      moved = min(max(moved, -most), most)
+    }
+    sample = predicted + moved
     nanoseconds = time
   }
 

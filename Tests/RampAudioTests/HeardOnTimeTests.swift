@@ -126,4 +126,60 @@ import Testing
     #expect(worst < 500, "the rate strayed by \(worst) ppm")
     #expect(abs(clock.driftPPM) < 50, "drift \(clock.driftPPM) ppm after 30 s")
   }
+
+  /// An audio server's client whose reported delay wanders, as ALSA's `pulse` through
+  /// pipewire-pulse does in a stream's first seconds (measured: 3.7 ms a second off the line its
+  /// samples are heard on, with 3 ms jumps back every second or two), on a clock that is the
+  /// nominal one. Two wall-clock times a second apart, converted 0.7 s apart (as a schedule held
+  /// on the wall clock is), land a second apart within the 1000 ppm a clock may drift; a
+  /// position that followed each report put them up to 6 ms apart.
+  @Test func aServersWanderingDelayMovesTheMappingNoFasterThanAClockDrifts() {
+    var clock = HeardClock(rate: 48_000)
+    clock.boundsDrift = true
+    let start: Int64 = 1_000_000_000
+    func wander(_ seconds: Double) -> Double {
+      (-3.7e-3 * seconds + 3e-3 * (seconds / 1.7).rounded(.down)) * 48_000
+    }
+    var converted: [(at: Double, sample: Double)] = []
+    var time = start
+    // The stream's first six seconds.
+    for block in 1...300 {
+      time = start + Int64(block) * 20_000_000
+      let seconds = Double(time - start) / 1e9
+      clock.observe(sample: Int64((seconds * 48_000 + wander(seconds)).rounded()), at: time)
+      // Every 0.1 s, the sample heard 1.7 s from now.
+      if block % 5 == 0 { converted.append((seconds, clock.sample(at: time + 1_700_000_000))) }
+    }
+    var worst = 0.0
+    for (index, first) in converted.enumerated() where first.at >= 0.5 {
+      guard let second = converted[index...].first(where: { $0.at >= first.at + 0.7 - 1e-9 }) else { break }
+      worst = max(worst, abs(second.sample - first.sample - (second.at - first.at) * 48_000))
+    }
+    #expect(worst <= 0.7 * 48 + 1, "two conversions 0.7 s apart are \(worst) frames off")
+    #expect(abs(clock.driftPPM) <= 1000, "drift \(clock.driftPPM) ppm")
+  }
+
+  /// The same client's report shifted for good (the server's graph skipped): by 30 ms, more than
+  /// the wandering `HeardClock.slewedSeconds` allows for, it is followed within a fifth of a
+  /// second; by 10 ms, it is taken as wandering and moves the mapping 1 ms a second.
+  @Test func aServersShiftIsFollowedAndItsWanderingSlewed() {
+    for (shift, within) in [(0.03, 0.2), (0.01, 1.0)] {
+      var clock = HeardClock(rate: 48_000)
+      clock.boundsDrift = true
+      let start: Int64 = 1_000_000_000
+      var time = start
+      for block in 1...(100 + Int(within / 0.02)) {
+        time = start + Int64(block) * 20_000_000
+        let seconds = Double(time - start) / 1e9
+        clock.observe(sample: Int64(((seconds - (block > 100 ? shift : 0)) * 48_000).rounded()), at: time)
+      }
+      let truth = (Double(time - start) / 1e9 - shift) * 48_000
+      let off = abs(clock.sample(at: time) - truth)
+      if shift > HeardClock.slewedSeconds {
+        #expect(off < 48, "a \(shift) s shift: \(off) frames off after \(within) s")
+      } else {
+        #expect(abs(off - (shift - within * 1e-3) * 48_000) <= 2, "a \(shift) s shift: \(off) frames off")
+      }
+    }
+  }
 }
