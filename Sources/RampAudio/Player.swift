@@ -310,7 +310,15 @@ public final class Player: Sendable {
     if command.changesSound && link.idling.load(ordering: .sequentiallyConsistent) {
       _ = link.idleEndedAt.compareExchange(expected: 0, desired: monotonicNanoseconds(), ordering: .relaxed)
     }
-    let accepted = link.submitLock.withLock { _ in link.commands.push(command) }
+    let (accepted, unpublished) = link.submitLock.withLock { held in
+      var unpublished = 0
+      while let removal = held.first, link.commands.push(PlayerCommand(sample: nil, work: .command(removal))) {
+        held.removeFirst()
+        unpublished += 1
+      }
+      return (link.commands.push(command), unpublished)
+    }
+    if unpublished > 0 { publishedCount.subtract(unpublished, ordering: .relaxed) }
     // Only a render thread waiting for the clock listens for it; one waiting for room in a device
     // that rewinds always takes a command at once (then heard within the rewind margin). More than
     // a block's share waiting wakes it too, so a flood of commands answered early is taken while
@@ -354,21 +362,17 @@ public final class Player: Sendable {
     return value
   }
 
-  /// Stops publishing `value`. A full command queue is waited on (it empties by a block's share
-  /// every period) for at most a second, while the render thread runs.
+  /// Stops publishing `value`. Never waits (the caller may be the control loop): on a full
+  /// command queue the removal is held and handed on before the next command, its slot taken
+  /// until then.
   public func unpublish(_ value: PublishedValue) {
     guard value.isPublished.exchange(false, ordering: .relaxed) else { return }
-    let command = PreparedPublication(value, adds: false)
-    var waited = 0
-    while !submit(command) {
-      guard waited < 1000, link.running.load(ordering: .acquiring) else {
-        // Left in the list: its slot stays taken.
-        return
-      }
-      usleep(1_000)
-      waited += 1
+    let removal = PreparedPublication(value, adds: false)
+    if submit(removal) {
+      publishedCount.subtract(1, ordering: .relaxed)
+    } else {
+      link.submitLock.withLock { $0.append(removal) }
     }
-    publishedCount.subtract(1, ordering: .relaxed)
   }
 
   /// Values published now (the commands that publish them may still wait in the queue).

@@ -127,6 +127,29 @@ import Testing
     #expect(count.allocated == 0 && count.freed == 0, "\(count.allocated) allocations, \(count.freed) frees")
   }
 
+  /// A value unpublished while the render thread's command queue is full is not waited for (the
+  /// control loop would stall for up to a second): the removal goes with the next command, and
+  /// its slot is counted until then.
+  @Test func aValueUnpublishedOnAFullQueueGoesWithTheNextCommand() throws {
+    let player = try player()
+    let value = try player.publish("master.gain")
+    player.renderer.applyPendingCommands()
+    let never = PublishedValue(keyPath: "master.gain", wakesOnChange: false)
+    var filled = 0
+    while player.submit(PreparedPublication(never, adds: false)) { filled += 1 }
+    #expect(filled > 0)
+    player.unpublish(value)
+    #expect(player.publishedValues == 1)
+    player.renderer.applyPendingCommands()
+    player.link.reapRetired()
+    #expect(player.state.published.count == 1, "taken back before it was handed on")
+    let next = try player.publish("master.gain")
+    #expect(player.publishedValues == 1)
+    player.renderer.applyPendingCommands()
+    player.link.reapRetired()
+    #expect(player.state.published.count == 1 && player.state.published.first === next)
+  }
+
   /// A value published for a stream's gain outlives the stream: once it has left, the property
   /// the value's handle still held goes to the recovery thread's queue with the next lookup, and
   /// is not freed on the render thread.
