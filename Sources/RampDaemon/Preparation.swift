@@ -92,8 +92,7 @@ struct Preparation: Sendable {
           .forbiddenPath, field: "path", MediaPathError(path: play.path, reason: .outsideRoots).description)
       }
     }
-    let gain = play.gain ?? 1
-    try checkGain(gain, field: "gain")
+    let gain = try acceptedGain(play.gain ?? 1, field: "gain")
     let id = play.stream ?? streamNames.next()
     let normalisation = loudness(of: play, in: configuration)
     let queue = try prepareQueue(play, first: path, confined: confined, loudness: normalisation)
@@ -182,12 +181,14 @@ struct Preparation: Sendable {
         field: "key")
     }
     try Self.checkAddressable(fade.key)
+    var to = fade.to
+    var from = fade.from
     if InternalKeyPath.isGain(fade.key) {
-      try checkGain(fade.to, field: "to")
-      if let from = fade.from { try checkGain(from, field: "from") }
+      to = try acceptedGain(to, field: "to")
+      if let given = from { from = try acceptedGain(given, field: "from") }
     }
     let name = fade.name ?? Fade.defaultName
-    var animation = Animation.basic(from: fade.from, to: fade.to, duration: duration, timingFunction: curve)
+    var animation = Animation.basic(from: from, to: to, duration: duration, timingFunction: curve)
     animation.valueSpace = space
     do throws(EngineError) {
       // Begun `elapsed` seconds ago, it is as far along as it would be had it started on time.
@@ -197,7 +198,7 @@ struct Preparation: Sendable {
         defaultDuration: defaultDuration)
       return .fade(
         Operation.FadePlan(
-          key: fade.key, to: fade.to, from: fade.from, duration: duration, name: name, animation: prepared))
+          key: fade.key, to: to, from: from, duration: duration, name: name, animation: prepared))
     } catch {
       throw ProtocolError(error)
     }
@@ -205,7 +206,7 @@ struct Preparation: Sendable {
 
   private func prepare(_ set: SetValue) throws(ProtocolError) -> Operation {
     try Self.checkAddressable(set.key)
-    if InternalKeyPath.isGain(set.key) { try checkGain(set.value, field: set.valueField) }
+    let value = InternalKeyPath.isGain(set.key) ? try acceptedGain(set.value, field: set.valueField) : set.value
     var transaction = live.read { $0.transaction }
     if let duration = set.duration {
       transaction.duration = duration
@@ -218,8 +219,8 @@ struct Preparation: Sendable {
       // master.gain always exists and its range is checked above; an instant change starts no
       // animation, so the engine has nothing left to refuse.
       let action = try PreparedAnimation.implicitAction(
-        to: set.value, on: set.key, transaction: transaction, sampleRate: sampleRate)
-      return .set(Operation.SetPlan(key: set.key, value: set.value, field: set.valueField, action: action))
+        to: value, on: set.key, transaction: transaction, sampleRate: sampleRate)
+      return .set(Operation.SetPlan(key: set.key, value: value, field: set.valueField, action: action))
     } catch {
       throw ProtocolError(error)
     }
@@ -242,7 +243,10 @@ struct Preparation: Sendable {
 
   // MARK: Checks
 
-  private func checkGain(_ value: Double, field: String) throws(ProtocolError) {
+  /// `value` as a gain: refused below 0 or above `gain.max`, and the maximum itself when it is
+  /// above by no more than a rounding error (a level in dB converted on another path), which
+  /// the engine, which holds the property to its range, would refuse.
+  private func acceptedGain(_ value: Double, field: String) throws(ProtocolError) -> Double {
     let maximum = live.read { $0.maxGain }
     guard value >= 0 else {
       throw ProtocolError(
@@ -255,6 +259,7 @@ struct Preparation: Sendable {
         detail: "is above the maximum gain \(JSONValue.format(maximum)) (\(decibels) dB; raise "
           + "gain.max to allow more)")
     }
+    return min(value, maximum)
   }
 
   /// Transport ramps belong to the daemon: addressing them would fight `pause` and `stop`.

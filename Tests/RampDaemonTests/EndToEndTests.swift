@@ -314,6 +314,32 @@ import Testing
     #expect(left[first...last].allSatisfy { $0 == 1 }, "the stream played on, unbroken")
   }
 
+  /// A gain above `gain.max` by no more than a rounding error (a level in dB converted on another
+  /// path) is the maximum: `play`, `fade` and `set` take it, and the model reads the maximum. The
+  /// engine, which holds a property to its range, refused the `play`.
+  @Test func aGainARoundingErrorAboveTheMaximumIsTheMaximum() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let file = try daemon.constantFile("hair", seconds: 1, left: 0.5, right: 0.5)
+    let hair = JSONValue.number(1.000_000_000_000_1)
+    let requests: [(JSONObject, String)] = [
+      (["cmd": "play", "path": .string(file), "stream": "s", "gain": hair, "loop": true], "streams.s.gain"),
+      (["cmd": "set", "key": "master.gain", "value": 0.5, "duration": 0], "master.gain"),
+      (["cmd": "set", "key": "master.gain", "value": hair, "duration": 0], "master.gain"),
+      (["cmd": "fade", "key": "streams.s.gain", "to": 0.5, "duration": 0], "streams.s.gain"),
+      (["cmd": "fade", "key": "streams.s.gain", "from": hair, "to": hair, "duration": 0.05], "streams.s.gain"),
+    ]
+    for (request, key) in requests {
+      let reply = try client.request(request)
+      #expect(reply.isOK, "\(JSONValue.object(request).serialized()) → \(reply.serialized())")
+      guard request["to"] != 0.5 && request["value"] != 0.5 else { continue }
+      usleep(100_000)
+      let model = try client.request(["cmd": "get", "key": .string(key)]).result["model"]
+      #expect(model == 1, "\(JSONValue.object(request).serialized()) → \(key) \(model?.serialized() ?? "")")
+    }
+    #expect(daemon.stop() == 0)
+  }
+
   /// A line longer than limits.line-length gets `line-too-long` and the connection is closed; other
   /// clients are unaffected.
   @Test func anOverlongLineClosesOnlyThatConnection() throws {
