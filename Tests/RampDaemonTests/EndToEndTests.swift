@@ -662,7 +662,8 @@ import Testing
     #expect(output?["idle"] == true, "\(output ?? .null)")
     let pid = process.processIdentifier
     let thread = try #require(renderThreadID(of: pid))
-    let before = try voluntarySwitches(pid: pid, thread: thread)
+    // The last `status` woke the render thread to answer it.
+    let before = try voluntarySwitchesOnceAsleep(pid: pid, thread: thread)
     usleep(2_000_000)
     let woken = try voluntarySwitches(pid: pid, thread: thread) - before
     #expect(woken == 0, "\(woken) wake-ups of the render thread in 2 s idle")

@@ -37,6 +37,21 @@ func voluntarySwitches(pid: pid_t, thread: pid_t) throws -> Int {
   try switchCount(in: "/proc/\(pid)/task/\(thread)/status")
 }
 
+/// `voluntarySwitches(pid:thread:)` once the thread is asleep: counted again every 100 ms until a
+/// count holds (at most 2 s). A thread just woken to answer a request (a `status`) goes back to
+/// sleep after the answer has left, and on a loaded machine that can come after a count taken
+/// at once, as a wake-up.
+func voluntarySwitchesOnceAsleep(pid: pid_t, thread: pid_t) throws -> Int {
+  var count = try voluntarySwitches(pid: pid, thread: thread)
+  for _ in 0..<20 {
+    usleep(100_000)
+    let now = try voluntarySwitches(pid: pid, thread: thread)
+    if now == count { break }
+    count = now
+  }
+  return count
+}
+
 /// The same, summed over every thread of process `pid` (an audio server's data and main loops).
 func voluntarySwitches(pid: pid_t) throws -> Int {
   let tasks = "/proc/\(pid)/task"
