@@ -34,16 +34,30 @@ struct HeardClock {
   /// delay its client reports wanders for seconds while the server settles its latency (`pulse`
   /// through pipewire-pulse: by 3–4 ms a second, up to 16 ms off that line in a stream's first
   /// seconds, then a sawtooth of ±1 ms), which neither a fitted line nor a position that follows
-  /// each observation can tell from a clock running off. So, once a run has lasted
-  /// `minimumSpan` (a stream starting up: a pointer still, then moving), the position moves
-  /// towards what the device says by at most `nominalError` of the time elapsed, as a clock
-  /// would drift: two wall-clock times converted a second apart land a second apart within a
-  /// millisecond. A difference of `slewedSeconds` or more is a real shift (the server's graph
-  /// skipped a quantum): a run starts from it, its position set outright.
+  /// each observation can tell from a clock running off. So the position follows freely only
+  /// until it has caught up with the reports (one within `caughtUpSeconds`, or reports on both
+  /// sides of it) and the run has lasted `minimumSpan` (a stream starting up: a pointer still,
+  /// then moving); after that it moves towards what the device says by at most `nominalError`
+  /// of the time elapsed, as a clock would drift. Two wall-clock times converted a second apart
+  /// then land a second apart within 2 ms: 1000 ppm for the rate in use, 1000 ppm for the slew.
+  /// Reports `slewedSeconds` or more to one side of the position for `shiftNanoseconds` are a
+  /// real shift (the server's graph skipped): a run starts from it, its position set outright.
   var boundsDrift = false
   /// The largest difference between the position and what an audio server's client reports that
   /// is taken as the report's wandering rather than a shift (`boundsDrift`).
   static let slewedSeconds = 0.02
+  /// How long reports must stay `slewedSeconds` or more to one side to be a shift: longer than
+  /// two of an audio server's largest quanta (2048 frames, 43 ms at 48 kHz), within one of which
+  /// a pointer that moves in quanta swings to both sides of its line.
+  static let shiftNanoseconds: Int64 = 100_000_000
+  /// How close a report must come to the position for it to have caught up (`boundsDrift`).
+  static let caughtUpSeconds = 0.001
+  /// In the run, on an audio server's client: whether the position has caught up with the
+  /// reports, which side of it the last report was on, and since when the reports have been
+  /// `slewedSeconds` or more to one side.
+  private var caughtUp = false
+  private var lastAbove: Bool?
+  private var outside: (since: Int64, above: Bool)?
   /// Nanoseconds a run must last before its rate is trusted over the nominal or earlier one.
   static let minimumSpan: Int64 = 500_000_000
   /// Of each observation's difference from the prediction, the part taken at once (a pointer
@@ -63,17 +77,15 @@ struct HeardClock {
   /// position outright.
   mutating func observe(sample observed: Int64, at time: Int64) {
     let observed = Double(observed)
-    // A shift breaks the line a server's stream is heard on: a run starts from it.
-    if boundsDrift, let fit = run, time - fit.nanoseconds >= Self.minimumSpan,
-      abs(observed - sample(at: time)) >= nominal * Self.slewedSeconds
-    {
-      run = nil
-    }
+    if boundsDrift && caughtUp && isShift(observed - sample(at: time), at: time) { run = nil }
     guard var fit = run, known else {
       run = RunFit(sample: observed, nanoseconds: time, nominal: nominal)
       sample = observed
       nanoseconds = time
       known = true
+      caughtUp = false
+      lastAbove = nil
+      outside = nil
       return
     }
     fit.add(sample: observed, at: time)
@@ -86,13 +98,36 @@ struct HeardClock {
       rateError = line.error
     }
     let predicted = sample(at: time)
-    var moved = (observed - predicted) * Self.positionGain
-    if boundsDrift && established {
-      let most = Double(time - nanoseconds) * rate * Self.nominalError
-      moved = min(max(moved, -most), most)
+    let difference = observed - predicted
+    var moved = difference * Self.positionGain
+    if boundsDrift {
+      let above = difference > 0
+      if abs(difference) <= nominal * Self.caughtUpSeconds || lastAbove.map({ $0 != above }) == true {
+        caughtUp = true
+      }
+      lastAbove = above
+      if caughtUp && established {
+        let most = Double(max(time - nanoseconds, 0)) * rate * Self.nominalError
+        moved = min(max(moved, -most), most)
+      }
     }
     sample = predicted + moved
     nanoseconds = time
+  }
+
+  /// Whether a report `difference` frames from the position, at `time`, shows a shift: reports
+  /// `slewedSeconds` or more to the same side for `shiftNanoseconds`.
+  private mutating func isShift(_ difference: Double, at time: Int64) -> Bool {
+    guard abs(difference) >= nominal * Self.slewedSeconds else {
+      outside = nil
+      return false
+    }
+    let above = difference > 0
+    guard let outside, outside.above == above else {
+      self.outside = (time, above)
+      return false
+    }
+    return time - outside.since >= Self.shiftNanoseconds
   }
 
   /// The device stopped (an underrun, an idle stop, a reopen): the next observation starts a run;

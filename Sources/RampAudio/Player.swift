@@ -310,15 +310,10 @@ public final class Player: Sendable {
     if command.changesSound && link.idling.load(ordering: .sequentiallyConsistent) {
       _ = link.idleEndedAt.compareExchange(expected: 0, desired: monotonicNanoseconds(), ordering: .relaxed)
     }
-    let (accepted, unpublished) = link.submitLock.withLock { held in
-      var unpublished = 0
-      while let removal = held.first, link.commands.push(PlayerCommand(sample: nil, work: .command(removal))) {
-        held.removeFirst()
-        unpublished += 1
-      }
-      return (link.commands.push(command), unpublished)
+    let accepted = link.submitLock.withLock { held in
+      handOn(&held)
+      return link.commands.push(command)
     }
-    if unpublished > 0 { publishedCount.subtract(unpublished, ordering: .relaxed) }
     // Only a render thread waiting for the clock listens for it; one waiting for room in a device
     // that rewinds always takes a command at once (then heard within the rewind margin). More than
     // a block's share waiting wakes it too, so a flood of commands answered early is taken while
@@ -349,6 +344,8 @@ public final class Player: Sendable {
   /// while the value holds still.
   public func publish(_ keyPath: String, wakesOnChange: Bool = false) throws(PublishRefusal) -> PublishedValue {
     let value = PublishedValue(keyPath: keyPath, wakesOnChange: wakesOnChange)
+    // Held removals free their slots first.
+    link.submitLock.withLock { handOn(&$0) }
     let taken = publishedCount.add(1, ordering: .relaxed).newValue
     guard taken <= Self.publishedCapacity else {
       publishedCount.subtract(1, ordering: .relaxed)
@@ -363,8 +360,8 @@ public final class Player: Sendable {
   }
 
   /// Stops publishing `value`. Never waits (the caller may be the control loop): on a full
-  /// command queue the removal is held and handed on before the next command, its slot taken
-  /// until then.
+  /// command queue the removal is held and handed on with the next command or publication, as
+  /// soon as the queue has room; its slot is taken, and the value still published, until then.
   public func unpublish(_ value: PublishedValue) {
     guard value.isPublished.exchange(false, ordering: .relaxed) else { return }
     let removal = PreparedPublication(value, adds: false)
@@ -373,6 +370,17 @@ public final class Player: Sendable {
     } else {
       link.submitLock.withLock { $0.append(removal) }
     }
+  }
+
+  /// Under the submit lock: hands on the removals `unpublish` held (`held`), as many as the
+  /// queue takes, and frees their slots.
+  private func handOn(_ held: inout [PreparedPublication]) {
+    var handed = 0
+    while let removal = held.first, link.commands.push(PlayerCommand(sample: nil, work: .command(removal))) {
+      held.removeFirst()
+      handed += 1
+    }
+    if handed > 0 { publishedCount.subtract(handed, ordering: .relaxed) }
   }
 
   /// Values published now (the commands that publish them may still wait in the queue).

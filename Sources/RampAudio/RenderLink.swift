@@ -58,8 +58,8 @@ final class RenderLink: Sendable {
   /// Commands from the control side to the render thread.
   let commands = SPSCQueue<PlayerCommand>(minimumCapacity: 4096)
   /// Several control threads may submit; the render thread is the only consumer and never locks.
-  /// Held under the same lock: values' unpublications that found the queue full, handed on
-  /// before the next command (`Player.unpublish`).
+  /// Held under the same lock: values' unpublications that found the queue full, handed on with
+  /// the next command or publication (`Player.unpublish`).
   let submitLock = Mutex<[PreparedPublication]>([])
   /// A completed command's ticket is its reply, which must not be dropped: commands are taken
   /// only while this queue keeps `eventReserve` slots free (for the events and tickets of the

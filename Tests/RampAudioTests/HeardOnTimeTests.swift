@@ -159,6 +159,36 @@ import Testing
     #expect(abs(clock.driftPPM) <= 1000, "drift \(clock.driftPPM) ppm")
   }
 
+  /// An audio server's client whose pointer moves in whole quanta of 1024 or 2048 frames, as of a
+  /// moment up to 20 ms ago, on a clock that is the nominal one: its swings (up to 63 ms wide)
+  /// are wandering, not a shift, so two wall-clock times a second apart, converted 0.7 s apart,
+  /// land a second apart within the 2 ms the rate and the slew allow: 43 and 30 frames off (a
+  /// position that followed each report, 532 and 812; one that took each swing past 20 ms for a
+  /// shift, up to 1399).
+  @Test func aServersPointerInQuantaIsWanderingNotAShift() {
+    for quantum in [1024.0, 2048.0] {
+      var clock = HeardClock(rate: 48_000)
+      clock.boundsDrift = true
+      var noise: UInt64 = 0x9E37_79B9_7F4A_7C15
+      let start: Int64 = 1_000_000_000
+      var converted: [(at: Double, sample: Double)] = []
+      for block in 1...3_000 {
+        let time = start + Int64(block) * 10_000_000
+        noise = noise &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+        let late = Int64(noise >> 40) % 20_000_000
+        let played = (Double(time - late - start) / 1e9 * 48_000 / quantum).rounded(.down) * quantum
+        clock.observe(sample: Int64(played), at: time)
+        if block % 10 == 0 { converted.append((Double(time - start) / 1e9, clock.sample(at: time + 1_700_000_000))) }
+      }
+      var worst = 0.0
+      for (index, first) in converted.enumerated() where first.at >= 2 {
+        guard let second = converted[index...].first(where: { $0.at >= first.at + 0.7 - 1e-9 }) else { break }
+        worst = max(worst, abs(second.sample - first.sample - (second.at - first.at) * 48_000))
+      }
+      #expect(worst <= 96, "quanta of \(quantum): two conversions 0.7 s apart are \(worst) frames off")
+    }
+  }
+
   /// The same client's report shifted for good (the server's graph skipped): by 30 ms, more than
   /// the wandering `HeardClock.slewedSeconds` allows for, it is followed within a fifth of a
   /// second; by 10 ms, it is taken as wandering and moves the mapping 1 ms a second.

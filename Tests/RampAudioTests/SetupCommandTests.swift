@@ -128,26 +128,29 @@ import Testing
   }
 
   /// A value unpublished while the render thread's command queue is full is not waited for (the
-  /// control loop would stall for up to a second): the removal goes with the next command, and
-  /// its slot is counted until then.
-  @Test func aValueUnpublishedOnAFullQueueGoesWithTheNextCommand() throws {
+  /// control loop would stall for up to a second): the removal goes with the next publication,
+  /// and its slot is counted until then, so at `Player.publishedCapacity` that publication
+  /// takes the slot it frees.
+  @Test func aValueUnpublishedOnAFullQueueGoesWithTheNextPublication() throws {
     let player = try player()
-    let value = try player.publish("master.gain")
+    var values = try (0..<Player.publishedCapacity).map { _ in try player.publish("master.gain") }
     player.renderer.applyPendingCommands()
     let never = PublishedValue(keyPath: "master.gain", wakesOnChange: false)
     var filled = 0
     while player.submit(PreparedPublication(never, adds: false)) { filled += 1 }
     #expect(filled > 0)
-    player.unpublish(value)
-    #expect(player.publishedValues == 1)
+    let gone = values.removeLast()
+    player.unpublish(gone)
+    #expect(player.publishedValues == Player.publishedCapacity)
     player.renderer.applyPendingCommands()
     player.link.reapRetired()
-    #expect(player.state.published.count == 1, "taken back before it was handed on")
+    #expect(player.state.published.count == Player.publishedCapacity, "taken back before it was handed on")
     let next = try player.publish("master.gain")
-    #expect(player.publishedValues == 1)
+    #expect(player.publishedValues == Player.publishedCapacity)
     player.renderer.applyPendingCommands()
     player.link.reapRetired()
-    #expect(player.state.published.count == 1 && player.state.published.first === next)
+    #expect(player.state.published.count == Player.publishedCapacity)
+    #expect(!player.state.published.contains { $0 === gone } && player.state.published.contains { $0 === next })
   }
 
   /// A value published for a stream's gain outlives the stream: once it has left, the property

@@ -234,7 +234,7 @@ import Testing
       let back = try firstFrame(at: 0.5, from: stepTwo)
       // Through `pulse`, the rate in use and the position's slew may each be 1000 ppm off over
       // the 0.7 s between the two conversions and the second between the steps: 82 frames.
-      // Measured 11 to 34 frames off (214 to 296 when the position followed every report).
+      // Measured 11 to 34 frames off (up to 296 when the position followed every report).
       let tolerance = device == "pipewire" ? 48 : 96
       #expect(
         abs(stepTwo - stepOne - 48_000) <= tolerance,
