@@ -246,8 +246,14 @@ public enum ReplyText {
     switch event {
     case .animationStarted(let id, let key, let name, let sample):
       return "animation-started #\(id) \(name) on \(key) @\(sample)"
-    case .animationFinished(let id, let key, let name, let finished, let sample):
-      return "animation-finished #\(id) \(name) on \(key) @\(sample)\(finished ? "" : " (removed before its end)")"
+    case .animationFinished(let id, let key, let name, _, let sample, let ending, let by):
+      let why =
+        switch ending {
+        case .completed: ""
+        case .superseded: " (superseded by " + (by.map { "#\($0)" } ?? "an instant change") + ")"
+        case .removed: " (removed before its end)"
+        }
+      return "animation-finished #\(id) \(name) on \(key) @\(sample)\(why)"
     case .streamStarted(let stream, let path):
       return "stream-started \(stream) \(path)"
     case .streamEnded(let stream, let reason, let message):

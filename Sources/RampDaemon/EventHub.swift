@@ -168,9 +168,16 @@ final class EventHub: Sendable {
     case .animationFinished(let report):
       // The event first, then the replies to waits it ends: a client sees them in that order.
       if !InternalKeyPath.isInternal(report.keyPath), !report.isInternal {
+        let (ending, by): (AnimationEnding, UInt64?) =
+          switch report.ending {
+          case .completed: (.completed, nil)
+          case .superseded(let by): (.superseded, by)
+          case .removed: (.removed, nil)
+          }
         broadcast(
           .animationFinished(
-            id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample))
+            id: report.id, key: report.keyPath, name: report.key, finished: report.finished, sample: report.sample,
+            ending: ending, by: by))
       }
       let finished = state.value.waits.finish(report.id, finished: report.finished)
       for waiter in finished { waiter.answer() }

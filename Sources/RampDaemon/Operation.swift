@@ -121,14 +121,13 @@ enum Operation: Sendable {
       return Preparation.checkKey(plan.key, value: plan.to, field: "to", in: state)
         ?? plan.from.flatMap { Preparation.checkKey(plan.key, value: $0, field: "from", in: state) }
         ?? Self.engineRefusal { () throws(EngineError) in
-          let from = plan.from == nil ? try state.engine.presentation(plan.key) : nil
-          try state.engine.check(plan.animation, from: from, model: plan.to)
+          try state.engine.check(plan.animation, model: plan.to)
         }
     case .set(let plan):
       return Preparation.checkKey(plan.key, value: plan.value, field: plan.field, in: state)
         ?? Self.engineRefusal { () throws(EngineError) in
           guard let action = plan.action, let handle = state.engine.handleIfDefined(plan.key) else { return }
-          try state.engine.check(action, to: handle, from: state.engine.presentation(handle))
+          try state.engine.check(set: action, on: handle, to: plan.value)
         }
     case .animate(let plan):
       return Preparation.checkKey(plan.key, in: state)
@@ -187,9 +186,9 @@ enum Operation: Sendable {
     case .fade(let plan):
       do throws(EngineError) {
         // The model becomes the target, so the value stays there when the fade is over; the
-        // fade starts from the value audible now, so nothing jumps.
-        let from = plan.from == nil ? try engine.presentation(plan.key) : nil
-        outcome.animation = try engine.commit(plan.animation, from: from, model: plan.to)
+        // fade starts from the value audible now (beneath the additive layers, which go on), so
+        // nothing jumps.
+        outcome.animation = try engine.commit(plan.animation, model: plan.to)
         outcome.sample = engine.now
       } catch {
         throw .engine(error)

@@ -31,9 +31,7 @@ struct Query: Sendable {
     self.kind = kind
     let limits = player.renderCapacity
     switch kind {
-    case .get:
-      readout = Readout(properties: 1)
-    case .animations(.some, _):
+    case .get, .animations(.some, _):
       readout = Readout(properties: 1, animations: limits.animationsPerKeyPath)
     case .animations(nil, .some(let ids)):
       readout = Readout(properties: limits.properties, animations: ids.count)
@@ -131,7 +129,7 @@ struct Query: Sendable {
     readout.sample = engine.now
     switch kind {
     case .get(let key):
-      if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: false) }
+      if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: true) }
     case .list(let prefix, let below):
       readout.readAll(engine, prefix: prefix, below: below, internal: false)
     case .animations(let key, let ids):
@@ -171,6 +169,8 @@ struct Query: Sendable {
       guard let property = readout.properties.first else { return ["key": .string(key)] }
       var object = Self.describe(property)
       object["sample"] = .integer(readout.sample)
+      // What moves it: a user sees why a level changes, and which command holds it.
+      object["animations"] = .array(readout.animations.map(Preparation.describe))
       return .object(object)
     case .list:
       var next = 0

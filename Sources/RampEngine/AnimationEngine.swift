@@ -243,6 +243,17 @@ public final class AnimationEngine {
     return result
   }
 
+  /// The value beneath the additive animations: where a change that supersedes what runs starts,
+  /// since the additive ones go on adding on top of it (from the audible value, a tremolo's
+  /// deviation would be counted twice, a jump).
+  private func valueBeneathAdditive(of property: Property, at sample: Int64) -> Double {
+    var result = 0.0
+    _ = withUnsafeMutablePointer(to: &result) {
+      evaluate(property, start: sample, count: 1, into: $0, withAdditive: false)
+    }
+    return result
+  }
+
   /// Changes the model value. Unless actions are disabled (or the duration is 0), an implicit
   /// animation runs from the presentation value to the new model value, replacing the previous
   /// implicit one: the latest command wins and nothing jumps.
@@ -272,13 +283,15 @@ public final class AnimationEngine {
     let property = handle.property
     try checkModel(value, of: property)
     guard let action else {
+      // An instant change supersedes what runs, as an animated one would: the model shows now.
       try checkRoom(toEnd: property.instances.count)
-      removeInstances(of: property, key: Self.implicitActionKey)
+      removeInstances(of: property, key: Self.implicitActionKey, ending: .superseded(by: nil))
+      supersedeRunning(on: property, by: nil)
       property.model = value
       return nil
     }
     // The model changes with the commit, after its checks: a refused set changes nothing.
-    return try commit(action, to: handle, from: self.value(of: property, at: now), model: value)
+    return try commit(action, to: handle, from: valueBeneathAdditive(of: property, at: now), model: value)
   }
 
   private func checkModel(_ value: Double, of property: Property) throws(EngineError) {
@@ -344,17 +357,22 @@ public final class AnimationEngine {
     index = 0
     while index < parts.count {
       let property = prepared.targets[index]!
-      // Named by id, it replaces nothing: not even a client's animation that happens to have its name.
-      if Self.isFirstTarget(index, of: prepared) && !prepared.namedByID { removeInstances(of: property, key: key) }
+      if Self.isFirstTarget(index, of: prepared) {
+        // Named by id, it replaces nothing: not even a client's animation that happens to have its name.
+        if !prepared.namedByID { removeInstances(of: property, key: key, ending: .superseded(by: id)) }
+        if supersedesNow(prepared, on: property) { supersedeRunning(on: property, by: id) }
+      }
       index += 1
     }
     if let model {
-      removeInstances(of: target, key: Self.implicitActionKey)
+      removeInstances(of: target, key: Self.implicitActionKey, ending: .superseded(by: id))
       target.model = model
     }
     index = 0
     while index < parts.count {
-      prepared.targets[index]!.instances.append(parts[index].instance)
+      let instance = parts[index].instance
+      instance.takeoverSample = max(instance.beginSample, now)
+      prepared.targets[index]!.instances.append(instance)
       index += 1
     }
     prepared.isCommitted = true
@@ -383,6 +401,11 @@ public final class AnimationEngine {
     _ prepared: PreparedAnimation, to handle: PropertyHandle? = nil, from: Double? = nil, model: Double? = nil
   ) throws(EngineError) {
     _ = try ready(prepared, to: handle, from: from, model: model)
+  }
+
+  /// Refuses what `set(_:to:action:)` would refuse, and changes nothing. Allocation-free.
+  public func check(set action: PreparedAnimation, on handle: PropertyHandle, to value: Double) throws(EngineError) {
+    try check(action, to: handle, from: valueBeneathAdditive(of: handle.property, at: now), model: value)
   }
 
   /// Whether the `index`-th part's property is not also an earlier part's: each property counted
@@ -454,12 +477,17 @@ public final class AnimationEngine {
         if prepared.targets[other]! === property { count += 1 }
         other += 1
       }
-      // What this commit replaces or removes does not count.
+      // What this commit replaces, supersedes or removes does not count.
       let dropsImplicit = model != nil && property === target
+      let supersedes = supersedesNow(prepared, on: property)
       other = 0
       while other < property.instances.count {
-        let existing = property.instances[other].key
-        if existing != key && !(dropsImplicit && existing == Self.implicitActionKey) { count += 1 }
+        let existing = property.instances[other]
+        if existing.key != key && !(dropsImplicit && existing.key == Self.implicitActionKey)
+          && !(supersedes && isSupersededNow(existing))
+        {
+          count += 1
+        }
         other += 1
       }
       if count > maxAnimationsPerKeyPath {
@@ -504,7 +532,7 @@ public final class AnimationEngine {
     throws(EngineError)
   {
     let instance = part.instance
-    let presentation = instance.isAdditive ? 0 : value(of: property, at: now)
+    let presentation = instance.isAdditive ? 0 : valueBeneathAdditive(of: property, at: now)
     let model = instance.isAdditive ? 0 : property.model
     switch part.ends {
     case .fixed:
@@ -556,7 +584,7 @@ public final class AnimationEngine {
     try checkRemoval(forKey: key, on: PropertyHandle(property: property))
     try checkRoom(toEnd: property.instances.count)
     let before = value(of: property, at: now)
-    removeInstances(of: property, key: key)
+    removeInstances(of: property, key: key, ending: .removed)
     smoothJump(on: property, from: before, ramp: declick)
   }
 
@@ -598,7 +626,7 @@ public final class AnimationEngine {
   private func endAll(_ property: Property) {
     var index = 0
     while index < property.instances.count {
-      endEarly(property.instances[index])
+      endEarly(property.instances[index], ending: .removed)
       index += 1
     }
     property.instances.removeAll(keepingCapacity: true)
@@ -681,21 +709,33 @@ public final class AnimationEngine {
 
   /// Returns false when no animation touched the block, which then holds the model value.
   @discardableResult
-  private func evaluate(_ property: Property, start: Int64, count: Int, into out: UnsafeMutablePointer<Double>)
-    -> Bool
-  {
+  private func evaluate(
+    _ property: Property, start: Int64, count: Int, into out: UnsafeMutablePointer<Double>, withAdditive: Bool = true
+  ) -> Bool {
     out.update(repeating: property.model, count: count)
     var touched = false
-    // Non-additive animations replace the value in the order added; additive ones sum on top.
+    // Non-additive animations replace the value in the order added, each until one that
+    // supersedes it takes over (`AnimationInstance.supersedes`); additive ones sum on top.
     // Index loops, not for-in: an unspecialised iterator allocates in a debug build.
     let instances = property.instances
-    for pass in 0..<2 {
+    for pass in 0..<(withAdditive ? 2 : 1) {
       var index = 0
       while index < instances.count {
         let instance = instances[index]
         if instance.isAdditive == (pass == 1) {
-          touched =
-            instance.render(start: start, count: count, sampleRate: sampleRate, into: out, scratch: scratch) || touched
+          var heard = count
+          if !instance.isAdditive && instances.count > 1 {
+            let at = Self.supersededAt(index, in: instances)
+            if at != .max {
+              let (ahead, overflow) = at.subtractingReportingOverflow(start)
+              heard = overflow ? (at > start ? count : 0) : Int(max(min(ahead, Int64(count)), 0))
+            }
+          }
+          if heard > 0 {
+            touched =
+              instance.render(start: start, count: heard, sampleRate: sampleRate, into: out, scratch: scratch)
+              || touched
+          }
         }
         index += 1
       }
@@ -734,6 +774,8 @@ public final class AnimationEngine {
     while propertyIndex < ordered.count {
       let property = ordered[propertyIndex]
       propertyIndex += 1
+      // Before the ends: one that supersedes another may have ended in the same block.
+      retireSuperseded(on: property)
       var index = property.instances.count - 1
       while index >= 0 {
         let instance = property.instances[index]
@@ -816,13 +858,13 @@ public final class AnimationEngine {
   // MARK: Internals
 
   /// Allocation-free: index loops, compacted in place.
-  private func removeInstances(of property: Property, key: String) {
+  private func removeInstances(of property: Property, key: String, ending: CompletionReport.Ending) {
     var kept = 0
     var index = 0
     while index < property.instances.count {
       let instance = property.instances[index]
       if instance.key == key {
-        endEarly(instance)
+        endEarly(instance, ending: ending)
       } else {
         if kept != index { property.instances[kept] = instance }
         kept += 1
@@ -832,18 +874,119 @@ public final class AnimationEngine {
     while property.instances.count > kept { property.instances.removeLast() }
   }
 
-  private func endEarly(_ instance: AnimationInstance) {
+  // MARK: The composition rule
+
+  /// Whether `prepared`, committed now, takes over `property` at once: one of its parts there is
+  /// not additive and has begun. One that begins later supersedes at its begin (`advance`).
+  private func supersedesNow(_ prepared: PreparedAnimation, on property: Property) -> Bool {
+    var index = 0
+    while index < prepared.parts.count {
+      let instance = prepared.parts[index].instance
+      if prepared.targets[index]! === property && !instance.isAdditive && instance.beginSample <= now { return true }
+      index += 1
+    }
+    return false
+  }
+
+  /// Whether a change taking over now supersedes `instance`: a non-additive animation that has
+  /// taken over already (one still waiting for its begin takes over after the change, and so
+  /// supersedes it then).
+  private func isSupersededNow(_ instance: AnimationInstance) -> Bool {
+    !instance.isAdditive && instance.takeoverSample <= now
+  }
+
+  /// Ends, as superseded by animation `id` (nil: an instant model change), every non-additive
+  /// animation on `property` that has taken over by now. Allocation-free.
+  private func supersedeRunning(on property: Property, by id: UInt64?) {
+    var kept = 0
+    var index = 0
+    while index < property.instances.count {
+      let instance = property.instances[index]
+      if isSupersededNow(instance) {
+        endEarly(instance, ending: .superseded(by: id))
+      } else {
+        if kept != index { property.instances[kept] = instance }
+        kept += 1
+      }
+      index += 1
+    }
+    while property.instances.count > kept { property.instances.removeLast() }
+  }
+
+  /// The first sample at which an animation that supersedes `instances[index]` takes over
+  /// (Int64.max: none does). Allocation-free.
+  private static func supersededAt(_ index: Int, in instances: ContiguousArray<AnimationInstance>) -> Int64 {
+    let instance = instances[index]
+    var at = Int64.max
+    guard !instance.isAdditive else { return at }
+    var other = 0
+    while other < instances.count {
+      let later = instances[other]
+      if other != index && later.takeoverSample < at && later.supersedes(instance) { at = later.takeoverSample }
+      other += 1
+    }
+    return at
+  }
+
+  /// Ends the animations on `property` that a later one has superseded by now (one that began
+  /// after its commit, or took over within the last block). Allocation-free: each is marked
+  /// first, so the array is not changed while it is read.
+  private func retireSuperseded(on property: Property) {
+    guard property.instances.count > 1 else { return }
+    var any = false
+    var index = 0
+    while index < property.instances.count {
+      let instance = property.instances[index]
+      instance.supersededSample = Self.supersededAt(index, in: property.instances)
+      if instance.supersededSample <= now {
+        instance.supersededBy = Self.supersedingID(instance, in: property.instances)
+        any = true
+      }
+      index += 1
+    }
+    guard any else { return }
+    var kept = 0
+    index = 0
+    while index < property.instances.count {
+      let instance = property.instances[index]
+      if instance.supersededSample <= now {
+        endEarly(instance, ending: .superseded(by: instance.supersededBy), sample: instance.supersededSample)
+      } else {
+        if kept != index { property.instances[kept] = instance }
+        kept += 1
+      }
+      index += 1
+    }
+    while property.instances.count > kept { property.instances.removeLast() }
+  }
+
+  /// The id of the animation that supersedes `instance` first (at its `supersededSample`).
+  private static func supersedingID(_ instance: AnimationInstance, in instances: ContiguousArray<AnimationInstance>)
+    -> UInt64?
+  {
+    var other = 0
+    while other < instances.count {
+      let later = instances[other]
+      if later.takeoverSample == instance.supersededSample && later.supersedes(instance) { return later.token.id }
+      other += 1
+    }
+    return nil
+  }
+
+  private func endEarly(_ instance: AnimationInstance, ending: CompletionReport.Ending, sample: Int64? = nil) {
     graveyard.append(instance)
     guard !instance.token.reported else { return }
     instance.token.reported = true
-    queueReport(instance.token, finished: false, sample: now)
+    queueReport(instance.token, finished: false, sample: sample ?? now, ending: ending)
   }
 
-  private func queueReport(_ token: CompletionToken, finished: Bool, sample: Int64) {
+  private func queueReport(
+    _ token: CompletionToken, finished: Bool, sample: Int64, ending: CompletionReport.Ending = .completed
+  ) {
     reports.append(
       CompletionReport(
         id: token.id, key: token.key, keyPath: token.keyPath, finished: finished, sample: sample,
-        isInternal: token.isInternal))
+        isInternal: token.isInternal, ending: ending))
     retired.append(token)
   }
 }

@@ -41,6 +41,13 @@ final class AnimationInstance: @unchecked Sendable {
   private(set) var beginSample: Int64
   /// The first sample at which the outermost active duration is over (Int64.max: never).
   private(set) var endSample: Int64
+  /// The sample from which it takes over its property from the non-additive animations before
+  /// it: its begin, or its commit when it began earlier (a late command, already under way).
+  var takeoverSample: Int64 = 0
+  /// Where a later animation supersedes it (Int64.max: none does), as `advance` last found.
+  var supersededSample: Int64 = .max
+  /// The id of the animation that supersedes it there.
+  var supersededBy: UInt64?
   let removedOnCompletion: Bool
   let isAdditive: Bool
   var curve: TimingFunction
@@ -73,6 +80,16 @@ final class AnimationInstance: @unchecked Sendable {
   func place(at sample: Int64, sampleRate: Double) {
     beginSample = sample
     endSample = Self.end(of: levels, from: sample, sampleRate: sampleRate)
+  }
+
+  /// Whether it supersedes `earlier` on their property (rampd's composition rule, which differs
+  /// from Core Animation's): both non-additive, from different commands, and this one takes over
+  /// later, or at the same sample and committed later. From its takeover on, `earlier` is not
+  /// heard again, even after this one ends; an additive animation only ever adds.
+  func supersedes(_ earlier: AnimationInstance) -> Bool {
+    guard !isAdditive, !earlier.isAdditive, token !== earlier.token else { return false }
+    return takeoverSample > earlier.takeoverSample
+      || (takeoverSample == earlier.takeoverSample && token.id > earlier.token.id)
   }
 
   private static func end(of levels: [TimingLevel], from beginSample: Int64, sampleRate: Double) -> Int64 {

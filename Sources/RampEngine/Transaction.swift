@@ -47,14 +47,32 @@ public struct CompletionReport: Sendable, Equatable {
   /// The engine's own or its user's internal one (a removal's smoothing ramp, a stream's start
   /// ramp), not a client's: no client hears of it, whatever its key.
   public let isInternal: Bool
+  /// Why it ended.
+  public let ending: Ending
 
-  public init(id: UInt64, key: String, keyPath: String, finished: Bool, sample: Int64, isInternal: Bool = false) {
+  /// Why an animation ended.
+  public enum Ending: Sendable, Equatable {
+    /// Its active duration ran out (`finished` true).
+    case completed
+    /// A later change of its property took over: an animation under the same name, or any later
+    /// non-additive animation or model change when this one is not additive. `by`: the id of the
+    /// animation that took over (nil: an instant change of the model value).
+    case superseded(by: UInt64?)
+    /// Removed (`remove`, `cancel`), or its property was.
+    case removed
+  }
+
+  public init(
+    id: UInt64, key: String, keyPath: String, finished: Bool, sample: Int64, isInternal: Bool = false,
+    ending: Ending? = nil
+  ) {
     self.id = id
     self.key = key
     self.keyPath = keyPath
     self.finished = finished
     self.sample = sample
     self.isInternal = isInternal
+    self.ending = ending ?? (finished ? .completed : .removed)
   }
 }
 

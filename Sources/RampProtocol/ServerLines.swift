@@ -47,6 +47,17 @@ public enum Greeting {
   }
 }
 
+/// Why an animation ended (`animation-finished`'s `reason`).
+public enum AnimationEnding: String, Sendable, CaseIterable {
+  /// It ran to its end (`finished` true).
+  case completed
+  /// A later command on its key path took over: under the same name, or, for one that is not
+  /// additive, any later non-additive animation or model change (`by` names the animation).
+  case superseded
+  /// `remove` or `cancel` ended it, or its key path went (a stream ended).
+  case removed
+}
+
 public enum StreamEndReason: String, Sendable, CaseIterable {
   /// The file played to its end (and did not loop).
   case finished
@@ -61,7 +72,9 @@ public enum StreamEndReason: String, Sendable, CaseIterable {
 public enum Event: Sendable, Equatable {
   case animationStarted(id: UInt64, key: String, name: String, sample: Int64)
   /// `finished` false: removed, replaced or cancelled before its end.
-  case animationFinished(id: UInt64, key: String, name: String, finished: Bool, sample: Int64)
+  /// `ending`: why it ended; `by`: the animation that superseded it, when one did.
+  case animationFinished(
+    id: UInt64, key: String, name: String, finished: Bool, sample: Int64, ending: AnimationEnding, by: UInt64?)
   case streamStarted(stream: String, path: String)
   case streamEnded(stream: String, reason: StreamEndReason, message: String? = nil)
   case deviceFailed(message: String)
@@ -124,12 +137,14 @@ public enum Event: Sendable, Equatable {
       object["key"] = .string(key)
       object["name"] = .string(name)
       object["sample"] = .integer(sample)
-    case .animationFinished(let id, let key, let name, let finished, let sample):
+    case .animationFinished(let id, let key, let name, let finished, let sample, let ending, let by):
       object["id"] = .integer(id)
       object["key"] = .string(key)
       object["name"] = .string(name)
       object["finished"] = .bool(finished)
       object["sample"] = .integer(sample)
+      object["reason"] = .string(ending.rawValue)
+      if let by { object["by"] = .integer(by) }
     case .streamStarted(let stream, let path):
       object["stream"] = .string(stream)
       object["path"] = .string(path)
@@ -189,9 +204,19 @@ public enum Event: Sendable, Equatable {
         id: try fields.unsigned("id"), key: try fields.string("key"), name: try fields.string("name"),
         sample: try fields.integer("sample"))
     case "animation-finished":
+      let finished = try fields.bool("finished")
+      // A daemon before the reason says only whether it finished.
+      let ending =
+        try fields.optionalString("reason").map { reason throws(ProtocolError) in
+          guard let ending = AnimationEnding(rawValue: reason) else {
+            throw ProtocolError(.badRequest, field: "reason", "reason: not one of completed, superseded, removed")
+          }
+          return ending
+        } ?? (finished ? .completed : .removed)
       return .animationFinished(
         id: try fields.unsigned("id"), key: try fields.string("key"), name: try fields.string("name"),
-        finished: try fields.bool("finished"), sample: try fields.integer("sample"))
+        finished: finished, sample: try fields.integer("sample"), ending: ending,
+        by: try fields.optionalUnsigned("by"))
     case "stream-started":
       return .streamStarted(stream: try fields.string("stream"), path: try fields.string("path"))
     case "stream-ended":
@@ -329,6 +354,11 @@ private struct ServerFields {
     let number = try integer(key)
     guard number >= 0 else { throw missing(key, "a whole number, not negative") }
     return UInt64(number)
+  }
+
+  func optionalUnsigned(_ key: String) throws(ProtocolError) -> UInt64? {
+    guard let value = object[key], value != .null else { return nil }
+    return try unsigned(key)
   }
 }
 

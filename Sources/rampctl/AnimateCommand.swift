@@ -20,7 +20,10 @@ struct AnimateCommand: DaemonCommand {
       --autoreverse, --speed, --begin, --fill-mode; --additive adds to the value beneath (its \
       --keyframes, --from and --to are then changes, plain numbers that may be negative), \
       --cumulative carries each cycle on from the last. An animation with the same --name on \
-      the key path is replaced. --wait refuses endless animations (remove them instead).
+      the key path is replaced; one that is not --additive supersedes every animation running on \
+      the key path that is not additive (a fade, a set's ramp, another animate), from what is \
+      audible, and when it ends the model value is heard. --wait refuses endless animations \
+      (remove them instead).
 
       Examples:
         rampctl animate streams.s1.gain --keyframes 1,0.5,1 --duration 1s --repeat inf

@@ -72,10 +72,12 @@ struct FadeCommand: FadeRequestCommand {
     commandName: "fade",
     abstract: "Ramp a key path from its audible value to a target.",
     discussion: """
-      The ramp starts from whatever is audible when it takes effect (or --from), so a fade that \
-      replaces one in flight never jumps; --slope keeps the slope continuous too. The model value \
-      becomes the target at once, so `get` shows where the ramp is going. A bare stream id (s1) \
-      stands for streams.s1.gain.
+      The ramp starts from whatever is audible when it takes effect (or --from), so a fade sent \
+      while another ramp runs never jumps; --slope keeps the slope continuous too. It supersedes \
+      every animation running on the key path that is not additive (another fade, a set's ramp, \
+      a fade-in, an animate), which ends and is not heard again; an additive one (a tremolo) \
+      keeps adding on top. The model value becomes the target at once, so `get` shows where the \
+      ramp is going. A bare stream id (s1) stands for streams.s1.gain.
 
       Examples:
         rampctl fade master.gain -12dB --duration 2s
@@ -110,6 +112,9 @@ struct FadeInCommand: FadeRequestCommand {
     commandName: "fade-in",
     abstract: "Ramp a key path (default master.gain) up to 1, or to --to.",
     discussion: """
+      Like fade: from what is audible, superseding every animation running on the key path that \
+      is not additive.
+
       Examples:
         rampctl fade-in
         rampctl fade-in --duration 3s --curve qsin
@@ -142,7 +147,8 @@ struct FadeOutCommand: FadeRequestCommand {
       With --then stop (or pause) the ramp runs on the streams' own levels (every stream for \
       master.gain, one for streams.<id>.gain) and rampd stops or pauses them when it ends, so \
       the gains keep their values for the next play. With --wait and --then stop, rampctl \
-      returns once the streams have ended.
+      returns once the streams have ended. Without --then it is a fade: from what is audible, \
+      superseding every animation running on the key path that is not additive.
 
       Examples:
         rampctl fade-out --duration 10s --then stop
@@ -185,7 +191,10 @@ struct SetCommand: DaemonCommand {
     discussion: """
       Like setting a layer property in Core Animation: the value ramps from what is audible now \
       over rampd's default transaction ([implicit] in its configuration), or over --duration \
-      with --curve, or jumps with --instant (still declicked).
+      with --curve, or jumps with --instant. The later command wins: a set supersedes every \
+      animation running on the key path that is not additive (a fade, an animate, a fade-in), \
+      which ends and is not heard again; an additive one (a tremolo) keeps adding on top of the \
+      new value.
 
       Examples:
         rampctl set master.gain -6dB --duration 500ms

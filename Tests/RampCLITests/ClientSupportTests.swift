@@ -191,8 +191,15 @@ import Testing
         == "KEY PATH     MODEL        AUDIBLE\nmaster.gain  1 (0.00 dB)  1 (0.00 dB)\n    #3 fade (basic) 42%")
     #expect(ReplyText.event(.streamEnded(stream: "s1", reason: .stopped)) == "stream-ended s1 (stopped)")
     #expect(
-      ReplyText.event(.animationFinished(id: 4, key: "master.gain", name: "fade", finished: false, sample: 9))
+      ReplyText.event(
+        .animationFinished(
+          id: 4, key: "master.gain", name: "fade", finished: false, sample: 9, ending: .removed, by: nil))
         == "animation-finished #4 fade on master.gain @9 (removed before its end)")
+    #expect(
+      ReplyText.event(
+        .animationFinished(
+          id: 4, key: "master.gain", name: "fade", finished: false, sample: 9, ending: .superseded, by: 5))
+        == "animation-finished #4 fade on master.gain @9 (superseded by #5)")
     let status: JSONValue = [
       "version": "0.2.0", "uptime": 61.2, "clients": 0,
       "output": [

@@ -90,6 +90,67 @@ import Testing
     _ = try playedLiveAndRendered(text, daemon: daemon)
   }
 
+  /// A later command over a running one of another kind, live and offline: the later one is
+  /// heard from the level reached, nothing jumps, and its value is reached and held (the earlier
+  /// fade does not come back when it ends). A constant 0.5 is played, so output / 0.5 is the gain
+  /// heard. Each pair runs in a window of its own after an instant reset, which supersedes
+  /// whatever the pair before left running (an endless repeat among them).
+  @Test func aLaterCommandOverAnotherKindIsHeardLiveAndOffline() throws {
+    let daemon = try DaemonProcess(periodMs: 20, bufferMs: 80, pacing: "device", recordingIsPipe: true)
+    let level = "\(daemon.directory)/level.wav"
+    try writeFile(level, seconds: 40, channels: 2, rate: 48_000) { _, _ in 0.5 }
+    // Earlier command, later command, when the later one comes (s after the earlier), the gain
+    // it leaves (master × stream).
+    let pairs: [(earlier: String, later: String, after: Double, held: Double)] = [
+      (
+        #""cmd": "fade", "key": "master.gain", "to": 0, "duration": 4"#,
+        #""cmd": "set", "key": "master.gain", "value": 1"#, 1, 1
+      ),
+      (#""cmd": "fade-out", "duration": 4"#, #""cmd": "set", "key": "master.gain", "value": 1"#, 1, 1),
+      (
+        #""cmd": "animate", "key": "master.gain", "animation": {"type": "basic", "to": 0, "duration": 4}"#,
+        #""cmd": "set", "key": "master.gain", "value": 0.8"#, 1, 0.8
+      ),
+      (
+        #""cmd": "fade", "key": "streams.main.gain", "to": 0, "duration": 4"#,
+        #""cmd": "set", "key": "streams.main.gain", "value": 0.8, "duration": 0.5"#, 1, 0.8
+      ),
+      (
+        #""cmd": "animate", "key": "master.gain", "animation": {"type": "keyframe", "values": [1, 0, 1, 0], "duration": 4}"#,
+        #""cmd": "set", "key": "master.gain", "value": 0.5"#, 1, 0.5
+      ),
+      (
+        #""cmd": "animate", "key": "master.gain", "animation": {"type": "basic", "from": 1, "to": 0.2, "duration": 0.7, "repeatCount": "inf", "autoreverses": true}"#,
+        #""cmd": "fade", "key": "master.gain", "to": 0.6, "duration": 0.5"#, 1.3, 0.6
+      ),
+    ]
+    let window = 6.0
+    var lines = [#"{"cmd": "play", "path": "\#(level)", "stream": "main"}"#]
+    for (index, pair) in pairs.enumerated() {
+      let start = 0.5 + window * Double(index)
+      lines.append(#"{"at": \#(start), "cmd": "set", "key": "master.gain", "value": 1, "duration": 0}"#)
+      lines.append(#"{"at": \#(start), "cmd": "set", "key": "streams.main.gain", "value": 1, "duration": 0}"#)
+      lines.append(#"{"at": \#(start + 0.01), \#(pair.earlier)}"#)
+      lines.append(#"{"at": \#(start + 0.01 + pair.after), \#(pair.later)}"#)
+    }
+    let offline = try playedLiveAndRendered(lines.joined(separator: "\n"), daemon: daemon)
+    let gain = stride(from: 0, to: offline.count, by: 2).map { Double(offline[$0]) / 0.5 }
+    for (index, pair) in pairs.enumerated() {
+      let start = 0.5 + window * Double(index)
+      let later = Int((start + 0.01 + pair.after) * 48_000)
+      let end = min(Int((start + window) * 48_000), gain.count)
+      let heard = Array(gain[(later - 1)..<end])
+      let step = zip(heard, heard.dropFirst()).map { abs($1 - $0) }.max() ?? 0
+      // A 0.25 s default-curve set over a full swing steps under 2e-4 a sample; the jumps this
+      // prevents are 0.24 to 1.
+      #expect(step < 0.002, "pair \(index): a step of \(step)")
+      let tail = gain[(end - 48_000)..<end]
+      #expect(
+        tail.allSatisfy { abs($0 - pair.held) < 1e-4 },
+        "pair \(index): ends at \(tail.last ?? .nan), not \(pair.held)")
+    }
+  }
+
   /// Loudness-normalised plays (a bed far too loud, a voice far too quiet, under a fade and
   /// a pan) trim the same samples live and offline; the offline render's bed measures the target.
   @Test func aNormalisedTimelinePlayedLiveIsTheTimelineRenderedOffline() throws {

@@ -95,7 +95,10 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
     _ = try play(engine, samples: 999)
     var reports: [CompletionReport] = []
     engine.drainCompletions { reports.append($0) }
-    #expect(reports == [CompletionReport(id: first, key: "a", keyPath: "p", finished: false, sample: 0)])
+    #expect(
+      reports == [
+        CompletionReport(id: first, key: "a", keyPath: "p", finished: false, sample: 0, ending: .superseded(by: second))
+      ])
     _ = try play(engine, samples: 1)
     engine.drainCompletions { reports.append($0) }
     #expect(reports.last == CompletionReport(id: second, key: "a", keyPath: "p", finished: true, sample: 1000))
@@ -249,16 +252,23 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
   @Test func theAnimationLimitIsEnforcedBeforeAnythingChanges() throws {
     let engine = try AnimationEngine(sampleRate: 1000, maxAnimationsPerKeyPath: 3)
     try engine.define("p", value: 0)
-    for key in ["a", "b", "c"] { try engine.add(.basic(to: 1, duration: 1), forKey: key, to: "p") }
-    #expect(throws: EngineError.self) { try engine.add(.basic(to: 1, duration: 1), forKey: "d", to: "p") }
+    // Additive ones stack (a non-additive one would supersede the others).
+    for key in ["a", "b", "c"] {
+      try engine.add(.basic(by: 0.1, duration: 1).with { $0.isAdditive = true }, forKey: key, to: "p")
+    }
+    #expect(throws: EngineError.self) {
+      try engine.add(.basic(by: 0.1, duration: 1).with { $0.isAdditive = true }, forKey: "d", to: "p")
+    }
     // Replacing under an existing key is not an extra animation.
-    try engine.add(.basic(to: 0.5, duration: 1), forKey: "b", to: "p")
+    try engine.add(.basic(by: 0.5, duration: 1).with { $0.isAdditive = true }, forKey: "b", to: "p")
     #expect(try engine.animations(on: "p").map(\.key) == ["a", "c", "b"])
+    // Nor is one that supersedes (every animation here is additive: none is superseded).
+    #expect(throws: EngineError.self) { try engine.add(.basic(to: 1, duration: 1), forKey: "e", to: "p") }
   }
 
   /// A set or fade refused for the limit changes nothing, its model value included; a commit that
-  /// sets the model (a fade's) does not count the implicit animation it removes.
-  @Test func aRefusedSetOrFadeLeavesTheModelAndAFadeTakesTheImplicitAnimationsPlace() throws {
+  /// supersedes what runs does not count what it supersedes.
+  @Test func aRefusedSetOrFadeLeavesTheModelAndASupersedingOneFits() throws {
     let engine = try AnimationEngine(sampleRate: 1000, maxAnimationsPerKeyPath: 3)
     try engine.define("p", value: 0)
     func action(_ value: Double) throws -> PreparedAnimation {
@@ -269,19 +279,26 @@ func play(_ engine: AnimationEngine, _ keyPath: String = "p", samples: Int, bloc
     func fade(_ name: String) throws -> PreparedAnimation {
       try PreparedAnimation(.basic(to: 1, duration: 1), forKey: name, to: "p", sampleRate: 1000, defaultDuration: 0)
     }
-    try engine.add(.basic(by: 0, duration: 10), forKey: "a", to: "p")
+    let layer = Animation.basic(by: 0, duration: 10).with { $0.isAdditive = true }
+    try engine.add(layer, forKey: "a", to: "p")
     try engine.set("p", to: 0.5, action: try action(0.5))
-    try engine.add(.basic(by: 0, duration: 10), forKey: "b", to: "p")
-    // Full, but a set replaces the implicit animation, and a fade removes it.
+    try engine.add(layer, forKey: "b", to: "p")
+    // Full, but a set supersedes the implicit animation, and a fade the set's.
     try engine.set("p", to: 0.8, action: try action(0.8))
     try engine.commit(try fade("fade"), model: 0.9)
     #expect(try engine.animations(on: "p").map(\.key) == ["a", "b", "fade"])
     #expect(try engine.model("p") == 0.9)
-    // Full with no implicit animation: both are refused, and the model stays.
+    // An instant set supersedes too. Then full of additive ones: both are refused, and the model stays.
+    try engine.set("p", to: 0.9, action: nil)
+    try engine.add(layer, forKey: "c", to: "p")
+    #expect(try engine.animations(on: "p").map(\.key) == ["a", "b", "c"])
+    #expect(throws: EngineError.self) {
+      try engine.add(layer, forKey: "d", to: "p")
+    }
     #expect(throws: EngineError.self) { try engine.set("p", to: 0.2, action: try action(0.2)) }
     #expect(throws: EngineError.self) { try engine.commit(try fade("other"), model: 0.1) }
     #expect(try engine.model("p") == 0.9)
-    #expect(try engine.animations(on: "p").map(\.key) == ["a", "b", "fade"])
+    #expect(try engine.animations(on: "p").map(\.key) == ["a", "b", "c"])
   }
 
   @Test func listReportsProgress() throws {

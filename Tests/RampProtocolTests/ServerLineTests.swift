@@ -63,8 +63,24 @@ import Testing
 @Suite struct EventTests {
   @Test(arguments: [
     (
-      Event.animationFinished(id: 12, key: "master.gain", name: "fade", finished: true, sample: 96_000),
-      #"{"event":"animation-finished","id":12,"key":"master.gain","name":"fade","finished":true,"sample":96000}"#
+      Event.animationFinished(
+        id: 12, key: "master.gain", name: "fade", finished: true, sample: 96_000, ending: .completed, by: nil),
+      #"{"event":"animation-finished","id":12,"key":"master.gain","name":"fade","finished":true,"sample":96000,"reason":"completed"}"#
+    ),
+    (
+      .animationFinished(
+        id: 12, key: "master.gain", name: "fade", finished: false, sample: 96_000, ending: .superseded, by: 13),
+      #"{"event":"animation-finished","id":12,"key":"master.gain","name":"fade","finished":false,"sample":96000,"reason":"superseded","by":13}"#
+    ),
+    (
+      .animationFinished(
+        id: 12, key: "master.gain", name: "fade", finished: false, sample: 96_000, ending: .superseded, by: nil),
+      #"{"event":"animation-finished","id":12,"key":"master.gain","name":"fade","finished":false,"sample":96000,"reason":"superseded"}"#
+    ),
+    (
+      .animationFinished(
+        id: 12, key: "master.gain", name: "fade", finished: false, sample: 96_000, ending: .removed, by: nil),
+      #"{"event":"animation-finished","id":12,"key":"master.gain","name":"fade","finished":false,"sample":96000,"reason":"removed"}"#
     ),
     (
       .animationStarted(id: 3, key: "streams.s1.gain", name: "animation", sample: 0),
@@ -116,7 +132,7 @@ import Testing
   @Test func everyKindHasAnEvent() {
     let kinds: [EventKind?] = [
       Event.animationStarted(id: 1, key: "k", name: "n", sample: 0).kind,
-      Event.animationFinished(id: 1, key: "k", name: "n", finished: false, sample: 0).kind,
+      Event.animationFinished(id: 1, key: "k", name: "n", finished: false, sample: 0, ending: .removed, by: nil).kind,
       Event.streamStarted(stream: "s", path: "p").kind, Event.streamEnded(stream: "s", reason: .stopped).kind,
       Event.deviceFailed(message: "m").kind, Event.deviceRecovered(device: "d").kind,
       Event.configReloaded(applied: [], restartRequired: []).kind,
