@@ -546,6 +546,7 @@ public final class Player: Sendable {
     let frame = wanted > 0 ? Int(min(wanted, Double(stream.decoder.outputLength))) : 0
     stream.pendingSeek = frame
     stream.seekRequested = false
+    stream.seekLanding = nil
     return true
   }
 

@@ -31,36 +31,10 @@ extension RenderLoop {
     while index < state.streams.count {
       let stream = state.streams[index]
       index += 1
-      if let frame = stream.pendingSeek {
-        // Seeking: the stream's envelope ramps out over the declick ramp (mixed below), or at
-        // once when the stream is silent anyway (paused). Once silent, ask the decoder; once it
-        // has sought, drop the stale audio; the stream then waits for its ring to refill and
-        // ramps back in (as after an underrun). Until then it holds its place, silent. No engine
-        // call: nothing is allocated or freed here.
-        if stream.supply > 0 && deciding {
-          engine.render(stream.transport, start: now, count: 1, into: ramp)
-          if ramp[0] == 0 && engine.restingValue(stream.transport) == 0 { stream.supply = 0 }
-        }
-        if stream.supply == 0 && deciding {
-          if !stream.seekRequested {
-            stream.decoder.requestSeek(toOutputFrame: frame)
-            stream.seekRequested = true
-          } else if let mark = stream.decoder.takeSeekMark() {
-            // Taken at a decision point only (where a render thread without a clock has waited
-            // for it), so where the stream comes back does not depend on the decoder's speed.
-            stream.decoder.ring.discard(upTo: mark)
-            stream.pendingSeek = nil
-            stream.seekRequested = false
-            stream.position = frame
-            // The ring holds little of the new position yet: the stream waits for it to refill
-            // (no underrun: nothing was cut) and ramps in.
-            stream.starved = true
-          }
-        }
-        if stream.supply == 0 {
-          if metering { stream.level.addSilence(frames: frames) }
-          continue
-        }
+      if stream.pendingSeek != nil && stream.supply == 0 {
+        // Ramped out; the decoder has yet to seek (`landSeeks`): silent, in place.
+        if metering { stream.level.addSilence(frames: frames) }
+        continue
       }
       if stream.paused {
         // Paused: the position holds once the ramp to silence is over (seen at a decision point,
@@ -83,7 +57,9 @@ extension RenderLoop {
       if stream.starved {
         // Holding, silent and in place, until the ring has refilled (judged at a decision point,
         // for the same reason as a seek's mark).
-        guard deciding, finished || available >= min(refillFrames * channels, decoder.ring.capacity) else {
+        guard deciding || stream.landedAt == now,
+          finished || available >= min(refillFrames * channels, decoder.ring.capacity)
+        else {
           if metering { stream.level.addSilence(frames: frames) }
           continue
         }
@@ -167,6 +143,78 @@ extension RenderLoop {
     ducks.end(frames: frames) { retire(.object($0)) }
     engine.advance(by: frames)
     drainCompletions()
+  }
+
+  /// Before the span at the engine's clock: each seek's jump, on its own sample. A seek ramps its
+  /// stream out over the declick ramp from the seek's sample (`renderSpan`); the new position
+  /// plays from the sample where that ramp is over (`seekLanding`, where `renderScheduled` splits
+  /// the block), ramping in. The decoder is asked for it at once when the ring holds the ramp's
+  /// audio and has room beside it for the new position's refill (a stream playing no queue), so
+  /// it is ready by then; otherwise once the ramp is over. At the landing the stale audio is
+  /// dropped: without a clock after waiting for the decoder (and then, in `renderScheduled`, for
+  /// its refill), so the jump lands there at any block size; with a clock, if the decoder has
+  /// sought by then, else at the first span at which it has. Returns whether a seek landed now.
+  /// Allocation-free.
+  func landSeeks(_ ramp: UnsafeMutablePointer<Float>) -> Bool {
+    let engine = state.engine
+    let now = engine.now
+    let channels = output.channels
+    var landed = false
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      guard let frame = stream.pendingSeek else { continue }
+      let decoder = stream.decoder
+      if stream.supply > 0 {
+        // Silent anyway (paused): nothing to ramp out.
+        engine.render(stream.transport, start: now, count: 1, into: ramp)
+        if ramp[0] == 0 && engine.restingValue(stream.transport) == 0 { stream.supply = 0 }
+      }
+      let rampFrames = Int((stream.supply * Float(declickFrames)).rounded(.up))
+      if stream.seekLanding == nil { stream.seekLanding = now + Int64(rampFrames) }
+      if !stream.seekRequested {
+        // Early, the decoder writes the new position after the audio the ramp out still reads
+        // (no more than it holds now), into the room the ring has.
+        let early =
+          stream.queue == nil && stream.supply == 1 && decoder.ring.available >= rampFrames * channels
+          && decoder.ring.space >= refillFrames * channels
+        if stream.supply == 0 || early {
+          decoder.requestSeek(toOutputFrame: frame)
+          stream.seekRequested = true
+        }
+      }
+      guard stream.supply == 0, stream.seekRequested else { continue }
+      if waitsForDecoders {
+        while decoder.seekIsPending && !decoder.hasFailed && link.running.load(ordering: .relaxed) { usleep(100) }
+      }
+      guard let mark = decoder.takeSeekMark() else { continue }
+      decoder.ring.discard(upTo: mark)
+      stream.pendingSeek = nil
+      stream.seekRequested = false
+      stream.seekLanding = nil
+      stream.position = frame
+      // The ring may hold little of the new position yet: the stream waits for it to refill (no
+      // underrun: nothing was cut) and ramps in.
+      stream.starved = true
+      stream.landedAt = now
+      landed = true
+    }
+    return landed
+  }
+
+  /// The first sample after `now` at which a seek's ramp out is over (nil: none).
+  func nextSeekLanding(after now: Int64) -> Int64? {
+    var first: Int64?
+    var index = 0
+    while index < state.streams.count {
+      let stream = state.streams[index]
+      index += 1
+      if stream.pendingSeek != nil, let landing = stream.seekLanding, landing > now {
+        first = min(first ?? landing, landing)
+      }
+    }
+    return first
   }
 
   /// Publishes the limiter's reduction, and posts `limiterEngaged` when it lowers the gain after

@@ -407,8 +407,10 @@ final class RenderLoop: @unchecked Sendable {
       while let first = scheduled.firstSample, first <= now {
         run(scheduled.removeFirst())
       }
+      if landSeeks(buffers.ramp) && waitsForDecoders { waitForDecisions() }
       var span = buffers.frames - offset
       if let sample = scheduled.firstSample { span = min(span, Int(sample - now)) }
+      if let landing = nextSeekLanding(after: now) { span = min(span, Int(landing - now)) }
       if decisionsPending {
         // Split at the decision points too, so each is taken at its sample whatever the blocks.
         let grid = Int64(Self.decisionFrames)

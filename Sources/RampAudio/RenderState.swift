@@ -170,6 +170,12 @@ final class PlayingStream {
   /// A seek waiting for the ramp to silence (then the decoder is asked) or for the decoder.
   var pendingSeek: Int?
   var seekRequested = false
+  /// The sample at which a seek's ramp out is over and the new position plays (the seek's own
+  /// sample plus the ramp), set at the first span of the seek (`landSeeks`).
+  var seekLanding: Int64?
+  /// The sample at which the last seek landed: the refill is judged there, not only at a
+  /// decision point.
+  var landedAt: Int64 = -1
   /// Output frames of this stream's audio consumed, counted from the file's start.
   var position = 0
   /// The ring ran short: the stream ramped out and holds, silent and in place, until its ring has

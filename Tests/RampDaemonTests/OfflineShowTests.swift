@@ -432,6 +432,41 @@ func readSamples(_ path: String) throws -> [Float] {
     #expect(continuous)
   }
 
+  /// A seek lands on its own sample, at any block size: the old audio ramps out over the declick
+  /// ramp from the seek's sample, and the new position's first frame plays the declick ramp after
+  /// it, ramping in. (It used to wait for the 64-sample decision grid: the jump landed 640, 664
+  /// and 648 samples after seeks at 1 s, 1 s + 1000 and 1 s + 3000 samples.)
+  @Test(arguments: [0, 1000, 3000, 37, 4095])
+  func aSeekLandsOnItsOwnSample(offset: Int) throws {
+    let bench = try ShowBench()
+    let input = try bench.file("count.wav", frames: 192_000) { f, _ in Float(f) / 1_000_000 }
+    let at = 48_000 + offset
+    let target = 96_000
+    let show = #"{"at": \#(Double(at) / Self.rate), "cmd": "seek", "stream": "main", "position": 2}"#
+    let declick = Self.declick
+    for blockFrames in [64, 100, 1024, 4096] {
+      let (samples, _, _) = try bench.render(input: input, show, output: "\(blockFrames).wav") {
+        $0.blockFrames = blockFrames
+      }
+      let context = "seek at \(at), blocks of \(blockFrames)"
+      #expect(samples[at - 1] == Float(at - 1) / 1_000_000, "\(context): the old audio up to the seek")
+      // The ramp out begins on the seek's sample: the k-th frame of the old audio at 1 − (k + 1)/D.
+      let out = (0..<declick).map { k in samples[at + k] / (Float(at + k) / 1_000_000) }
+      let outOff = zip(out.indices, out).first { abs($0.1 - (1 - Float($0.0 + 1) / Float(declick))) > 1e-4 }
+      #expect(outOff == nil, "\(context): ramp out off at frame \(outOff.map { "\($0.0): \($0.1)" } ?? "")")
+      // The declick ramp later the new position plays, ramping in: the k-th frame at (k + 1)/D.
+      let landing = at + declick
+      let inOff = (0..<declick).first { k in
+        abs(samples[landing + k] - Float(target + k) / 1_000_000 * Float(k + 1) / Float(declick)) > 1e-6
+      }
+      #expect(inOff == nil, "\(context): ramp in off at frame \(inOff ?? -1): \(samples[landing + (inOff ?? 0)])")
+      let plays = (landing + declick..<landing + declick + 2_000).allSatisfy { f in
+        samples[f] == Float(target + f - landing) / 1_000_000
+      }
+      #expect(plays, "\(context): the new position from sample \(landing), one frame per sample")
+    }
+  }
+
   /// `pan` moves a stereo stream between the channels (a balance: +1 is the right alone).
   @Test func panMovesBetweenChannels() throws {
     let bench = try ShowBench()

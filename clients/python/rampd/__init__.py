@@ -18,7 +18,7 @@ from ._client import (
     connect,
     default_socket_path,
 )
-from ._timeline import TimelineError, TimelineOutcome, parse_timeline
+from ._timeline import TimelineError, TimelineOutcome, find_rampctl
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -32,6 +32,6 @@ __all__ = [
     "command",
     "connect",
     "default_socket_path",
-    "parse_timeline",
+    "find_rampctl",
 ]
 __version__ = "0.2.0"

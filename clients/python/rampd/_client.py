@@ -285,6 +285,11 @@ class Client:
     def send(self, cmd, **fields):
         """Sends a request without waiting; returns its id, for `reply()`. Fields that are None
         are left out; snake_case names become camelCase (`fade_in` -> `fadeIn`, `from_` -> `from`)."""
+        if "id" in fields:
+            raise ValueError(
+                "id: a request's id is the client's to choose (send() returns it); unschedule's schedule id is "
+                "schedule=, e.g. unschedule(schedule=37)"
+            )
         self._next_id += 1
         request = {"id": self._next_id, "cmd": cmd, **_wire(fields)}
         line = json.dumps(request, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -354,13 +359,17 @@ class Client:
 
     # ------------------------------------------------------------------ timelines
 
-    def run_timeline(self, source, lead=1.0, check=True):
-        """Runs a timeline file (see `rampd.parse_timeline`): each line is sent `lead` seconds
-        before it is due, scheduled for its exact time. Returns one `TimelineOutcome` per line;
-        with `check`, raises `TimelineError` (after every line ran) when rampd refused any."""
+    def run_timeline(self, source, check=True, rampctl=None):
+        """Runs a timeline with `rampctl batch` (on a connection of its own to this client's
+        rampd): `source` is a file's path (its relative paths taken from its directory), a file
+        object or an iterable of lines (str, or dicts; their relative paths taken from the
+        current directory). `rampctl` is its path (default: on PATH, else beside rampd). Returns
+        one `TimelineOutcome` per line rampd answered; a refused line stops the run, and with
+        `check` raises `TimelineError`. A timeline with bad lines raises `TimelineError` with
+        nothing sent."""
         from ._timeline import run_timeline
 
-        return run_timeline(self, source, lead=lead, check=check)
+        return run_timeline(self.path, source, check=check, rampctl=rampctl)
 
     # ------------------------------------------------------------------ commands (PROTOCOL.md §5)
     # Each takes the command's fields, and `at`/`ack` (§3) and any other field as keywords.
@@ -374,10 +383,13 @@ class Client:
     def status(self, **common):
         return self.request("status", **common)
 
-    def play(self, path, stream=None, *, gain=None, fade_in=None, curve=None, loop=None, paused=None, **common):
+    def play(self, path, stream=None, *, gain=None, fade_in=None, curve=None, loop=None, paused=None, queue=None,
+             crossfade=None, crossfade_curve=None, skip_crossfade=None, skip_curve=None, crossfade_level=None,
+             crossfade_window=None, **common):
         return self.request(
             "play", path=path, stream=stream, gain=gain, fade_in=fade_in, curve=curve, loop=loop, paused=paused,
-            **common,
+            queue=queue, crossfade=crossfade, crossfade_curve=crossfade_curve, skip_crossfade=skip_crossfade,
+            skip_curve=skip_curve, crossfade_level=crossfade_level, crossfade_window=crossfade_window, **common,
         )
 
     def stop(self, stream=None, *, fade=None, curve=None, **common):
@@ -467,3 +479,47 @@ class Client:
         `wait(r.fade(...))`), or every animation on `key`. `timeout` is rampd's (seconds): past
         it the reply is `CommandError` with code `timeout`."""
         return self.request("wait", animations=_animation_ids(animations), key=key, timeout=timeout, **common)
+
+    # Duck rules (PROTOCOL.md §5, duck-add …).
+
+    def duck_add(self, name, targets, *, trigger=None, threshold=None, detector=None, window=None, hysteresis=None,
+                 depth=None, attack=None, attack_curve=None, hold=None, release=None, release_curve=None, **common):
+        return self.request(
+            "duck-add", name=name, targets=[targets] if isinstance(targets, str) else targets, trigger=trigger,
+            threshold=threshold, detector=detector, window=window, hysteresis=hysteresis, depth=depth,
+            attack=attack, attack_curve=attack_curve, hold=hold, release=release, release_curve=release_curve,
+            **common,
+        )
+
+    def duck_remove(self, name, **common):
+        return self.request("duck-remove", name=name, **common)
+
+    def duck_list(self, **common):
+        return self.request("duck-list", **common)
+
+    def duck(self, name, **common):
+        return self.request("duck", name=name, **common)
+
+    def unduck(self, name, **common):
+        return self.request("unduck", name=name, **common)
+
+    # Queues (PROTOCOL.md §5, Queues).
+
+    def queue_add(self, stream, paths, **common):
+        return self.request("queue-add", stream=stream, paths=[paths] if isinstance(paths, str) else paths, **common)
+
+    def queue_remove(self, stream, index, **common):
+        return self.request("queue-remove", stream=stream, index=index, **common)
+
+    def queue_clear(self, stream, **common):
+        return self.request("queue-clear", stream=stream, **common)
+
+    def queue_list(self, stream=None, **common):
+        return self.request("queue-list", stream=stream, **common)
+
+    def next(self, stream, **common):
+        """Skips to the queue's next item (over the stream's `skipCrossfade`)."""
+        return self.request("next", stream=stream, **common)
+
+    def previous(self, stream, **common):
+        return self.request("previous", stream=stream, **common)

@@ -1,39 +1,37 @@
-"""Timeline files, as `rampctl batch` runs them: one request object per line, each with an
-optional `at`."""
+"""Timeline files, run by `rampctl batch`: rampd's one reader of the timeline language, so a
+timeline means the same from Python as from rampctl (units, relative paths, lines sharing an
+`at`, what a line may not hold, the stop at the first refusal)."""
 
-import datetime
 import json
 import os
-import time
+import shutil
+import subprocess
 
-from ._client import CommandError, Error, rfc3339
+from ._client import CommandError, Error, Record
 
 
 class TimelineError(Error):
-    """A timeline that could not run (`problems`: every bad line, as `file:line: message`; nothing
-    was sent), or that rampd refused lines of (`outcomes`: every line's outcome, all of them ran)."""
+    """A timeline that could not run (`problems`: rampctl's messages, each bad line as
+    `file:line: message`; nothing was sent, `outcomes` is empty), or whose run stopped at a line
+    rampd refused (`problems`: that line and what was not applied; `outcomes`: every line
+    answered, the refused one last)."""
 
-    def __init__(self, problems, outcomes=None):
+    def __init__(self, problems, outcomes=()):
         super().__init__("\n".join(problems))
         self.problems = problems
-        self.outcomes = outcomes
+        self.outcomes = list(outcomes)
 
 
 class TimelineOutcome:
-    """One line of a timeline: `label` (`file:line`), `request` (as sent, without `at`), `due`
-    (seconds from the start, or None for a date), and `result` (a Record) or `error` (a
-    `CommandError`)."""
+    """One line of a timeline that rampd answered: `label` (`file:line`, `<stdin>:line` for lines
+    not read from a file), `cmd`, and `result` (a Record) or `error` (a `CommandError`, its
+    `field` named within the line)."""
 
-    def __init__(self, label, request, at):
+    def __init__(self, label, cmd, result=None, error=None):
         self.label = label
-        self.request = request
-        self.at = at
-        self.result = None
-        self.error = None
-
-    @property
-    def due(self):
-        return self.at if isinstance(self.at, (int, float)) else None
+        self.cmd = cmd
+        self.result = result
+        self.error = error
 
     @property
     def ok(self):
@@ -41,109 +39,70 @@ class TimelineOutcome:
 
     def __repr__(self):
         outcome = f"error={self.error}" if self.error else f"result={self.result!r}"
-        return f"TimelineOutcome({self.label}, {self.request.get('cmd')}, {outcome})"
+        return f"TimelineOutcome({self.label}, {self.cmd}, {outcome})"
 
 
-def _lines(source):
-    """(name, text lines) from a path, a file object or an iterable of lines (str or dict)."""
+def find_rampctl(rampctl=None):
+    """The rampctl to run: `rampctl` when given (a path, or a name on PATH), else `rampctl` on
+    PATH, else the one beside the `rampd` on PATH (symbolic links followed)."""
+    if rampctl is not None:
+        found = shutil.which(os.fspath(rampctl))
+        if found is None:
+            raise Error(f"rampctl: {os.fspath(rampctl)} is not an executable file")
+        return found
+    found = shutil.which("rampctl")
+    if found is not None:
+        return found
+    daemon = shutil.which("rampd")
+    if daemon is not None:
+        beside = os.path.join(os.path.dirname(os.path.realpath(daemon)), "rampctl")
+        if os.access(beside, os.X_OK):
+            return beside
+    raise Error("rampctl: not on PATH, nor beside rampd; give its path (run_timeline(..., rampctl=PATH))")
+
+
+def _target(source):
+    """(rampctl's file argument, standard input) for a path, a file object or an iterable of
+    lines (str, or dict: a request object)."""
     if isinstance(source, (str, os.PathLike)):
-        with open(source, encoding="utf-8") as file:
-            return os.fspath(source), file.read().split("\n")
-    if hasattr(source, "read"):
-        return getattr(source, "name", "<timeline>"), source.read().split("\n")
-    return "<timeline>", list(source)
+        return os.fspath(source), None
+    lines = source.read().split("\n") if hasattr(source, "read") else list(source)
+    text = "\n".join(json.dumps(line) if isinstance(line, dict) else str(line) for line in lines)
+    return "-", text + "\n"
 
 
-def _rfc3339_seconds(text):
-    """Unix seconds of an RFC 3339 date and time with a zone, or None."""
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return None
-    return None if moment.tzinfo is None else moment.timestamp()
-
-
-def parse_timeline(source):
-    """The lines of a timeline, checked: a list of `TimelineOutcome`s not yet run. Each line is a
-    request object as in PROTOCOL.md (protocol values: numbers in seconds and amplitudes), with an
-    optional `at`: seconds from the start of the timeline, or an RFC 3339 date and time; blank
-    lines and lines starting with `#` are skipped, and so is an `id` (the client chooses ids).
-    Every bad line is reported at once in a `TimelineError`."""
-    name, lines = _lines(source)
-    entries, problems = [], []
-    for number, line in enumerate(lines, start=1):
-        label = f"{name}:{number}"
-        if isinstance(line, dict):
-            request = dict(line)
+def run_timeline(socket_path, source, check=True, rampctl=None):
+    """Runs `source` with `rampctl batch` against the rampd at `socket_path`; returns one
+    `TimelineOutcome` per line answered (see `Client.run_timeline`)."""
+    target, text = _target(source)
+    command = [find_rampctl(rampctl), "batch", target, "--socket", socket_path, "--json"]
+    done = subprocess.run(command, input=text, capture_output=True, text=True)
+    outcomes = []
+    for line in done.stdout.splitlines():
+        if not line.strip():
+            continue
+        answer = json.loads(line, object_hook=Record)
+        if answer.get("ok") is True:
+            outcomes.append(TimelineOutcome(answer["line"], answer["cmd"], result=answer.get("result") or Record()))
         else:
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            try:
-                request = json.loads(text)
-            except ValueError as error:
-                problems.append(f"{label}: not JSON ({error})")
-                continue
-        if not isinstance(request, dict):
-            problems.append(f"{label}: expected a request object, got {json.dumps(request)}")
-            continue
-        if not isinstance(request.get("cmd"), str):
-            problems.append(f"{label}: cmd: missing, expected the command's name")
-            continue
-        at = request.pop("at", None)
-        request.pop("id", None)
-        if isinstance(at, bool) or not (at is None or isinstance(at, (int, float, str))):
-            problems.append(f"{label}: at: expected seconds from the start or an RFC 3339 date, got {json.dumps(at)}")
-            continue
-        if isinstance(at, (int, float)) and not (0 <= at < float("inf")):
-            problems.append(f"{label}: at: expected seconds >= 0, got {at}")
-            continue
-        if isinstance(at, str) and _rfc3339_seconds(at) is None:
-            problems.append(f"{label}: at: expected an RFC 3339 date and time such as 2026-11-21T07:30:00Z, got {at!r}")
-            continue
-        entries.append(TimelineOutcome(label, request, at))
-    if problems:
+            error = answer.get("error") or Record()
+            outcomes.append(
+                TimelineOutcome(
+                    answer["line"], answer["cmd"],
+                    error=CommandError(
+                        error.get("code", "internal-error"), error.get("message", ""), error.get("field"), None,
+                        answer,
+                    ),
+                )
+            )
+    problems = [line.removeprefix("rampctl: ") for line in done.stderr.splitlines() if line.strip()]
+    refused = any(not outcome.ok for outcome in outcomes)
+    if done.returncode == 0:
+        return outcomes
+    if done.returncode == 65 and refused:
+        if check:
+            raise TimelineError(problems, outcomes)
+        return outcomes
+    if done.returncode == 65:
         raise TimelineError(problems)
-    return entries
-
-
-def run_timeline(client, source, lead=1.0, check=True):
-    entries = parse_timeline(source) if not isinstance(source, list) or not all(
-        isinstance(e, TimelineOutcome) for e in source) else source
-    start = time.time()
-    clock = time.monotonic()
-    queue = sorted(entries, key=lambda e: e.due if e.due is not None else 0)
-    waiting = {}
-    for entry in queue:
-        offset = entry.due if entry.due is not None else 0
-        pause = offset - lead - (time.monotonic() - clock)
-        if pause > 0:
-            _collect(client, waiting, pause)
-        fields = {key: value for key, value in entry.request.items() if key != "cmd"}
-        if entry.due is not None and entry.due > 0:
-            fields["at"] = rfc3339(start + entry.due)
-        elif isinstance(entry.at, str):
-            fields["at"] = entry.at
-        waiting[client.send(entry.request["cmd"], **fields)] = entry
-    while waiting:
-        _collect(client, waiting, None)
-    refused = [entry for entry in entries if entry.error is not None]
-    if check and refused:
-        raise TimelineError([f"{entry.label}: {entry.error}" for entry in refused], entries)
-    return entries
-
-
-def _collect(client, waiting, seconds):
-    """Files the replies that arrive within `seconds` (None: until one does)."""
-    deadline = None if seconds is None else time.monotonic() + seconds
-    while waiting:
-        for id in [id for id in waiting if id in client._replies]:
-            entry = waiting.pop(id)
-            try:
-                entry.result = client.reply(id, timeout=0)
-            except CommandError as error:
-                entry.error = error
-        if not waiting:
-            return
-        if not client._pump(deadline):
-            return
+    raise Error(f"rampctl batch exited {done.returncode}: " + ("\n".join(problems) or "no message"))

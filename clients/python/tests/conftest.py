@@ -32,6 +32,14 @@ def rampd_binary():
     return path
 
 
+def rampctl_binary():
+    """The rampctl built beside the rampd under test."""
+    path = os.path.join(os.path.dirname(rampd_binary()), "rampctl")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"no rampctl binary at {path}: run `swift build` first", pytrace=False)
+    return path
+
+
 def write_configuration(directory, **values):
     """Writes `rampd.toml` and `asound.conf` into `directory` from the templates the Swift tests
     use too (Tests/Fixtures/test-daemon.*), their `{key}`s filled in: `socket` and `recording`
@@ -76,6 +84,8 @@ class Daemon:
             return False
 
     def stop(self):
+        if self.process.poll() is not None:
+            return
         self.process.terminate()
         self.process.wait(10)
         self.log.close()
@@ -106,6 +116,18 @@ def daemon():
             yield started
         finally:
             started.stop()
+
+
+@pytest.fixture
+def another_daemon():
+    """A second rampd, for comparing two runs of the same thing."""
+    with tempfile.TemporaryDirectory(prefix="rampd-py-") as directory:
+        started = Daemon(directory)
+        try:
+            yield started
+        finally:
+            if started.process.poll() is None:
+                started.stop()
 
 
 @pytest.fixture

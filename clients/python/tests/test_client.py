@@ -11,6 +11,7 @@ import time
 import pytest
 
 import rampd
+from conftest import CHECKOUT, rampctl_binary
 
 RATE = 48_000
 
@@ -179,13 +180,13 @@ def test_a_timeline_runs_each_line_at_its_time(daemon, client, tmp_path):
     script.write_text(
         "# a timeline\n"
         '{"cmd": "get", "key": "master.gain"}\n'
-        '{"at": 0.5, "cmd": "set", "key": "master.gain", "value": 0.5, "duration": 0}\n'
-        '{"at": 1, "cmd": "get", "key": "master.gain"}\n'
+        '{"at": 0.5, "cmd": "set", "key": "master.gain", "value": "50%", "duration": 0}\n'
+        '{"at": "1s", "cmd": "get", "key": "master.gain"}\n'
         "\n"
         '{"at": 2, "id": 99, "cmd": "get", "key": "master.gain"}\n'
     )
     started = time.monotonic()
-    outcomes = client.run_timeline(script, lead=0.2)
+    outcomes = client.run_timeline(script, rampctl=rampctl_binary())
     assert time.monotonic() - started >= 1.9, "the last line replied when it took effect"
     assert [o.label for o in outcomes] == [f"{script}:{n}" for n in (2, 3, 4, 6)]
     first, setting, after, last = (o.result for o in outcomes)
@@ -196,20 +197,138 @@ def test_a_timeline_runs_each_line_at_its_time(daemon, client, tmp_path):
     assert abs(last.sample - after.sample - RATE) <= 0.2 * RATE
 
 
-def test_a_timeline_reports_bad_lines_before_sending_and_refusals_after(client, tmp_path):
+def test_a_timeline_reports_bad_lines_before_sending_and_stops_at_a_refusal(client, tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"cmd": "ping"}\nnot json\n[1]\n{"at": -1, "cmd": "ping"}\n{"at": "tomorrow", "cmd": "ping"}\n')
+    bad.write_text(
+        '{"cmd": "ping"}\nnot json\n[1]\n{"at": -1, "cmd": "ping"}\n{"at": "tomorrow", "cmd": "ping"}\n'
+        '{"at": 1, "cmd": "set", "key": "master.gain", "value": 0.5, "ack": "scheduled"}\n'
+    )
     with pytest.raises(rampd.TimelineError) as problems:
-        client.run_timeline(bad)
-    assert [p.split(":")[1] for p in problems.value.problems] == ["2", "3", "4", "5"]
+        client.run_timeline(bad, rampctl=rampctl_binary())
+    assert [p.split(":")[1] for p in problems.value.problems] == ["2", "3", "4", "5", "6"]
+    assert "ack: a timeline line's at counts from the timeline's start" in problems.value.problems[-1]
+    assert problems.value.outcomes == []
     assert client.get("master.gain").model == 1
     refused = ['{"cmd": "set", "key": "master.gain", "value": 2}', '{"cmd": "set", "key": "master.gain", "value": 0.3}']
     with pytest.raises(rampd.TimelineError) as refusal:
-        client.run_timeline(refused)
-    assert refusal.value.problems[0].startswith("<timeline>:1: out-of-range (value)")
-    assert refusal.value.outcomes[1].result.value == 0.3
-    outcomes = client.run_timeline(refused, check=False)
-    assert [o.ok for o in outcomes] == [False, True] and outcomes[0].error.code == "out-of-range"
+        client.run_timeline(refused, rampctl=rampctl_binary())
+    assert refusal.value.problems[0].startswith("<stdin>:1: out-of-range")
+    assert [o.label for o in refusal.value.outcomes] == ["<stdin>:1"]
+    assert client.get("master.gain").model == 1, "the line after the refused one was not applied"
+    outcomes = client.run_timeline(refused, check=False, rampctl=rampctl_binary())
+    assert [o.ok for o in outcomes] == [False]
+    assert outcomes[0].error.code == "out-of-range" and outcomes[0].error.field == "value"
+
+
+def _without_samples(value):
+    """A reply without its `sample` members (the output's clock: where a run started)."""
+    if isinstance(value, dict):
+        return {key: _without_samples(member) for key, member in value.items() if key != "sample"}
+    if isinstance(value, list):
+        return [_without_samples(member) for member in value]
+    return value
+
+
+def test_a_timeline_is_the_same_through_rampctl_and_python(daemon, tmp_path, another_daemon):
+    """One timeline (units, a relative path, two lines at one `at`, a refused line, a line after
+    it) through `rampctl batch` against one rampd and through the Python client against another:
+    the same replies, the same recording."""
+    show = tmp_path / "show"
+    show.mkdir()
+    bed = daemon.constant_file("bed", 5, level=0.5)
+    os.rename(bed, show / "bed.wav")
+    script = show / "show.jsonl"
+    script.write_text(
+        '{"cmd": "play", "path": "bed.wav", "stream": "bed", "gain": "-6dB"}\n'
+        '{"at": "500ms", "cmd": "fade", "key": "streams.bed.gain", "to": "-12dB", "duration": "200ms"}\n'
+        '{"at": 0.5, "cmd": "set", "key": "master.gain", "value": "50%", "duration": "100ms"}\n'
+        '{"at": "1s", "cmd": "set", "key": "master.gain", "value": 2}\n'
+        '{"at": "1.5s", "cmd": "set", "key": "master.gain", "value": 0}\n'
+    )
+    # Run from elsewhere: "bed.wav" is the timeline's, not the current directory's.
+    through_rampctl = subprocess.run(
+        [rampctl_binary(), "batch", str(script), "--socket", daemon.socket, "--json"],
+        capture_output=True, text=True, cwd="/",
+    )
+    assert through_rampctl.returncode == 65, through_rampctl.stderr
+    with rampd.connect(another_daemon.socket) as client:
+        with pytest.raises(rampd.TimelineError) as stopped:
+            client.run_timeline(script, rampctl=rampctl_binary())
+    assert stopped.value.problems == [line.removeprefix("rampctl: ") for line in through_rampctl.stderr.splitlines()]
+    assert stopped.value.problems[0].startswith(f"{script}:4: out-of-range")
+    replies = [json.loads(line) for line in through_rampctl.stdout.splitlines()]
+    relayed = [
+        {"line": o.label, "cmd": o.cmd, "ok": o.ok}
+        | ({"result": o.result.to_dict()} if o.ok else {"error": o.error.reply["error"].to_dict()})
+        for o in stopped.value.outcomes
+    ]
+    assert [_without_samples(r) for r in relayed] == [_without_samples(r) for r in replies]
+    # In the order answered: line 4 is refused as it arrives, 1 s ahead; 2 and 3 apply at 0.5 s.
+    replies.sort(key=lambda r: int(r["line"].rsplit(":", 1)[1]))
+    assert [(r["line"].rsplit(":", 1)[1], r["cmd"], r["ok"]) for r in replies] == [
+        ("1", "play", True), ("2", "fade", True), ("3", "set", True), ("4", "set", False)
+    ]
+    assert replies[0]["result"]["path"] == os.path.realpath(show / "bed.wav")
+    assert replies[3]["error"]["field"] == "value"
+    # The two lines at 0.5 s went as one batch: they took effect on one sample.
+    assert replies[1]["result"].get("sample") == replies[2]["result"].get("sample")
+    time.sleep(1.0)
+    recordings = [d.played(0) for d in (daemon, another_daemon)]
+    daemon.stop()
+    another_daemon.stop()
+    aligned = []
+    for left in recordings:
+        onset = next(i for i, s in enumerate(left) if s != 0)
+        loud = next(i for i in range(onset, len(left)) if left[i] == left[onset + RATE // 4])
+        ramp = next(i for i in range(loud, len(left)) if left[i] != left[loud])
+        aligned.append((left[onset : onset + RATE // 4], left[loud], left[ramp - 1 : ramp + RATE // 2], left[-RATE // 2 :], ramp - onset))
+    first, second = aligned
+    assert first[0] == second[0], "the play's ramp in (-6 dB), sample for sample"
+    assert first[1] == second[1] == pytest.approx(0.5 * 10 ** (-6 / 20)), "the -6 dB plateau"
+    assert first[2] == second[2], "the two lines at 0.5 s, from one sample on, sample for sample"
+    end = 0.5 * 10 ** (-12 / 20) * 0.5
+    assert set(first[3]) == set(second[3]) and len(set(first[3])) == 1, "a level held to the end"
+    assert first[3][0] == pytest.approx(end, rel=1e-4), "-12 dB and master 50 %: the 1.5 s line not applied"
+    # The lines at 0.5 s came 0.5 s after the play (dates: give or take a loaded machine's delay).
+    assert all(abs(a[4] - RATE // 2) <= 0.2 * RATE for a in aligned), [a[4] for a in aligned]
+
+
+def test_every_protocol_command_is_a_method():
+    """Every command PROTOCOL.md §5 describes has a method (duck-add: duck_add)."""
+    import re
+
+    text = (CHECKOUT / "PROTOCOL.md").read_text()
+    section = text[text.index("## 5. Commands") : text.index("## 6. Events")]
+    names = set()
+    for heading in re.findall(r"^### (.*)$", section, re.M):
+        heading = heading.split(":", 1)[-1].replace("play with queue", "")
+        names |= {name.strip() for name in heading.split(",") if name.strip()}
+    assert {"duck-add", "queue-add", "next", "previous", "seek"} <= names
+    missing = sorted(name for name in names if not callable(getattr(rampd.Client, name.replace("-", "_"), None)))
+    assert missing == []
+
+
+def test_a_field_named_id_is_refused(client):
+    with pytest.raises(ValueError) as refused:
+        client.request("unschedule", id=37)
+    assert str(refused.value).startswith("id: ") and "schedule=" in str(refused.value)
+    assert client.ping().pong, "nothing was sent; the connection goes on"
+
+
+def test_queue_and_duck_methods(daemon, client):
+    one, two = daemon.constant_file("one", 3, level=0.25), daemon.constant_file("two", 3, level=0.5)
+    assert client.play(one, "q", queue=[two], skip_crossfade=0.05).stream == "q"
+    assert [item.path for item in client.queue_list("q").queue["items"]] == [os.path.realpath(p) for p in (one, two)]
+    assert len(client.queue_add("q", one).queue["items"]) == 3
+    assert len(client.queue_remove("q", 2).queue["items"]) == 2
+    assert client.next("q").index == 1
+    assert client.previous("q").index == 0
+    assert len(client.queue_clear("q").queue["items"]) == 1
+    assert client.duck_add("talk", "master.gain", depth=6).rule == "talk"
+    assert client.duck("talk").rule == "talk"
+    assert client.duck_list().ducks[0].manual is True
+    assert client.unduck("talk").rule == "talk"
+    assert client.duck_remove("talk").rule == "talk"
 
 
 def test_at_accepts_a_datetime_and_replies_when_it_takes_effect(client):
