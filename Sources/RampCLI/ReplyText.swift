@@ -218,7 +218,8 @@ public enum ReplyText {
   }
 
   /// One saved schedule (from `status` or `schedules`):
-  /// `#3 play at 2026-11-23 07:00:00.000 +01:00, weekdays 07:00 [alarm]`.
+  /// `#3 play at 2026-11-23 07:00:00.000 +01:00, weekdays 07:00 [alarm]`, and `; failed at …: code:
+  /// message` when a repeating one was last refused when its time came.
   public static func schedule(_ entry: JSONValue) -> String {
     let id = entry["schedule"].map(number) ?? "?"
     let due = entry["due"]?.stringValue.flatMap(RFC3339.parse).map { HumanUnits.format(localTime: $0) } ?? "?"
@@ -228,6 +229,10 @@ public enum ReplyText {
     }
     if let tag = entry["tag"]?.stringValue { text += " [\(tag)]" }
     if entry["started"] == true { text += " (under way)" }
+    if let failure = entry["lastFailure"], case .object = failure {
+      let when = failure["at"]?.stringValue.flatMap(RFC3339.parse).map { HumanUnits.format(localTime: $0) } ?? "?"
+      text += "; failed at \(when): \(failure["code"]?.stringValue ?? "?"): \(failure["message"]?.stringValue ?? "?")"
+    }
     return text
   }
 
@@ -273,6 +278,9 @@ public enum ReplyText {
     case .scheduleApplied(let schedule, let cmd, let tag, let next):
       return "schedule-applied #\(schedule) \(cmd)" + (tag.map { " [\($0)]" } ?? "")
         + (next.map { "; next at " + HumanUnits.format(localTime: $0) } ?? "")
+    case .scheduleFailed(let schedule, let cmd, let tag, let error, let next):
+      return "schedule-failed #\(schedule) \(cmd)" + (tag.map { " [\($0)]" } ?? "") + ": \(error.code.rawValue): "
+        + error.message + (next.map { "; next at " + HumanUnits.format(localTime: $0) } ?? "")
     case .duckStarted(let rule, let sample):
       return "duck-started \(rule) @\(sample)"
     case .duckEnded(let rule, let sample):

@@ -147,7 +147,7 @@ public struct AccessSettings: Sendable, Equatable {
 public struct EmbeddedOutputSettings: Sendable, Equatable {
   /// False: a device that cannot be opened is an error, as with any other player.
   public var enabled = true
-  /// Nil (or `""`): `runtimeDirectory/output.wav`.
+  /// Nil (or `""`): `output.wav` beside the socket (see `resolvedPath`).
   public var path: String?
   /// The file starts afresh once it holds this many seconds of audio, so it never grows past
   /// them (it lives in a tmpfs by default: memory); 0: it grows for as long as rampd runs.
@@ -159,11 +159,13 @@ public struct EmbeddedOutputSettings: Sendable, Equatable {
     self.maxDuration = maxDuration
   }
 
-  /// `path`, or the default for this process.
-  public func resolvedPath(
-    environment: [String: String] = ProcessInfo.processInfo.environment, isRoot: Bool = geteuid() == 0
-  ) -> String {
-    path ?? DaemonConfiguration.runtimeDirectory(environment: environment, isRoot: isRoot) + "/output.wav"
+  /// `path`, or `output.wav` in the directory of the daemon's socket `socket` (its resolved
+  /// path): `runtimeDirectory/output.wav` for the default socket, and beside a socket of its own
+  /// for a daemon given one (`--socket`, `socket.path`), so two daemons never share the file. The
+  /// runtime directory rather than the state's: the file is rewritten all the time and lives in
+  /// a tmpfs there.
+  public func resolvedPath(socket: String) -> String {
+    path ?? (socket as NSString).deletingLastPathComponent + "/output.wav"
   }
 }
 

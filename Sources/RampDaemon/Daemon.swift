@@ -81,7 +81,7 @@ public final class Daemon: @unchecked Sendable {
       var file: String?
       let limit = configuration.embeddedOutput.maxDuration
       if configuration.embeddedOutput.enabled {
-        let path = configuration.embeddedOutput.resolvedPath(environment: environment, isRoot: isRoot)
+        let path = configuration.embeddedOutput.resolvedPath(socket: socketPath)
         embedded = try Self.embeddedOutput(requested, file: path, maxDuration: limit)
         let lock = try InstanceLock.claim(embeddedFile: path)
         locks.append(lock)

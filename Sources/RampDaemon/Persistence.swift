@@ -124,6 +124,15 @@ public final class Persistence: Sendable {
     }
   }
 
+  /// Records that schedule `id` was refused when its time came (nothing when it is no longer kept).
+  func failed(_ id: UInt64, _ failure: PersistedSchedule.Failure) {
+    state.withLock { recorded in
+      guard let index = recorded.state.schedules.firstIndex(where: { $0.id == id }) else { return }
+      recorded.state.schedules[index].lastFailure = failure
+      saver.update(recorded.state)
+    }
+  }
+
   /// Whether schedule `id` is kept (not finished, nor taken back).
   func isKept(_ id: UInt64) -> Bool {
     state.withLock { recorded in recorded.state.schedules.contains { $0.id == id } }

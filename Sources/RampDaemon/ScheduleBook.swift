@@ -217,8 +217,8 @@ final class ScheduleBook: Sendable {
     }
   }
 
-  /// Applies a saved schedule; its outcome goes to the log, since whoever asked is not waiting.
-  /// A repeating one is then armed for its next time.
+  /// Applies a saved schedule; its outcome goes to the log and to subscribers (`announcing`),
+  /// since whoever asked is not waiting. A repeating one is then armed for its next time.
   private func run(_ request: Request, record: SavedSchedule, at: Schedule?, elapsed: Double, confined: Bool) {
     let logger = logger
     let name = request.command.name
@@ -255,15 +255,23 @@ final class ScheduleBook: Sendable {
     }
   }
 
-  /// `respond`, after a `schedule-applied` event when the schedule took effect.
+  /// `respond`, after a `schedule-applied` event when the schedule took effect, or a
+  /// `schedule-failed` one when it was refused (not when it was withdrawn: `unschedule`, or given
+  /// way). A repeating one keeps its last refusal, which `schedules` and `status` show.
   func announcing(
     _ record: SavedSchedule, _ respond: @escaping @Sendable (Result<JSONValue, ProtocolError>) -> Void
   ) -> @Sendable (Result<JSONValue, ProtocolError>) -> Void {
     { [self] result in
-      if case .success = result {
-        let next = record.repeats?.next(
-          after: max(Date().timeIntervalSince1970, record.due), start: record.due, offset: Self.localOffset)
+      let now = Date().timeIntervalSince1970
+      let next = record.repeats?.next(after: max(now, record.due), start: record.due, offset: Self.localOffset)
+      switch result {
+      case .success:
         hub.broadcast(.scheduleApplied(schedule: record.id, cmd: record.cmd, tag: record.tag, next: next))
+      case .failure(let error) where error != CommandRefusal.withdrawn.error(defined: nil):
+        if record.repeats != nil { persistence?.failed(record.id, .init(at: now, error: error)) }
+        hub.broadcast(
+          .scheduleFailed(schedule: record.id, cmd: record.cmd, tag: record.tag, error: error, next: next))
+      case .failure: break
       }
       respond(result)
     }
@@ -329,6 +337,10 @@ final class ScheduleBook: Sendable {
         "cmd": entry.request["cmd"] ?? .null, "started": .bool(entry.from != nil),
       ]
       for key in ["repeat", "tag", "yield"] { object[key] = entry.request[key] }
+      if let failure = entry.lastFailure, case .object(var error) = failure.error.json {
+        error["at"] = .string(RFC3339.format(failure.at))
+        object["lastFailure"] = .object(error)
+      }
       if withRequests { object["request"] = .object(entry.request) }
       return .object(object)
     }

@@ -44,13 +44,29 @@ public struct PersistedSchedule: Equatable, Sendable {
   public var from: Double?
   /// Asked by a client that may play only files under the media roots; so is the restored one.
   public var confined: Bool
+  /// A repeating schedule's last refusal when its time came: when (Unix seconds), and why.
+  public var lastFailure: Failure?
 
-  public init(id: UInt64, request: JSONObject, due: Double, from: Double? = nil, confined: Bool = false) {
+  public struct Failure: Equatable, Sendable {
+    public var at: Double
+    public var error: ProtocolError
+
+    public init(at: Double, error: ProtocolError) {
+      self.at = at
+      self.error = error
+    }
+  }
+
+  public init(
+    id: UInt64, request: JSONObject, due: Double, from: Double? = nil, confined: Bool = false,
+    lastFailure: Failure? = nil
+  ) {
     self.id = id
     self.request = request
     self.due = due
     self.from = from
     self.confined = confined
+    self.lastFailure = lastFailure
   }
 }
 
@@ -460,6 +476,9 @@ enum StateFile {
     var object: JSONObject = ["id": .integer(schedule.id), "due": .number(schedule.due)]
     if let from = schedule.from { object["from"] = .number(from) }
     if schedule.confined { object["confined"] = .bool(true) }
+    if let failure = schedule.lastFailure {
+      object["lastFailure"] = ["at": .number(failure.at), "error": failure.error.json]
+    }
     object["request"] = .object(schedule.request)
     return .object(object)
   }
@@ -484,6 +503,9 @@ enum StateFile {
   private static func problem(_ schedule: PersistedSchedule) -> String? {
     if !schedule.due.isFinite { return "due is \(schedule.due), not a finite number" }
     if let from = schedule.from, !from.isFinite { return "from is \(from), not a finite number" }
+    if let failure = schedule.lastFailure, !failure.at.isFinite {
+      return "lastFailure.at is \(failure.at), not a finite number"
+    }
     return problem(request: schedule.request)
   }
 
@@ -671,12 +693,23 @@ enum StateFile {
       }
       confined = value
     }
+    var lastFailure: PersistedSchedule.Failure?
+    if let failureMember = object["lastFailure"] {
+      guard case .number(let at)? = failureMember["at"], at.isFinite,
+        let error = try? ProtocolError(parsing: failureMember["error"])
+      else {
+        throw Problem(
+          "\"lastFailure\" is \(describe(failureMember)), not an object with a time \"at\" and an \"error\"")
+      }
+      lastFailure = PersistedSchedule.Failure(at: at, error: error)
+    }
     guard let requestMember = object["request"] else { throw Problem("no \"request\"") }
     guard case .object(let request) = requestMember else {
       throw Problem("\"request\" is \(describe(requestMember)), not an object")
     }
     if let problem = problem(request: request) { throw Problem(problem) }
-    return PersistedSchedule(id: id, request: request, due: due, from: from, confined: confined)
+    return PersistedSchedule(
+      id: id, request: request, due: due, from: from, confined: confined, lastFailure: lastFailure)
   }
 
   /// What a JSON value is, for messages: `the string "loud"`, `an array`, `null`.

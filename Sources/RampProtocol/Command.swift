@@ -396,6 +396,7 @@ public enum EventKind: String, Sendable, CaseIterable {
   case underrun
   case eventsLost = "events-lost"
   case scheduleApplied = "schedule-applied"
+  case scheduleFailed = "schedule-failed"
   case duckStarted = "duck-started"
   case duckEnded = "duck-ended"
   case itemStarted = "item-started"

@@ -88,6 +88,9 @@ public enum Event: Sendable, Equatable {
   case eventsLost(count: Int)
   /// A saved schedule took effect; `next`: when it comes again (Unix seconds), nil when it does not.
   case scheduleApplied(schedule: UInt64, cmd: String, tag: String?, next: Double?)
+  /// A saved schedule was refused when its time came (`error`: why, as a reply would say it);
+  /// `next`: when a repeating one comes again, nil when it does not.
+  case scheduleFailed(schedule: UInt64, cmd: String, tag: String?, error: ProtocolError, next: Double?)
   /// A duck rule began its attack (`sample`: its first sample).
   case duckStarted(rule: String, sample: Int64)
   /// A duck rule's release ended (`sample`: the first sample back at the model values).
@@ -117,6 +120,7 @@ public enum Event: Sendable, Equatable {
     case .underrun: return .underrun
     case .eventsLost: return .eventsLost
     case .scheduleApplied: return .scheduleApplied
+    case .scheduleFailed: return .scheduleFailed
     case .duckStarted: return .duckStarted
     case .duckEnded: return .duckEnded
     case .itemStarted: return .itemStarted
@@ -167,6 +171,12 @@ public enum Event: Sendable, Equatable {
       object["schedule"] = .integer(schedule)
       object["command"] = .string(cmd)
       object["tag"] = tag.map(JSONValue.string)
+      object["next"] = next.map { .string(RFC3339.format($0)) } ?? .null
+    case .scheduleFailed(let schedule, let cmd, let tag, let error, let next):
+      object["schedule"] = .integer(schedule)
+      object["command"] = .string(cmd)
+      object["tag"] = tag.map(JSONValue.string)
+      object["error"] = error.json
       object["next"] = next.map { .string(RFC3339.format($0)) } ?? .null
     case .duckStarted(let rule, let sample), .duckEnded(let rule, let sample):
       object["rule"] = .string(rule)
@@ -237,6 +247,11 @@ public enum Event: Sendable, Equatable {
       return .scheduleApplied(
         schedule: try fields.unsigned("schedule"), cmd: try fields.string("command"), tag: fields.optionalString("tag"),
         next: fields.optionalString("next").flatMap(RFC3339.parse))
+    case "schedule-failed":
+      return .scheduleFailed(
+        schedule: try fields.unsigned("schedule"), cmd: try fields.string("command"), tag: fields.optionalString("tag"),
+        error: try ProtocolError(parsing: fields.object["error"]),
+        next: fields.optionalString("next").flatMap(RFC3339.parse))
     case "duck-started": return .duckStarted(rule: try fields.string("rule"), sample: try fields.integer("sample"))
     case "duck-ended": return .duckEnded(rule: try fields.string("rule"), sample: try fields.integer("sample"))
     case "item-started":
@@ -287,16 +302,23 @@ public enum ServerLine: Sendable, Equatable {
     if try fields.bool("ok") {
       return .reply(id: id, result: .success(fields.object["result"] ?? .null))
     }
-    guard case .object(let error)? = fields.object["error"] else {
-      throw ProtocolError(.badRequest, field: "error", "error: a failed reply needs an error object")
+    return .reply(id: id, result: .failure(try ProtocolError(parsing: fields.object["error"])))
+  }
+}
+
+extension ProtocolError {
+  /// Reads an error object as a server sends it (a failed reply's `error`, a `schedule-failed`
+  /// event's). A code this client does not know becomes `internal-error`, with the message kept.
+  public init(parsing value: JSONValue?) throws(ProtocolError) {
+    guard case .object(let error)? = value else {
+      throw ProtocolError(.badRequest, field: "error", "error: expected an error object")
     }
     let details = try ServerFields(.object(error), what: "an error")
     let code = ErrorCode(rawValue: try details.string("code")) ?? .internalError
-    var failure = ProtocolError(code, field: details.optionalString("field"), try details.string("message"))
-    failure.bound = details.optionalString("bound").flatMap(ProtocolError.Bound.init(rawValue:))
-    failure.value = details.object["value"]?.numberValue
-    failure.detail = details.optionalString("detail")
-    return .reply(id: id, result: .failure(failure))
+    self.init(code, field: details.optionalString("field"), try details.string("message"))
+    bound = details.optionalString("bound").flatMap(ProtocolError.Bound.init(rawValue:))
+    self.value = details.object["value"]?.numberValue
+    detail = details.optionalString("detail")
   }
 }
 

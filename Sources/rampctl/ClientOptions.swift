@@ -149,6 +149,15 @@ enum Parse {
     text.contains(".") ? text : "streams.\(text).gain"
   }
 
+  /// The first parts of key paths: `list`'s prefix that is one of them is kept as it is.
+  static let keyPathRoots: Set<String> = ["master", "streams", "mixers"]
+
+  /// A `list` prefix as typed: a key path's first part (`streams`) or a longer prefix
+  /// (`streams.s1`) as it is; any other bare word is a stream id, `s1` meaning `streams.s1`.
+  static func listPrefix(_ text: String) -> String {
+    text.contains(".") || keyPathRoots.contains(text) ? text : "streams.\(text)"
+  }
+
   /// `song.flac` → `/current/directory/song.flac`: rampd resolves paths against its own
   /// directory (or its media roots), not the client's (the rule timelines follow too).
   static func absolutePath(_ path: String, directory: String = FileManager.default.currentDirectoryPath) -> String {

@@ -91,6 +91,7 @@ extension EventKind {
       case .animationFinished: "with whether it finished or was removed"
       case .streamEnded: "finished, stopped or failed"
       case .scheduleApplied: "a saved schedule took effect"
+      case .scheduleFailed: "a saved schedule was refused when its time came, and why"
       case .eventsLost: "how many were dropped"
       case .duckStarted: "a duck rule began lowering its targets"
       case .duckEnded: "its targets are back"
@@ -127,7 +128,7 @@ struct ObserveCommand: DaemonCommand {
   @Argument(help: ArgumentHelp("The key path (or a stream id).", valueName: "key"), completion: Completions.keyPaths)
   var key: String = Fade.defaultKey
 
-  @Option(help: ArgumentHelp("Reports per second, up to rampd's limit (default 20).", valueName: "hz"))
+  @Option(help: ArgumentHelp("Reports per second, up to rampd's limit.", valueName: "hz"))
   var rate: Double = 20
 
   @Option(help: ArgumentHelp("Stop after this many values.", valueName: "n"))

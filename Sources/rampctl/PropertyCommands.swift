@@ -111,15 +111,19 @@ struct ListCommand: DaemonCommand {
       Examples:
         rampctl list
         rampctl list streams
+        rampctl list s1                  a stream id: the same as streams.s1
         rampctl list streams.s1 --json
       """)
 
   @OptionGroup var connection: ConnectionOptions
 
-  @Argument(help: ArgumentHelp("Only key paths under this prefix (streams, streams.s1).", valueName: "prefix"))
+  @Argument(
+    help: ArgumentHelp(
+      "Only key paths under this prefix (master, streams, mixers, streams.s1), or of this stream (s1).",
+      valueName: "prefix"))
   var prefix: String?
 
-  func request() throws -> Request { try Parse.checked(Request(.list(prefix: prefix))) }
+  func request() throws -> Request { try Parse.checked(Request(.list(prefix: prefix.map(Parse.listPrefix)))) }
 
   func summary(of result: JSONValue) -> String { ReplyText.list(result) }
 }

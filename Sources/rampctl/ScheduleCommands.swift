@@ -86,37 +86,31 @@ struct AlarmCommand: DaemonCommand {
   @Argument(help: ArgumentHelp("The file to play.", valueName: "file"), completion: .file())
   var file: String
 
-  @OptionGroup var repeating: RepeatOptions
+  @OptionGroup var repeating: DayOptions
 
-  @Option(parsing: .unconditional, help: ArgumentHelp("Fade in over this long (default 1m).", valueName: "duration"))
+  @Option(parsing: .unconditional, help: ArgumentHelp("Fade in over this long.", valueName: "duration"))
   var fadeIn: String = "1m"
 
-  @Option(
-    parsing: .unconditional, help: ArgumentHelp("The level it ends at: -6dB, 0.5 (default 0dB).", valueName: "gain"))
+  @Option(parsing: .unconditional, help: ArgumentHelp("The level it ends at: -6dB, 0.5.", valueName: "gain"))
   var to: String = "0dB"
 
-  @Option(
-    help: ArgumentHelp("Curve of the fade-in (default linear).", valueName: "curve"), completion: Completions.curves)
+  @Option(help: ArgumentHelp("Curve of the fade-in.", valueName: "curve"), completion: Completions.curves)
   var curve: String = "linear"
 
   @Option(
-    help: ArgumentHelp(
-      "Value space of the fade-in: db (default), db(<floor>), power or amplitude.", valueName: "space"),
+    help: ArgumentHelp("Value space of the fade-in: db, db(<floor>), power or amplitude.", valueName: "space"),
     completion: Completions.spaces)
   var space: String = "db"
 
-  @Option(help: ArgumentHelp("The stream id (default alarm).", valueName: "id"))
+  @Option(help: ArgumentHelp("The stream id.", valueName: "id"))
   var stream: String = "alarm"
 
-  @Flag(inversion: .prefixedNo, help: "Loop the file until it is stopped (default).")
+  @Flag(inversion: .prefixedNo, help: "Loop the file until it is stopped.")
   var loop = true
 
   func request() throws -> Request {
     guard let seconds = Recurrence.clockSeconds(Arguments.restoringMinus(time)) else {
       throw ValidationError("<time>: expected a time of day HH:MM or HH:MM:SS, got '\(time)'")
-    }
-    if repeating.every != nil {
-      throw ValidationError("--every: an alarm repeats on days: --daily, --weekdays, --days")
     }
     let level: Double = try Parse.gain(to, "--to")
     let fadeSeconds: Double = try Parse.spokenDuration(fadeIn, "--fade-in")
@@ -155,7 +149,8 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
       where it is, from where the newer command takes over. One timer at a time: a new sleep \
       replaces the old one, and `rampctl sleep --cancel` removes it; either way a fade that had \
       begun stops where it is and master.gain fades back to its level before the timer over 2 s. \
-      TIME and --fade need their unit (30m, 90s).
+      TIME and --fade need their unit (30m, 90s). TIME must be more than 0s; --fade is 5m when not \
+      given (the whole of a shorter TIME), and may not be longer than TIME.
 
       Examples:
         rampctl sleep 30m
@@ -171,14 +166,15 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
   @Option(
     parsing: .unconditional,
     help: ArgumentHelp(
-      "Fade out over the last this long of it (default 5m, at most the whole time).", valueName: "duration"))
-  var fade: String = "5m"
+      "Fade out over the last this long of it, at most the whole time (default 5m, or the whole of a shorter time).",
+      valueName: "duration"))
+  var fade: String?
 
-  @Option(help: ArgumentHelp("Curve of the fade (default linear).", valueName: "curve"), completion: Completions.curves)
+  @Option(help: ArgumentHelp("Curve of the fade.", valueName: "curve"), completion: Completions.curves)
   var curve: String = "linear"
 
   @Option(
-    help: ArgumentHelp("Value space of the fade: db (default), db(<floor>), power or amplitude.", valueName: "space"),
+    help: ArgumentHelp("Value space of the fade: db, db(<floor>), power or amplitude.", valueName: "space"),
     completion: Completions.spaces)
   var space: String = "db"
 
@@ -186,6 +182,8 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
   var cancel = false
 
   static let tag = "sleep"
+  /// The fade's length when --fade is not given (the whole time when that is shorter).
+  static let defaultFade = 300.0
   /// How long after the fade's end the streams stop: more than a sample-clock conversion may be
   /// off by, so the stop never cuts the end of the fade.
   static let stopAfterFade = 0.25
@@ -202,7 +200,16 @@ struct SleepCommand: ParsableCommand, TalksToRampd {
   func requests(level: Double) throws -> [Request] {
     guard let time else { throw ValidationError("give how long until everything stops (30m), or --cancel") }
     let total = try Parse.spokenDuration(time, "<time>")
-    let fadeSeconds = min(try Parse.spokenDuration(fade, "--fade"), total)
+    guard total > 0 else { throw ValidationError("<time>: must be more than 0s, got '\(time)'") }
+    let fadeSeconds: Double
+    if let fade {
+      fadeSeconds = try Parse.spokenDuration(fade, "--fade")
+      guard fadeSeconds <= total else {
+        throw ValidationError("--fade: '\(fade)' is longer than the time, '\(time)'; give at most \(time)")
+      }
+    } else {
+      fadeSeconds = min(Self.defaultFade, total)
+    }
     func sleeping(_ command: Command, at seconds: Double) -> Request {
       Request(at: .delay(seconds), ack: .scheduled, tag: Self.tag, yield: Fade.defaultKey, command)
     }

@@ -3,39 +3,26 @@ import Foundation
 import RampCLI
 import RampProtocol
 
-/// `--daily`, `--weekdays`, `--days` and `--every`: how a schedule repeats (`"repeat"`).
-struct RepeatOptions: ParsableArguments {
-  @Flag(help: "Repeat every day at the time of --at (local time).")
+/// `--daily`, `--weekdays` and `--days`: the days a schedule at a time of day comes back on. The
+/// time is the command's own (`--at`'s, `alarm`'s <time>), so the help names none.
+struct DayOptions: ParsableArguments {
+  @Flag(help: "Repeat every day at that time of day (local time).")
   var daily = false
 
-  @Flag(help: "Repeat Monday to Friday at the time of --at (local time).")
+  @Flag(help: "Repeat Monday to Friday at that time of day (local time).")
   var weekdays = false
 
   @Option(
-    help: ArgumentHelp("Repeat on these days at the time of --at: mon,tue,wed,thu,fri,sat,sun.", valueName: "days"))
+    help: ArgumentHelp("Repeat on these days at that time of day: mon,tue,wed,thu,fri,sat,sun.", valueName: "days"))
   var days: String?
 
-  @Option(
-    parsing: .unconditional,
-    help: ArgumentHelp(
-      "Repeat every interval (real time: 90s, 30m, 1h), the first at --at or one interval from now.",
-      valueName: "interval"))
-  var every: String?
+  /// How many of them are given.
+  var count: Int { [daily, weekdays, days != nil].filter { $0 }.count }
 
-  var isGiven: Bool { daily || weekdays || days != nil || every != nil }
-
-  /// The repeat, with `time` the time of day the daily forms take; nil when none is asked for.
+  /// The repeat at the time of day `time` on the days asked for; nil when none is asked for.
   func recurrence(time: () throws -> Int) throws -> Recurrence? {
-    let given = [daily, weekdays, days != nil, every != nil].filter { $0 }.count
-    guard given > 0 else { return nil }
-    guard given == 1 else { throw ValidationError("give one of --daily, --weekdays, --days and --every") }
-    if let every {
-      let seconds = try Parse.duration(every, "--every")
-      guard seconds >= Recurrence.minimumInterval else {
-        throw ValidationError("--every: at least \(JSONValue.format(Recurrence.minimumInterval))s, got '\(every)'")
-      }
-      return .every(seconds: seconds)
-    }
+    guard count > 0 else { return nil }
+    guard count == 1 else { throw ValidationError("give one of --daily, --weekdays and --days") }
     var chosen = daily ? Recurrence.everyDay : Recurrence.weekdays
     if let days {
       chosen = []
@@ -48,6 +35,35 @@ struct RepeatOptions: ParsableArguments {
       }
     }
     return .daily(seconds: try time(), days: chosen)
+  }
+}
+
+/// `--daily`, `--weekdays`, `--days` and `--every`: how a schedule given `--at` repeats (`"repeat"`).
+struct RepeatOptions: ParsableArguments {
+  @OptionGroup var onDays: DayOptions
+
+  @Option(
+    parsing: .unconditional,
+    help: ArgumentHelp(
+      "Repeat every interval (real time: 90s, 30m, 1h), the first at --at or one interval from now.",
+      valueName: "interval"))
+  var every: String?
+
+  var isGiven: Bool { onDays.count > 0 || every != nil }
+
+  /// The repeat, with `time` the time of day the daily forms take; nil when none is asked for.
+  func recurrence(time: () throws -> Int) throws -> Recurrence? {
+    guard onDays.count + (every == nil ? 0 : 1) <= 1 else {
+      throw ValidationError("give one of --daily, --weekdays, --days and --every")
+    }
+    if let every {
+      let seconds = try Parse.duration(every, "--every")
+      guard seconds >= Recurrence.minimumInterval else {
+        throw ValidationError("--every: at least \(JSONValue.format(Recurrence.minimumInterval))s, got '\(every)'")
+      }
+      return .every(seconds: seconds)
+    }
+    return try onDays.recurrence(time: time)
   }
 }
 

@@ -176,6 +176,11 @@ import Testing
       try request("remove", "master.gain", "--name", "duck") == Request(.remove(key: "master.gain", name: "duck")))
     #expect(try request("list") == Request(.list(prefix: nil)))
     #expect(try request("list", "streams") == Request(.list(prefix: "streams")))
+    // A bare stream id, as every other command takes it: that stream's key paths.
+    #expect(try request("list", "sl") == Request(.list(prefix: "streams.sl")))
+    #expect(try request("list", "master") == Request(.list(prefix: "master")))
+    #expect(try request("list", "mixers") == Request(.list(prefix: "mixers")))
+    #expect(try request("list", "streams.sl.gain") == Request(.list(prefix: "streams.sl.gain")))
   }
 
   @Test func animateKeyframes() throws {
@@ -317,6 +322,16 @@ import Testing
     return try daemonCommand.request()
   }
 
+  /// The message and exit status rampctl would print for a command line it refuses.
+  func refusal(_ words: String...) -> (message: String, status: Int32) {
+    do {
+      _ = try RampCtl.parseAsRoot(Arguments.prepared(words))
+      return ("accepted", 0)
+    } catch {
+      return (RampCtl.message(for: error), RampCtl.exitCode(for: error).rawValue)
+    }
+  }
+
   @Test(arguments: [
     ["play", "/a.wav"], ["stop"], ["pause", "s1"], ["resume"], ["seek", "s1", "10s"], ["fade", "master.gain", "0.5"],
     ["fade-in"], ["fade-out"], ["set", "master.gain", "-6dB"], ["animate", "master.gain", "--to", "0.5"],
@@ -363,8 +378,43 @@ import Testing
       requests[0].command
         == .fade(Fade(kind: .fade, key: "master.gain", to: 0, duration: 300, curve: .linear, space: .decibels)))
     #expect(requests[2].command == .set(SetValue(key: "master.gain", value: 0.8, duration: 0)))
-    // A fade longer than the time takes all of it.
+    // The default fade (5m) takes all of a shorter time.
     let short = try #require(RampCtl.parseAsRoot(["sleep", "1m"]) as? SleepCommand)
     #expect(try short.requests(level: 1).map(\.at) == [.delay(0), .delay(60.25), .delay(61.25)])
+    let whole = try #require(RampCtl.parseAsRoot(["sleep", "10m", "--fade", "10m"]) as? SleepCommand)
+    #expect(try whole.requests(level: 1).map(\.at) == [.delay(0), .delay(600.25), .delay(601.25)])
+  }
+
+  /// A sleep timer of no time is refused, and so is a --fade longer than the time (it is not
+  /// shortened without a word), each naming what is wrong.
+  @Test func sleepRefusesNoTimeAndAFadeLongerThanIt() {
+    let none = refusal("sleep", "0s")
+    #expect(none.status == 64 && none.message.contains("<time>: must be more than 0s, got '0s'"), "\(none)")
+    let long = refusal("sleep", "5m", "--fade", "10m")
+    #expect(
+      long.status == 64 && long.message.contains("--fade: '10m' is longer than the time, '5m'; give at most 5m"),
+      "\(long)")
+  }
+
+  /// `alarm --help` names only its own options (its time is <time>, it has no --at nor --every),
+  /// and no help of any command says a default twice (its own words and ArgumentParser's).
+  @Test func helpTextsNameTheirOwnOptionsAndEachDefaultOnce() throws {
+    let alarm = RampCtl.helpMessage(for: AlarmCommand.self)
+    #expect(!alarm.contains("--at") && !alarm.contains("--every"), "\(alarm)")
+    #expect(alarm.contains("--daily") && alarm.contains("at that time of day"), "\(alarm)")
+    #expect(
+      try request("alarm", "07:00", "/w.flac", "--daily").repeats == .daily(seconds: 25_200, days: Recurrence.everyDay))
+    let every = refusal("alarm", "07:00", "/w.flac", "--every", "1h")
+    #expect(every.status == 64 && every.message.contains("--every"), "\(every)")
+    func commands(_ command: any ParsableCommand.Type) -> [any ParsableCommand.Type] {
+      [command] + command.configuration.subcommands.flatMap(commands)
+    }
+    // Wide enough that each option's help is one line.
+    for command in commands(RampCtl.self) {
+      let help = RampCtl.helpMessage(for: command, columns: 1000)
+      for line in help.split(separator: "\n") {
+        #expect(line.ranges(of: "(default").count <= 1, "\(command.configuration.commandName ?? "?"): \(line)")
+      }
+    }
   }
 }

@@ -23,7 +23,7 @@ struct AccessTests {
   func rampctl(
     as uid: UInt32, gid: UInt32 = stranger, groups: [UInt32] = [], _ arguments: [String], daemon: DaemonProcess
   ) throws -> ProcessOutcome {
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment["RAMPD_SOCKET"] = daemon.socket
     let supplementary =
       groups.isEmpty ? ["--clear-groups"] : ["--groups=" + groups.map(String.init).joined(separator: ",")]

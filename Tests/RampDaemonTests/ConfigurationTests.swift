@@ -98,8 +98,16 @@ extension ConfigurationTests {
       let c = DaemonConfiguration()
       #expect(c.socket.resolvedPath(environment: user, isRoot: false) == "/run/user/1000/rampd/rampd.sock")
       #expect(c.socket.resolvedPath(environment: user, isRoot: true) == "/run/rampd/rampd.sock")
-      #expect(c.embeddedOutput.resolvedPath(environment: user, isRoot: false) == "/run/user/1000/rampd/output.wav")
-      #expect(c.embeddedOutput.resolvedPath(environment: [:], isRoot: false) == "/run/rampd/output.wav")
+      let userSocket = c.socket.resolvedPath(environment: user, isRoot: false)
+      #expect(c.embeddedOutput.resolvedPath(socket: userSocket) == "/run/user/1000/rampd/output.wav")
+      let systemSocket = c.socket.resolvedPath(environment: [:], isRoot: false)
+      #expect(c.embeddedOutput.resolvedPath(socket: systemSocket) == "/run/rampd/output.wav")
+      // A daemon on a socket of its own (root's too) writes beside it, not into /run/rampd.
+      var own = c
+      own.socket.path = "/tmp/mine/r.sock"
+      #expect(
+        own.embeddedOutput.resolvedPath(socket: own.socket.resolvedPath(environment: user, isRoot: true))
+          == "/tmp/mine/output.wav")
       #expect(c.state.resolvedPath(environment: user, isRoot: false) == "/home/a/.state/rampd/state.json")
       #expect(
         c.state.resolvedPath(environment: ["HOME": "/home/b"], isRoot: false) == "/home/b/.local/state/rampd/state.json"

@@ -333,7 +333,7 @@ import Testing
     let listed = try #require(try client.request(["cmd": "duck-list"]).result["ducks"]?.arrayValue?.first)
     #expect(listed == talk, "\(listed) vs \(talk)")
 
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment["RAMPD_SOCKET"] = daemon.socket
     let printed = try runProcess(Executables.rampctl, ["status"], environment: environment)
     let row = printed.stdout.split(separator: "\n").first { $0.hasPrefix("talk ") }

@@ -457,7 +457,7 @@ import Testing
     let process = Process()
     process.executableURL = URL(fileURLWithPath: Executables.rampd)
     process.arguments = arguments
-    var merged = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var merged = childEnvironment
     merged.merge(environment) { $1 }
     process.environment = merged
     let pipe = Pipe()
@@ -492,6 +492,45 @@ import Testing
     try startRampdWithoutADevice(in: directory, file: file, environment: extra)
   }
 
+  /// The tests' own knobs (`RAMPD_FUZZ=0 script/test`, `RAMPD_TEST_SEED`, `RAMPD_TEST_BINARY`)
+  /// never reach a rampd the harness starts: rampd refuses a `RAMPD_` variable it does not own
+  /// (exit 78), so the harness starts it without them. (`RAMPD_FUZZ=0 swift test --filter
+  /// DuckTests` is the case as run.)
+  @Test func theTestsOwnVariablesDoNotReachRampd() throws {
+    let knobs = ["RAMPD_FUZZ": "0", "RAMPD_TEST_SEED": "7", "RAMPD_TEST_BINARY": Executables.rampd]
+    let tests = ProcessInfo.processInfo.environment.merging(knobs) { $1 }
+    for (name, value) in knobs {
+      let leaked = try runProcess(
+        Executables.rampd, ["--check-config"], environment: childEnvironment.merging([name: value]) { $1 })
+      #expect(leaked.status == 78 && (leaked.stdout + leaked.stderr).contains(name), "rampd refuses \(name): \(leaked)")
+    }
+    let started = try runProcess(Executables.rampd, ["--check-config"], environment: withoutRampdVariables(tests))
+    #expect(started.status == 0, "\(started)")
+    #expect(!childEnvironment.keys.contains { $0.hasPrefix("RAMPD_") })
+  }
+
+  /// Two daemons of one user, each on a socket of its own: each writes its embedded WAV file
+  /// beside its socket, not both into the runtime directory (where the second found the first's
+  /// file locked and did not start).
+  @Test func aDaemonOnItsOwnSocketKeepsItsEmbeddedFileBesideIt() throws {
+    let directory = NSTemporaryDirectory() + "rampd-own-socket-\(getpid())"
+    let runtime = "\(directory)/runtime"
+    try FileManager.default.createDirectory(atPath: runtime, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    var daemons: [Process] = []
+    defer { for process in daemons where process.isRunning { process.terminate() } }
+    for name in ["one", "two"] {
+      let own = "\(directory)/\(name)"
+      try FileManager.default.createDirectory(atPath: own, withIntermediateDirectories: true)
+      let process = try startRampdWithoutADevice(in: own, file: nil, environment: ["XDG_RUNTIME_DIR": runtime])
+      daemons.append(process)
+      #expect(process.isRunning, "\(name) started")
+      let output = try LineClient(path: "\(own)/s.sock").request(["cmd": "status"]).result["output"]
+      #expect(output?["file"] == .string("\(own)/output.wav"), "\(output ?? .null)")
+    }
+    #expect(!FileManager.default.fileExists(atPath: "\(runtime)/rampd/output.wav"))
+  }
+
   /// The default device on a machine without a sound card: alsa-lib's own error lines (`ALSA lib
   /// confmisc.c:855:(parse_card) cannot find card '0'`, eight of them) do not reach standard
   /// error; rampd's warning does, and at debug level the log holds alsa-lib's messages.
@@ -509,7 +548,7 @@ import Testing
       process.arguments = [
         "--socket", "\(directory)/s.sock", "--embedded-file", "\(directory)/out.wav", "--log-level", level,
       ]
-      process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging([
+      process.environment = childEnvironment.merging([
         "RAMPD_STATE_PATH": "\(directory)/state.json", "ALSA_CONFIG_PATH": "\(directory)/alsa.conf",
         "ALSA_CARD": "rampd_no_such_card",
       ]) { $1 }
@@ -644,7 +683,7 @@ import Testing
     process.arguments = [
       "--config", "\(directory)/rampd.toml", "--socket", "\(directory)/s.sock", "--device", "rampd_no_such_device",
     ]
-    process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging([
+    process.environment = childEnvironment.merging([
       "RAMPD_STATE_PATH": "\(directory)/state.json"
     ]) { $1 }
     process.standardError = FileHandle.nullDevice

@@ -19,7 +19,7 @@ import Testing
 
     /// `rampctl loudness ARGUMENTS` in the workspace, its cache in the workspace's state directory.
     func rampctl(_ arguments: [String]) throws -> ProcessOutcome {
-      var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+      var environment = childEnvironment
       environment["STATE_DIRECTORY"] = state
       return try runProcess(Executables.rampctl, ["loudness"] + arguments, environment: environment, directory: path)
     }

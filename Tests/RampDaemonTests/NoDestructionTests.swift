@@ -48,7 +48,7 @@ import Testing
   {
     try runProcess(
       Executables.rampctl, arguments,
-      environment: ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging(environment) {
+      environment: childEnvironment.merging(environment) {
         $1
       }, directory: directory)
   }
@@ -141,6 +141,7 @@ import Testing
       let process = Process()
       process.executableURL = URL(fileURLWithPath: Executables.rampctl)
       process.arguments = ["render", "in.wav", "out.wav", "--fade-out", "1s"]
+      process.environment = childEnvironment
       process.currentDirectoryURL = URL(fileURLWithPath: directory)
       process.standardError = FileHandle.nullDevice
       try process.run()
@@ -292,7 +293,7 @@ import Testing
       let process = Process()
       process.executableURL = URL(fileURLWithPath: Executables.rampd)
       process.arguments = ["--device", "rampd_no_such_device", "--embedded-file", "\(directory)/out.wav"]
-      process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging([
+      process.environment = childEnvironment.merging([
         "RAMPD_SOCKET": socket, "RAMPD_SOCKET_PATH": "\(directory)/alias.sock",
         "RAMPD_STATE_PATH": "\(directory)/state.json",
       ]) { $1 }

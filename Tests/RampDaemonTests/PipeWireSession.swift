@@ -153,7 +153,7 @@ final class PipeWireSession {
   }
 
   var fullEnvironment: [String: String] {
-    ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging(environment) { $1 }
+    childEnvironment.merging(environment) { $1 }
   }
 
   private func launch(_ program: String, _ arguments: [String], log: String) throws -> Process {

@@ -14,7 +14,7 @@ import Testing
   /// Runs rampctl with `arguments`, finding the daemon through `RAMPD_SOCKET` as a user would.
   func rampctl(_ arguments: [String], socket: String, stdin: String? = nil, directory: String? = nil) throws -> Outcome
   {
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment["RAMPD_SOCKET"] = socket
     return try runProcess(
       Executables.rampctl, arguments, environment: environment, stdin: stdin, directory: directory)

@@ -96,7 +96,7 @@ import Testing
   /// has them all back, with their tag and yield, and they still give way to a newer command.
   @Test func aSleepTimerIsThereAfterARestartAndStillYields() throws {
     let first = try DaemonProcess()
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment["RAMPD_SOCKET"] = first.socket
     let sleep = try runProcess(Executables.rampctl, ["sleep", "1h", "--fade", "10m"], environment: environment)
     #expect(sleep.status == 0, "\(sleep)")

@@ -23,7 +23,7 @@ import Testing
   func rampctl(_ arguments: [String], _ daemon: DaemonProcess, environment extra: [String: String] = [:]) throws
     -> ProcessOutcome
   {
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment["RAMPD_SOCKET"] = daemon.socket
     environment.merge(extra) { $1 }
     return try runProcess(Executables.rampctl, arguments, environment: environment)
@@ -145,6 +145,65 @@ import Testing
     #expect(worst < 1e-6, "largest error on the ramp \(worst)")
     let after = played[(onset + length)..<min(played.count, onset + length + 24_000)]
     #expect(after.count == 24_000 && after.allSatisfy { abs(Double($0) - cap) < 1e-6 })
+  }
+
+  /// A daily alarm refused when its time comes (a stream `alarm` is already playing): subscribers
+  /// hear `schedule-failed` with the schedule, the command, the reason (code, field, message) and
+  /// its next time; `rampctl watch` prints it; `status` and `schedules` keep the refusal with its
+  /// time, `rampctl schedules` prints it, and so does a restarted rampd (it is in the state file).
+  @Test func aRefusedAlarmIsAnnouncedAndListed() throws {
+    let daemon = try Self.roomyDaemon()
+    let file = try daemon.constantFile("dc", seconds: 1, left: 0.5, right: 0.5)
+    let play = try rampctl(["play", file, "--stream", "alarm", "--loop"], daemon)
+    #expect(play.status == 0, "\(play)")
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "subscribe", "events": ["schedule-failed", "schedule-applied"]]).isOK)
+    let watch = try BlockProcess(
+      [Executables.rampctl, "watch", "--events", "schedule-failed", "--count", "1"],
+      environment: childEnvironment.merging(["RAMPD_SOCKET": daemon.socket]) { $1 }, directory: daemon.directory)
+    defer { _ = watch.wait(timeout: 0) }
+    // Both subscribed before the alarm is set.
+    for _ in 0..<200 {
+      if try client.request(["cmd": "status"]).result["subscribers"]?.int == 2 { break }
+      usleep(10_000)
+    }
+    let (text, instant) = Self.clock(in: .current, secondsFromNow: 3)
+    let alarm = try rampctl(["alarm", text, file, "--daily"], daemon)
+    #expect(alarm.status == 0, "\(alarm)")
+    let failed = try client.waitForEvent(timeout: 8) { $0["event"]?.stringValue?.hasPrefix("schedule-") == true }
+    let id = try #require(failed["schedule"]?.int)
+    #expect(failed["event"] == "schedule-failed" && failed["command"] == "play" && failed["tag"] == "alarm")
+    #expect(failed["error"]?["code"] == "stream-exists" && failed["error"]?["field"] == "stream", "\(failed)")
+    let message = try #require(failed["error"]?["message"]?.stringValue)
+    #expect(message == "a stream 'alarm' is already playing")
+    #expect(abs(Date().timeIntervalSince1970 - instant) < 1.5)
+    let next = try #require(failed["next"]?.stringValue.flatMap(RFC3339.parse))
+    #expect(abs(next - instant - 86_400) <= 3_600, "comes again tomorrow: \(failed)")
+
+    #expect(watch.wait(timeout: 5) == 0, "\(watch.text)")
+    #expect(
+      watch.text.contains("schedule-failed #\(id) play [alarm]: stream-exists: \(message); next at"), "\(watch.text)")
+
+    func checkListed(_ entry: JSONValue?) {
+      let failure = entry?["lastFailure"]
+      #expect(entry?["schedule"]?.int == id && failure?["code"] == "stream-exists", "\(entry ?? .null)")
+      #expect(failure?["message"]?.stringValue == message && failure?["field"] == "stream")
+      let at = failure?["at"]?.stringValue.flatMap(RFC3339.parse) ?? 0
+      #expect(abs(at - instant) < 1.5, "\(entry ?? .null)")
+      #expect(entry?["due"]?.stringValue.flatMap(RFC3339.parse) == next)
+    }
+    checkListed(try client.request(["cmd": "status"]).result["scheduled"]?.arrayValue?.first)
+    checkListed(try client.request(["cmd": "schedules"]).result["schedules"]?.arrayValue?.first)
+    let listed = try rampctl(["schedules"], daemon)
+    #expect(listed.status == 0 && listed.stdout.contains("#\(id) play at"), "\(listed)")
+    #expect(
+      listed.stdout.contains("; failed at ") && listed.stdout.contains(": stream-exists: \(message)"), "\(listed)")
+    let status = try rampctl(["status"], daemon)
+    #expect(status.stdout.contains(": stream-exists: \(message)"), "\(status)")
+
+    #expect(daemon.stop() == 0)
+    let again = try DaemonProcess(reusing: daemon.directory)
+    checkListed(try again.client().request(["cmd": "schedules"]).result["schedules"]?.arrayValue?.first)
   }
 
   /// `rampctl sleep`: master.gain fades out (straight in dB) over the last part, every stream

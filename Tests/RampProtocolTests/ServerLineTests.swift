@@ -114,6 +114,20 @@ import Testing
       #"{"event":"schedule-applied","schedule":5,"command":"stop","next":null}"#
     ),
     (
+      .scheduleFailed(
+        schedule: 4, cmd: "play", tag: "alarm",
+        error: ProtocolError(.streamExists, field: "stream", "a stream 'alarm' is already playing"),
+        next: 1_795_500_000),
+      #"{"event":"schedule-failed","schedule":4,"command":"play","tag":"alarm","error":{"code":"stream-exists","field":"stream","message":"a stream 'alarm' is already playing"},"next":"2026-11-24T06:00:00Z"}"#
+    ),
+    (
+      .scheduleFailed(
+        schedule: 5, cmd: "fade", tag: nil,
+        error: ProtocolError(.unknownStream, field: "key", "no stream 'x' is playing"),
+        next: nil),
+      #"{"event":"schedule-failed","schedule":5,"command":"fade","error":{"code":"unknown-stream","field":"key","message":"no stream 'x' is playing"},"next":null}"#
+    ),
+    (
       .limiterEngaged(reduction: 2.5, sample: 480),
       #"{"event":"limiter-engaged","reduction":2.5,"sample":480}"#
     ),
@@ -138,6 +152,7 @@ import Testing
       Event.configReloaded(applied: [], restartRequired: []).kind,
       Event.underrun(stream: nil).kind, Event.eventsLost(count: 3).kind,
       Event.scheduleApplied(schedule: 1, cmd: "play", tag: nil, next: nil).kind,
+      Event.scheduleFailed(schedule: 1, cmd: "play", tag: nil, error: ProtocolError(.badRequest, "m"), next: nil).kind,
       Event.duckStarted(rule: "r", sample: 0).kind, Event.duckEnded(rule: "r", sample: 9).kind,
       Event.itemStarted(stream: "s", item: 1, path: "p", sample: 0).kind,
       Event.itemEnded(stream: "s", item: 1, path: "p", reason: "finished", sample: 9).kind,

@@ -27,7 +27,20 @@ struct ProcessOutcome: CustomStringConvertible {
   var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
 }
 
-/// Runs `executable` to its end, feeding it `stdin` and collecting both of its outputs.
+/// The tests' environment without its `RAMPD_` variables: what every rampd and rampctl the
+/// harness starts is given, with what the test sets on top. rampd refuses a `RAMPD_` variable it
+/// does not own (a misspelt setting must not pass unnoticed), and the harness's own knobs
+/// (`RAMPD_FUZZ`, `RAMPD_TEST_SEED`, `RAMPD_TEST_BINARY`) and a developer's own settings
+/// (`RAMPD_SOCKET`, `RAMPD_OUTPUT_DEVICE`) are not the daemon under test's to read.
+let childEnvironment = withoutRampdVariables(ProcessInfo.processInfo.environment)
+
+/// `environment` without its `RAMPD_` variables (see `childEnvironment`).
+func withoutRampdVariables(_ environment: [String: String]) -> [String: String] {
+  environment.filter { !$0.key.hasPrefix("RAMPD_") }
+}
+
+/// Runs `executable` to its end, feeding it `stdin` and collecting both of its outputs; its
+/// environment is `environment`, else `childEnvironment`.
 func runProcess(
   _ executable: String, _ arguments: [String], environment: [String: String]? = nil, stdin: String? = nil,
   directory: String? = nil
@@ -35,7 +48,7 @@ func runProcess(
   let process = Process()
   process.executableURL = URL(fileURLWithPath: executable)
   process.arguments = arguments
-  if let environment { process.environment = environment }
+  process.environment = environment ?? childEnvironment
   if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
   let output = Pipe()
   let errors = Pipe()
@@ -58,20 +71,21 @@ func runProcess(
   return ProcessOutcome(status: process.terminationStatus, stdout: outputText, stderr: errorText)
 }
 
-/// rampd on the embedded output (there is no device `rampd_no_such_device`), its socket `socket`
-/// (default `directory/s.sock`) and state file `directory/state.json`, with these `RAMPD_`
-/// variables and no others; returns once it greets on the socket (or after 4 s). Its standard
-/// error goes to `log` when given.
+/// rampd on the embedded output (there is no device `rampd_no_such_device`) into `file` (nil: its
+/// default), its socket `socket` (default `directory/s.sock`) and state file
+/// `directory/state.json`, with these `RAMPD_` variables and no others; returns once it greets on
+/// the socket (or after 4 s). Its standard error goes to `log` when given.
 func startRampdWithoutADevice(
-  in directory: String, file: String, socket: String? = nil, environment extra: [String: String] = [:],
+  in directory: String, file: String?, socket: String? = nil, environment extra: [String: String] = [:],
   log: String? = nil
 ) throws -> Process {
   let socket = socket ?? "\(directory)/s.sock"
   let process = Process()
   process.executableURL = URL(fileURLWithPath: Executables.rampd)
-  process.arguments = ["--socket", socket, "--device", "rampd_no_such_device", "--embedded-file", file]
+  process.arguments =
+    ["--socket", socket, "--device", "rampd_no_such_device"] + (file.map { ["--embedded-file", $0] } ?? [])
   // Its own state file: daemons sharing one refuse each other.
-  process.environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }.merging(
+  process.environment = childEnvironment.merging(
     ["RAMPD_STATE_PATH": "\(directory)/state.json"].merging(extra) { $1 }
   ) { $1 }
   if let log {
@@ -138,7 +152,7 @@ final class DaemonProcess {
       process.arguments = launcher.dropFirst() + [process.executableURL!.path] + process.arguments!
       process.executableURL = URL(fileURLWithPath: command)
     }
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment["ALSA_CONFIG_PATH"] = "/usr/share/alsa/alsa.conf:\(directory)/asound.conf"
     environment.merge(extraEnvironment) { $1 }
     if journal {

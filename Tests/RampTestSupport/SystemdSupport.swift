@@ -234,7 +234,7 @@ final class ActivatedDaemon {
     [state]
     path = "\(path)/state.json"
     """.write(toFile: "\(path)/rampd.toml", atomically: true, encoding: .utf8)
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment.removeValue(forKey: "LISTEN_FDS")
     environment.removeValue(forKey: "LISTEN_PID")
     // systemd-socket-activate passes on only the variables it is told to (-E).

@@ -31,7 +31,7 @@ final class WebServerProcess {
     state = try TemporaryDirectory("web-state")
     process.executableURL = URL(fileURLWithPath: Executables.rampdWeb)
     process.arguments = ["--port", "0"] + arguments
-    var environment = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("RAMPD_") }
+    var environment = childEnvironment
     environment["STATE_DIRECTORY"] = "\(state.path)/rampd-web"
     environment.merge(extra) { $1 }
     stateDirectory = environment["STATE_DIRECTORY"]!

@@ -108,6 +108,31 @@ import Testing
     _ = try browser.element(#"[data-stream="back"]"#)
   }
 
+  /// A repeating schedule refused when its time comes (a stream of its id is playing) shows on
+  /// the page: its row in Schedules says when and why, and the event log has the refusal.
+  @Test func aRefusedScheduleShowsOnThePage() throws {
+    let daemon = try DaemonProcess()
+    let tone = try daemon.constantFile("tone", seconds: 1)
+    let client = try daemon.client()
+    #expect(try client.request(["cmd": "play", "path": .string(tone), "stream": "alarm", "loop": true]).isOK)
+    let web = try WebServerProcess(["--socket", daemon.socket])
+    let browser = try WebDriver()
+    try browser.open(web.url)
+    try browser.wait(for: "return document.body.dataset.state === 'live'")
+    let reply = try client.request([
+      "cmd": "play", "path": .string(tone), "stream": "alarm", "repeat": ["every": 60], "at": 1, "tag": "alarm",
+    ])
+    let id = try #require(reply.result["scheduled"]?.int, "\(reply.serialized())")
+    try browser.wait(
+      for:
+        #"return document.querySelector('#schedules tr[data-failed]')?.textContent.includes("stream-exists: a stream 'alarm' is already playing") === true"#
+    )
+    try browser.wait(
+      for:
+        #"return [...document.querySelectorAll('#log li[data-kind="error"]')].some((item) => item.textContent.includes("schedule-failed #\#(id) play [alarm]: stream-exists"))"#
+    )
+  }
+
   /// Any address that is not a loopback one needs a token: rampd-web refuses to start, exit 64,
   /// naming the option; flags with bad values are refused the same way.
   @Test func nonLoopbackWithoutATokenIsRefused() throws {

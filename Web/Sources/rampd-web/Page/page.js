@@ -159,11 +159,16 @@ function showSchedules(scheduled) {
   body.replaceChildren(
     ...scheduled.map((entry) => {
       const row = document.createElement("tr");
-      for (const text of [entry.schedule, new Date(entry.due).toLocaleString(), entry.cmd, entry.started ? "ramping" : "due"]) {
+      // A repeating schedule refused when its time last came: when, and why.
+      const failure = entry.lastFailure
+        ? `${new Date(entry.lastFailure.at).toLocaleString()}: ${entry.lastFailure.code}: ${entry.lastFailure.message}`
+        : "";
+      for (const text of [entry.schedule, new Date(entry.due).toLocaleString(), entry.cmd, entry.started ? "ramping" : "due", failure]) {
         const cell = document.createElement("td");
         cell.textContent = String(text);
         row.append(cell);
       }
+      if (entry.lastFailure) row.dataset.failed = "true";
       return row;
     }),
   );
@@ -317,7 +322,7 @@ function event(line) {
     }
     return;
   }
-  if (line.event === "stream-started" || line.event === "stream-ended") refreshStatus();
+  if (["stream-started", "stream-ended", "schedule-applied", "schedule-failed"].includes(line.event)) refreshStatus();
   // A ramp started by anyone else (rampctl, a schedule) moves the fader to its target; a fader
   // moved here in the last second shows where the hand left it.
   const started = line.event === "animation-started" && /^(master|streams\.[^.]+)\.gain$/.exec(line.key);
@@ -328,6 +333,11 @@ function event(line) {
     });
   }
   const { event: kind, ...rest } = line;
+  if (kind === "schedule-failed") {
+    const tag = rest.tag ? ` [${rest.tag}]` : "";
+    logLine(`schedule-failed #${rest.schedule} ${rest.command}${tag}: ${rest.error.code}: ${rest.error.message}`, "error");
+    return;
+  }
   logLine(`${kind} ${Object.entries(rest).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(" ")}`, kind);
 }
 
