@@ -73,7 +73,7 @@ extension RenderLoop {
       let got: Int
       let centred = channels != 2 || engine.restingValue(stream.pan) == 0
       if centred, !starving, !seeking, stream.supply == 1,
-        stream.queue?.isQuiet(stream, frames: frames, now: now) ?? true,
+        stream.queue?.isQuiet(stream, frames: frames) ?? true,
         let level = engine.restingValue(stream.gain),
         let transport = engine.restingValue(stream.transport),
         let duck = ducks.restingFactor(stream: stream.id, from: now)
@@ -193,6 +193,7 @@ extension RenderLoop {
       stream.pendingSeek = nil
       stream.seekRequested = false
       stream.seekLanding = nil
+      stream.queue?.moved(stream, from: stream.position, to: frame)
       stream.position = frame
       // The ring may hold little of the new position yet: the stream waits for it to refill (no
       // underrun: nothing was cut) and ramps in.

@@ -60,7 +60,13 @@ public struct CrossfadeShape: Sendable, Equatable {
 /// together; when the playing item has a quiet tail (a level-triggered crossfade, `QuietTail`)
 /// that begins earlier, the automatic transition starts there instead. A skip (`skip`)
 /// crossfades over `manual.frames` (at least the declick ramp), and a skip during a crossfade
-/// retargets every ramp from the level it has reached, so nothing jumps.
+/// retargets every ramp from the level it has reached, so nothing jumps. An outgoing item whose
+/// audio ends before its fade-out would is faded out over what is left of it (its ramp shortened
+/// to end where its audio does, as an automatic crossfade's does), never cut.
+///
+/// The ramps run on the stream's own clock (`clock`): the samples it has played, which hold
+/// while the stream holds its place (paused, waiting for its decoder, seeking), so a crossfade
+/// paused midway resumes where it was, both items at the levels they had.
 ///
 /// Made off the render thread (`Player.prepareQueue`), which allocates its storage; none of its
 /// methods called on the render thread allocates, frees, locks or waits.
@@ -84,6 +90,8 @@ public final class StreamQueue: @unchecked Sendable {
   private var lastEnded = false
   /// The playing item's level: 1, or its crossfade's ramp in.
   var incoming = DuckEnvelope(level: 1)
+  /// Where the playing item's frame 0 lies on the stream's clock (`clock`).
+  private var base: Int64 = 0
   var voices: ContiguousArray<Voice>
   var voiceCount = 0
   /// One block of an outgoing item's audio.
@@ -96,6 +104,8 @@ public final class StreamQueue: @unchecked Sendable {
     var item: UInt64 = 0
     /// Faded out by a skip (else by an item's end).
     var skipped = false
+    /// Frames of its audio still to come, as far as its file's length tells.
+    var remaining = 0
   }
 
   init(
@@ -125,10 +135,20 @@ public final class StreamQueue: @unchecked Sendable {
     return min(crossfade ?? quietStart, quietStart)
   }
 
+  /// The stream's clock, which the queue's ramps run on: the samples the stream has played (its
+  /// position within the playing item, counted on from where the item started). It holds while
+  /// the stream holds its place. Rendering again from a rewind's record (which keeps the
+  /// position) finds it where it was.
+  func clock(_ stream: PlayingStream) -> Int64 { base + Int64(stream.position) }
+
+  /// The stream's position moves from `from` to `to` without playing what lies between (a seek):
+  /// the clock does not.
+  func moved(_ stream: PlayingStream, from: Int, to: Int) { base += Int64(from - to) }
+
   /// Whether the stream's block can be mixed straight from the playing item's ring: no crossfade
   /// under way, and neither the item's end nor a crossfade's start within the block.
-  func isQuiet(_ stream: PlayingStream, frames: Int, now: Int64) -> Bool {
-    guard voiceCount == 0, incoming.isResting(from: now) else { return false }
+  func isQuiet(_ stream: PlayingStream, frames: Int) -> Bool {
+    guard voiceCount == 0, incoming.isResting(from: clock(stream)) else { return false }
     let decoder = stream.decoder
     if decoder.isFinished && decoder.ring.available < frames * decoder.outputChannels && !lastEnded { return false }
     guard next != nil || expectsNext, let start = transitionStart(decoder.outputLength) else { return true }
@@ -148,17 +168,27 @@ public final class StreamQueue: @unchecked Sendable {
   ) -> Int {
     let channels = stream.decoder.outputChannels
     let frames = count / channels
+    // The ramps' clock at the block's first frame (events are posted at the output's sample).
+    let time = clock(stream)
     var done = 0
     var extent = 0
+    // The frames of the block the outgoing items are mixed into so far: up to a transition
+    // within the block before it retargets their ramps, so the frames before it keep the old ones.
+    var mixed = 0
     while done < frames {
       let decoder = stream.decoder
       let itemFrame = stream.position + done
       var limit = frames - done
       if let next, let start = transitionStart(decoder.outputLength) {
         if itemFrame >= start {
+          if voiceCount > 0 {
+            mixVoices(stream, into: audio, from: mixed, to: done, now: now, time: time, state: state, retire: retire)
+            extent = max(extent, done)
+          }
+          mixed = done
           begin(
-            next, in: stream, shape: automatic, skipped: false, at: now + Int64(done), offset: done, state: state,
-            retire: retire)
+            next, in: stream, shape: automatic, skipped: false, at: time + Int64(done), sample: now + Int64(done),
+            offset: done, state: state, retire: retire)
           continue
         }
         limit = min(limit, start - itemFrame)
@@ -167,17 +197,22 @@ public final class StreamQueue: @unchecked Sendable {
       let got = decoder.read(into: audio + done * channels, count: wanted)
       if got < wanted { (audio + done * channels + got).update(repeating: 0, count: wanted - got) }
       let gotFrames = got / channels
-      if !incoming.isResting(from: now + Int64(done)) {
+      if !incoming.isResting(from: time + Int64(done)) {
         Self.multiply(
-          audio + done * channels, frames: gotFrames, channels: channels, by: incoming, from: now + Int64(done))
+          audio + done * channels, frames: gotFrames, channels: channels, by: incoming, from: time + Int64(done))
       }
       if gotFrames > 0 { extent = done + gotFrames }
       if got < wanted && decoder.isFinished && decoder.ring.available == 0, let next {
         // The item is over: the next one's first frame follows its last.
         done += gotFrames
+        if voiceCount > 0 {
+          mixVoices(stream, into: audio, from: mixed, to: done, now: now, time: time, state: state, retire: retire)
+          extent = max(extent, done)
+        }
+        mixed = done
         begin(
-          next, in: stream, shape: CrossfadeShape(frames: 0, curve: .linear), skipped: false, at: now + Int64(done),
-          offset: done, state: state, retire: retire)
+          next, in: stream, shape: CrossfadeShape(frames: 0, curve: .linear), skipped: false, at: time + Int64(done),
+          sample: now + Int64(done), offset: done, state: state, retire: retire)
         continue
       }
       if got < wanted && decoder.isFinished && decoder.ring.available == 0 && !expectsNext && !lastEnded {
@@ -189,7 +224,7 @@ public final class StreamQueue: @unchecked Sendable {
       done += limit
     }
     if voiceCount > 0 {
-      mixVoices(stream, into: audio, frames: frames, now: now, state: state, retire: retire)
+      mixVoices(stream, into: audio, from: mixed, to: frames, now: now, time: time, state: state, retire: retire)
       extent = frames
     }
     return extent * channels
@@ -207,43 +242,54 @@ public final class StreamQueue: @unchecked Sendable {
     next = nil
     let shape = CrossfadeShape(frames: max(manual.frames, minimumFrames), curve: manual.curve)
     // The outgoing decoder is kept by its voice; only a voice cut for room is let go of.
-    begin(item, in: stream, shape: shape, skipped: true, at: sample, offset: 0, state: state, retire: { cut = $0 })
+    begin(
+      item, in: stream, shape: shape, skipped: true, at: clock(stream), sample: sample, offset: 0, state: state,
+      retire: { cut = $0 })
   }
 
-  /// Switches the stream to `item` at `sample` (frame `offset` of the block being read).
+  /// Switches the stream to `item` at `time` on the stream's clock, the output's `sample` (frame
+  /// `offset` of the block being read). Every ramp goes on from the level it has reached there:
+  /// the outgoing ones to silence over the crossfade, or over what is left of their audio when
+  /// that is shorter; without a crossfade (gapless), the new item takes on the playing one's level
+  /// and its ramp in, if any.
   private func begin(
-    _ item: QueueItem, in stream: PlayingStream, shape: CrossfadeShape, skipped: Bool, at sample: Int64,
-    offset: Int, state: RenderState, retire: (AnyObject) -> Void
+    _ item: QueueItem, in stream: PlayingStream, shape: CrossfadeShape, skipped: Bool, at time: Int64,
+    sample: Int64, offset: Int, state: RenderState, retire: (AnyObject) -> Void
   ) {
     let outgoing = stream.decoder
     if shape.frames > 0 {
       var index = 0
       while index < voiceCount {
-        voices[index].envelope.ramp(to: 0, frames: shape.frames, curve: shape.curve, at: sample)
+        voices[index].envelope.ramp(to: 0, frames: shape.frames, curve: shape.curve, at: time)
+        voices[index].envelope.end(by: time + Int64(max(voices[index].remaining, 0)), at: time)
         index += 1
       }
       if voiceCount == Self.voiceCapacity,
-        let cut = endVoice(quietest(at: sample), in: stream, at: sample, state: state)
+        let cut = endVoice(quietest(at: time), in: stream, at: sample, state: state)
       {
         retire(cut)
         voices[voiceCount].decoder = nil
       }
+      let remaining = max(outgoing.outputLength - (stream.position + offset), 0)
       var envelope = incoming
-      envelope.ramp(to: 0, frames: shape.frames, curve: shape.curve, at: sample)
-      voices[voiceCount] = Voice(decoder: outgoing, envelope: envelope, item: self.item, skipped: skipped)
+      envelope.ramp(to: 0, frames: shape.frames, curve: shape.curve, at: time)
+      envelope.end(by: time + Int64(remaining), at: time)
+      voices[voiceCount] = Voice(
+        decoder: outgoing, envelope: envelope, item: self.item, skipped: skipped, remaining: remaining)
       voiceCount += 1
       incoming = DuckEnvelope(level: 0)
-      incoming.ramp(to: 1, frames: shape.frames, curve: shape.curve, at: sample)
+      incoming.ramp(to: 1, frames: shape.frames, curve: shape.curve, at: time)
     } else {
       state.post(.itemEnded(stream: stream.id, item: self.item, sample: sample, reason: .finished))
       outgoing.cancel()
       retire(outgoing)
-      incoming = DuckEnvelope(level: 1)
     }
     item.unstarted.joined = true
     stream.decoder = item.decoder
-    // The player adds the frames read in this block to the position: the new item's count.
+    // The player adds the frames read in this block to the position: the new item's count. Its
+    // frame 0 lies at `time` on the clock.
     stream.position = -offset
+    base = time
     self.item = item.id
     quietStart = item.quietStart
     expectsNext = item.followed
@@ -255,12 +301,16 @@ public final class StreamQueue: @unchecked Sendable {
     state.post(.itemStarted(stream: stream.id, item: item.id, sample: sample))
   }
 
-  /// Mixes the outgoing items into `audio`, each at its ramp's level; one whose ramp is over or
-  /// whose audio has run out ends. Allocation-free.
+  /// Mixes the outgoing items into frames [`from`, `to`) of `audio`, each at its ramp's level
+  /// (`time`: the clock at the block's first frame, `now` the output's sample); one whose ramp is
+  /// over or whose audio has run out ends. A ramp that would outlast its item's audio (a file
+  /// shorter than its header said) is shortened to end with it, once the decoder has read the
+  /// file's last frame. Allocation-free.
   private func mixVoices(
-    _ stream: PlayingStream, into audio: UnsafeMutablePointer<Float>, frames: Int, now: Int64, state: RenderState,
-    retire: (AnyObject) -> Void
+    _ stream: PlayingStream, into audio: UnsafeMutablePointer<Float>, from first: Int, to frames: Int, now: Int64,
+    time: Int64, state: RenderState, retire: (AnyObject) -> Void
   ) {
+    guard first < frames else { return }
     var index = 0
     while index < voiceCount {
       guard let decoder = voices[index].decoder else {
@@ -268,23 +318,32 @@ public final class StreamQueue: @unchecked Sendable {
         continue
       }
       let channels = decoder.outputChannels
+      let start = time + Int64(first)
+      if decoder.isFinished {
+        voices[index].remaining = decoder.ring.available / channels
+        voices[index].envelope.end(by: start + Int64(voices[index].remaining), at: start)
+      }
       let envelope = voices[index].envelope
-      let wanted = min(frames * channels, scratchCapacity)
-      let got = envelope.isResting(from: now) && envelope.to == 0 ? 0 : decoder.read(into: scratch, count: wanted)
+      let wanted = min((frames - first) * channels, scratchCapacity)
+      let got = envelope.isResting(from: start) && envelope.to == 0 ? 0 : decoder.read(into: scratch, count: wanted)
+      voices[index].remaining -= got / channels
+      let out = audio + first * channels
       var frame = 0
       while frame < got / channels {
-        let level = Float(envelope.value(at: now + Int64(frame)))
+        let level = Float(envelope.value(at: start + Int64(frame)))
         var channel = 0
         while channel < channels {
-          audio[frame * channels + channel] += scratch[frame * channels + channel] * level
+          out[frame * channels + channel] += scratch[frame * channels + channel] * level
           channel += 1
         }
         frame += 1
       }
-      let over = envelope.isResting(from: now + Int64(frames)) && envelope.to == 0
+      let over = envelope.isResting(from: time + Int64(frames)) && envelope.to == 0
       let drained = got < wanted && decoder.isFinished && decoder.ring.available == 0
       if over || drained {
-        let end = over ? min(envelope.end, now + Int64(got / channels)) : now + Int64(got / channels)
+        // On the output's samples: the clock runs with them through the block.
+        let heard = Int64(first + got / channels)
+        let end = now + (over ? min(envelope.end - time, heard) : heard)
         retire(decoder)
         _ = endVoice(index, in: stream, at: max(end, now), state: state)
         voices[voiceCount].decoder = nil

@@ -183,13 +183,13 @@ public enum ReplyText {
   }
 
   /// A queue as `queue-list`, `queue-add` and `status` give it: a heading, then one line per
-  /// item, the playing one marked `>`.
+  /// item, the playing one marked `>`, those still fading out `<`.
   public static func queue(_ stream: String, _ queue: JSONValue?) -> String {
     let items = queue?["items"]?.arrayValue ?? []
     var rows = [["", "#", "duration", "file"]]
     for item in items {
       rows.append([
-        item["playing"] == true ? ">" : "", number(item["index"] ?? .null),
+        item["playing"] == true ? ">" : item["fading"] == true ? "<" : "", number(item["index"] ?? .null),
         HumanUnits.format(duration: item["duration"]?.numberValue ?? 0), item["path"]?.stringValue ?? "?",
       ])
     }

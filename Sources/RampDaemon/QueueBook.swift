@@ -28,6 +28,9 @@ final class QueueBook: Sendable {
     /// Counts the changes (and the items started): the next item installed is the one chosen
     /// from the newest version (`QueueInstall.generation`).
     var generation: UInt64 = 1
+    /// The items started and not yet ended, in the order they started (an item played again
+    /// while it still fades out is there twice): the playing one and those fading out.
+    var heard: [UInt64] = []
 
     var currentIndex: Int? { items.firstIndex { $0.id == current } }
 
@@ -63,14 +66,24 @@ final class QueueBook: Sendable {
 
   /// The render thread started item `item` of `stream`: the queue it belongs to, afterwards.
   func started(_ stream: String, item: UInt64) -> Queue? {
-    if let queue = pending.withLock({ $0.removeValue(forKey: item) }) {
+    if var queue = pending.withLock({ $0.removeValue(forKey: item) }) {
+      queue.heard = [item]
       queues.withLock { $0[stream] = queue }
       return queue
     }
     return queues.withLock { table in
       table[stream]?.current = item
       table[stream]?.generation += 1
+      table[stream]?.heard.append(item)
       return table[stream]
+    }
+  }
+
+  /// The render thread's item `item` of `stream` was last heard.
+  func itemEnded(_ stream: String, item: UInt64) {
+    queues.withLock { table in
+      guard let index = table[stream]?.heard.firstIndex(of: item) else { return }
+      table[stream]?.heard.remove(at: index)
     }
   }
 
@@ -113,6 +126,7 @@ final class QueueBook: Sendable {
           [
             "index": .integer(index), "item": .integer(item.id), "path": .string(item.path),
             "duration": .number(item.seconds), "playing": .bool(item.id == queue.current),
+            "fading": .bool(queue.heard.filter { $0 == item.id }.count > (item.id == queue.current ? 1 : 0)),
           ]
         }),
       "current": queue.currentIndex.map { .integer($0) } ?? .null,

@@ -255,6 +255,7 @@ extension EventHub {
       installNext(stream, after: item)
     case .itemEnded(let stream, let item, let sample, let reason):
       let path = queues.queue(stream)?.items.first { $0.id == item }?.path ?? ""
+      queues.itemEnded(stream, item: item)
       broadcast(.itemEnded(stream: stream, item: item, path: path, reason: reason.rawValue, sample: sample))
     default:
       return

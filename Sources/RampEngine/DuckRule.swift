@@ -181,6 +181,16 @@ public struct DuckEnvelope: Sendable, Equatable {
     self.curve = curve.forRamp(falling: level < start)
   }
 
+  /// Makes the ramp end by `last` at the latest: one that would end later goes on from its level
+  /// at `sample` (at or after its start) along its curve, to the same level, reached at `last`
+  /// (at once when `last` is not after `sample`). A ramp that ends by then is left as it is.
+  public mutating func end(by last: Int64, at sample: Int64) {
+    guard begin + frames > last else { return }
+    from = value(at: sample)
+    begin = sample
+    frames = max(last - sample, 0)
+  }
+
   /// Whether the level holds still over [start, start + count).
   @inline(__always) public func isResting(from start: Int64) -> Bool { start >= begin + frames }
 

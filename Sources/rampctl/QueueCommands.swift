@@ -60,7 +60,7 @@ struct QueueListCommand: DaemonCommand {
     commandName: "list",
     abstract: "List a stream's queue (every queue stream's without one).",
     discussion: """
-      The playing item is marked >.
+      The playing item is marked >, an item still fading out (a crossfade, a skip) <.
 
       Examples:
         rampctl queue list music
