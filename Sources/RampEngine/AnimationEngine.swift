@@ -351,9 +351,10 @@ public final class AnimationEngine {
       }
     }
 
-    // The slope audible just before this change, for slope continuity.
+    // The slope of what would be heard on without this change, for slope continuity: forward,
+    // since a change committed at this same sample just before may have ended what ran at now − 1.
     let slope = prepared.continuity == .slope
-    let oldSlope = slope ? value(of: target, at: now) - value(of: target, at: Sample.add(now, -1)) : 0
+    let oldSlope = slope ? value(of: target, at: Sample.add(now, 1)) - value(of: target, at: now) : 0
     index = 0
     while index < parts.count {
       let property = prepared.targets[index]!
@@ -368,11 +369,15 @@ public final class AnimationEngine {
       removeInstances(of: target, key: Self.implicitActionKey, ending: .superseded(by: id))
       target.model = model
     }
+    token.liveParts = parts.count
     index = 0
     while index < parts.count {
-      let instance = parts[index].instance
-      instance.takeoverSample = max(instance.beginSample, now)
-      prepared.targets[index]!.instances.append(instance)
+      prepared.targets[index]!.instances.append(parts[index].instance)
+      index += 1
+    }
+    index = 0
+    while index < parts.count {
+      if Self.isFirstTarget(index, of: prepared) { refreshSupersession(of: prepared.targets[index]!) }
       index += 1
     }
     prepared.isCommitted = true
@@ -460,8 +465,10 @@ public final class AnimationEngine {
     // Resolved before anything changes, against what is audible now.
     index = 0
     while index < parts.count {
+      let instance = parts[index].instance
       try resolve(parts[index], on: prepared.targets[index]!, from: parts.count == 1 ? from : nil)
-      parts[index].instance.place(at: beginSample, sampleRate: sampleRate)
+      instance.place(at: beginSample, sampleRate: sampleRate)
+      instance.takeoverSample = instance.firstActiveSample(from: now, sampleRate: sampleRate)
       index += 1
     }
     // Named by id: under a name no other animation has, so it replaces none.
@@ -724,8 +731,8 @@ public final class AnimationEngine {
         let instance = instances[index]
         if instance.isAdditive == (pass == 1) {
           var heard = count
-          if !instance.isAdditive && instances.count > 1 {
-            let at = Self.supersededAt(index, in: instances)
+          if !instance.isAdditive {
+            let at = instance.supersededSample
             if at != .max {
               let (ahead, overflow) = at.subtractingReportingOverflow(start)
               heard = overflow ? (at > start ? count : 0) : Int(max(min(ahead, Int64(count)), 0))
@@ -744,7 +751,8 @@ public final class AnimationEngine {
       out[0] = min(max(property.model, property.range.lowerBound), property.range.upperBound)
       return false
     }
-    if property.clamps {
+    // Beneath the additive layers the value is not yet what is heard: clamped only once they add.
+    if property.clamps && withAdditive {
       let low = property.range.lowerBound
       let high = property.range.upperBound
       for i in 0..<count {
@@ -776,21 +784,21 @@ public final class AnimationEngine {
       propertyIndex += 1
       // Before the ends: one that supersedes another may have ended in the same block.
       retireSuperseded(on: property)
+      var removed = false
       var index = property.instances.count - 1
       while index >= 0 {
         let instance = property.instances[index]
         if instance.endSample <= now {
-          if !instance.token.reported {
-            instance.token.reported = true
-            queueReport(instance.token, finished: true, sample: instance.endSample)
-          }
+          endPart(instance, ending: .completed, sample: instance.endSample)
           if instance.removedOnCompletion {
             graveyard.append(instance)
             property.instances.remove(at: index)
+            removed = true
           }
         }
         index -= 1
       }
+      if removed { refreshSupersession(of: property) }
     }
   }
 
@@ -872,6 +880,7 @@ public final class AnimationEngine {
       index += 1
     }
     while property.instances.count > kept { property.instances.removeLast() }
+    refreshSupersession(of: property)
   }
 
   // MARK: The composition rule
@@ -882,7 +891,7 @@ public final class AnimationEngine {
     var index = 0
     while index < prepared.parts.count {
       let instance = prepared.parts[index].instance
-      if prepared.targets[index]! === property && !instance.isAdditive && instance.beginSample <= now { return true }
+      if prepared.targets[index]! === property && !instance.isAdditive && instance.takeoverSample <= now { return true }
       index += 1
     }
     return false
@@ -911,6 +920,7 @@ public final class AnimationEngine {
       index += 1
     }
     while property.instances.count > kept { property.instances.removeLast() }
+    refreshSupersession(of: property)
   }
 
   /// The first sample at which an animation that supersedes `instances[index]` takes over
@@ -928,36 +938,40 @@ public final class AnimationEngine {
     return at
   }
 
-  /// Ends the animations on `property` that a later one has superseded by now (one that began
-  /// after its commit, or took over within the last block). Allocation-free: each is marked
-  /// first, so the array is not changed while it is read.
-  private func retireSuperseded(on property: Property) {
-    guard property.instances.count > 1 else { return }
-    var any = false
+  /// Works out, for every animation on `property`, where a later one supersedes it and which
+  /// (`supersededSample`, `supersededBy`), after its animations changed: `evaluate` reads it at
+  /// every block. Allocation-free.
+  private func refreshSupersession(of property: Property) {
     var index = 0
     while index < property.instances.count {
       let instance = property.instances[index]
       instance.supersededSample = Self.supersededAt(index, in: property.instances)
-      if instance.supersededSample <= now {
-        instance.supersededBy = Self.supersedingID(instance, in: property.instances)
-        any = true
-      }
+      instance.supersededBy = Self.supersedingID(instance, in: property.instances)
       index += 1
     }
-    guard any else { return }
+  }
+
+  /// Ends the animations on `property` that a later one has superseded by now (one that began
+  /// after its commit, or took over within the last block). One whose active time ran out first
+  /// is left to end as finished (`advance`'s next step), and then goes quietly. Allocation-free.
+  private func retireSuperseded(on property: Property) {
     var kept = 0
-    index = 0
+    var index = 0
     while index < property.instances.count {
       let instance = property.instances[index]
-      if instance.supersededSample <= now {
-        endEarly(instance, ending: .superseded(by: instance.supersededBy), sample: instance.supersededSample)
+      let at = instance.supersededSample
+      if at <= now && (at < instance.endSample || instance.ended) {
+        endPart(instance, ending: .superseded(by: instance.supersededBy), sample: at)
+        graveyard.append(instance)
       } else {
         if kept != index { property.instances[kept] = instance }
         kept += 1
       }
       index += 1
     }
+    guard kept < property.instances.count else { return }
     while property.instances.count > kept { property.instances.removeLast() }
+    refreshSupersession(of: property)
   }
 
   /// The id of the animation that supersedes `instance` first (at its `supersededSample`).
@@ -975,9 +989,26 @@ public final class AnimationEngine {
 
   private func endEarly(_ instance: AnimationInstance, ending: CompletionReport.Ending, sample: Int64? = nil) {
     graveyard.append(instance)
-    guard !instance.token.reported else { return }
-    instance.token.reported = true
-    queueReport(instance.token, finished: false, sample: sample ?? now, ending: ending)
+    endPart(instance, ending: ending, sample: sample ?? now)
+  }
+
+  /// Counts the end of one of an animation's instances (a group has one per part), and reports
+  /// the animation when its last one ends: finished only if none ended early, else as the first
+  /// that did (a part superseded on one key path ends the group's report there, though its
+  /// parts elsewhere play on). Allocation-free.
+  private func endPart(_ instance: AnimationInstance, ending: CompletionReport.Ending, sample: Int64) {
+    guard !instance.ended else { return }
+    instance.ended = true
+    let token = instance.token
+    if ending != .completed && token.earlyEnding == nil { token.earlyEnding = (ending, sample) }
+    token.liveParts -= 1
+    guard token.liveParts <= 0, !token.reported else { return }
+    token.reported = true
+    if let early = token.earlyEnding {
+      queueReport(token, finished: false, sample: early.sample, ending: early.ending)
+    } else {
+      queueReport(token, finished: true, sample: sample, ending: .completed)
+    }
   }
 
   private func queueReport(

@@ -19,6 +19,11 @@ final class CompletionToken: @unchecked Sendable {
   /// The engine's own (a removal's smoothing ramp), whatever its key: its report says so.
   let isInternal: Bool
   var reported = false
+  /// Its instances that have not ended yet (a group's parts): it is reported when the last ends.
+  var liveParts = 1
+  /// How and when the first of its instances that ended early did (a part superseded on one key
+  /// path while the others go on): the report says so, whenever the last part ends.
+  var earlyEnding: (ending: CompletionReport.Ending, sample: Int64)?
 
   init(id: UInt64, key: String, keyPath: String, isInternal: Bool, handler: (@Sendable (Bool) -> Void)?) {
     self.id = id
@@ -44,10 +49,13 @@ final class AnimationInstance: @unchecked Sendable {
   /// The sample from which it takes over its property from the non-additive animations before
   /// it: its begin, or its commit when it began earlier (a late command, already under way).
   var takeoverSample: Int64 = 0
-  /// Where a later animation supersedes it (Int64.max: none does), as `advance` last found.
+  /// Where a later animation on its property supersedes it (Int64.max: none does), kept up to
+  /// date whenever the property's animations change (`AnimationEngine.refreshSupersession`).
   var supersededSample: Int64 = .max
   /// The id of the animation that supersedes it there.
   var supersededBy: UInt64?
+  /// Its end was counted (its token's `liveParts`).
+  var ended = false
   let removedOnCompletion: Bool
   let isAdditive: Bool
   var curve: TimingFunction
@@ -80,6 +88,22 @@ final class AnimationInstance: @unchecked Sendable {
   func place(at sample: Int64, sampleRate: Double) {
     beginSample = sample
     endSample = Self.end(of: levels, from: sample, sampleRate: sampleRate)
+  }
+
+  /// The first sample from `sample` on at which it is active (a group's part may begin after
+  /// the group; one filled backwards is active before its begin), Int64.max if never: from there
+  /// it takes over its property. Steps from one change of its timing to the next, as `render`
+  /// does. Allocation-free.
+  func firstActiveSample(from sample: Int64, sampleRate: Double) -> Int64 {
+    var at = sample
+    // A chain of timing levels changes state a handful of times before it is first active.
+    for _ in 0..<64 {
+      let span = span(at: Sample.seconds(from: beginSample, to: at, rate: sampleRate))
+      if span.active { return at }
+      guard span.length.isFinite else { return .max }
+      at = Sample.add(at, Int64(max(1, Sample.count(span.length * sampleRate))))
+    }
+    return .max
   }
 
   /// Whether it supersedes `earlier` on their property (rampd's composition rule, which differs

@@ -215,14 +215,10 @@ public enum Event: Sendable, Equatable {
         sample: try fields.integer("sample"))
     case "animation-finished":
       let finished = try fields.bool("finished")
-      // A daemon before the reason says only whether it finished.
+      // A daemon before the reason says only whether it finished; a reason this client does not
+      // know (a newer daemon's) reads the same way.
       let ending =
-        try fields.optionalString("reason").map { reason throws(ProtocolError) in
-          guard let ending = AnimationEnding(rawValue: reason) else {
-            throw ProtocolError(.badRequest, field: "reason", "reason: not one of completed, superseded, removed")
-          }
-          return ending
-        } ?? (finished ? .completed : .removed)
+        fields.optionalString("reason").flatMap(AnimationEnding.init(rawValue:)) ?? (finished ? .completed : .removed)
       return .animationFinished(
         id: try fields.unsigned("id"), key: try fields.string("key"), name: try fields.string("name"),
         finished: finished, sample: try fields.integer("sample"), ending: ending,

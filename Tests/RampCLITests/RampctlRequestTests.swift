@@ -6,24 +6,26 @@ import Testing
 
 @testable import rampctl
 
+/// The request rampctl sends for a command line.
+private func request(_ words: String...) throws -> Request {
+  let command = try RampCtl.parseAsRoot(Arguments.prepared(words))
+  let daemonCommand = try #require(command as? any DaemonCommand, "\(words[0]) talks to rampd")
+  return try daemonCommand.request()
+}
+
+/// The message and exit status rampctl would print for a command line it refuses.
+private func refusal(_ words: String...) -> (message: String, status: Int32) {
+  do {
+    _ = try RampCtl.parseAsRoot(Arguments.prepared(words))
+    return ("accepted", 0)
+  } catch {
+    return (RampCtl.message(for: error), RampCtl.exitCode(for: error).rawValue)
+  }
+}
+
 /// rampctl's arguments → the request it sends, for every subcommand, with no daemon: the
 /// command line goes through the same preparation and parser as `rampctl` itself.
 @Suite struct RampctlRequestTests {
-  func request(_ words: String...) throws -> Request {
-    let command = try RampCtl.parseAsRoot(Arguments.prepared(words))
-    let daemonCommand = try #require(command as? any DaemonCommand, "\(words[0]) talks to rampd")
-    return try daemonCommand.request()
-  }
-
-  /// The message and exit status rampctl would print for a command line it refuses.
-  func refusal(_ words: String...) -> (message: String, status: Int32) {
-    do {
-      _ = try RampCtl.parseAsRoot(Arguments.prepared(words))
-      return ("accepted", 0)
-    } catch {
-      return (RampCtl.message(for: error), RampCtl.exitCode(for: error).rawValue)
-    }
-  }
 
   static let minus6dB = pow(10, -6.0 / 20)
 
@@ -316,21 +318,6 @@ import Testing
 
 /// `--at` and the repeat options on every command that changes sound; `alarm` and `sleep`.
 @Suite struct RampctlScheduleTests {
-  func request(_ words: String...) throws -> Request {
-    let command = try RampCtl.parseAsRoot(Arguments.prepared(words))
-    let daemonCommand = try #require(command as? any DaemonCommand, "\(words[0]) talks to rampd")
-    return try daemonCommand.request()
-  }
-
-  /// The message and exit status rampctl would print for a command line it refuses.
-  func refusal(_ words: String...) -> (message: String, status: Int32) {
-    do {
-      _ = try RampCtl.parseAsRoot(Arguments.prepared(words))
-      return ("accepted", 0)
-    } catch {
-      return (RampCtl.message(for: error), RampCtl.exitCode(for: error).rawValue)
-    }
-  }
 
   @Test(arguments: [
     ["play", "/a.wav"], ["stop"], ["pause", "s1"], ["resume"], ["seek", "s1", "10s"], ["fade", "master.gain", "0.5"],

@@ -146,6 +146,46 @@ import Testing
     #expect(finished - started == 9_600, "0.2 s at 48 kHz")
   }
 
+  /// A later command on a key path supersedes what runs there, whatever its kind, and says so:
+  /// `get` lists what moves the key path, the earlier animation's `animation-finished` says
+  /// `superseded` and by which, and a `wait` on it is answered finished: false. An additive one
+  /// goes on; `remove` says `removed`; a completed one says `completed`.
+  @Test func aLaterCommandSupersedesAndSaysSo() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    try client.request(["cmd": "subscribe", "events": ["animation-finished"]])
+    let fade = try client.request(["cmd": "fade-out", "duration": 3])
+    let fadeID = try #require(fade.result["animation"])
+    let tremolo = try client.request([
+      "cmd": "animate", "key": "master.gain", "name": "tremolo",
+      "animation": [
+        "type": "keyframe", "values": [0, -0.1, 0], "duration": 0.2, "additive": true, "repeatCount": "inf",
+      ],
+    ])
+    let tremoloID = try #require(tremolo.result["animation"])
+    let listed = try client.request(["cmd": "get", "key": "master.gain"])
+    let names = listed.result["animations"]?.arrayValue?.compactMap { $0["name"]?.stringValue }
+    #expect(names == ["fade", "tremolo"], "\(listed.serialized())")
+    usleep(300_000)
+    let set = try client.request(["cmd": "set", "key": "master.gain", "value": 0.8, "duration": 0.1])
+    let setID = try #require(set.result["animation"])
+    let superseded = try client.waitForEvent(timeout: 5) { $0["event"] == "animation-finished" && $0["id"] == fadeID }
+    #expect(superseded["finished"] == false && superseded["reason"] == "superseded", "\(superseded.serialized())")
+    #expect(superseded["by"] == setID, "\(superseded.serialized())")
+    let waited = try client.request(["cmd": "wait", "animations": [fadeID], "timeout": 2])
+    #expect(waited.isOK, "\(waited.serialized())")
+    let done = try client.waitForEvent(timeout: 5) { $0["event"] == "animation-finished" && $0["id"] == setID }
+    #expect(done["reason"] == "completed" && done["finished"] == true, "\(done.serialized())")
+    // Held at 0.8 under the tremolo, which still runs: the fade did not come back.
+    usleep(3_000_000)
+    let after = try client.request(["cmd": "get", "key": "master.gain"])
+    #expect(after.result["model"] == 0.8, "\(after.serialized())")
+    #expect(after.result["animations"]?.arrayValue?.map { $0["id"] } == [tremoloID], "\(after.serialized())")
+    #expect(try client.request(["cmd": "remove", "key": "master.gain", "name": "tremolo"]).isOK)
+    let removed = try client.waitForEvent(timeout: 5) { $0["event"] == "animation-finished" && $0["id"] == tremoloID }
+    #expect(removed["reason"] == "removed", "\(removed.serialized())")
+  }
+
   /// A client's animation is a client's whatever its name: one named like the daemon's own
   /// smoothing ramps ends with its animation-finished event, as any other does.
   @Test func anAnimationNamedDeclickFinishesLikeAnyOther() throws {

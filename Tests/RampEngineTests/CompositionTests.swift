@@ -99,6 +99,7 @@ func activeEnd(_ engine: AnimationEngine, from origin: Int, default fallback: In
       // Each earlier command still runs at these offsets (the shortest lasts 0.5 s, 4000 samples).
       for offset in [1003, 2400, 3999] {
         var heardAt: [Int: [Double]] = [:]
+        var reportsAt: [Int: [CompletionReport]] = [:]
         for block in [64, 480, 4096] {
           let engine = try makeEngine(sampleRate: rate, model: 1)
           let first = try earlier.commit(on: engine, to: 0)
@@ -149,7 +150,11 @@ func activeEnd(_ engine: AnimationEngine, from origin: Int, default fallback: In
             #expect(tail.allSatisfy { abs($0 - held) < 1e-6 }, "\(context): ends at \(tail.last!), not \(held)")
           }
           heardAt[block] = heard
+          reportsAt[block] = reports
         }
+        // What is reported does not depend on the blocks either (an end and a takeover in one block).
+        #expect(
+          reportsAt[64] == reportsAt[480] && reportsAt[480] == reportsAt[4096], "\(earlier) then \(later) at \(offset)")
         for block in [480, 4096] {
           let apart = zip(heardAt[64]!, heardAt[block]!).map { abs($0 - $1) }.max() ?? 0
           #expect(apart < 1e-12, "\(earlier) then \(later) at \(offset): blocks of 64 and \(block) differ by \(apart)")
@@ -201,6 +206,81 @@ func activeEnd(_ engine: AnimationEngine, from origin: Int, default fallback: In
     #expect(reports.first { $0.id == set }?.ending == .superseded(by: scheduled))
     #expect(reports.first { $0.id == set }?.sample == 4000)
     #expect(reports.first { $0.id == scheduled }?.finished == true)
+  }
+
+  /// A group's part takes over when it is first active, not when the group begins: until its
+  /// own begin what ran goes on (not the model value), and a group on two key paths superseded
+  /// on one is reported once its other part has ended.
+  @Test func aGroupPartTakesOverWhenItBegins() throws {
+    let rate = Self.rate
+    let engine = try AnimationEngine(sampleRate: rate)
+    for path in ["p", "q"] { try engine.define(path, value: 1, range: 0...1) }
+    let fade = try PreparedAnimation(
+      .basic(to: 0, duration: 4, timingFunction: .linear), forKey: "fade", to: "p", sampleRate: rate,
+      defaultDuration: 0.25)
+    let first = try engine.commit(fade, model: 0)
+    var heard = try play(engine, samples: 4000, block: 333)
+    var late = Animation.basic(to: 0.2, duration: 1, timingFunction: .linear)
+    late.timing.beginTime = 1
+    var other = Animation.basic(to: 0.5, duration: 3, timingFunction: .linear)
+    other.keyPath = "q"
+    let group = try engine.add(
+      Animation(.group([late, other]), timing: MediaTiming(duration: 3)), forKey: "g", to: "p")
+    heard += try play(engine, samples: 12_000, block: 333)
+    var reports: [CompletionReport] = []
+    engine.drainCompletions { reports.append($0) }
+    // The fade went on for the second before the part began (0.875 to 0.625), then the part
+    // took over from where it had captured its start (0.875), as an animate does.
+    #expect(abs(heard[11_999] - (1 - 11_999 / 32_000.0)) < 1e-9)
+    #expect(abs(heard[12_000] - 0.875) < 1e-9)
+    #expect(reports.first { $0.id == first }?.ending == .superseded(by: group))
+    #expect(reports.first { $0.id == first }?.sample == 12_000)
+    // A set on q supersedes the group's part there; the group is reported when its part on p ends.
+    try engine.set("q", to: 0.1, transaction: .instant)
+    engine.drainCompletions { reports.append($0) }
+    #expect(!reports.contains { $0.id == group })
+    _ = try play(engine, samples: 16_000, block: 333)
+    engine.drainCompletions { reports.append($0) }
+    let ended = reports.filter { $0.id == group }
+    #expect(ended.count == 1 && ended.first?.finished == false && ended.first?.ending == .superseded(by: nil))
+    #expect(try engine.presentation("q") == 0.1)
+  }
+
+  /// Where the value beneath the additive layers lies outside the range (a spring overshooting
+  /// under a swell), a change starts from it unclamped: clamped, it would jump by the overshoot.
+  @Test func aChangeStartsBeneathTheLayersUnclamped() throws {
+    let rate = Self.rate
+    let engine = try AnimationEngine(sampleRate: rate)
+    try engine.define("p", value: 0.3, range: 0...1)
+    var lift = Animation.basic(by: 0.1, duration: 0.1)
+    lift.isAdditive = true
+    lift.timing.fillMode = .forwards
+    lift.timing.removedOnCompletion = false
+    try engine.add(lift, forKey: "lift", to: "p")
+    // Beneath the lift: a hold at -0.05, heard as 0.05.
+    var under = Animation.basic(from: -0.05, to: -0.05, duration: 10)
+    under.timing.fillMode = .both
+    try engine.add(under, forKey: "under", to: "p")
+    var heard = try play(engine, samples: 1000)
+    try engine.set("p", to: 0.8, transaction: Transaction(duration: 0.5, timingFunction: .linear))
+    heard += try play(engine, samples: 8000)
+    #expect(abs(heard[999] - 0.05) < 1e-12)
+    #expect(largestStep(heard) < 1e-3, "a step of \(largestStep(heard))")
+  }
+
+  /// Two commands at one sample (a batch): the second, with slope continuity, takes the slope of
+  /// the first, not a step from what the first ended.
+  @Test func slopeContinuityAfterAChangeAtTheSameSample() throws {
+    let engine = try makeEngine(sampleRate: Self.rate, model: 1)
+    try EngineCommand.fade.commit(on: engine, to: 0)
+    var heard = try play(engine, samples: 2000)
+    try engine.set("p", to: 0.5, transaction: Transaction(duration: 1, timingFunction: .linear))
+    let slope = try PreparedAnimation.implicitAction(
+      to: 0.2, on: "p", transaction: Transaction(duration: 1, timingFunction: .linear, continuity: .slope),
+      sampleRate: Self.rate)
+    try engine.set("p", to: 0.2, action: try #require(slope))
+    heard += try play(engine, samples: 12_000)
+    #expect(largestStep(heard) < 5e-4, "a step of \(largestStep(heard))")
   }
 
   /// A late fade (begun in the past, as a scheduled command that came late) still supersedes

@@ -108,8 +108,7 @@ class Daemon:
         return str(path)
 
 
-@pytest.fixture
-def daemon():
+def _started_daemon():
     with tempfile.TemporaryDirectory(prefix="rampd-py-") as directory:
         started = Daemon(directory)
         try:
@@ -119,15 +118,14 @@ def daemon():
 
 
 @pytest.fixture
+def daemon():
+    yield from _started_daemon()
+
+
+@pytest.fixture
 def another_daemon():
     """A second rampd, for comparing two runs of the same thing."""
-    with tempfile.TemporaryDirectory(prefix="rampd-py-") as directory:
-        started = Daemon(directory)
-        try:
-            yield started
-        finally:
-            if started.process.poll() is None:
-                started.stop()
+    yield from _started_daemon()
 
 
 @pytest.fixture
