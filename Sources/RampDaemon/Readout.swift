@@ -31,7 +31,11 @@ struct Query: Sendable {
     self.kind = kind
     let limits = player.renderCapacity
     switch kind {
-    case .get, .animations(.some, _):
+    case .get:
+      // No room for animations at first: a get that finds some reads again with room for them
+      // (`grow`), so a flood of gets holds no more memory than it did before gets listed them.
+      readout = Readout(properties: 1)
+    case .animations(.some, _):
       readout = Readout(properties: 1, animations: limits.animationsPerKeyPath)
     case .animations(nil, .some(let ids)):
       readout = Readout(properties: limits.properties, animations: ids.count)
@@ -80,6 +84,8 @@ struct Query: Sendable {
     case .list, .animations(nil, nil):
       let all = Self.roomForAll(player)
       readout.reserve(properties: all.properties, animations: all.animations)
+    case .get:
+      readout.reserve(properties: 1, animations: player.renderCapacity.animationsPerKeyPath)
     default:
       return
     }

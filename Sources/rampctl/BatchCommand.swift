@@ -29,8 +29,8 @@ struct BatchCommand: ParsableCommand {
       or none if one is refused (the lines may not have "at").
 
       --json prints one object per line rampd answered, for programs (the Python client's \
-      run_timeline reads it): {"line":"show.jsonl:3","cmd":"fade","ok":true,"result":{…}}, \
-      or "ok":false with rampd's "error" (for a line sent in a batch with others, its field \
+      run_timeline reads it): {"line":"show.jsonl:3","cmd":"fade","ok":true,"result":R} with \
+      rampd's result R, or "ok":false with rampd's "error" (for a line sent in a batch with others, its field \
       named within the line: "to", not "commands[1].to"). Lines not applied print nothing.
 
       Example script (ducks.jsonl):

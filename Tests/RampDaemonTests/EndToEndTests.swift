@@ -186,6 +186,25 @@ import Testing
     #expect(removed["reason"] == "removed", "\(removed.serialized())")
   }
 
+  /// `get` lists every animation on its key path, however many (it reads again with more room),
+  /// alone and in a batch.
+  @Test func getListsEveryAnimation() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    for index in 0..<9 {
+      let layer = try client.request([
+        "cmd": "animate", "key": "master.gain", "name": .string("layer\(index)"),
+        "animation": ["type": "basic", "by": -0.01, "duration": 60, "additive": true],
+      ])
+      #expect(layer.isOK, "\(layer.serialized())")
+    }
+    let alone = try client.request(["cmd": "get", "key": "master.gain"])
+    #expect(alone.result["animations"]?.arrayValue?.count == 9, "\(alone.serialized())")
+    let batched = try client.request(["cmd": "batch", "commands": [["cmd": "get", "key": "master.gain"]]])
+    let inBatch = batched.result["results"]?.arrayValue?.first
+    #expect(inBatch?["animations"]?.arrayValue?.count == 9, "\(batched.serialized())")
+  }
+
   /// A client's animation is a client's whatever its name: one named like the daemon's own
   /// smoothing ramps ends with its animation-finished event, as any other does.
   @Test func anAnimationNamedDeclickFinishesLikeAnyOther() throws {
