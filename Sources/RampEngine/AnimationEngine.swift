@@ -955,6 +955,7 @@ public final class AnimationEngine {
   /// after its commit, or took over within the last block). One whose active time ran out first
   /// is left to end as finished (`advance`'s next step), and then goes quietly. Allocation-free.
   private func retireSuperseded(on property: Property) {
+    guard property.instances.count > 1 else { return }
     var kept = 0
     var index = 0
     while index < property.instances.count {
