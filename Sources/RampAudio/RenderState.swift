@@ -93,6 +93,9 @@ public final class RenderState: @unchecked Sendable {
 
   public func contains(stream id: String) -> Bool { stream(id) != nil }
 
+  /// Whether stream `id` is in its stop ramp (false: it is not, or there is none). Allocation-free.
+  public func isStopping(stream id: String) -> Bool { stream(id)?.stopping ?? false }
+
   /// Seconds of audio in stream `id`'s file (nil: no such stream).
   public func length(ofStream id: String) -> Double? {
     guard let stream = stream(id) else { return nil }

@@ -109,7 +109,9 @@ enum Operation: Sendable {
     case .answer: return nil
     case .query(let query): return query.check(state)
     case .play(let stream, let limit):
-      if state.contains(stream: stream.id) { return .streamExists(stream.id) }
+      if state.contains(stream: stream.id) {
+        return .streamExists(stream.id, stopping: state.isStopping(stream: stream.id))
+      }
       if state.streamCount >= limit { return .streamLimit(limit) }
       return nil
     case .transport(let transport, let field):
@@ -172,7 +174,8 @@ enum Operation: Sendable {
     case .play(let stream, _):
       switch stream(state) {
       case .success: break
-      case .failure(.alreadyPlaying): throw .streamExists(stream.id)
+      case .failure(.alreadyPlaying):
+        throw .streamExists(stream.id, stopping: state.isStopping(stream: stream.id))
       case .failure(.refused(let error)): throw .engine(error)
       }
       if let fadeIn = stream.fadeIn {

@@ -392,7 +392,8 @@ final class KeyPathNames: @unchecked Sendable {
 /// Why the render thread refused a command, as plain values: numbers, and the names the command
 /// already holds (copied, not built). The error is built from it on the control side (`error`).
 enum CommandRefusal: Error {
-  case streamExists(String)
+  /// `stopping`: the stream is in its stop ramp (it ends when the ramp has reached silence).
+  case streamExists(String, stopping: Bool)
   /// No property has this key path (`KeyPathNames` holds those that do).
   case unknownKey(String)
   /// `limits.streams`.
@@ -424,8 +425,13 @@ enum CommandRefusal: Error {
     case .unknownKey(let key):
       let hint = Preparation.hint(key, defined: defined?.keyPaths ?? [])
       return ProtocolError(.unknownKeyPath, field: "key", "no property '\(key)'\(hint)")
-    case .streamExists(let id):
+    case .streamExists(let id, stopping: false):
       return ProtocolError(.streamExists, field: "stream", "a stream '\(id)' is already playing")
+    case .streamExists(let id, stopping: true):
+      return ProtocolError(
+        .streamExists, field: "stream",
+        "stream '\(id)' is still stopping (its stop ramp has not reached silence): play it again once it has"
+          + " ended (its stream-ended event), or under another id")
     case .streamLimit(let limit):
       return ProtocolError(
         .limitExceeded, field: "stream", "\(limit) streams are playing, the most allowed (limits.streams)")

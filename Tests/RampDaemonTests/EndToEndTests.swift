@@ -205,6 +205,24 @@ import Testing
     #expect(inBatch?["animations"]?.arrayValue?.count == 9, "\(batched.serialized())")
   }
 
+  /// A play with the id of a stream still in its stop ramp is refused as such, not as "already
+  /// playing"; once the stream has ended the id is free.
+  @Test func aPlayOverAStreamBeingStoppedSaysSo() throws {
+    let daemon = try DaemonProcess()
+    let client = try daemon.client()
+    let file = try daemon.constantFile("tone", seconds: 5)
+    try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "x"]).isOK)
+    let playing = try client.request(["cmd": "play", "path": .string(file), "stream": "x"])
+    #expect(playing.errorCode == "stream-exists" && playing.errorMessage?.contains("already playing") == true)
+    #expect(try client.request(["cmd": "stop", "stream": "x", "fade": 1]).isOK)
+    let stopping = try client.request(["cmd": "play", "path": .string(file), "stream": "x"])
+    #expect(stopping.errorCode == "stream-exists", "\(stopping.serialized())")
+    #expect(stopping.errorMessage?.contains("still stopping") == true, "\(stopping.serialized())")
+    _ = try client.waitForEvent(timeout: 5) { $0["event"] == "stream-ended" && $0["stream"] == "x" }
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "x"]).isOK)
+  }
+
   /// A client's animation is a client's whatever its name: one named like the daemon's own
   /// smoothing ramps ends with its animation-finished event, as any other does.
   @Test func anAnimationNamedDeclickFinishesLikeAnyOther() throws {

@@ -428,6 +428,7 @@ extension JSONValue {
   var isOK: Bool { self["ok"] == .bool(true) }
   var errorCode: String? { self["error"]?["code"]?.stringValue }
   var errorField: String? { self["error"]?["field"]?.stringValue }
+  var errorMessage: String? { self["error"]?["message"]?.stringValue }
   var result: JSONValue { self["result"] ?? .null }
   var int: Int? { numberValue.map { Int($0) } }
 }
