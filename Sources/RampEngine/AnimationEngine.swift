@@ -243,9 +243,9 @@ public final class AnimationEngine {
     return result
   }
 
-  /// The value beneath the additive animations: where a change that supersedes what runs starts,
-  /// since the additive ones go on adding on top of it (from the audible value, a tremolo's
-  /// deviation would be counted twice, a jump).
+  /// The value beneath the additive animations, held to the property's range: where a change
+  /// that supersedes what runs starts, since the additive ones go on adding on top of it (from the
+  /// audible value, a tremolo's deviation would be counted twice, a jump).
   private func valueBeneathAdditive(of property: Property, at sample: Int64) -> Double {
     var result = 0.0
     _ = withUnsafeMutablePointer(to: &result) {
@@ -751,8 +751,9 @@ public final class AnimationEngine {
       out[0] = min(max(property.model, property.range.lowerBound), property.range.upperBound)
       return false
     }
-    // Beneath the additive layers the value is not yet what is heard: clamped only once they add.
-    if property.clamps && withAdditive {
+    // Clamped beneath the additive layers too: a change never starts outside the property's range
+    // (nor from the NaN or infinity of an animation's extreme values, which `animate` accepts).
+    if property.clamps {
       let low = property.range.lowerBound
       let high = property.range.upperBound
       for i in 0..<count {

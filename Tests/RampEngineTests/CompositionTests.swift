@@ -246,9 +246,10 @@ func activeEnd(_ engine: AnimationEngine, from origin: Int, default fallback: In
     #expect(try engine.presentation("q") == 0.1)
   }
 
-  /// Where the value beneath the additive layers lies outside the range (a spring overshooting
-  /// under a swell), a change starts from it unclamped: clamped, it would jump by the overshoot.
-  @Test func aChangeStartsBeneathTheLayersUnclamped() throws {
+  /// A change starts beneath the additive layers, held to the property's range: from an
+  /// animation's extreme value (which `animate` accepts) it starts at the range's end, and a
+  /// value space that takes no negative values is not refused for it.
+  @Test func aChangeStartsBeneathTheLayersWithinTheRange() throws {
     let rate = Self.rate
     let engine = try AnimationEngine(sampleRate: rate)
     try engine.define("p", value: 0.3, range: 0...1)
@@ -257,15 +258,19 @@ func activeEnd(_ engine: AnimationEngine, from origin: Int, default fallback: In
     lift.timing.fillMode = .forwards
     lift.timing.removedOnCompletion = false
     try engine.add(lift, forKey: "lift", to: "p")
-    // Beneath the lift: a hold at -0.05, heard as 0.05.
-    var under = Animation.basic(from: -0.05, to: -0.05, duration: 10)
+    var under = Animation.basic(from: -4e306, to: -4e306, duration: 10)
     under.timing.fillMode = .both
     try engine.add(under, forKey: "under", to: "p")
     var heard = try play(engine, samples: 1000)
-    try engine.set("p", to: 0.8, transaction: Transaction(duration: 0.5, timingFunction: .linear))
+    // A power-space ramp from the range's end beneath (0), not refused for a negative start.
+    try engine.set("p", to: 0.8, transaction: Transaction(duration: 0.5, timingFunction: .linear, valueSpace: .power))
     heard += try play(engine, samples: 8000)
-    #expect(abs(heard[999] - 0.05) < 1e-12)
-    #expect(largestStep(heard) < 1e-3, "a step of \(largestStep(heard))")
+    // Heard 0 before (the lift cannot lift -4e306), then the ramp from 0 with the lift on top.
+    #expect(heard[999] == 0)
+    #expect(abs(heard[1000] - 0.1) < 0.02)
+    let after = Array(heard[1000...])
+    #expect(largestStep(after) < 0.02, "a step of \(largestStep(after))")
+    #expect(abs(heard.last! - 0.9) < 1e-12)
   }
 
   /// Two commands at one sample (a batch): the second, with slope continuity, takes the slope of
