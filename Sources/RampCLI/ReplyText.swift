@@ -14,8 +14,7 @@ public enum ReplyText {
 
   // MARK: Properties
 
-  /// `get`: `master.gain = 0.5 (-6.02 dB), audible 0.73 (-2.73 dB), range 0...1`, then a line
-  /// per animation moving it (`    #3 fade (basic) 42%`).
+  /// `get`: `master.gain = 0.5 (-6.02 dB), audible 0.73 (-2.73 dB), range 0...1`.
   public static func property(_ result: JSONValue) -> String {
     let key = result["key"]?.stringValue ?? "?"
     if result["model"] == nil, let value = result["value"]?.numberValue {
@@ -30,7 +29,6 @@ public enum ReplyText {
     {
       text += ", range \(HumanUnits.format(gain: low))...\(HumanUnits.format(gain: high))"
     }
-    for status in result["animations"]?.arrayValue ?? [] { text += "\n    " + animation(status) }
     return text
   }
 

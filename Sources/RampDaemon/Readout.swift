@@ -32,8 +32,6 @@ struct Query: Sendable {
     let limits = player.renderCapacity
     switch kind {
     case .get:
-      // No room for animations at first: a get that finds some reads again with room for them
-      // (`grow`), so a flood of gets holds no more memory than it did before gets listed them.
       readout = Readout(properties: 1)
     case .animations(.some, _):
       readout = Readout(properties: 1, animations: limits.animationsPerKeyPath)
@@ -84,8 +82,6 @@ struct Query: Sendable {
     case .list, .animations(nil, nil):
       let all = Self.roomForAll(player)
       readout.reserve(properties: all.properties, animations: all.animations)
-    case .get:
-      readout.reserve(properties: 1, animations: player.renderCapacity.animationsPerKeyPath)
     default:
       return
     }
@@ -135,7 +131,7 @@ struct Query: Sendable {
     readout.sample = engine.now
     switch kind {
     case .get(let key):
-      if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: true) }
+      if let handle = engine.handleIfDefined(key) { readout.read(handle, engine, animations: false) }
     case .list(let prefix, let below):
       readout.readAll(engine, prefix: prefix, below: below, internal: false)
     case .animations(let key, let ids):
@@ -175,8 +171,6 @@ struct Query: Sendable {
       guard let property = readout.properties.first else { return ["key": .string(key)] }
       var object = Self.describe(property)
       object["sample"] = .integer(readout.sample)
-      // What moves it: a user sees why a level changes, and which command holds it.
-      object["animations"] = .array(readout.animations.map(Preparation.describe))
       return .object(object)
     case .list:
       var next = 0

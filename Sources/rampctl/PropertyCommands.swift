@@ -9,8 +9,8 @@ struct GetCommand: DaemonCommand {
     abstract: "Show a key path's model value and the value audible now.",
     discussion: """
       The model value is where the property is going (a fade sets it to its target at once); \
-      the audible (presentation) value is what plays at this sample; the animations listed are \
-      what moves it now.
+      the audible (presentation) value is what plays at this sample. `rampctl list KEY` shows the \
+      animations that move it.
 
       Examples:
         rampctl get

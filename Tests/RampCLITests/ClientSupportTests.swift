@@ -166,20 +166,6 @@ import Testing
       "key": "master.gain", "model": 0.5, "presentation": 0.25, "range": [0, 1], "sample": 480,
     ]
     #expect(ReplyText.property(get) == "master.gain = 0.5 (-6.02 dB), audible 0.25 (-12.04 dB), range 0...1")
-    // What moves it, a line each.
-    let moving: JSONValue = [
-      "key": "master.gain", "model": 0.5, "presentation": 0.25, "range": [0, 1], "sample": 480,
-      "animations": [
-        ["id": 3, "name": "fade", "kind": "basic", "additive": false, "begin": 0, "end": 960, "progress": 0.5],
-        [
-          "id": 4, "name": "tremolo", "kind": "keyframe", "additive": true, "begin": 0, "end": .null, "progress": .null,
-        ],
-      ],
-    ]
-    #expect(
-      ReplyText.property(moving)
-        == "master.gain = 0.5 (-6.02 dB), audible 0.25 (-12.04 dB), range 0...1\n    #3 fade (basic) 50%\n"
-        + "    #4 tremolo (keyframe, additive) endless")
     // A measured value: its unit, silence as -inf.
     #expect(
       ReplyText.property(["key": "master.level.peak", "value": -20.004, "sample": 480])

@@ -147,7 +147,7 @@ import Testing
   }
 
   /// A later command on a key path supersedes what runs there, whatever its kind, and says so:
-  /// `get` lists what moves the key path, the earlier animation's `animation-finished` says
+  /// `list` shows what moves the key path, the earlier animation's `animation-finished` says
   /// `superseded` and by which, and a `wait` on it is answered finished: false. An additive one
   /// goes on; `remove` says `removed`; a completed one says `completed`.
   @Test func aLaterCommandSupersedesAndSaysSo() throws {
@@ -163,8 +163,10 @@ import Testing
       ],
     ])
     let tremoloID = try #require(tremolo.result["animation"])
-    let listed = try client.request(["cmd": "get", "key": "master.gain"])
-    let names = listed.result["animations"]?.arrayValue?.compactMap { $0["name"]?.stringValue }
+    let listed = try client.request(["cmd": "list", "prefix": "master.gain"])
+    let names = listed.result["properties"]?.arrayValue?.first?["animations"]?.arrayValue?.compactMap {
+      $0["name"]?.stringValue
+    }
     #expect(names == ["fade", "tremolo"], "\(listed.serialized())")
     usleep(300_000)
     let set = try client.request(["cmd": "set", "key": "master.gain", "value": 0.8, "duration": 0.1])
@@ -178,31 +180,14 @@ import Testing
     #expect(done["reason"] == "completed" && done["finished"] == true, "\(done.serialized())")
     // Held at 0.8 under the tremolo, which still runs: the fade did not come back.
     usleep(3_000_000)
-    let after = try client.request(["cmd": "get", "key": "master.gain"])
-    #expect(after.result["model"] == 0.8, "\(after.serialized())")
-    #expect(after.result["animations"]?.arrayValue?.map { $0["id"] } == [tremoloID], "\(after.serialized())")
+    let after = try client.request(["cmd": "list", "prefix": "master.gain"])
+    #expect(after.result["properties"]?.arrayValue?.first?["model"] == 0.8, "\(after.serialized())")
+    #expect(
+      after.result["properties"]?.arrayValue?.first?["animations"]?.arrayValue?.map { $0["id"] } == [tremoloID],
+      "\(after.serialized())")
     #expect(try client.request(["cmd": "remove", "key": "master.gain", "name": "tremolo"]).isOK)
     let removed = try client.waitForEvent(timeout: 5) { $0["event"] == "animation-finished" && $0["id"] == tremoloID }
     #expect(removed["reason"] == "removed", "\(removed.serialized())")
-  }
-
-  /// `get` lists every animation on its key path, however many (it reads again with more room),
-  /// alone and in a batch.
-  @Test func getListsEveryAnimation() throws {
-    let daemon = try DaemonProcess()
-    let client = try daemon.client()
-    for index in 0..<9 {
-      let layer = try client.request([
-        "cmd": "animate", "key": "master.gain", "name": .string("layer\(index)"),
-        "animation": ["type": "basic", "by": -0.01, "duration": 60, "additive": true],
-      ])
-      #expect(layer.isOK, "\(layer.serialized())")
-    }
-    let alone = try client.request(["cmd": "get", "key": "master.gain"])
-    #expect(alone.result["animations"]?.arrayValue?.count == 9, "\(alone.serialized())")
-    let batched = try client.request(["cmd": "batch", "commands": [["cmd": "get", "key": "master.gain"]]])
-    let inBatch = batched.result["results"]?.arrayValue?.first
-    #expect(inBatch?["animations"]?.arrayValue?.count == 9, "\(batched.serialized())")
   }
 
   /// A play with the id of a stream still in its stop ramp is refused as such, not as "already
