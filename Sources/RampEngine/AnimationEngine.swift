@@ -866,13 +866,21 @@ public final class AnimationEngine {
 
   // MARK: Internals
 
-  /// Allocation-free: index loops, compacted in place.
+  /// Ends the animations on `property` named `key`. Allocation-free.
   private func removeInstances(of property: Property, key: String, ending: CompletionReport.Ending) {
+    endInstances(of: property, ending: ending) { $0.key == key }
+  }
+
+  /// Ends the animations on `property` that `ends` picks, as `ending` says, keeping the others in
+  /// their order. Allocation-free: index loops, compacted in place, a closure that does not escape.
+  private func endInstances(
+    of property: Property, ending: CompletionReport.Ending, where ends: (AnimationInstance) -> Bool
+  ) {
     var kept = 0
     var index = 0
     while index < property.instances.count {
       let instance = property.instances[index]
-      if instance.key == key {
+      if ends(instance) {
         endEarly(instance, ending: ending)
       } else {
         if kept != index { property.instances[kept] = instance }
@@ -908,20 +916,7 @@ public final class AnimationEngine {
   /// Ends, as superseded by animation `id` (nil: an instant model change), every non-additive
   /// animation on `property` that has taken over by now. Allocation-free.
   private func supersedeRunning(on property: Property, by id: UInt64?) {
-    var kept = 0
-    var index = 0
-    while index < property.instances.count {
-      let instance = property.instances[index]
-      if isSupersededNow(instance) {
-        endEarly(instance, ending: .superseded(by: id))
-      } else {
-        if kept != index { property.instances[kept] = instance }
-        kept += 1
-      }
-      index += 1
-    }
-    while property.instances.count > kept { property.instances.removeLast() }
-    refreshSupersession(of: property)
+    endInstances(of: property, ending: .superseded(by: id)) { isSupersededNow($0) }
   }
 
   /// The first sample at which an animation that supersedes `instances[index]` takes over
