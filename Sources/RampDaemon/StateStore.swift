@@ -50,11 +50,6 @@ public struct PersistedSchedule: Equatable, Sendable {
   public struct Failure: Equatable, Sendable {
     public var at: Double
     public var error: ProtocolError
-
-    public init(at: Double, error: ProtocolError) {
-      self.at = at
-      self.error = error
-    }
   }
 
   public init(

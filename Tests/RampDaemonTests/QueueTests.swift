@@ -285,14 +285,7 @@ import Testing
   @Test func stoppingAQueueStreamEndsItsItems() throws {
     let daemon = try DaemonProcess(limiter: "off")
     let client = try daemon.client()
-    try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended", "stream-ended"]])
-    let a = try daemon.constantFile("a", seconds: 1.5, left: 0.5, right: 0)
-    let b = try daemon.constantFile("b", seconds: 1.5, left: 0, right: 0.5)
-    let play = try client.request([
-      "cmd": "play", "path": .string(a), "stream": "music", "queue": [.string(b)], "crossfade": 1,
-      "crossfadeCurve": "linear",
-    ])
-    #expect(play.isOK, "\(play.serialized())")
+    let (a, b) = try playCrossfadingPair(daemon, client, seconds: 1.5)
     _ = try client.waitForEvent { $0["event"] == "item-started" && $0["path"] == .string(b) }
     usleep(200_000)
     #expect(try client.request(["cmd": "stop", "stream": "music", "fade": 0.05]).isOK)
@@ -330,4 +323,21 @@ import Testing
     let single = Self.itemEvents(client, "single", "item-ended")
     #expect(single.count == 1 && single.first?["reason"] == "stopped" && single.first?["path"] == .string(a))
   }
+}
+
+/// Subscribes `client` to the items' and the stream's events and plays a constant 0.5 on the left
+/// (`a`) then on the right (`b`), `seconds` each, as queue stream `music` crossfading linearly
+/// over 1 s: the recording's left channel over 0.5 is a's level, its right b's.
+func playCrossfadingPair(_ daemon: DaemonProcess, _ client: LineClient, seconds: Double) throws -> (
+  a: String, b: String
+) {
+  try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended", "stream-ended"]])
+  let a = try daemon.constantFile("a", seconds: seconds, left: 0.5, right: 0)
+  let b = try daemon.constantFile("b", seconds: seconds, left: 0, right: 0.5)
+  let play = try client.request([
+    "cmd": "play", "path": .string(a), "stream": "music", "queue": [.string(b)], "crossfade": 1,
+    "crossfadeCurve": "linear",
+  ])
+  #expect(play.isOK, "\(play.serialized())")
+  return (a, b)
 }

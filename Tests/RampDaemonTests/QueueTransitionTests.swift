@@ -113,14 +113,7 @@ extension QueueTests {
   func aPauseDuringACrossfadeResumesIt(periodMs: Int) throws {
     let daemon = try DaemonProcess(limiter: "off", periodMs: periodMs, bufferMs: 4 * periodMs)
     let client = try daemon.client()
-    try client.request(["cmd": "subscribe", "events": ["item-started", "item-ended", "stream-ended"]])
-    let a = try daemon.constantFile("a", seconds: 2.5, left: 0.5, right: 0)
-    let b = try daemon.constantFile("b", seconds: 2.5, left: 0, right: 0.5)
-    let play = try client.request([
-      "cmd": "play", "path": .string(a), "stream": "music", "queue": [.string(b)], "crossfade": 1,
-      "crossfadeCurve": "linear",
-    ])
-    #expect(play.isOK, "\(play.serialized())")
+    let (a, b) = try playCrossfadingPair(daemon, client, seconds: 2.5)
     let crossfade = Self.sample(try client.waitForEvent { $0["event"] == "item-started" && $0["path"] == .string(b) })
     usleep(300_000)
     #expect(try client.request(["cmd": "pause", "stream": "music", "fade": 0.05]).isOK)
