@@ -195,16 +195,27 @@ import Testing
   @Test func aPlayOverAStreamBeingStoppedSaysSo() throws {
     let daemon = try DaemonProcess()
     let client = try daemon.client()
-    let file = try daemon.constantFile("tone", seconds: 5)
+    let file = try daemon.constantFile("tone", seconds: 10)
     try client.request(["cmd": "subscribe", "events": ["stream-ended"]])
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "x"]).isOK)
     let playing = try client.request(["cmd": "play", "path": .string(file), "stream": "x"])
     #expect(playing.errorCode == "stream-exists" && playing.errorMessage?.contains("already playing") == true)
-    #expect(try client.request(["cmd": "stop", "stream": "x", "fade": 1]).isOK)
+    // Stopped only once it is heard: a stream stopped before its first sample is heard has no
+    // level to ramp down from and ends at once, which a loaded machine made happen here.
+    let deadline = Date().addingTimeInterval(10)
+    while Date() < deadline {
+      let streams = try client.request(["cmd": "status"]).result["streams"]?.arrayValue ?? []
+      if let position = streams.first(where: { $0["stream"] == "x" })?["position"]?.numberValue, position > 0.1 {
+        break
+      }
+      usleep(20_000)
+    }
+    // A stop ramp long enough that a descheduled test thread still sends the next play inside it.
+    #expect(try client.request(["cmd": "stop", "stream": "x", "fade": 3]).isOK)
     let stopping = try client.request(["cmd": "play", "path": .string(file), "stream": "x"])
     #expect(stopping.errorCode == "stream-exists", "\(stopping.serialized())")
     #expect(stopping.errorMessage?.contains("still stopping") == true, "\(stopping.serialized())")
-    _ = try client.waitForEvent(timeout: 5) { $0["event"] == "stream-ended" && $0["stream"] == "x" }
+    _ = try client.waitForEvent(timeout: 10) { $0["event"] == "stream-ended" && $0["stream"] == "x" }
     #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "x"]).isOK)
   }
 
