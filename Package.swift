@@ -89,14 +89,19 @@ let package = Package(
       name: "rampd",
       dependencies: [
         "RampDaemon",
+        "RampCtlCommands",
         "RampAudio",
         "CAllocationGuard",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
       ]
     ),
-    .executableTarget(
-      name: "rampctl",
+    // rampctl's commands, a library so that rampd's executable can carry them: one binary is both
+    // tools, told apart by the name it is run by (`RampCtl.isInvokedName`), as busybox does, and
+    // the package installs rampctl as a link to rampd (docs/PACKAGE-SIZE.md: two binaries were
+    // mostly the same code, the daemon's included, which `rampctl render` runs).
+    .target(
+      name: "RampCtlCommands",
       dependencies: [
         "RampEngine",
         "RampAudio",
@@ -104,8 +109,11 @@ let package = Package(
         "RampDaemon",
         "RampProtocol",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
-      ]
+      ],
+      path: "Sources/rampctl"
     ),
+    // rampctl on its own, for a build tree (the package installs the link instead).
+    .executableTarget(name: "rampctl", dependencies: ["RampCtlCommands"], path: "Sources/rampctl-main"),
     .executableTarget(
       name: "rampbench",
       dependencies: ["RampEngine", "RampAudio"],
@@ -130,7 +138,7 @@ let package = Package(
     // And that the daemon's configuration reads human units as rampctl does (one parser).
     .testTarget(
       name: "RampCLITests",
-      dependencies: ["RampCLI", "RampEngine", "RampAudio", "RampProtocol", "RampDaemon", "rampctl"]),
+      dependencies: ["RampCLI", "RampEngine", "RampAudio", "RampProtocol", "RampDaemon", "RampCtlCommands"]),
     .testTarget(
       name: "RampProtocolTests",
       dependencies: [

@@ -4,12 +4,15 @@ import RampProtocol
 
 /// `rampctl`: the command-line client of rampd. Each subcommand lives in its own file and is
 /// listed in `subcommands` below.
-@main
-struct RampCtl: ParsableCommand {
+public struct RampCtl: ParsableCommand {
+  /// The name rampctl is run by: rampd's executable runs as rampctl when it is (`rampctl` is a
+  /// link to `rampd` in the package).
+  public static let invokedName = "rampctl"
+
   static let version = RampdBuild.version
 
-  static let configuration = CommandConfiguration(
-    commandName: "rampctl",
+  public static let configuration = CommandConfiguration(
+    commandName: invokedName,
     abstract: "Control rampd, the audio gain-ramping daemon",
     discussion: """
       rampd changes audio gain the way Core Animation changes a layer: every change is an \
@@ -75,7 +78,9 @@ struct RampCtl: ParsableCommand {
 
   /// The route first (`CommandLineRoute`: global options, `rampctl` alone, unknown commands);
   /// then negative values (`-6dB`) are made readable to ArgumentParser; see `Arguments`.
-  static func main() {
+  public init() {}
+
+  public static func main() {
     switch CommandLineRoute.route(Array(CommandLine.arguments.dropFirst())) {
     case .refuse(let message):
       Output.error(message)

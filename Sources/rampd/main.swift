@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RampAudio
+import RampCtlCommands
 import RampDaemon
 
 /// `rampd`: the daemon. Configuration layers: built-in defaults < `--config` file < `RAMPD_*`
@@ -178,4 +179,9 @@ final class SignalHandling: @unchecked Sendable {
   }
 }
 
-Rampd.main()
+// One executable, two tools: run by the name `rampctl` (the package's link to rampd) it is rampctl.
+if CommandLine.arguments.first?.split(separator: "/").last.map(String.init) == RampCtl.invokedName {
+  RampCtl.main()
+} else {
+  Rampd.main()
+}

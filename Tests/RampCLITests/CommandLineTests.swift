@@ -4,7 +4,7 @@ import RampDaemon
 import RampProtocol
 import Testing
 
-@testable import rampctl
+@testable import RampCtlCommands
 
 /// The command line before ArgumentParser: global options in front of the subcommand, `rampctl`
 /// alone, unknown subcommands; then times (`--at` and a timeline's `"at"`), and refusals retold

@@ -4,7 +4,7 @@ import RampEngine
 import RampProtocol
 import Testing
 
-@testable import rampctl
+@testable import RampCtlCommands
 
 /// The request rampctl sends for a command line.
 private func request(_ words: String...) throws -> Request {

@@ -5,7 +5,7 @@ import RampDaemon
 import RampProtocol
 import Testing
 
-@testable import rampctl
+@testable import RampCtlCommands
 
 /// Human units are read by one parser (`HumanUnits`, in RampProtocol): a value written in the
 /// daemon's configuration file and the same text given to a rampctl flag mean the same thing.

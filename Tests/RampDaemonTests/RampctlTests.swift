@@ -55,6 +55,35 @@ import Testing
     #expect(last > start + 9_600 && left[(last + 1)...].allSatisfy { $0 == 0 }, "silent once stopped")
   }
 
+  /// rampd's executable run by the name `rampctl` (the package installs rampctl as a link to
+  /// rampd) is rampctl: its version line, its help, and a command that changes what is played.
+  @Test func rampdRunAsRampctlIsRampctl() throws {
+    let daemon = try DaemonProcess(limiter: "off")
+    _ = try daemon.constantFile("one", seconds: 10)
+    let link = "\(daemon.directory)/bin/rampctl"
+    try FileManager.default.createDirectory(atPath: "\(daemon.directory)/bin", withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: Executables.rampd)
+    var environment = childEnvironment
+    environment["RAMPD_SOCKET"] = daemon.socket
+    let run = { (arguments: [String]) throws -> Outcome in
+      try runProcess(link, arguments, environment: environment, directory: daemon.directory)
+    }
+    let help = try run(["--help"])
+    #expect(help.status == 0 && help.stdout.hasPrefix("OVERVIEW: Control rampd"), "\(help)")
+    let own = try rampctl(["--help"], socket: daemon.socket)
+    #expect(help.stdout == own.stdout, "the link's help is rampctl's")
+    let play = try run(["play", "one.wav", "--stream", "a"])
+    #expect(play.status == 0, "\(play)")
+    let set = try run(["set", "master.gain", "0.25", "--duration", "0"])
+    #expect(set.status == 0 && set.stdout.contains("master.gain = 0.25"), "\(set)")
+    usleep(300_000)
+    daemon.stop()
+    let left = try daemon.played(channel: 0)
+    // The file is at 1: held at 0.25 for the 0.3 s before the stop.
+    let held = left.count { abs($0 - 0.25) < 1e-6 }
+    #expect(held > 9_600, "the set was heard: \(held) samples at 0.25")
+  }
+
   /// `--space 'db(-60)'` is a floor of -60 dB, played as such by a rampd configured with another
   /// floor (`fade.db-floor = -50`): the fade runs in equal dB steps from 0 to -60 dB.
   @Test func anExplicitFloorIsPlayedUnderAnotherConfiguredOne() throws {

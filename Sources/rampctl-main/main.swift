@@ -1,0 +1,3 @@
+import RampCtlCommands
+
+RampCtl.main()
