@@ -42,15 +42,16 @@ public final class SinkOutput: AudioOutput {
   deinit { pulled.deallocate() }
 
   /// Pulled: asks the render step for `frames` frames (any number up to ``pullCapacity``, one
-  /// block or several, or part of one) and writes them to the sink.
-  public func pull(frames: Int) throws(AudioError) {
+  /// block or several, or part of one) and writes them to the sink. `timing`: when they are heard,
+  /// as the clock of whoever plays the sink's file in real time says it (nil: no one does).
+  public func pull(frames: Int, timing: PullTiming? = nil) throws(AudioError) {
     guard let renderer else {
       throw AudioError(.invalidParameter, "pull: the output is not pulled, or its player has not started it")
     }
     guard (0...pullCapacity).contains(frames) else {
       throw AudioError(.invalidParameter, "pull: frames \(frames) is outside 0...\(pullCapacity)")
     }
-    try renderer.renderPulled(into: pulled, frames: frames, timing: nil)
+    try renderer.renderPulled(into: pulled, frames: frames, timing: timing)
     guard writeBlock(pulled, frames: frames, clamped: true) else { throw failure }
   }
 

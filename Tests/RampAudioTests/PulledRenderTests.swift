@@ -69,6 +69,33 @@ import Testing
     #expect(first == nil, "first differing sample \(first.map { "\($0 / 2)" } ?? "")")
   }
 
+  /// The timing a pulled output hands over feeds the heard clock: the last frame of each buffer
+  /// is heard `delay` frames after the time it gives, whatever the pull's size, and `status`'s
+  /// delay is that delay.
+  @Test func aPullsTimingIsWhenItsSamplesAreHeard() throws {
+    let output = SinkOutput(
+      sink: Recorder(), rate: Self.rate, channels: 2, blockFrames: 480, delivery: .pull, pullCapacity: 2_048)
+    let player = try Player(offline: output)
+    defer { player.finishOffline() }
+    #expect(player.measuredOutput == nil)
+    let start = monotonicNanoseconds()
+    // A graph that asks for each buffer as the one before it starts to play, and plays it
+    // `latency` frames later: each buffer's last frame is heard its own length and that later.
+    let latency = 1_536
+    var rendered: Int64 = 0
+    for frames in [1_024, 256, 2_048, 480, 1_000] {
+      let nanoseconds = start + rendered * 1_000_000_000 / Int64(Self.rate)
+      try output.pull(frames: frames, timing: PullTiming(delay: latency + frames, nanoseconds: nanoseconds))
+      rendered += Int64(frames)
+      let mapping = try #require(player.link.heard.load())
+      // Sample `s` is heard at start + (s + latency) / rate.
+      let heard = mapping.sample + Double(start - mapping.nanoseconds) * mapping.rate
+      #expect(abs(heard + Double(latency)) < 0.5, "after \(rendered) frames: \(heard)")
+      #expect(mapping.delay == Int64(latency + frames))
+    }
+    #expect(player.currentSample == rendered)
+  }
+
   /// A pull asks for no more than the output can hold.
   @Test func aPullBeyondItsCapacityIsRefused() throws {
     let output = SinkOutput(
