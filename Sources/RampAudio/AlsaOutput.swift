@@ -138,28 +138,14 @@ public struct OutputConfiguration: Sendable, Equatable {
 ///
 /// Owned by one thread (the render thread): not `Sendable`, no locks. `write` does not allocate,
 /// lock or log. To reopen after a device error, `close()` this one and create a new one.
-public final class AlsaPCMOutput {
+///
+/// An ``AudioOutput`` pushed by the render thread: its chain (``OutputChain``) decides what it
+/// says it can do (``capabilities``): its clock (`null` under clock pacing: rampd's; a device
+/// that holds nothing after a write: none), rewinds (a sound card), idle stops and releases (an
+/// audio server's plugin).
+public final class AlsaPCMOutput: AudioOutput {
   /// What the device actually gave us.
-  public struct Negotiated: Sendable, Equatable {
-    public var device: String
-    /// Never `.auto`.
-    public var format: OutputConfiguration.SampleFormat
-    /// May differ from the requested rate (`snd_pcm_hw_params_set_rate_near`): render at this rate.
-    public var rate: Int
-    public var channels: Int
-    public var periodFrames: Int
-    public var bufferFrames: Int
-    /// Never `.auto`.
-    public var pacing: OutputConfiguration.Pacing
-    /// What the device is (``OutputChain/kind``).
-    public var kind: OutputKind
-
-    /// Frames left ahead of what plays when a writer that fills the buffer several blocks at a
-    /// time wakes to refill it: ``AlsaPCMOutput/refillLead(bufferFrames:periodFrames:rate:margin:)``.
-    public func refillLead(margin: Double?) -> Int {
-      AlsaPCMOutput.refillLead(bufferFrames: bufferFrames, periodFrames: periodFrames, rate: rate, margin: margin)
-    }
-  }
+  public typealias Negotiated = NegotiatedOutput
 
   /// Frames left ahead of what plays when a writer that fills the buffer several blocks at a time
   /// wakes to refill it, the margin against a late wake-up: `margin` seconds
@@ -362,6 +348,21 @@ public final class AlsaPCMOutput {
   }
 
   public var isOpen: Bool { pcm != nil }
+
+  /// What the chain and the first write said (``AudioOutput/capabilities``). Allocation-free.
+  public var capabilities: OutputCapabilities {
+    OutputCapabilities(
+      clock: negotiated.pacing == .clock ? .ours : hasNoClock ? .none : .own, delivery: .push,
+      mayRewind: allowsRewind, rewindFrames: rewindsNow ? negotiated.bufferFrames : 0,
+      rewindMarginFrames: rewindMarginFrames, stopsWhenIdle: stopsWhenIdle, releasesWhenIdle: releasesWhenIdle,
+      boundsHeardDrift: releasesWhenIdle)
+  }
+
+  /// Pushed: never pulls.
+  public func startPulling(_ renderer: any PulledRender) -> Bool { false }
+
+  /// `failureMessage` as an error.
+  public var failure: AudioError { AudioError(.device, failureMessage) }
 
   /// Writes `frames` frames of interleaved float samples (`negotiated.channels` per frame), converting
   /// to the negotiated format in blocks of `blockFrames`. Blocks until the device (or, with clock

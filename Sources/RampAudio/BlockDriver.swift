@@ -25,13 +25,15 @@ struct DeviceBlocks: BlockDriver {
     // it lands on the block's first sample, heard at most one buffer later.
     var due: Int64 = 0
     // The pacing of the device in use: the fallback and the configured device may differ.
-    if let device = loop.device, device.negotiated.pacing == .device {
+    if let device = loop.device, device.capabilities.clock != .ours {
       let waited = loop.waitForRoomTakingCommands(on: device, frames: buffers.frames)
       loop.observeAfterWrite = waited
       // A device that rewinds is filled by timer, several blocks per wake-up, as with the clock.
-      if loop.rewindHistory.enabled && device.rewindsNow { due = loop.dueOfBlock(waited: waited, on: device) }
+      if loop.rewindHistory.enabled && device.capabilities.rewindsNow {
+        due = loop.dueOfBlock(waited: waited, on: device)
+      }
     }
-    if let device = loop.device, device.negotiated.pacing == .clock {
+    if let device = loop.device, device.capabilities.clock == .ours {
       let waited = loop.takeCommandsWhileWaiting(for: device, frames: buffers.frames)
       loop.observeAfterWrite = waited
       due = loop.dueOfBlock(waited: waited, on: device)
@@ -39,7 +41,7 @@ struct DeviceBlocks: BlockDriver {
     loop.takeCommands()
     // Replies leave now, not after the block has waited for the device.
     loop.flushEvents()
-    if let device = loop.device, device.negotiated.pacing == .device {
+    if let device = loop.device, device.capabilities.clock != .ours {
       loop.waitForStreams(on: device, frames: buffers.frames)
     }
     return due
@@ -62,18 +64,48 @@ struct SinkBlocks: BlockDriver {
   }
 
   mutating func deliver(_ loop: RenderLoop, _ buffers: RenderBuffers) throws(AudioError) {
-    guard let sink = loop.sink else { return }
-    // The sink's first sample is the show's first: what the limiter's delay line held before it
-    // is not written (its caller renders on until the sink has the show's last sample).
-    let skipped = min(loop.offlineLatencyLeft, buffers.frames)
-    loop.offlineLatencyLeft -= skipped
-    if skipped < buffers.frames {
-      try sink.write(buffers.mix + skipped * buffers.channels, frames: buffers.frames - skipped)
-    }
+    guard let output = loop.device else { return }
+    guard output.writeBlock(buffers.mix, frames: buffers.frames, clamped: true) else { throw output.failure }
   }
 
   mutating func afterBlock(_ loop: RenderLoop) {
     // No recovery thread offline: what was retired is freed here, between blocks.
     while loop.link.retired.pop() != nil {}
+  }
+}
+
+/// A pulled output's blocks (``PulledRender``): the output asks for `frames` frames on its own
+/// thread, with when they are heard (`timing`), and the step runs there, into its buffer. Nothing
+/// is waited for but, on an output with no clock, every stream's audio, as `SinkBlocks` waits.
+struct PulledBlocks: BlockDriver {
+  /// Where the block goes in the buffer the output handed over.
+  let destination: UnsafeMutablePointer<Float>
+  /// Frames of that buffer before this block.
+  let offset: Int
+  /// The output's timing of the whole buffer, and whether this block is its last.
+  let timing: PullTiming?
+  let last: Bool
+
+  mutating func beforeBlock(_ loop: RenderLoop, _ buffers: RenderBuffers) -> Int64 {
+    if loop.waitsForDecoders {
+      loop.takeEveryCommand()
+      loop.waitForEveryStream(frames: buffers.frames)
+    } else {
+      loop.takeCommands()
+      loop.flushEvents()
+    }
+    guard let timing else { return 0 }
+    return timing.nanoseconds + Int64(offset) * 1_000_000_000 / Int64(loop.output.rate)
+  }
+
+  mutating func deliver(_ loop: RenderLoop, _ buffers: RenderBuffers) throws(AudioError) {
+    destination.update(from: buffers.mix, count: buffers.frames * buffers.channels)
+    guard last else { return }
+    loop.pulledDelivered(timing)
+  }
+
+  mutating func afterBlock(_ loop: RenderLoop) {
+    // No recovery thread offline: what was retired is freed here, between blocks.
+    if loop.offline { while loop.link.retired.pop() != nil {} }
   }
 }

@@ -2,8 +2,9 @@ import Foundation
 
 /// Keeps a writer that has no device to block on in step with CLOCK_MONOTONIC: frames written
 /// are counted from an anchor (the first write), and a write waits until it keeps them at most
-/// `lead` frames ahead of the clock. Used by a clock-paced output (`AlsaPCMOutput`) and by the
-/// render thread while it has no device (lost, or one without a clock with nothing playing).
+/// `lead` frames ahead of the clock. Used by an output paced by rampd's clock
+/// (``OutputCapabilities/Clock/ours``) and by the render thread while it has no device (lost,
+/// or one without a clock with nothing playing).
 ///
 /// A writer that fell behind the clock (everything written has been played: a device would have
 /// run dry, or the thread was not scheduled for a while) re-anchors: the clock starts again from

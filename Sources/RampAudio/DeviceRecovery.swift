@@ -13,7 +13,9 @@ struct DeviceRecovery: Sendable {
   let configuration: OutputConfiguration
   /// Played into while the configured device is waited for (the daemon's embedded output).
   var fallback: OutputConfiguration? = nil
-  let output: AlsaPCMOutput.Negotiated
+  let output: NegotiatedOutput
+  /// Opens the configured device and the fallback.
+  let open: OutputOpener
   /// Seconds between reopen attempts: doubling from the first to the last.
   let recoveryBackoff: (first: Double, last: Double)
   /// Why the configured device did not open at start, when it did not.
@@ -114,7 +116,7 @@ struct DeviceRecovery: Sendable {
         guard let held = queue.pop() else { continue }
         let device = held.device
         handedOver.keep(device)
-        if !retired && device.announcesFailure { reportFailure(device.failureMessage) }
+        if !retired && device.announcesFailure { reportFailure(device.failure.message) }
         if held.fallback {
           device.close()
           fallbackHeld = false
@@ -124,7 +126,7 @@ struct DeviceRecovery: Sendable {
         }
         if waiting && !retired {
           // Opened while waited for, but it failed before it played: still waited for.
-          let failure = device.failureMessage
+          let failure = device.failure.message
           report { $0.failure = failure }
         }
         device.close()
@@ -244,15 +246,15 @@ struct DeviceRecovery: Sendable {
   }
 
   /// `configuration`'s device, opened again at the rate and channels the render thread works in.
-  func openAgain(_ configuration: OutputConfiguration) -> Result<AlsaPCMOutput, AudioError> {
+  func openAgain(_ configuration: OutputConfiguration) -> Result<any AudioOutput, AudioError> {
     do throws(AudioError) {
-      let fresh = try AlsaPCMOutput(configuration)
+      let fresh = try open(configuration)
       guard fresh.negotiated.rate == output.rate, fresh.negotiated.channels == output.channels else {
         fresh.close()
         return .failure(
           AudioError(
             .invalidParameter,
-            "ALSA device '\(configuration.device)' opened at \(fresh.negotiated.rate) Hz, "
+            "device '\(configuration.device)' opened at \(fresh.negotiated.rate) Hz, "
               + "\(fresh.negotiated.channels) channels, not the \(output.rate) Hz, \(output.channels) channels "
               + "rampd renders at since it started: refused (a restart plays at the device's rate)"))
       }

@@ -8,21 +8,14 @@ import CALSA
 /// `snd_pcm_rewind`): the render thread writes it again with a change applied, so the change is
 /// heard within `rewindMargin` of the command, whatever the buffer. Allocation-free.
 extension AlsaPCMOutput {
-  /// Seconds of what the device holds that are never rewritten: what it plays next, which the
-  /// render thread must render and write again before the device reaches it. 3 ms: rendering a
-  /// block of the mix takes well under a millisecond; the rest covers a render thread scheduled
-  /// late.
-  public static let rewindMargin = 0.003
+  /// ``OutputCapabilities/rewindMargin``.
+  public static var rewindMargin: Double { OutputCapabilities.rewindMargin }
 
-  /// Seconds of audio left in the device when a render thread that fills a device that rewinds
-  /// wakes to refill it, unless `OutputConfiguration.marginTime` says otherwise: the margin against a
-  /// late wake-up (on a loaded virtual machine one comes up to about 30 ms late). Latency does not
-  /// depend on it (a change rewinds what the device holds); the rest of the buffer is filled per
-  /// wake-up, so a longer buffer means fewer wake-ups.
-  public static let rewindingLead = 0.05
+  /// ``OutputCapabilities/rewindingLead``.
+  public static var rewindingLead: Double { OutputCapabilities.rewindingLead }
 
   /// `rewindMargin` in frames at the negotiated rate.
-  public var rewindMarginFrames: Int { Int((Self.rewindMargin * Double(negotiated.rate)).rounded(.up)) }
+  public var rewindMarginFrames: Int { OutputCapabilities.rewindMarginFrames(rate: negotiated.rate) }
 
   /// Whether a rewind may happen now: the chain allows it (`allowsRewind`) and the device is
   /// known to play in real time (it held audio after the first write).

@@ -1,7 +1,8 @@
 import CALSA
 
-/// What an ALSA output is, told from its PCM chain (``OutputChain``): it decides the output's
-/// pacing, whether it may rewind and whether it may stop while idle.
+/// What an output is: an ALSA output's, told from its PCM chain (``OutputChain``), decides its
+/// pacing, whether it may rewind and whether it may stop while idle (which it says in its
+/// ``OutputCapabilities``).
 public enum OutputKind: String, CaseIterable, Sendable {
   /// A sound card: the chain ends in a kernel `hw` PCM (`hw`, `plughw`, a chain of plugins over
   /// one) and mixes in no `dmix`.
@@ -19,6 +20,8 @@ public enum OutputKind: String, CaseIterable, Sendable {
   case null
   /// Anything else: another plugin (an `ioplug` of a third party, `multi`, …).
   case other
+  /// Not a device: the sound file of an offline render (``SinkOutput``), on a virtual clock.
+  case render
 }
 
 /// The PCM chain of an output: the types of the configured PCM and of its slaves, from ALSA's

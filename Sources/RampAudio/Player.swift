@@ -38,12 +38,14 @@ import Synchronization
 public final class Player: Sendable {
   /// What the render thread works in: the rate, the channels and the block (the period) are
   /// fixed at start. The device written to may be another (``outputInUse``).
-  public let output: AlsaPCMOutput.Negotiated
+  public let output: NegotiatedOutput
   public let configuration: OutputConfiguration
   /// Played into while the configured device is waited for (``init(waitingFor:failure:fallback:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
   public let fallback: OutputConfiguration?
   /// Why the configured device did not open at start, when it did not.
   let startFailure: String?
+  /// Opens the configured device and the fallback again (the device recovery's).
+  let openOutput: OutputOpener
   /// Seconds of the ramp that starts, pauses, resumes and stops a stream.
   public let declick: Double
   /// The declick ramp in frames: also how an underrun ramps out and back in.
@@ -124,7 +126,7 @@ public final class Player: Sendable {
   }
 
   /// The output written to now: `output`, or the configured device's once it opened after start.
-  public var outputInUse: AlsaPCMOutput.Negotiated {
+  public var outputInUse: NegotiatedOutput {
     guard link.usingLateDevice.load(ordering: .relaxed), !playsIntoFallback else { return output }
     return link.waitReport.withLock { $0.opened } ?? output
   }
@@ -141,7 +143,12 @@ public final class Player: Sendable {
       error: link.realtimeError.load(ordering: .relaxed))
   }
   /// Renders to a sink on a virtual clock (``init(sink:rate:channels:blockFrames:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
-  public var isOffline: Bool { renderer.sink != nil }
+  public var isOffline: Bool { renderer.offline }
+
+  /// Opens an ALSA output: what a player opens unless told otherwise.
+  public static let alsaOpener: OutputOpener = { configuration throws(AudioError) in
+    try AlsaPCMOutput(configuration)
+  }
 
   /// `scheduledCapacity`: how many commands may wait for their sample at once (reserved here, so
   /// the render thread never grows the schedule). `animationsPerKeyPath`: reserved per property
@@ -149,13 +156,13 @@ public final class Player: Sendable {
   public convenience init(
     output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1,
     scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64,
-    eventCapacity: Int = Player.defaultEventCapacity
+    eventCapacity: Int = Player.defaultEventCapacity, opener: @escaping OutputOpener = Player.alsaOpener
   ) throws {
-    let device = try AlsaPCMOutput(configuration)
+    let device = try opener(configuration)
     try self.init(
-      device: device, sink: nil, negotiated: device.negotiated, configuration: configuration, declick: declick,
-      maxGain: maxGain, scheduledCapacity: scheduledCapacity, animationsPerKeyPath: animationsPerKeyPath,
-      eventCapacity: eventCapacity)
+      device: device, negotiated: device.negotiated, configuration: configuration, opener: opener,
+      declick: declick, maxGain: maxGain, scheduledCapacity: scheduledCapacity,
+      animationsPerKeyPath: animationsPerKeyPath, eventCapacity: eventCapacity)
   }
 
   /// A player whose configured device did not open at start (`failure` says why): the recovery
@@ -167,22 +174,23 @@ public final class Player: Sendable {
   public convenience init(
     waitingFor configuration: OutputConfiguration, failure: any Error, fallback: OutputConfiguration?,
     declick: Double = 0.010, maxGain: Double = 1, scheduledCapacity: Int = Player.maximumScheduled,
-    animationsPerKeyPath: Int = 64, eventCapacity: Int = Player.defaultEventCapacity
+    animationsPerKeyPath: Int = 64, eventCapacity: Int = Player.defaultEventCapacity,
+    opener: @escaping OutputOpener = Player.alsaOpener
   ) throws {
     try configuration.validate()
-    let device = try fallback.map { configuration throws(AudioError) in try AlsaPCMOutput(configuration) }
+    let device = try fallback.map { configuration throws(AudioError) in try opener(configuration) }
     try self.init(
-      device: device, sink: nil, negotiated: device?.negotiated ?? Self.unopened(configuration),
-      configuration: configuration, fallback: fallback, startFailure: "\(failure)", declick: declick,
+      device: device, negotiated: device?.negotiated ?? Self.unopened(configuration),
+      configuration: configuration, opener: opener, fallback: fallback, startFailure: "\(failure)", declick: declick,
       maxGain: maxGain, scheduledCapacity: scheduledCapacity, animationsPerKeyPath: animationsPerKeyPath,
       eventCapacity: eventCapacity)
   }
 
   /// What the render thread works in when no device opened: the configuration's values, paced
   /// by the device that will come (most do their own).
-  static func unopened(_ configuration: OutputConfiguration) -> AlsaPCMOutput.Negotiated {
+  static func unopened(_ configuration: OutputConfiguration) -> NegotiatedOutput {
     let rate = Double(configuration.sampleRate)
-    return AlsaPCMOutput.Negotiated(
+    return NegotiatedOutput(
       device: configuration.device, format: configuration.format == .auto ? .float32 : configuration.format,
       rate: configuration.sampleRate, channels: configuration.channels,
       periodFrames: max(Int((configuration.periodTime * rate).rounded()), 1),
@@ -199,30 +207,49 @@ public final class Player: Sendable {
     animationsPerKeyPath: Int = 64,
     eventCapacity: Int = Player.defaultEventCapacity
   ) throws {
-    let negotiated = AlsaPCMOutput.Negotiated(
-      device: "offline", format: .float32, rate: rate, channels: channels, periodFrames: blockFrames,
-      bufferFrames: blockFrames, pacing: .device, kind: .other)
+    try self.init(
+      offline: SinkOutput(sink: sink, rate: rate, channels: channels, blockFrames: blockFrames), declick: declick,
+      maxGain: maxGain, limiter: limiter, scheduledCapacity: scheduledCapacity,
+      animationsPerKeyPath: animationsPerKeyPath, eventCapacity: eventCapacity)
+  }
+
+  /// A player that renders into `output` on a virtual clock, a block of its period at a time: no
+  /// render thread, no pacing, no device to recover. Whoever owns it is its render thread: it
+  /// calls ``renderOffline()`` for each block of an output that is pushed, or the output's
+  /// ``SinkOutput/pull(frames:)`` for the frames it wants of one that is pulled.
+  public convenience init(
+    offline output: SinkOutput, declick: Double = 0.010, maxGain: Double = 1,
+    limiter: LimiterSettings = LimiterSettings(enabled: false), scheduledCapacity: Int = Player.maximumScheduled,
+    animationsPerKeyPath: Int = 64, eventCapacity: Int = Player.defaultEventCapacity
+  ) throws {
+    let negotiated = output.negotiated
+    let blockTime = Double(negotiated.periodFrames) / Double(negotiated.rate)
     var configuration = OutputConfiguration(
-      device: "offline", sampleRate: rate, channels: channels, format: .float32,
-      periodTime: Double(blockFrames) / Double(rate), bufferTime: Double(blockFrames) / Double(rate),
-      pacing: .device)
+      device: negotiated.device, sampleRate: negotiated.rate, channels: negotiated.channels, format: .float32,
+      periodTime: blockTime, bufferTime: blockTime, pacing: .device)
     configuration.limiter = limiter
     try self.init(
-      device: nil, sink: sink, negotiated: negotiated, configuration: configuration,
+      device: output, offline: true, negotiated: negotiated, configuration: configuration, opener: Self.alsaOpener,
       declick: declick, maxGain: maxGain, scheduledCapacity: scheduledCapacity,
       animationsPerKeyPath: animationsPerKeyPath, eventCapacity: eventCapacity)
+    // The sink's first sample is the show's first: what the limiter's delay line holds before it
+    // is not written (its owner renders on until the sink has the show's last sample).
+    output.skipFrames = renderer.outputLatency
     link.running.store(true, ordering: .releasing)
+    _ = output.startPulling(renderer)
   }
 
   private init(
-    device: AlsaPCMOutput?, sink: (any BlockSink)?, negotiated: AlsaPCMOutput.Negotiated,
-    configuration: OutputConfiguration, fallback: OutputConfiguration? = nil, startFailure: String? = nil,
+    device: (any AudioOutput)?, offline: Bool = false, negotiated: NegotiatedOutput,
+    configuration: OutputConfiguration, opener: @escaping OutputOpener, fallback: OutputConfiguration? = nil,
+    startFailure: String? = nil,
     declick: Double, maxGain: Double, scheduledCapacity: Int, animationsPerKeyPath: Int, eventCapacity: Int
   ) throws {
     link = try RenderLink(eventCapacity: eventCapacity)
     self.configuration = configuration
     self.fallback = fallback
     self.startFailure = startFailure
+    openOutput = opener
     let waiting = startFailure != nil
     link.waiting.store(waiting, ordering: .releasing)
     link.usingFallback.store(waiting && device != nil, ordering: .relaxed)
@@ -230,7 +257,7 @@ public final class Player: Sendable {
     self.declick = declick
     declickFrames = max(Int((declick * Double(negotiated.rate)).rounded()), 1)
     rewindHistory = RewindHistory(
-      enabled: device?.allowsRewind ?? false, blockFrames: negotiated.periodFrames,
+      enabled: device?.capabilities.mayRewind ?? false, blockFrames: negotiated.periodFrames,
       bufferFrames: negotiated.bufferFrames, channels: negotiated.channels)
     let engine = try AnimationEngine(
       sampleRate: Double(output.rate), maxBlockSize: max(output.periodFrames, 64),
@@ -239,9 +266,9 @@ public final class Player: Sendable {
       engine: engine, sampleRate: output.rate, channels: output.channels, maxGain: maxGain, events: link.events,
       retired: link.retired)
     renderer = RenderLoop(
-      link: link, state: state, device: device, sink: sink, output: negotiated, configuration: configuration,
+      link: link, state: state, device: device, offline: offline, output: negotiated, configuration: configuration,
       fallback: fallback, waiting: waiting, declickFrames: declickFrames, rewindHistory: rewindHistory,
-      scheduledCapacity: scheduledCapacity)
+      scheduledCapacity: scheduledCapacity, prepareThread: { AlsaMessages.quietOnThisThread() })
   }
 
   /// Starts the render thread (and the thread that reopens a lost device).
@@ -255,8 +282,8 @@ public final class Player: Sendable {
     thread.name = "rampd-render"
     thread.qualityOfService = .userInteractive
     let recovery = DeviceRecovery(
-      link: link, configuration: configuration, fallback: fallback, output: output, recoveryBackoff: recoveryBackoff,
-      startFailure: startFailure)
+      link: link, configuration: configuration, fallback: fallback, output: output, open: openOutput,
+      recoveryBackoff: recoveryBackoff, startFailure: startFailure)
     let recoveryThread = Thread { recovery.run() }
     recoveryThread.name = "rampd-recovery"
     recoveryThread.start()

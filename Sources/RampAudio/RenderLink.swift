@@ -33,7 +33,7 @@ struct PlayerCommand {
 /// A device on its way between the render and recovery threads, and whether it is the fallback
 /// (played into while the configured device is waited for) or the configured one.
 struct HeldDevice {
-  let device: AlsaPCMOutput
+  let device: any AudioOutput
   let fallback: Bool
 }
 
@@ -46,7 +46,7 @@ struct DeviceWaitReport {
   /// Why the last attempt failed.
   var failure = ""
   /// What the configured device negotiated, once it opened.
-  var opened: AlsaPCMOutput.Negotiated?
+  var opened: NegotiatedOutput?
 }
 
 /// What a player's threads share, and nothing else: the control side (`Player`), the render

@@ -10,7 +10,7 @@ extension RenderLoop {
   /// sleep lasts until only the margin is left ahead (`refillLead`), so one wake-up serves
   /// (buffer − margin) of audio. With device pacing the write itself blocks; commands then wait
   /// for the block boundary. Returns true when it waited (a new batch of blocks starts).
-  func takeCommandsWhileWaiting(for device: AlsaPCMOutput, frames: Int) -> Bool {
+  func takeCommandsWhileWaiting(for device: any AudioOutput, frames: Int) -> Bool {
     var waited = false
     while link.running.load(ordering: .relaxed) {
       let wait = device.secondsUntilWritable(frames: frames, refillAt: refillLead(on: device))
@@ -27,18 +27,19 @@ extension RenderLoop {
   /// silence while the device has audio queued to cover the wait (less a period, the margin), and
   /// without limit on a device that has no clock: it takes audio as fast as it comes, so nothing
   /// is late for it, and what it records is the whole file. Commands are taken meanwhile.
-  func waitForStreams(on device: AlsaPCMOutput, frames: Int) {
-    if device.hasNoClock {
+  func waitForStreams(on device: any AudioOutput, frames: Int) {
+    let noClock = device.capabilities.clock == .none
+    if noClock {
       waitForEveryStream(frames: frames)
       return
     }
     // Monotonic nanoseconds the wait may last until (nil: no limit), reckoned at the first wait.
     var deadline: Int64?
-    var reckoned = device.hasNoClock
+    var reckoned = noClock
     while link.running.load(ordering: .relaxed), let decoder = firstDecoderBehind(frames: frames) {
       // A decoder woken once per half ring, not once per block, when nothing limits the wait.
       let enough = (frames + declickFrames) * output.channels
-      guard decoder.awaitSamples(device.hasNoClock ? max(decoder.lowWater, enough) : enough) else { continue }
+      guard decoder.awaitSamples(noClock ? max(decoder.lowWater, enough) : enough) else { continue }
       if !reckoned {
         reckoned = true
         let covered = device.delayFrames - output.periodFrames
@@ -147,9 +148,9 @@ extension RenderLoop {
   }
 
   /// Frames left ahead of the clock when a render thread paced by the clock wakes to refill
-  /// `device`'s buffer (``AlsaPCMOutput/Negotiated/refillLead(margin:)``), in the buffer as
+  /// `device`'s buffer (``NegotiatedOutput/refillLead(margin:)``), in the buffer as
   /// `device` negotiated it: a fallback's may differ from the configured device's.
-  func refillLead(on device: AlsaPCMOutput) -> Int {
+  func refillLead(on device: any AudioOutput) -> Int {
     device.negotiated.refillLead(margin: configuration.marginTime)
   }
 
@@ -169,13 +170,13 @@ extension RenderLoop {
   }
 
   /// When nothing is to be rendered (`nothingToRender`) on a device that may stop
-  /// (`AlsaPCMOutput.stopsWhenIdle`): lets the device play what it holds, stops it before it
+  /// (`OutputCapabilities.stopsWhenIdle`): lets the device play what it holds, stops it before it
   /// runs dry (what it still holds is the last block, silence), then sleeps until a command
   /// comes or a scheduled one must be rendered, without a timer. A command during the play-out
   /// ends it with the device still running. On waking, the sample clock catches up with the
   /// time spent idle as the device will play it (the mapping of samples to time extrapolated,
   /// plus the resume latency last measured), so an `at` time keeps its meaning; the device
-  /// starts again once it holds two blocks (`AlsaPCMOutput.stopForIdle`), its first sample
+  /// starts again once it holds two blocks (`AudioOutput.stopForIdle`), its first sample
   /// being silence or the command's ramp: no click. Allocation-free.
   func idleIfNothingToRender(_ buffers: RenderBuffers) {
     guard self.device != nil else {
@@ -255,7 +256,8 @@ extension RenderLoop {
     guard let device else { return nil }
     // The configured device, once it opened after start, plays until it is known to play
     // (`waiting` ends), so it is not let go of untried.
-    guard device.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
+    let capabilities = device.capabilities
+    guard capabilities.stopsWhenIdle, link.healthy.load(ordering: .relaxed), !(waiting && !onFallback),
       nothingToRender
     else {
       silentBlocksWritten = 0
@@ -264,7 +266,7 @@ extension RenderLoop {
     let nanosecondsPerFrame = 1e9 / Double(output.rate)
     // A device of an audio server is let go of while idle: a stream that is merely stopped keeps
     // the server's graph running (and waking) for nothing.
-    let releases = device.releasesWhenIdle
+    let releases = capabilities.releasesWhenIdle
     // How long before a scheduled command the device must run again (opened again first if it
     // is let go of while idle).
     let lead =
@@ -381,7 +383,7 @@ extension RenderLoop {
   /// is a few milliseconds for an audio server's device). Nil when it could not be opened in
   /// `reopenLimit` (the recovery thread then goes on trying, with backoff, as for a lost device,
   /// and the loop keeps time meanwhile) or at shutdown.
-  func reopenParked() -> AlsaPCMOutput? {
+  func reopenParked() -> (any AudioOutput)? {
     link.deviceWanted.store(true, ordering: .releasing)
     link.recoveryBell.ring()
     let limit = monotonicNanoseconds() + Self.reopenLimit

@@ -1,4 +1,3 @@
-import CALSA
 import CLinux
 import Foundation
 import RampEngine
@@ -15,10 +14,10 @@ import Synchronization
 /// observe, renders the block (`RenderLoop+Mix.swift`) split at the samples of scheduled
 /// commands, writes it, lets finished streams go and rings whoever waits for events. How it waits
 /// (for the clock, the device, the decoders, or idle) is in `RenderLoop+Pacing.swift`.
-final class RenderLoop: @unchecked Sendable {
+final class RenderLoop: PulledRender, @unchecked Sendable {
   let link: RenderLink
   let state: RenderState
-  let output: AlsaPCMOutput.Negotiated
+  let output: NegotiatedOutput
   let configuration: OutputConfiguration
   /// The declick ramp in frames: also how an underrun ramps out and back in.
   let declickFrames: Int
@@ -35,19 +34,21 @@ final class RenderLoop: @unchecked Sendable {
   var changedAt: Int64 = -1
   /// The last sample at which the limiter lowered the gain (`limiterEngaged`).
   var limiterLastLowered: Int64?
-  /// What an offline player's sink has yet to be spared of the limiter's latency: the silence
-  /// its delay line starts with.
-  var offlineLatencyLeft: Int
-  /// The device written to (nil while it is lost and reopened, or for an offline player).
-  private(set) var device: AlsaPCMOutput?
+  /// The output written to (nil while it is lost and reopened): an ALSA device, the fallback, or
+  /// an offline player's sink (``SinkOutput``). What it can do it says in its `capabilities`.
+  private(set) var device: (any AudioOutput)?
   /// `device` is the fallback, played into while the configured device is waited for.
   var onFallback = false
   /// The configured device has not yet played since start (`link.waiting`, the render thread's copy).
   var waiting = false
-  /// An offline player's output, instead of a device.
-  let sink: (any BlockSink)?
-  /// An offline player's block: it has no render thread to own one.
-  let offlineBuffers: RenderBuffers?
+  /// An offline player: no render thread, no recovery thread; its owner drives each block
+  /// (`renderOffline`, or its output's pulls).
+  let offline: Bool
+  /// The block the render step renders into.
+  let blockBuffers: RenderBuffers
+  /// What the outputs' libraries need of the render thread before it delivers anything (ALSA:
+  /// its messages dropped there, where putting one in words would allocate and lock).
+  let prepareThread: @Sendable () -> Void
   /// When and at which sample the render thread last woke to render a batch of blocks (when
   /// published values become due).
   var batchStart: (nanoseconds: Int64, sample: Int64)?
@@ -92,18 +93,19 @@ final class RenderLoop: @unchecked Sendable {
   var observeAfterWrite = true
 
   init(
-    link: RenderLink, state: RenderState, device: AlsaPCMOutput?, sink: (any BlockSink)?,
-    output: AlsaPCMOutput.Negotiated, configuration: OutputConfiguration, fallback: OutputConfiguration? = nil,
-    waiting: Bool = false, declickFrames: Int, rewindHistory: RewindHistory, scheduledCapacity: Int
+    link: RenderLink, state: RenderState, device: (any AudioOutput)?, offline: Bool = false,
+    output: NegotiatedOutput, configuration: OutputConfiguration, fallback: OutputConfiguration? = nil,
+    waiting: Bool = false, declickFrames: Int, rewindHistory: RewindHistory, scheduledCapacity: Int,
+    prepareThread: @escaping @Sendable () -> Void = {}
   ) {
+    self.prepareThread = prepareThread
     limiter = configuration.limiter.limiter(
       rate: output.rate, channels: output.channels, checkpoints: rewindHistory.capacity)
     outputLatency = limiter?.latencyFrames ?? 0
-    offlineLatencyLeft = sink == nil ? 0 : outputLatency
     self.link = link
     self.state = state
     self.device = device
-    self.sink = sink
+    self.offline = offline
     self.output = output
     self.configuration = configuration
     self.declickFrames = declickFrames
@@ -116,13 +118,13 @@ final class RenderLoop: @unchecked Sendable {
     onFallback = waiting && device != nil
     idleClock = ClockPacer(rate: output.rate)
     heardClock = HeardClock(rate: output.rate)
-    heardClock.boundsDrift = device?.releasesWhenIdle ?? false
+    heardClock.boundsDrift = device?.capabilities.boundsHeardDrift ?? false
     resumeNanoseconds = Int64(output.periodFrames) * 1_000_000_000 / Int64(output.rate)
     scheduled = CommandSchedule(capacity: max(scheduledCapacity, 16))
-    offlineBuffers = sink == nil ? nil : RenderBuffers(frames: output.periodFrames, channels: output.channels)
+    blockBuffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
   }
 
-  deinit { offlineBuffers?.deallocate() }
+  deinit { blockBuffers.deallocate() }
 
   /// Real time for the render thread where the process may have it without privilege: up to its
   /// RLIMIT_RTPRIO (systemd's LimitRTPRIO=), capped at 50 to stay below the kernel's own
@@ -144,18 +146,17 @@ final class RenderLoop: @unchecked Sendable {
   /// The render thread's body, from `Player.start` until `running` goes false.
   func run() {
     nameThisThread("rampd-render")
-    AlsaMessages.quietOnThisThread()
+    prepareThread()
     flushSubnormalsOnThisThread()
     raisePriority()
     link.renderThread.store(currentThreadID(), ordering: .releasing)
-    let buffers = RenderBuffers(frames: output.periodFrames, channels: output.channels)
+    let buffers = blockBuffers
     // Where allocations are guarded (a debug build, the tests), one from here on traps.
     guarded = true
     rampd_guard_this_thread(true)
     defer {
       rampd_guard_this_thread(false)
       guarded = false
-      buffers.deallocate()
       device?.drain()
       // Closing finishes what the device writes (the file plugin fixes its WAV header here).
       device?.close()
@@ -189,16 +190,48 @@ final class RenderLoop: @unchecked Sendable {
     driver.afterBlock(self)
   }
 
-  /// Renders one block of an offline player into its sink, on the calling thread (which is its
+  /// Renders one block of an offline player into its output, on the calling thread (which is its
   /// render thread): the live loop's step, driven by the sink (`SinkBlocks`). Before the block it
   /// waits for every stream to have its audio (``waitForEveryStream(frames:)``), so the render does
   /// not depend on how fast the decoders run. The caller takes the events between blocks.
   public func renderOffline() throws(AudioError) {
-    guard sink != nil, let buffers = offlineBuffers else {
-      throw AudioError(.invalidParameter, "renderOffline needs a player made with a sink")
+    guard offline, device?.capabilities.delivery == .push else {
+      throw AudioError(.invalidParameter, "renderOffline needs an offline player whose output is pushed")
     }
     var virtual = SinkBlocks()
-    try step(&virtual, buffers)
+    try step(&virtual, blockBuffers)
+  }
+
+  /// The render step of a pulled output (``PulledRender``), on the thread it asks from: the
+  /// buffer rendered a block at a time (blocks of at most a period, split at the scheduled
+  /// commands' samples as the pushed render's are), so the samples are the pushed render's, at
+  /// any number of frames per pull. Allocation-free.
+  func renderPulled(into buffer: UnsafeMutablePointer<Float>, frames: Int, timing: PullTiming?) throws(AudioError) {
+    var offset = 0
+    while offset < frames {
+      let block = RenderBuffers(prefixOf: blockBuffers, frames: frames - offset)
+      var driver = PulledBlocks(
+        destination: buffer + offset * output.channels, offset: offset, timing: timing,
+        last: offset + block.frames == frames)
+      try step(&driver, block)
+      offset += block.frames
+    }
+  }
+
+  /// After a pulled buffer is rendered: the output's bookkeeping as after a pushed write (frames
+  /// since it opened, its underruns, whether it has a clock), and the heard clock fed from the
+  /// timing it handed over.
+  func pulledDelivered(_ timing: PullTiming?) {
+    guard let device else { return }
+    let capabilities = device.capabilities
+    link.noClock.store(capabilities.clock == .none, ordering: .relaxed)
+    if device.underruns != underrunsObserved || timing?.discontinuity == true {
+      underrunsObserved = device.underruns
+      heardClock.restart()
+    }
+    link.underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
+    guard let timing else { return }
+    observeHeard((timing.delay, timing.nanoseconds))
   }
 
   /// Takes every command submitted so far, not a block's share (none may land late), on an
@@ -214,7 +247,7 @@ final class RenderLoop: @unchecked Sendable {
   /// Runs `body` with the render state between blocks of an offline player (whose caller is its
   /// render thread): what plays, what is in flight.
   func inspectOffline<T>(_ body: (RenderState) throws -> T) rethrows -> T {
-    precondition(sink != nil, "only an offline player's state can be inspected")
+    precondition(offline, "only an offline player's state can be inspected")
     return try body(state)
   }
 
@@ -275,16 +308,14 @@ final class RenderLoop: @unchecked Sendable {
   /// device is, as it does after a write).
   func writeToDevice(_ mix: UnsafePointer<Float>, frames: Int) throws(AudioError) {
     guard let device else { throw AudioError(.device, "no device") }
-    guard device.writeBlock(mix, frames: frames, clamped: true) else {
-      throw AudioError(.device, device.failureMessage)
-    }
+    guard device.writeBlock(mix, frames: frames, clamped: true) else { throw device.failure }
     observeHeard(device)
   }
 
   /// When the block about to be rendered becomes `latest` for the published values (monotonic
   /// nanoseconds): the blocks of one wake-up (`waited`: the first of them) one period apart, from
   /// the wake-up on. A writer that never waits, always behind, starts a batch every buffer.
-  func dueOfBlock(waited: Bool, on device: AlsaPCMOutput) -> Int64 {
+  func dueOfBlock(waited: Bool, on device: any AudioOutput) -> Int64 {
     let buffer = Int64(device.negotiated.bufferFrames)
     if waited || state.engine.now - (batchStart?.sample ?? Int64.min / 2) > buffer {
       batchStart = (monotonicNanoseconds(), state.engine.now)
@@ -444,7 +475,7 @@ final class RenderLoop: @unchecked Sendable {
 
   /// Without a clock, nothing is late: the render waits for decoders rather than depend on their
   /// speed (``waitForEveryStream(frames:)``).
-  var waitsForDecoders: Bool { sink != nil || device?.hasNoClock == true }
+  var waitsForDecoders: Bool { device?.capabilities.clock == OutputCapabilities.Clock.none }
 
   /// At a decision point, without a clock: waits until each stream's seek asked for has landed
   /// and each starved stream has refilled (or its file ended), so that where they come back does
@@ -502,7 +533,9 @@ final class RenderLoop: @unchecked Sendable {
     }
     framesSinceOpen += buffers.frames
     roomAhead = max(roomAhead - buffers.frames, 0)
-    link.noClock.store(device.hasNoClock, ordering: .relaxed)
+    // Asked after the write: a device knows whether it has a clock once it has taken audio.
+    let capabilities = device.capabilities
+    link.noClock.store(capabilities.clock == .none, ordering: .relaxed)
     // Until a run of the device has been observed, after every block (a device that starts only
     // once it holds two blocks says nothing before).
     if observeAfterWrite || !heardClock.running || device.underruns != underrunsObserved { observeHeard(device) }
@@ -523,7 +556,7 @@ final class RenderLoop: @unchecked Sendable {
     link.underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
     // A device without a clock goes as fast as the streams decode; with none playing, time
     // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
-    if device.hasNoClock && !streamsPlaying {
+    if capabilities.clock == .none && !streamsPlaying {
       keepTime(frames: buffers.frames)
     } else {
       idleClock.reset()
@@ -535,12 +568,18 @@ final class RenderLoop: @unchecked Sendable {
 
   /// Feeds the sample-to-time mapping what the device says right after a write: the block's
   /// last sample is heard `delay` frames later than the device's timestamp.
-  func observeHeard(_ device: AlsaPCMOutput) {
+  func observeHeard(_ device: any AudioOutput) {
     if device.underruns != underrunsObserved {
       underrunsObserved = device.underruns
       heardClock.restart()
     }
     guard let position = device.heardPosition() else { return }
+    observeHeard(position)
+  }
+
+  /// Feeds the sample-to-time mapping a position the output gave: the block's last sample is
+  /// heard `delay` frames later than `nanoseconds`.
+  func observeHeard(_ position: (delay: Int, nanoseconds: Int64)) {
     // The limiter's latency is part of the delay: what is written now left the mix that many
     // samples ago.
     let delay = Int64(position.delay + outputLatency)
@@ -569,7 +608,7 @@ final class RenderLoop: @unchecked Sendable {
     onFallback = fresh.fallback
     framesSinceOpen = 0
     roomAhead = 0
-    heardClock.boundsDrift = fresh.device.releasesWhenIdle
+    heardClock.boundsDrift = fresh.device.capabilities.boundsHeardDrift
     link.usingFallback.store(onFallback, ordering: .relaxed)
     if !onFallback && waiting { link.usingLateDevice.store(true, ordering: .relaxed) }
   }
@@ -577,14 +616,14 @@ final class RenderLoop: @unchecked Sendable {
   /// Gives the device to the recovery thread: `deadDevices` (lost) or `retiredDevices` (healthy,
   /// reopened on schedule), to be closed and opened again, or `parkedDevices` (idle), to be
   /// closed and opened again when asked. Time follows the clock meanwhile.
-  func handOver(_ device: AlsaPCMOutput, to queue: SPSCQueue<HeldDevice>) {
+  func handOver(_ device: any AudioOutput, to queue: SPSCQueue<HeldDevice>) {
     letGo(device, lost: queue === link.deadDevices)
     _ = queue.push(HeldDevice(device: device, fallback: onFallback))
     link.recoveryBell.ring()
   }
 
   /// Stops writing to `device`: its underruns are kept, the clocks start afresh.
-  private func letGo(_ device: AlsaPCMOutput, lost: Bool) {
+  private func letGo(_ device: any AudioOutput, lost: Bool) {
     underrunsOfLostDevices += device.underruns
     underrunsObserved = 0
     // A lost device may come back as another (an audio server restarted with another graph).
@@ -615,6 +654,17 @@ struct RenderBuffers {
     audio = .allocate(capacity: frames * channels)
     gain = .allocate(capacity: frames)
     ramp = .allocate(capacity: frames)
+  }
+
+  /// The first `frames` frames of `buffers` (at most theirs), in the same memory: a shorter
+  /// block without allocating one. Never deallocated itself.
+  init(prefixOf buffers: RenderBuffers, frames: Int) {
+    self.frames = min(frames, buffers.frames)
+    channels = buffers.channels
+    mix = buffers.mix
+    audio = buffers.audio
+    gain = buffers.gain
+    ramp = buffers.ramp
   }
 
   func deallocate() {

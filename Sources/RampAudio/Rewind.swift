@@ -227,7 +227,7 @@ extension RenderLoop {
   /// device has played (`RewindHistory.end`).
   func endRewindableBlock() {
     guard rewindHistory.enabled else { return }
-    guard let device, device.rewindsNow else {
+    guard let device, device.capabilities.rewindsNow else {
       // No rewind for now (a device lost, or not known to play in real time): the streams let go
       // of what they read at once.
       rewindHistory.clear()
@@ -246,7 +246,7 @@ extension RenderLoop {
   /// The last sample the device has played, or an earlier one: from the sample-to-time mapping
   /// while the device runs (no call into the device), less a period for a mapping that
   /// follows a pointer moving in steps; else what the device says it still holds.
-  func playedSample(_ device: AlsaPCMOutput) -> Int64 {
+  func playedSample(_ device: any AudioOutput) -> Int64 {
     let now = state.engine.now
     guard heardClock.running else { return now - Int64(device.delayFrames + outputLatency) }
     let heard = heardClock.sample(at: monotonicNanoseconds()) - Double(output.periodFrames)
@@ -260,11 +260,13 @@ extension RenderLoop {
   /// rendered again with it. Allocation-free.
   func rewindBeforeCommand(at sample: Int64?) {
     let history = rewindHistory
-    guard history.enabled, let device, device.rewindsNow, let scratch = history.scratch else { return }
+    guard history.enabled, let device, case let capabilities = device.capabilities, capabilities.rewindsNow,
+      let scratch = history.scratch
+    else { return }
     let now = state.engine.now
     guard let earliest = history.earliest(now: now, current: state.irreversible) else { return }
-    let rewindable = device.rewindableFrames()
-    var target = max(now - Int64(rewindable) + Int64(device.rewindMarginFrames), earliest, sample ?? earliest)
+    let rewindable = min(device.rewindableFrames(), capabilities.rewindFrames)
+    var target = max(now - Int64(rewindable) + Int64(capabilities.rewindMarginFrames), earliest, sample ?? earliest)
     guard target < now, let record = history.record(atOrBefore: target), history.canRestore(record, state) else {
       return
     }
@@ -296,8 +298,8 @@ extension RenderLoop {
   /// leaves room, and the buffer is refilled at once. Returns true when it slept (a new batch of
   /// blocks starts); a device that does not rewind now returns true (its write blocks instead).
   @discardableResult
-  func waitForRoomTakingCommands(on device: AlsaPCMOutput, frames: Int) -> Bool {
-    guard rewindHistory.enabled, device.rewindsNow else { return true }
+  func waitForRoomTakingCommands(on device: any AudioOutput, frames: Int) -> Bool {
+    guard rewindHistory.enabled, device.capabilities.rewindsNow else { return true }
     if roomAhead >= frames { return false }
     guard var room = device.availableFrames() else { return true }
     let refill = max(output.bufferFrames - rewindingLead, frames)
@@ -319,10 +321,10 @@ extension RenderLoop {
 
   /// Frames left ahead of what the device plays when a render thread that fills a device that
   /// rewinds wakes to refill it: `OutputConfiguration.marginTime`, by default
-  /// `AlsaPCMOutput.rewindingLead` (within one period to the buffer less one period).
+  /// `OutputCapabilities.rewindingLead` (within one period to the buffer less one period).
   var rewindingLead: Int {
     let most = max(output.bufferFrames - output.periodFrames, output.periodFrames)
-    let lead = Int(((configuration.marginTime ?? AlsaPCMOutput.rewindingLead) * Double(output.rate)).rounded())
+    let lead = Int(((configuration.marginTime ?? OutputCapabilities.rewindingLead) * Double(output.rate)).rounded())
     return min(max(lead, output.periodFrames), most)
   }
 }
@@ -338,7 +340,7 @@ extension Player {
   /// keeps, in seconds: what `status.output` reports.
   public var outputRewind: (active: Bool, margin: Double, rewinds: Int) {
     (
-      rewindHistory.active.load(ordering: .relaxed), AlsaPCMOutput.rewindMargin,
+      rewindHistory.active.load(ordering: .relaxed), OutputCapabilities.rewindMargin,
       rewindHistory.rewinds.load(ordering: .relaxed)
     )
   }

@@ -301,7 +301,8 @@ private final class DecodersTicket: CommandTicket, @unchecked Sendable {
     let link = player.link
     link.running.store(true, ordering: .releasing)
     let recovery = DeviceRecovery(
-      link: link, configuration: player.configuration, output: player.output, recoveryBackoff: (0.01, 0.02))
+      link: link, configuration: player.configuration, output: player.output, open: player.openOutput,
+      recoveryBackoff: (0.01, 0.02))
     Thread { recovery.run() }.start()
     defer {
       link.running.store(false, ordering: .releasing)

@@ -287,3 +287,48 @@ extension RealTimeSafetyTests {
     if limiting { #expect(player.limiter.map { $0.engagements > 0 } == true, "the limiter worked") }
   }
 }
+
+extension RealTimeSafetyTests {
+  /// A pulled output's render step (``PulledRender``) allocates and frees nothing either: the
+  /// offline render's output driven as a pull, at pulls of 1 to 2048 frames (split into blocks of
+  /// a period, or part of one), with a stream playing, a fade in flight and the heard clock fed
+  /// from each pull's timing. (The step itself: what the output then does with the buffer is its
+  /// own. The fade outlasts the pulls: what ends is freed between an offline player's blocks,
+  /// where no recovery thread frees it.)
+  @Test func aPulledRenderStepAllocatesNothing() throws {
+    let output = SinkOutput(
+      sink: PulledRenderTests.Recorder(), rate: 48_000, channels: 2, blockFrames: 480, delivery: .pull,
+      pullCapacity: 2_048)
+    let player = try Player(offline: output)
+    defer { player.finishOffline() }
+    let path = try temporaryDirectory().appendingPathComponent("tone.wav").path
+    try writeSignal(path, frames: 96_000) { f, _ in Float(sin(Double(f) / 30)) * 0.3 }
+    try player.play(path, id: "tone", loop: true)
+    player.perform { state in
+      _ = try? state.engine.set(
+        "master.gain", to: 0.5, transaction: Transaction(duration: 20, timingFunction: .default))
+    }
+    let buffer = UnsafeMutablePointer<Float>.allocate(capacity: 2_048 * 2)
+    defer { buffer.deallocate() }
+    var rendered: Int64 = 0
+    let start = monotonicNanoseconds()
+    func pull(_ frames: Int) throws {
+      let timing = PullTiming(delay: 1_024 + frames, nanoseconds: start + rendered * 1_000_000_000 / 48_000)
+      try player.renderer.renderPulled(into: buffer, frames: frames, timing: timing)
+      rendered += Int64(frames)
+    }
+    for _ in 0..<20 { try pull(480) }
+    var count = AllocationCount()
+    var loud: Float = 0
+    let sizes = [1, 37, 480, 481, 1_024, 2_048, 256]
+    for index in 0..<200 {
+      let frames = sizes[index % sizes.count]
+      try count.counting { try pull(frames) }
+      loud = max(loud, abs(buffer[0]))
+    }
+    #expect(count.allocated == 0, "\(count.allocated) allocations")
+    #expect(count.freed == 0, "\(count.freed) frees")
+    #expect(loud > 0.01, "the pulls carried sound")
+    #expect(player.measuredOutput != nil, "the heard clock was fed")
+  }
+}
