@@ -12,8 +12,9 @@ import Synchronization
 ///
 /// On libpipewire 0.3.65 (Debian 12), in the `process` callback of an RT_PROCESS stream: `now` is
 /// the driver's wake-up for the cycle (`clock.nsec`), `rate` 1/<graph rate>, `ticks` the driver's
-/// position rebased so that it runs on across a change of driver (only a cycle the driver skips
-/// makes it jump); `delay` the sink's reported latency (0 for a null sink); `queued` 0 (the block
+/// position rebased so that it runs on across a change of driver (it jumps over cycles the graph
+/// ran without the stream: on a null sink, heard as that many frames of silence before the
+/// stream's next frame); `delay` the sink's reported latency (0 for a null sink); `queued` 0 (the block
 /// is taken in the cycle it is written); `buffered` the resampler's delay (32 frames from 44.1 to
 /// 48 kHz), 0 without one.
 public struct PipeWireTiming: Sendable, Equatable {

@@ -140,7 +140,7 @@ import Testing
   /// PipeWire killed while the stream plays: an error or unconnected state, or a core error,
   /// reaches the event handler; closed, and opened again once PipeWire is back, the stream plays
   /// the counter from frame 0 again, heard in order. Closed and opened three times more, the same.
-  /// A play while PipeWire is down is refused.
+  /// An open while PipeWire is down fails.
   @Test func aServerRestartWhilePlayingIsReportedAndANewOpenPlays() throws {
     let session = try PipeWireSession()
     Self.reach(session)
