@@ -48,12 +48,17 @@ let package = Package(
     .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
     .systemLibrary(name: "CSoxr", pkgConfig: "soxr", providers: [.apt(["libsoxr-dev"])]),
     .systemLibrary(name: "CEbur128", pkgConfig: "libebur128", providers: [.apt(["libebur128-dev"])]),
+    // libpipewire, linked dynamically (it loads its own plugins with dlopen), and the C side of
+    // the native PipeWire stream: the SPA pod builders it needs are macros and inline functions.
+    .systemLibrary(name: "CPipeWire", pkgConfig: "libpipewire-0.3", providers: [.apt(["libpipewire-0.3-dev"])]),
+    .target(name: "CPipeWireShim", dependencies: ["CPipeWire"]),
     // Linux's own interfaces that Glibc's module leaves out (eventfd).
     .systemLibrary(name: "CLinux"),
     // The audio path: decoding, resampling, gain and mix kernels, ALSA output, offline render,
     // loudness measurement. Knows the engine, not the protocol.
     .target(
-      name: "RampAudio", dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr", "CEbur128", "CLinux"],
+      name: "RampAudio",
+      dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr", "CEbur128", "CLinux", "CPipeWireShim"],
       swiftSettings: renderPath
     ),
     // What the command-line tools share and a unit test can check without a terminal: terminal
@@ -157,6 +162,7 @@ let package = Package(
     // What the daemon tests here and rampd-web's in Web/ share: the real rampd and rampctl run as
     // processes, a line client, script/install into a temporary root, systemd unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
-    .testTarget(name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationGuard"]),
+    .testTarget(
+      name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
   ]
 )

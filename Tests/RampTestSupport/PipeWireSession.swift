@@ -1,8 +1,6 @@
 import Foundation
 import RampProtocol
 
-@testable import RampTestSupport
-
 #if canImport(Glibc)
   import Glibc
 #endif
@@ -11,7 +9,7 @@ import RampProtocol
 /// private `XDG_RUNTIME_DIR`, a session D-Bus, `pipewire`, `wireplumber`, and a null sink made
 /// with `pw-cli create-node` that `pw-record` records from. A client that has `environment`
 /// reaches it, through ALSA's `pipewire` PCM (pipewire-alsa) or, with `pulse`, ALSA's `pulse`
-/// PCM (pipewire-pulse).
+/// PCM (pipewire-pulse), or natively (libpipewire, `PipeWireStream`).
 final class PipeWireSession {
   static let sink = "rampd-test-sink"
   let runtime: String

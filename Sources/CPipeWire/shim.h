@@ -1,0 +1,1 @@
+#include <pipewire/pipewire.h>
