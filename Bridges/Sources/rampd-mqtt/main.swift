@@ -1,0 +1,1 @@
+print("rampd-mqtt: not built yet")
