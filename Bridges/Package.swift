@@ -27,9 +27,14 @@ let package = Package(
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
+    // libmosquitto from the system (Debian's libmosquitto-dev), found through pkg-config.
+    .systemLibrary(
+      name: "CMosquitto", path: "Sources/CMosquitto", pkgConfig: "libmosquitto",
+      providers: [.apt(["libmosquitto-dev"])]),
     .executableTarget(
       name: "rampd-mqtt",
       dependencies: [
+        "CMosquitto",
         .product(name: "RampClient", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),

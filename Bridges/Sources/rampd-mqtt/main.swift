@@ -1,1 +1,0 @@
-print("rampd-mqtt: not built yet")
