@@ -54,6 +54,8 @@ final class Bridge: @unchecked Sendable {
   private var nextID = 1
   private var pending: [Int: Pending] = [:]
   private var waiting: [Submitted] = []
+  /// Commands with `at` rampd has saved, by schedule id, until they take effect.
+  private var schedules: [Int: Submitted] = [:]
   /// The last state published for each key path, published again when the broker comes back.
   private var states: [String: String] = [:]
   private var streams: Set<String> = []
@@ -151,6 +153,11 @@ final class Bridge: @unchecked Sendable {
   private func sendLocked(_ request: Request, _ purpose: Pending) {
     guard let connection else { return }
     var request = request
+    if case .command = purpose, request.at != nil {
+      // Saved by rampd and answered at once: it takes effect at its time even if the bridge or
+      // rampd is restarted meanwhile (a refusal then comes as a schedule-failed event).
+      request.ack = .scheduled
+    }
     let id = nextID
     nextID += 1
     request.id = .integer(id)
@@ -181,7 +188,9 @@ final class Bridge: @unchecked Sendable {
       lock.withLock {
         self.connection = connection
         serverVersion = version
-        sendLocked(Request(.subscribe(events: [.streamStarted, .streamEnded])), .own("subscribe"))
+        sendLocked(
+          Request(.subscribe(events: [.streamStarted, .streamEnded, .scheduleApplied, .scheduleFailed])),
+          .own("subscribe"))
         sendLocked(Request(.observe(key: "master.gain", rate: settings.stateRate)), .own("observe master.gain"))
         sendLocked(Request(.status), .status)
         let queued = waiting
@@ -225,6 +234,13 @@ final class Bridge: @unchecked Sendable {
       switch (purpose, result) {
       case (.command(let command), .failure(let error)):
         publishError(topic: command.topic, payload: command.payload, error)
+      case (.command(let command), .success(let result)):
+        if let schedule = result["scheduled"]?.numberValue {
+          lock.withLock {
+            if schedules.count >= Self.maximumInFlight { schedules.removeAll() }
+            schedules[Int(schedule)] = command
+          }
+        }
       case (.own(let what), .failure(let error)):
         log("rampd refused the bridge's \(what): \(error.summary)")
       case (.status, .success(let status)):
@@ -243,6 +259,14 @@ final class Bridge: @unchecked Sendable {
         return true
       }
       if changed { mqtt?.publish("\(prefix)/state/\(key)", text, retain: true) }
+    case .event(.scheduleApplied(let schedule, _, _, let next)):
+      if next == nil { lock.withLock { _ = schedules.removeValue(forKey: Int(schedule)) } }
+    case .event(.scheduleFailed(let schedule, let command, _, let error, let next)):
+      let submitted = lock.withLock {
+        next == nil ? schedules.removeValue(forKey: Int(schedule)) : schedules[Int(schedule)]
+      }
+      publishError(
+        topic: submitted?.topic ?? "schedule \(schedule) (\(command))", payload: submitted?.payload ?? "", error)
     case .event(.streamStarted(let stream, _)):
       streamStarted(stream)
     case .event(.streamEnded(let stream, _, _)):

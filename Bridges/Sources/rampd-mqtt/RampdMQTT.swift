@@ -123,6 +123,12 @@ struct RampdMQTT: ParsableCommand {
     signal(SIGTERM, SIG_IGN)
     signal(SIGINT, SIG_IGN)
     signal(SIGPIPE, SIG_IGN)
+    // A parent may have left them blocked (the mask is inherited): they would never arrive.
+    var stopping = sigset_t()
+    sigemptyset(&stopping)
+    sigaddset(&stopping, SIGTERM)
+    sigaddset(&stopping, SIGINT)
+    pthread_sigmask(SIG_UNBLOCK, &stopping, nil)
     let ended = DispatchSemaphore(value: 0)
     let signals = [SIGTERM, SIGINT].map { number in
       let source = DispatchSource.makeSignalSource(signal: number, queue: .global())

@@ -1,1 +1,180 @@
+import Foundation
+import RampProtocol
 import Testing
+
+@testable import RampTestSupport
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// rampd-mqtt between a real Mosquitto 2.0 (a port and configuration of its own) and a real rampd
+/// recording what it plays (ALSA's file plugin): commands published with mosquitto_pub are heard
+/// in the recording; what it retains is read back with mosquitto_sub.
+@Suite(.serialized) struct MQTTBridgeTests {
+  /// A rampd playing a constant 1.0 (no limiter) as stream `bed`, a broker, a bridge.
+  struct Box {
+    let daemon: DaemonProcess
+    let bridge: BridgeProcess
+
+    init(_ box: String, broker: Broker, name: String = #function, arguments: [String] = []) throws {
+      daemon = try DaemonProcess(name: name + box, limiter: "off")
+      let file = try daemon.constantFile("one", seconds: 2)
+      let play = try daemon.client().request(["cmd": "play", "path": .string(file), "stream": "bed", "loop": true])
+      guard play.isOK else { throw HarnessError("play: \(play.serialized())") }
+      bridge = try BridgeProcess(box: box, broker: broker, socket: daemon.socket, arguments: arguments)
+    }
+  }
+
+  @Test func aSetPublishedIsHeardAtThatLevel() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    // rampctl's units, and JSON; the key path with dots in one level, or with a level for each.
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":"-6dB","duration":0}"#)
+    try waitUntil("master.gain at -6 dB") { try model("master.gain", box.daemon) == pow(10, -6.0 / 20) }
+    usleep(300_000)
+    try broker.publish("rampd/all/set/streams/bed/gain", "25%")
+    try waitUntil("bed at 25 %") { try model("streams.bed.gain", box.daemon) == 0.25 }
+    // The implicit ramp (0.25 s) and then 0.3 s at the level.
+    usleep(600_000)
+    try broker.waitFor("rampd/k1/state/streams.bed.gain", "0.25")
+    try broker.waitFor("rampd/k1/state/master.gain", HumanUnits.trimmed(pow(10, -6.0 / 20), decimals: 6))
+    box.daemon.stop()
+    let heard = runs(try box.daemon.played(channel: 0)).filter { $0.count >= 4_800 }.map(\.value)
+    let minus6 = Float(pow(10, -6.0 / 20))
+    // Full scale, then -6 dB at once (duration 0), then 25 % of that after the implicit ramp.
+    #expect(heard.prefix(3) == [1, minus6, minus6 * 0.25], "steady levels heard: \(heard)\n\(box.bridge.log)")
+  }
+
+  @Test func discoveryStateAndAvailabilityAreRetained() throws {
+    let broker = try Broker()
+    let box = try Box("kitchen", broker: broker)
+    try broker.waitFor("rampd/kitchen/availability", "online")
+    try broker.waitFor("rampd/kitchen/state/master.gain", "1")
+    // The stream playing before the bridge came has its entity and its state too.
+    try broker.waitFor("rampd/kitchen/state/streams.bed.gain", "1")
+    let configs = try broker.messages("homeassistant/+/+/config", count: 4)
+    let byTopic = Dictionary(configs.map { ($0.topic, $0.payload) }) { a, _ in a }
+    #expect(
+      Set(byTopic.keys) == [
+        "homeassistant/number/kitchen_master_gain/config", "homeassistant/number/kitchen_stream_bed_gain/config",
+        "homeassistant/button/kitchen_fade_out/config", "homeassistant/button/kitchen_stop/config",
+      ], "\(byTopic.keys)")
+    for (topic, payload) in byTopic {
+      let config = try JSON.parse(payload)
+      #expect(config["unique_id"]?.stringValue?.contains("kitchen") == true, "\(topic): \(payload)")
+      #expect(config["availability_topic"] == "rampd/kitchen/availability", "\(topic)")
+      #expect(config["device"]?["identifiers"] == ["rampd_kitchen"], "\(topic)")
+      #expect(config["command_topic"]?.stringValue?.hasPrefix("rampd/kitchen/") == true, "\(topic)")
+    }
+    let master = try JSON.parse(byTopic["homeassistant/number/kitchen_master_gain/config"] ?? "{}")
+    #expect(master["state_topic"] == "rampd/kitchen/state/master.gain" && master["max"] == 100)
+
+    // What Home Assistant sends: the slider's percent through its command template, a button's PRESS.
+    try broker.publish("rampd/kitchen/set/master.gain", "40%")
+    try broker.waitFor("rampd/kitchen/state/master.gain", "0.4")
+    try broker.publish("rampd/kitchen/stop", "PRESS")
+    // The stream is gone: its state and its entity are no longer retained.
+    try waitUntil("the bed's config removed") {
+      try broker.retained("homeassistant/number/kitchen_stream_bed_gain/config") == nil
+    }
+    #expect(try broker.retained("rampd/kitchen/state/streams.bed.gain") == nil)
+
+    // Killed without a word: the broker publishes its Last Will.
+    box.bridge.kill()
+    try broker.waitFor("rampd/kitchen/availability", "offline")
+    // Back, and online again; stopped cleanly, offline said by the bridge itself.
+    let again = try BridgeProcess(box: "kitchen", broker: broker, socket: box.daemon.socket)
+    try broker.waitFor("rampd/kitchen/availability", "online")
+    #expect(again.terminate() == 0)
+    try broker.waitFor("rampd/kitchen/availability", "offline")
+    #expect(again.log.contains("stopping"))
+  }
+
+  /// The broker restarts while the bridge is away from it; a QoS 1 command published before the
+  /// bridge is back is kept for its persistent session (a fixed client id, clean session off)
+  /// and applied once it reconnects.
+  @Test func aQoS1CommandPublishedWhileTheBridgeIsAwayIsApplied() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    broker.stop()
+    try waitUntil("the bridge lost the broker") { box.bridge.log.contains("lost the broker") }
+    // libmosquitto tries again after 1 s, then 4 s later (its back-off, squared): the broker is
+    // back between the two, and the command is published before the second.
+    usleep(1_500_000)
+    try broker.start()
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":0.3,"duration":0}"#)
+    #expect(box.bridge.count("connected to the broker") == 1, "the bridge was back before the publish")
+    try waitUntil("master.gain at 0.3 once the bridge is back", timeout: 15) {
+      try model("master.gain", box.daemon) == 0.3
+    }
+    #expect(box.bridge.count("connected to the broker") == 2, "\(box.bridge.log)")
+    try broker.waitFor("rampd/k1/availability", "online")
+  }
+
+  /// Bad payloads are answered on rampd/<box>/error and logged; the bridge and rampd go on, and
+  /// the stream plays throughout.
+  @Test func badPayloadsAreAnsweredOnTheErrorTopic() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    let cases: [(topic: String, payload: String, code: String, field: String?)] = [
+      ("set/master.gain", "loud", "invalid-field", "value"),
+      ("set/master.gain", "nan", "invalid-field", "value"),
+      ("set/master.gain", "1e999", "invalid-field", "value"),
+      ("set/master.gain", "5", "out-of-range", "value"),
+      ("set/master.gain", "-3", "invalid-field", "value"),
+      ("set/streams.nope.gain", "0.5", "unknown-key-path", "key"),
+      ("set/master..gain", "0.5", "invalid-field", "key"),
+      ("set/master.gain", #"{"value":0.5,"durtion":1}"#, "unknown-field", "durtion"),
+      ("set/master.gain", #"{"value":0.5"#, "bad-json", nil),
+      ("set/master.gain", #"{"value":0.5,"at":"yesterday"}"#, "invalid-field", "at"),
+      ("set/master.gain", #"{"value":0.5,"at":1e300}"#, "invalid-field", "at"),
+      ("fade-out", "soon", "invalid-field", "duration"),
+      ("set", "0.5", "invalid-field", "key"),
+      ("play", "", "missing-field", "path"),
+    ]
+    // A subscriber waiting before anything is published.
+    let listener = Process()
+    listener.executableURL = URL(fileURLWithPath: MosquittoTools.subscribe)
+    listener.arguments = [
+      "-h", "127.0.0.1", "-p", "\(broker.port)", "-t", "rampd/k1/error", "-C", "\(cases.count)", "-W", "20",
+    ]
+    let output = Pipe()
+    listener.standardOutput = output
+    try withSignalsUnblocked { try listener.run() }
+    usleep(300_000)
+    for (topic, payload, _, _) in cases { try broker.publish("rampd/k1/\(topic)", payload) }
+    let received = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    listener.waitUntilExit()
+    let errors = try received.split(separator: "\n").map { try JSON.parse(String($0)) }
+    #expect(errors.count == cases.count, "\(received)\n\(box.bridge.log)")
+    for (index, expected) in cases.enumerated() where index < errors.count {
+      let error = errors[index]
+      #expect(
+        error["topic"]?.stringValue == "rampd/k1/\(expected.topic)" && error["payload"]?.stringValue == expected.payload
+          && error["code"]?.stringValue == expected.code && error["field"]?.stringValue == expected.field,
+        "\(expected) → \(error.serialized())")
+    }
+    // A flood: 3000 bad payloads in one connection. The errors published are held to 20 a second,
+    // the rest logged; a good command after it is applied.
+    let flood = try mosquittoTool(
+      MosquittoTools.publish, ["-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", "rampd/k1/set/master.gain", "-l"],
+      stdin: String(repeating: "loud\n", count: 3000))
+    #expect(flood.status == 0, "\(flood)")
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":0.5,"duration":0}"#)
+    try waitUntil("master.gain at 0.5 after the flood", timeout: 20) { try model("master.gain", box.daemon) == 0.5 }
+    #expect(box.bridge.process.isRunning && box.bridge.count("refused rampd/k1/set/master.gain 'loud'") == 3001)
+    #expect(box.daemon.process.isRunning)
+    try broker.waitFor("rampd/k1/availability", "online")
+    box.daemon.stop()
+    // Uninterrupted: from the first full-scale sample to the last at half, only those two.
+    let left = try box.daemon.played(channel: 0)
+    let first = try #require(left.firstIndex(of: 1))
+    let last = try #require(left.lastIndex(of: 0.5))
+    let heard = runs(Array(left[first...last])).map(\.value)
+    #expect(heard == [1, 0.5], "levels heard: \(heard.prefix(10))")
+  }
+}
