@@ -86,9 +86,9 @@ final class Bridge: @unchecked Sendable {
       log("the broker refused the connection: \(MQTTClient.describe(connack: code))")
       return
     }
-    let (version, reachable, states, streams) = lock.withLock {
+    let (version, states, streams) = lock.withLock {
       brokerConnected = true
-      return (serverVersion, connection != nil, self.states, self.streams)
+      return (serverVersion, self.states, self.streams)
     }
     log("connected to the broker as \(settings.box)")
     mqtt?.subscribe(CommandTopics.subscriptions(prefix: prefix) + CommandTopics.subscriptions(prefix: "rampd/all"))
@@ -102,7 +102,7 @@ final class Bridge: @unchecked Sendable {
     for (key, value) in states.sorted(by: { $0.key < $1.key }) {
       mqtt?.publish("\(prefix)/state/\(key)", value, retain: true)
     }
-    publishAvailability(online: reachable)
+    publishAvailability()
   }
 
   func brokerDisconnected(_ code: Int32) {
@@ -198,7 +198,7 @@ final class Bridge: @unchecked Sendable {
         for command in queued { sendLocked(command.request, .command(command)) }
       }
       log("connected to rampd \(version) at \(settings.socket)")
-      publishAvailability(online: true)
+      publishAvailability()
       do {
         while true {
           guard let line = try connection.nextLine(until: nil) else { continue }
@@ -222,7 +222,7 @@ final class Bridge: @unchecked Sendable {
       }
       if isStopping { return }
       for stream in ended { streamEnded(stream) }
-      publishAvailability(online: false)
+      publishAvailability()
     }
   }
 
@@ -301,10 +301,15 @@ final class Bridge: @unchecked Sendable {
 
   // MARK: Availability and errors
 
-  /// `online` while both the broker and rampd are reached; the Last Will says `offline` for a
-  /// bridge that vanished.
-  func publishAvailability(online: Bool) {
-    mqtt?.publish("\(prefix)/availability", online ? "online" : "offline", retain: true)
+  /// `online` while both the broker and rampd are reached, else `offline`; the Last Will says
+  /// `offline` for a bridge that vanished. Decided and published under the lock, so that the two
+  /// threads' news (broker back, rampd gone) reach the broker in the order they happened.
+  func publishAvailability() {
+    lock.withLock {
+      guard brokerConnected else { return }
+      let online = connection != nil && !stopping
+      mqtt?.publish("\(prefix)/availability", online ? "online" : "offline", retain: true)
+    }
   }
 
   /// Logs a refused command and publishes it on `rampd/<box>/error` (not retained), at most
@@ -339,7 +344,7 @@ final class Bridge: @unchecked Sendable {
   /// Says `offline` and leaves the broker (a clean exit sends no Last Will, so it is said here).
   func stop() {
     lock.withLock { stopping = true }
-    publishAvailability(online: false)
+    publishAvailability()
     // The offline message leaves before the disconnect: libmosquitto sends in order.
     usleep(100_000)
     mqtt?.stop()

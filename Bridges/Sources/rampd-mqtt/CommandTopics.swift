@@ -28,7 +28,9 @@ enum CommandTopics {
     guard let text = String(validating: bytes, as: UTF8.self) else {
       throw ProtocolError(.badRequest, "the payload is not UTF-8 text")
     }
-    guard let command = levels.first.map(String.init) else { throw ProtocolError(.unknownCommand, "no command in the topic") }
+    guard let command = levels.first.map(String.init) else {
+      throw ProtocolError(.unknownCommand, "no command in the topic")
+    }
     let rest = levels.dropFirst()
     let payload = text.trimmingCharacters(in: .whitespacesAndNewlines)
     var fields: JSONObject

@@ -100,7 +100,8 @@ final class MQTTClient: @unchecked Sendable {
           mosquitto_tls_set(handle, settings.caFile, nil, settings.certFile, settings.keyFile, nil), "--cafile/--cert")
       }
     }
-    try check(mosquitto_reconnect_delay_set(handle, settings.reconnectMinimum, settings.reconnectMaximum, true), "back-off")
+    try check(
+      mosquitto_reconnect_delay_set(handle, settings.reconnectMinimum, settings.reconnectMaximum, true), "back-off")
     // Replies to the time-critical commands should not wait for Nagle.
     _ = mosquitto_int_option(handle, MOSQ_OPT_TCP_NODELAY, 1)
   }
