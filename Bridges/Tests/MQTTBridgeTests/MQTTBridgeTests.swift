@@ -287,6 +287,8 @@ extension MQTTBridgeTests {
         #expect(abs(left[change + 24_000] - 0.75) < 1e-3, "box \(index): \(left[change + 24_000]) half-way")
         let written = try #require(GrowthWatch.time(of: change, in: writes[index], around: due))
         instants.append(written)
+        // Written as it is heard (ALSA's null, paced by the clock, keeps no delay of its own).
+        #expect(abs(written - due) < 0.005, "box \(index) faded \((written - due) * 1000) ms from its at")
         print("box \(index): fade starts at frame \(change), written \((written - due) * 1000) ms from its at")
       }
       let apart = abs(instants[0] - instants[1])
@@ -295,6 +297,69 @@ extension MQTTBridgeTests {
       // times less the same delay.
       #expect(apart < 0.001, "the fades start \(apart * 1000) ms apart")
       #expect(restarted.process.isRunning)
+    }
+  }
+}
+
+extension MQTTBridgeTests {
+  /// Latency: from a publish to rampd applying it (its `animation-started` event, read by a
+  /// subscribed connection), against the same request sent on rampd's socket, in the same run.
+  /// What is heard follows by the output's delay (`status` output.delay), the same for both.
+  @Suite struct Latency {
+    static func percentile(_ values: [Double], _ p: Double) -> Double {
+      let sorted = values.sorted()
+      return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.down)))]
+    }
+
+    @Test func publishToAppliedAgainstTheSocket() throws {
+      let broker = try Broker()
+      let box = try Box("k1", broker: broker)
+      try broker.waitFor("rampd/k1/availability", "online")
+      let watcher = try box.daemon.client()
+      try watcher.request(["cmd": "subscribe", "events": ["animation-started"]])
+      // One mosquitto_pub for every message (-l: a line each), started once.
+      let publisher = Process()
+      publisher.executableURL = URL(fileURLWithPath: MosquittoTools.publish)
+      publisher.arguments = [
+        "-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", "rampd/k1/fade/master.gain", "-l",
+      ]
+      let input = Pipe()
+      publisher.standardInput = input
+      try withSignalsUnblocked { try publisher.run() }
+      let direct = try box.daemon.client()
+      var lastID = 0
+      func applied(after start: Date) throws -> Double {
+        let event = try watcher.waitForEvent(timeout: 5) { ($0["id"]?.int ?? 0) > lastID }
+        lastID = event["id"]?.int ?? lastID
+        return Date().timeIntervalSince(start)
+      }
+      var mqtt: [Double] = []
+      var socket: [Double] = []
+      // The first round waits for mosquitto_pub to connect: not counted.
+      for round in 0..<101 {
+        let target = round % 2 == 0 ? "0.5" : "0.6"
+        var start = Date()
+        input.fileHandleForWriting.write(Data("\(target)\n".utf8))
+        let viaBroker = try applied(after: start)
+        if round > 0 { mqtt.append(viaBroker) }
+        usleep(20_000)
+        start = Date()
+        try direct.send(raw: #"{"cmd":"fade","key":"master.gain","to":\#(target),"duration":1}"#)
+        let viaSocket = try applied(after: start)
+        if round > 0 { socket.append(viaSocket) }
+        _ = try direct.readLine()
+        usleep(20_000)
+      }
+      try input.fileHandleForWriting.close()
+      publisher.waitUntilExit()
+      let report = { (values: [Double]) in
+        String(
+          format: "median %.2f ms, p99 %.2f ms", Self.percentile(values, 0.5) * 1000,
+          Self.percentile(values, 0.99) * 1000)
+      }
+      print("publish → applied: MQTT \(report(mqtt)); rampd's socket \(report(socket)) (\(mqtt.count) each)")
+      // A broker hop and a bridge add a few milliseconds, not a block's worth of waiting each.
+      #expect(Self.percentile(mqtt, 0.5) < 0.05, "MQTT median \(Self.percentile(mqtt, 0.5))")
     }
   }
 }

@@ -43,6 +43,7 @@ final class Broker {
     let configuration = """
       listener \(port) 127.0.0.1
       allow_anonymous true
+      set_tcp_nodelay true
       persistence true
       persistence_location \(directory.path)/
       user \(String(cString: getpwuid(geteuid()).pointee.pw_name))
