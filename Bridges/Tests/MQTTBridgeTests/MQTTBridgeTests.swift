@@ -115,6 +115,22 @@ import Testing
     try broker.waitFor("rampd/k1/availability", "online")
   }
 
+  /// rampd stops and starts again: the bridge says offline, keeps a command published meanwhile,
+  /// reconnects by itself, says online, and sends the command.
+  @Test func aCommandPublishedWhileRampdIsDownIsAppliedWhenItIsBack() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    #expect(box.daemon.stop() == 0)
+    try broker.waitFor("rampd/k1/availability", "offline")
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":0.3,"duration":0}"#)
+    usleep(500_000)
+    let again = try DaemonProcess(limiter: "off", reusing: box.daemon.directory)
+    try broker.waitFor("rampd/k1/availability", "online")
+    try waitUntil("master.gain at 0.3 once rampd is back") { try model("master.gain", again) == 0.3 }
+    #expect(box.bridge.count("connected to rampd") == 2, "\(box.bridge.log)")
+  }
+
   /// Bad payloads are answered on rampd/<box>/error and logged; the bridge and rampd go on, and
   /// the stream plays throughout.
   @Test func badPayloadsAreAnsweredOnTheErrorTopic() throws {
