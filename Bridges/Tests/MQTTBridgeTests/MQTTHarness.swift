@@ -48,7 +48,10 @@ final class Broker {
       persistence_location \(directory.path)/
       user \(String(cString: getpwuid(geteuid()).pointee.pw_name))
       log_dest stderr
-      log_type all
+      log_type error
+      log_type warning
+      log_type notice
+      log_type information
       """
     try configuration.write(toFile: "\(directory.path)/mosquitto.conf", atomically: true, encoding: .utf8)
     try start()
