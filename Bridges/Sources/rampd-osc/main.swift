@@ -1,0 +1,1 @@
+print("rampd-osc: not built yet")

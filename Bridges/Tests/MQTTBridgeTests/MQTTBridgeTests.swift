@@ -1,0 +1,388 @@
+import Foundation
+import RampProtocol
+import Testing
+
+@testable import RampTestSupport
+
+#if canImport(Glibc)
+  import Glibc
+#endif
+
+/// rampd-mqtt between a real Mosquitto 2.0 (a port and configuration of its own) and a real rampd
+/// recording what it plays (ALSA's file plugin): commands published with mosquitto_pub are heard
+/// in the recording; what it retains is read back with mosquitto_sub.
+@Suite(.serialized) struct MQTTBridgeTests {
+  /// A rampd playing a constant 1.0 (no limiter) as stream `bed`, a broker, a bridge.
+  struct Box {
+    let daemon: DaemonProcess
+    let bridge: BridgeProcess
+
+    init(_ box: String, broker: Broker, name: String = #function, arguments: [String] = []) throws {
+      daemon = try DaemonProcess(name: name + box, limiter: "off")
+      let file = try daemon.constantFile("one", seconds: 2)
+      let play = try daemon.client().request(["cmd": "play", "path": .string(file), "stream": "bed", "loop": true])
+      guard play.isOK else { throw HarnessError("play: \(play.serialized())") }
+      bridge = try BridgeProcess(box: box, broker: broker, socket: daemon.socket, arguments: arguments)
+    }
+  }
+
+  @Test func aSetPublishedIsHeardAtThatLevel() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    usleep(200_000)
+    // rampctl's units, and JSON; the key path with dots in one level, or with a level for each.
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":"-6dB","duration":0}"#)
+    try waitUntil("master.gain at -6 dB") { try model("master.gain", box.daemon) == pow(10, -6.0 / 20) }
+    usleep(300_000)
+    try broker.publish("rampd/all/set/streams/bed/gain", "25%")
+    try waitUntil("bed at 25 %") { try model("streams.bed.gain", box.daemon) == 0.25 }
+    // The implicit ramp (0.25 s) and then 0.3 s at the level.
+    usleep(600_000)
+    try broker.waitFor("rampd/k1/state/streams.bed.gain", "0.25")
+    try broker.waitFor("rampd/k1/state/master.gain", HumanUnits.trimmed(pow(10, -6.0 / 20), decimals: 6))
+    box.daemon.stop()
+    let heard = runs(try box.daemon.played(channel: 0)).filter { $0.count >= 4_800 }.map(\.value)
+    let minus6 = Float(pow(10, -6.0 / 20))
+    // Full scale, then -6 dB at once (duration 0), then 25 % of that after the implicit ramp.
+    #expect(heard.prefix(3) == [1, minus6, minus6 * 0.25], "steady levels heard: \(heard)\n\(box.bridge.log)")
+  }
+
+  @Test func discoveryStateAndAvailabilityAreRetained() throws {
+    let broker = try Broker()
+    let box = try Box("kitchen", broker: broker)
+    try broker.waitFor("rampd/kitchen/availability", "online")
+    try broker.waitFor("rampd/kitchen/state/master.gain", "1")
+    // The stream playing before the bridge came has its entity and its state too.
+    try broker.waitFor("rampd/kitchen/state/streams.bed.gain", "1")
+    let configs = try broker.messages("homeassistant/+/+/config", count: 4)
+    let byTopic = Dictionary(configs.map { ($0.topic, $0.payload) }) { a, _ in a }
+    #expect(
+      Set(byTopic.keys) == [
+        "homeassistant/number/kitchen_master_gain/config", "homeassistant/number/kitchen_stream_bed_gain/config",
+        "homeassistant/button/kitchen_fade_out/config", "homeassistant/button/kitchen_stop/config",
+      ], "\(byTopic.keys)")
+    for (topic, payload) in byTopic {
+      let config = try JSON.parse(payload)
+      #expect(config["unique_id"]?.stringValue?.contains("kitchen") == true, "\(topic): \(payload)")
+      #expect(config["availability_topic"] == "rampd/kitchen/availability", "\(topic)")
+      #expect(config["device"]?["identifiers"] == ["rampd_kitchen"], "\(topic)")
+      #expect(config["command_topic"]?.stringValue?.hasPrefix("rampd/kitchen/") == true, "\(topic)")
+    }
+    let master = try JSON.parse(byTopic["homeassistant/number/kitchen_master_gain/config"] ?? "{}")
+    #expect(master["state_topic"] == "rampd/kitchen/state/master.gain" && master["max"] == 100)
+
+    // What Home Assistant sends: the slider's percent through its command template, a button's PRESS.
+    try broker.publish("rampd/kitchen/set/master.gain", "40%")
+    try broker.waitFor("rampd/kitchen/state/master.gain", "0.4")
+    try broker.publish("rampd/kitchen/stop", "PRESS")
+    // The stream is gone: its state and its entity are no longer retained.
+    try waitUntil("the bed's config removed") {
+      try broker.retained("homeassistant/number/kitchen_stream_bed_gain/config") == nil
+    }
+    #expect(try broker.retained("rampd/kitchen/state/streams.bed.gain") == nil)
+
+    // Killed without a word: the broker publishes its Last Will.
+    box.bridge.kill()
+    try broker.waitFor("rampd/kitchen/availability", "offline")
+    // Back, and online again; stopped cleanly, offline said by the bridge itself.
+    let again = try BridgeProcess(box: "kitchen", broker: broker, socket: box.daemon.socket)
+    try broker.waitFor("rampd/kitchen/availability", "online")
+    #expect(again.terminate() == 0)
+    try broker.waitFor("rampd/kitchen/availability", "offline")
+    #expect(again.log.contains("stopping"))
+  }
+
+  /// The broker restarts while the bridge is away from it; a QoS 1 command published before the
+  /// bridge is back is kept for its persistent session (a fixed client id, clean session off)
+  /// and applied once it reconnects.
+  @Test func aQoS1CommandPublishedWhileTheBridgeIsAwayIsApplied() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    broker.stop()
+    try waitUntil("the bridge lost the broker") { box.bridge.log.contains("lost the broker") }
+    // libmosquitto tries again after 1 s, then 4 s later (its back-off, squared): the broker is
+    // back between the two, and the command is published before the second.
+    usleep(1_500_000)
+    try broker.start()
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":0.3,"duration":0}"#)
+    #expect(box.bridge.count("connected to the broker") == 1, "the bridge was back before the publish")
+    try waitUntil("master.gain at 0.3 once the bridge is back", timeout: 15) {
+      try model("master.gain", box.daemon) == 0.3
+    }
+    #expect(box.bridge.count("connected to the broker") == 2, "\(box.bridge.log)")
+    try broker.waitFor("rampd/k1/availability", "online")
+  }
+
+  /// rampd stops and starts again: the bridge says offline, keeps a command published meanwhile,
+  /// reconnects by itself, says online, and sends the command.
+  @Test func aCommandPublishedWhileRampdIsDownIsAppliedWhenItIsBack() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    #expect(box.daemon.stop() == 0)
+    try broker.waitFor("rampd/k1/availability", "offline")
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":0.3,"duration":0}"#)
+    usleep(500_000)
+    let again = try DaemonProcess(limiter: "off", reusing: box.daemon.directory)
+    try broker.waitFor("rampd/k1/availability", "online")
+    try waitUntil("master.gain at 0.3 once rampd is back") { try model("master.gain", again) == 0.3 }
+    #expect(box.bridge.count("connected to rampd") == 2, "\(box.bridge.log)")
+  }
+
+  /// Bad payloads are answered on rampd/<box>/error and logged; the bridge and rampd go on, and
+  /// the stream plays throughout.
+  @Test func badPayloadsAreAnsweredOnTheErrorTopic() throws {
+    let broker = try Broker()
+    // A command left retained on the broker reaches the bridge, flagged retained, when it
+    // subscribes: it is refused, since it would run again at every reconnection.
+    try broker.publish("rampd/k1/set/master.gain", "0.1", retain: true)
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    try waitUntil("the retained command refused") {
+      box.bridge.log.contains("refused rampd/k1/set/master.gain '0.1': bad-request: a retained command")
+    }
+    let cases: [(topic: String, payload: String, code: String, field: String?)] = [
+      ("set/master.gain", "loud", "invalid-field", "value"),
+      ("set/master.gain", "nan", "invalid-field", "value"),
+      ("set/master.gain", "1e999", "invalid-field", "value"),
+      ("set/master.gain", "5", "out-of-range", "value"),
+      ("set/master.gain", "-3", "invalid-field", "value"),
+      ("set/streams.nope.gain", "0.5", "unknown-key-path", "key"),
+      ("set/master..gain", "0.5", "invalid-field", "key"),
+      ("set/master.gain", #"{"value":0.5,"durtion":1}"#, "unknown-field", "durtion"),
+      ("set/master.gain", #"{"value":0.5"#, "bad-json", nil),
+      ("set/master.gain", #"{"value":0.5,"at":"yesterday"}"#, "invalid-field", "at"),
+      ("set/master.gain", #"{"value":0.5,"at":1e300}"#, "invalid-field", "at"),
+      ("fade-out", "soon", "invalid-field", "duration"),
+      ("set", "0.5", "invalid-field", "key"),
+      ("play", "", "missing-field", "path"),
+      ("set/master.gain", String(repeating: "1", count: 5000), "line-too-long", nil),
+    ]
+    // A subscriber waiting before anything is published.
+    let listener = Process()
+    listener.executableURL = URL(fileURLWithPath: MosquittoTools.subscribe)
+    listener.arguments = [
+      "-h", "127.0.0.1", "-p", "\(broker.port)", "-t", "rampd/k1/error", "-C", "\(cases.count)", "-W", "20",
+    ]
+    let output = Pipe()
+    listener.standardOutput = output
+    try withSignalsUnblocked { try listener.run() }
+    usleep(300_000)
+    for (topic, payload, _, _) in cases { try broker.publish("rampd/k1/\(topic)", payload) }
+    let received = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    listener.waitUntilExit()
+    let errors = try received.split(separator: "\n").map { try JSON.parse(String($0)) }
+    #expect(errors.count == cases.count, "\(received)\n\(box.bridge.log)")
+    // Refused here or by rampd (whose replies come a moment later): matched by topic and payload.
+    for expected in cases {
+      let error = errors.first {
+        $0["topic"]?.stringValue == "rampd/k1/\(expected.topic)"
+          && $0["payload"]?.stringValue == String(expected.payload.prefix(256))
+      }
+      #expect(
+        error?["code"]?.stringValue == expected.code && error?["field"]?.stringValue == expected.field,
+        "\(expected) → \(error?.serialized() ?? "no error")")
+    }
+    // A flood: 3000 bad payloads in one connection. The errors published are held to 20 a second,
+    // the rest logged; a good command after it is applied.
+    let flood = try mosquittoTool(
+      MosquittoTools.publish,
+      ["-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", "rampd/k1/set/master.gain", "-l"],
+      stdin: String(repeating: "loud\n", count: 3000))
+    #expect(flood.status == 0, "\(flood)")
+    try broker.publish("rampd/k1/set/master.gain", #"{"value":0.5,"duration":0}"#)
+    try waitUntil("master.gain at 0.5 after the flood", timeout: 20) { try model("master.gain", box.daemon) == 0.5 }
+    // Each one delivered is logged. Mosquitto queues at most 1000 QoS 1 messages for a client
+    // (max_queued_messages) and drops the rest of a flood the bridge has not taken yet.
+    var logged = -1
+    try waitUntil("the refusals logged") {
+      let now = box.bridge.count("refused rampd/k1/set/master.gain 'loud'")
+      defer { logged = now }
+      usleep(200_000)
+      return now == logged
+    }
+    #expect(logged > 1000 && logged <= 3001, "\(logged) refusals logged")
+    #expect(box.bridge.process.isRunning)
+    #expect(box.daemon.process.isRunning)
+    try broker.waitFor("rampd/k1/availability", "online")
+    box.daemon.stop()
+    // Uninterrupted: from the first full-scale sample to the last at half, only those two.
+    let left = try box.daemon.played(channel: 0)
+    let first = try #require(left.firstIndex(of: 1))
+    let last = try #require(left.lastIndex(of: 0.5))
+    let heard = runs(Array(left[first...last])).map(\.value)
+    #expect(heard == [1, 0.5], "levels heard: \(heard.prefix(10))")
+  }
+}
+
+/// A fleet: two rampd on this machine, each with its own bridge, one broker. One publish on
+/// rampd/all with a wall-clock `at` fades both, and their recordings start the fade on the same
+/// wall-clock instant; one box's bridge killed and restarted meanwhile changes nothing of that.
+extension MQTTBridgeTests {
+  @Suite struct Fleet {
+    /// When each recording's frames were written: its size, looked at every 0.2 ms.
+    final class GrowthWatch: @unchecked Sendable {
+      private let lock = NSLock()
+      private var stopped = false
+      private var seen: [[(time: Double, frames: Int)]]
+      private let paths: [String]
+
+      init(_ paths: [String]) {
+        self.paths = paths
+        seen = paths.map { _ in [] }
+        Thread { [self] in
+          while !lock.withLock({ stopped }) {
+            for (index, path) in paths.enumerated() {
+              var info = stat()
+              guard stat(path, &info) == 0 else { continue }
+              let frames = Int(info.st_size) / 8
+              let now = Date().timeIntervalSince1970
+              lock.withLock {
+                // Only the first time each size is seen: when that write landed, within a look.
+                if seen[index].last?.frames != frames { seen[index].append((now, frames)) }
+              }
+            }
+            usleep(200)
+          }
+        }.start()
+      }
+
+      func stop() -> [[(time: Double, frames: Int)]] {
+        lock.withLock {
+          stopped = true
+          return seen
+        }
+      }
+
+      /// The wall-clock time frame `frame` was written, from the writes of the second around it
+      /// (24000 frames either side), each moved along the clock (48000 frames a second) to that
+      /// frame: the earliest. A write is seen late (a look every 0.2 ms, a loaded machine), never
+      /// early, so the earliest is when they landed; only near ones count, since a render thread
+      /// that fell behind elsewhere starts its clock afresh there.
+      static func time(of frame: Int, in writes: [(time: Double, frames: Int)]) -> Double? {
+        let near = writes.filter { abs($0.frames - frame) <= 24_000 }
+        guard near.count >= 10 else { return nil }
+        return near.map { $0.time + Double(frame - $0.frames) / 48_000 }.min()
+      }
+    }
+
+    @Test func aGroupCommandWithAtFadesEveryBoxOnTheSameInstant() throws {
+      let broker = try Broker()
+      let a = try Box("room-a", broker: broker)
+      let b = try Box("room-b", broker: broker)
+      try broker.waitFor("rampd/room-a/availability", "online")
+      try broker.waitFor("rampd/room-b/availability", "online")
+      let watch = GrowthWatch([a.daemon.recording, b.daemon.recording])
+      usleep(1_000_000)
+      let due = ((Date().timeIntervalSince1970 + 1.5) * 1000).rounded() / 1000
+      try broker.publish(
+        "rampd/all/fade/master.gain", #"{"to":0.5,"duration":1,"curve":"linear","at":"\#(RFC3339.format(due))"}"#)
+      // Saved by both rampd; then room-b's bridge dies and comes back before the fade is due.
+      for box in [a, b] {
+        try waitUntil("the fade scheduled") {
+          try box.daemon.client().request(["cmd": "status"]).result["scheduled"]?.arrayValue?.count == 1
+        }
+      }
+      b.bridge.kill()
+      try broker.waitFor("rampd/room-b/availability", "offline")
+      let restarted: BridgeProcess
+      do { restarted = try BridgeProcess(box: "room-b", broker: broker, socket: b.daemon.socket) } catch {
+        throw HarnessError("\(error)\nbroker: \(broker.log.suffix(3000))\nrampd b: \(b.daemon.log.suffix(2000))")
+      }
+      try broker.waitFor("rampd/room-b/availability", "online")
+      #expect(Date().timeIntervalSince1970 < due - 0.1, "the restart took until the fade was due")
+      usleep(UInt32(max(0, due + 1.3 - Date().timeIntervalSince1970) * 1e6))
+      let writes = watch.stop()
+      a.daemon.stop()
+      b.daemon.stop()
+      var instants: [Double] = []
+      for (index, box) in [a, b].enumerated() {
+        let left = try box.daemon.played(channel: 0)
+        let first = try #require(left.firstIndex(of: 1))
+        let change = try #require(left[first...].firstIndex { $0 < 1 })
+        // Played on throughout, the bridge's death included: full scale up to the fade, a linear
+        // fade to half over a second.
+        #expect(left[first..<change].allSatisfy { $0 == 1 }, "box \(index) interrupted")
+        #expect(abs(left[change + 24_000] - 0.75) < 1e-3, "box \(index): \(left[change + 24_000]) half-way")
+        let written = try #require(GrowthWatch.time(of: change, in: writes[index]))
+        instants.append(written)
+        // Written about when it is heard (ALSA's null, paced by the clock, keeps no delay of its
+        // own): within a buffer, where `at` ignored would be 1.5 s early. A loaded machine writes
+        // both late alike, which `apart` below cancels.
+        #expect(abs(written - due) < 0.025, "box \(index) faded \((written - due) * 1000) ms from its at")
+        print("box \(index): fade starts at frame \(change), written \((written - due) * 1000) ms from its at")
+      }
+      let apart = abs(instants[0] - instants[1])
+      print("the two fades start \(apart * 1000) ms apart")
+      // Both rampd write a buffer (20 ms) ahead of what is heard, so the write times are the heard
+      // times less the same delay.
+      #expect(apart < 0.001, "the fades start \(apart * 1000) ms apart")
+      #expect(restarted.process.isRunning)
+    }
+  }
+}
+
+extension MQTTBridgeTests {
+  /// Latency: from a publish to rampd applying it (its `animation-started` event, read by a
+  /// subscribed connection), against the same request sent on rampd's socket, in the same run.
+  /// What is heard follows by the output's delay (`status` output.delay), the same for both.
+  @Suite struct Latency {
+    static func percentile(_ values: [Double], _ p: Double) -> Double {
+      let sorted = values.sorted()
+      return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.down)))]
+    }
+
+    @Test func publishToAppliedAgainstTheSocket() throws {
+      let broker = try Broker()
+      let box = try Box("k1", broker: broker)
+      try broker.waitFor("rampd/k1/availability", "online")
+      let watcher = try box.daemon.client()
+      try watcher.request(["cmd": "subscribe", "events": ["animation-started"]])
+      // One mosquitto_pub for every message (-l: a line each), started once.
+      let publisher = Process()
+      publisher.executableURL = URL(fileURLWithPath: MosquittoTools.publish)
+      publisher.arguments = [
+        "-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", "rampd/k1/fade/master.gain", "-l",
+      ]
+      let input = Pipe()
+      publisher.standardInput = input
+      try withSignalsUnblocked { try publisher.run() }
+      let direct = try box.daemon.client()
+      var lastID = 0
+      func applied(after start: Date) throws -> Double {
+        let event = try watcher.waitForEvent(timeout: 5) { ($0["id"]?.int ?? 0) > lastID }
+        lastID = event["id"]?.int ?? lastID
+        return Date().timeIntervalSince(start)
+      }
+      var mqtt: [Double] = []
+      var socket: [Double] = []
+      // The first round waits for mosquitto_pub to connect: not counted.
+      for round in 0..<101 {
+        let target = round % 2 == 0 ? "0.5" : "0.6"
+        var start = Date()
+        input.fileHandleForWriting.write(Data("\(target)\n".utf8))
+        let viaBroker = try applied(after: start)
+        if round > 0 { mqtt.append(viaBroker) }
+        usleep(20_000)
+        start = Date()
+        try direct.send(raw: #"{"cmd":"fade","key":"master.gain","to":\#(target),"duration":1}"#)
+        let viaSocket = try applied(after: start)
+        if round > 0 { socket.append(viaSocket) }
+        _ = try direct.readLine()
+        usleep(20_000)
+      }
+      try input.fileHandleForWriting.close()
+      publisher.waitUntilExit()
+      let report = { (values: [Double]) in
+        String(
+          format: "median %.2f ms, p99 %.2f ms", Self.percentile(values, 0.5) * 1000,
+          Self.percentile(values, 0.99) * 1000)
+      }
+      print("publish → applied: MQTT \(report(mqtt)); rampd's socket \(report(socket)) (\(mqtt.count) each)")
+      // A broker hop and a bridge add a few milliseconds, not a block's worth of waiting each.
+      #expect(Self.percentile(mqtt, 0.5) < 0.05, "MQTT median \(Self.percentile(mqtt, 0.5))")
+    }
+  }
+}
