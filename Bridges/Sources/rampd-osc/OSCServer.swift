@@ -95,6 +95,10 @@ final class OSCServer: @unchecked Sendable {
 
   /// Serves until the process is stopped.
   func run() -> Never {
+    // A parent may have started it with signals blocked (SIGTERM among them): stopping must work.
+    var none = sigset_t()
+    sigemptyset(&none)
+    pthread_sigmask(SIG_SETMASK, &none, nil)
     signal(SIGPIPE, SIG_IGN)
     let shown = settings.listen.with(port: port)
     FileHandle.standardError.write(
