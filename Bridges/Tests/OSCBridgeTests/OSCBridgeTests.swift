@@ -384,6 +384,79 @@ import Testing
   }
 }
 
+/// From a message sent to the sample it makes rampd play: OSC over UDP through rampd-osc, and a
+/// request line on rampd's socket (the way rampctl goes), taken in turns in the same run; then
+/// `oscsend` and `rampctl` themselves, each a process started per message. Printed as median and
+/// p99 (`latency:` lines); checked only loosely, this machine being shared.
+@Suite(.serialized) struct OSCLatencyTests {
+  static let rate = 48_000
+
+  @Test func messageToHeardSampleAgainstTheSocket() throws {
+    let (daemon, bridge, client) = try OSCBridgeTests.playingDaemon()
+    defer { daemon.stop() }
+    try OSCBridgeTests.heard(0.5, in: daemon)
+    let peer = try UDPPeer(bridgePort: bridge.port)
+    let delay = try client.request(["cmd": "status"]).result["output"]?["delay"]?.numberValue ?? 0
+    let hasRampctl = FileManager.default.isExecutableFile(atPath: Executables.rampctl)
+    var paths = ["osc", "socket", "oscsend"] + (hasRampctl ? ["rampctl"] : [])
+    var samples: [String: [Double]] = [:]
+    // 50 messages each in process, 15 each through a process started per message (a debug
+    // rampctl takes a third of a second to start on this machine).
+    let rounds = 50
+    for round in 0..<rounds * paths.count {
+      let path = paths[round % paths.count]
+      if ["oscsend", "rampctl"].contains(path) && samples[path, default: []].count >= 15 { continue }
+      // A level of its own each time, so that its first sample is unmistakable.
+      let gain = 0.2 + 0.6 * Double(round) / Double(rounds * paths.count)
+      let level = Float(0.5 * Float(gain))
+      var info = stat()
+      stat(daemon.recording, &info)
+      let frame = Int(info.st_size) / 8
+      switch path {
+      case "osc":
+        peer.send(OSCWire.message("/rampd/master/gain", [.f(Float(gain)), .f(0)]))
+      case "socket":
+        try client.send(
+          raw: JSONValue.object([
+            "cmd": "set", "key": "master.gain", "value": .number(Double(Float(gain))), "duration": 0,
+          ])
+          .serialized())
+      case "oscsend":
+        _ = try oscsend(["localhost", "\(bridge.port)", "/rampd/set", "sff", "master.gain", "\(Float(gain))", "0"])
+      default:
+        _ = try runProcess(
+          Executables.rampctl, ["--socket", daemon.socket, "set", "master.gain", "\(Float(gain))", "--duration", "0"])
+      }
+      var heardAt = 0
+      try waitFor("\(path): \(level) to be heard") {
+        let left = try daemon.played(channel: 0)
+        guard let index = left[min(frame, left.count)...].firstIndex(where: { abs($0 - level) < 1e-6 }) else {
+          return false
+        }
+        heardAt = index
+        return true
+      }
+      samples[path, default: []].append(Double(heardAt - frame) / Double(Self.rate) + delay)
+      usleep(30_000)
+    }
+    if !hasRampctl { paths.append("rampctl (not built)") }
+    func percentile(_ values: [Double], _ p: Double) -> Double {
+      let sorted = values.sorted()
+      return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
+    }
+    for path in paths {
+      guard let values = samples[path] else { continue }
+      print(
+        String(
+          format: "latency: %@ to heard: median %.1f ms, p99 %.1f ms (%d messages; %.1f ms of it the device's buffer)",
+          path, percentile(values, 0.5) * 1000, percentile(values, 0.99) * 1000, values.count, delay * 1000))
+    }
+    let osc = percentile(samples["osc"] ?? [], 0.5)
+    let socket = percentile(samples["socket"] ?? [], 0.5)
+    #expect(osc < socket + 0.02, "OSC's median \(osc) s against the socket's \(socket) s")
+  }
+}
+
 /// User and system CPU time of a process, in seconds (/proc/PID/stat's utime and stime).
 func cpuSeconds(_ pid: pid_t) throws -> Double {
   let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
