@@ -13,7 +13,8 @@ struct RampdOSC: ParsableCommand {
     abstract: "Open Sound Control for rampd: show controllers set, fade, play and stop over UDP or TCP.",
     discussion: """
       rampd-osc is a client of rampd's socket, as rampctl is. It listens for OSC 1.0/1.1 packets on \
-      one address and port, over UDP and over TCP (each packet framed with SLIP, as OSC 1.1 says), \
+      one address and port, over UDP and over TCP (each packet framed with SLIP, as OSC 1.1 says, or \
+      preceded by its size, as OSC 1.0 senders such as liblo's oscsend do), \
       127.0.0.1:9000 by default, and turns each message into a request to rampd:
 
         /rampd/master/gain ,f 0.5          set master.gain (the key path, / for .)
@@ -31,7 +32,7 @@ struct RampdOSC: ParsableCommand {
       message is answered to its sender (UDP: its address and port, or --reply-port; TCP: the same \
       connection) with /rampd/reply ,ss ADDRESS RESULT-JSON, or /rampd/error ,sss ADDRESS CODE MESSAGE. \
       A malformed packet is logged and dropped, unanswered. --map maps a controller's fixed address \
-      (a TouchOSC fader sending 0…1) onto a key path, with a range and a curve. docs/OSC.md has the \
+      (a TouchOSC fader sending 0..1) onto a key path, with a range and a curve. docs/OSC.md has the \
       whole address space.
 
       Environment: RAMPD_OSC_LISTEN, RAMPD_OSC_ALLOW and RAMPD_OSC_MAP (several separated by \

@@ -204,6 +204,12 @@ import Testing
     }
   }
 
+  /// docs/rampd-osc.1 (script/man) holds every help text and renders without a warning.
+  @Test func manPage() throws {
+    try ManPage.checkEveryHelpText("rampd-osc", binary: Executables.rampdOSC, atLeast: 6)
+    try ManPage.checkRendersWithoutWarnings("rampd-osc")
+  }
+
   // MARK: Timetags
 
   /// A bundle timetagged 1.2 s ahead (at a fraction of a millisecond) lands on the sample rampd
