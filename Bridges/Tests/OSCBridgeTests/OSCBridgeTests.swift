@@ -183,6 +183,26 @@ import Testing
     #expect(bridge.log.contains("not in the allowed sources"), "\(bridge.log)")
   }
 
+  /// rampd stopped: messages are answered `unreachable`, and the bridge stays up; rampd started
+  /// again on the same socket: the next message reaches it and is heard.
+  @Test func outlivesRampdAndReconnects() throws {
+    let (daemon, bridge, _) = try Self.playingDaemon()
+    let peer = try UDPPeer(bridgePort: bridge.port)
+    #expect(peer.exchange(OSCWire.message("/rampd/ping"))?.address == "/rampd/reply")
+    daemon.stop()
+    let refused = peer.exchange(OSCWire.message("/rampd/master/gain", [.f(0.5)]))
+    #expect(refused?.strings.dropFirst().first == "unreachable", "\(String(describing: refused))")
+    let again = try DaemonProcess(name: "again", limiter: "off", reusing: daemon.directory)
+    defer { again.stop() }
+    let file = try again.constantFile("half", seconds: 2, left: 0.5, right: 0.5)
+    #expect(try again.client().request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    usleep(600_000)  // past the half second between two attempts to connect
+    let set = peer.exchange(OSCWire.message("/rampd/master/gain", [.f(0.5), .f(0)]))
+    #expect(set?.address == "/rampd/reply", "\(String(describing: set))\n\(bridge.log)")
+    try Self.heard(0.25, in: again)
+    #expect(bridge.process.isRunning)
+  }
+
   /// Bad flags exit with 64 (EX_USAGE), naming the flag.
   @Test func badFlagsAreRefusedNamingTheFlag() throws {
     let cases: [([String], String)] = [
