@@ -234,7 +234,8 @@ import Testing
 
   /// A bundle timetagged 1.2 s ahead (at a fraction of a millisecond) lands on the sample rampd
   /// hears at that wall-clock time: a `set` scheduled on rampd's socket for half a second later
-  /// by the same wall clock is heard exactly 24000 samples after it (within one). Its reply comes
+  /// by the same wall clock is heard exactly 24000 samples after it (within one), and both of its
+  /// messages take effect on that one sample. Its replies come
   /// once it has taken effect. An immediate bundle (timetag 1) runs at once.
   @Test func aTimetaggedBundleLandsOnTheSampleOfItsTime() throws {
     let (daemon, bridge, client) = try Self.playingDaemon()
@@ -242,9 +243,14 @@ import Testing
     try Self.heard(0.5, in: daemon)
     let peer = try UDPPeer(bridgePort: bridge.port)
     let due = (Date().timeIntervalSince1970 + 1.2).rounded(.down) + 0.123_45
+    // Two messages in the bundle: both land on its sample (one alone would be heard at 0.25).
     peer.send(
       OSCWire.bundle(
-        OSCWire.timetag(unix: due), [OSCWire.message("/rampd/set", [.s("master.gain"), .f(0.5), .f(0)])]))
+        OSCWire.timetag(unix: due),
+        [
+          OSCWire.message("/rampd/set", [.s("master.gain"), .f(0.5), .f(0)]),
+          OSCWire.message("/rampd/streams/probe/gain", [.f(0.5), .i(0)]),
+        ]))
     let reference = try client.request([
       "cmd": "set", "key": "master.gain", "value": 0.25, "duration": 0, "at": .string(RFC3339.format(due + 0.5)),
       "ack": "scheduled",
@@ -253,10 +259,13 @@ import Testing
     let reply = peer.receive(timeout: 5)
     let answered = Date().timeIntervalSince1970
     #expect(reply?.address == "/rampd/reply", "\(String(describing: reply))\n\(bridge.log)")
+    #expect(peer.receive()?.address == "/rampd/reply")
     #expect(answered > due - 0.1, "answered \(due - answered) s before it was due: not when it took effect")
-    let first = try Self.heard(0.25, in: daemon)
-    let second = try Self.heard(0.125, in: daemon, from: first)
+    let first = try Self.heard(0.125, in: daemon)
+    let second = try Self.heard(0.0625, in: daemon, from: first)
     #expect(abs(second - first - Self.rate / 2) <= 1, "heard \(second - first) samples apart, not 24000\n\(bridge.log)")
+    let before = try daemon.played(channel: 0)[(first - Self.rate / 2)..<first]
+    #expect(before.allSatisfy { abs($0 - 0.5) < 1e-6 }, "the bundle's two messages took effect on different samples")
 
     // Timetag 1: at once, both messages of the bundle.
     let immediate = OSCWire.bundle(
