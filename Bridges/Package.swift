@@ -19,9 +19,12 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
   ],
   targets: [
+    // liblo (Debian's liblo-dev) reads and writes OSC messages for rampd-osc.
+    .systemLibrary(name: "CLiblo", path: "Sources/CLiblo", pkgConfig: "liblo", providers: [.apt(["liblo-dev"])]),
     .executableTarget(
       name: "rampd-osc",
       dependencies: [
+        "CLiblo",
         .product(name: "RampClient", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -1,1 +1,0 @@
-print("rampd-osc: not built yet")
