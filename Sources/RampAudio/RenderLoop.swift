@@ -538,7 +538,8 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
       state.post(.deviceFailed(failure))
     }
     if device == nil || onFallback, let fresh = link.freshDevices.pop() { use(fresh) }
-    guard let device else {
+    // A pulled output takes no block: the loop lends it the step from the next block on.
+    guard let device, device.capabilities.delivery == .push else {
       keepTime(frames: buffers.frames)
       return
     }
