@@ -68,6 +68,8 @@ public struct OutputConfiguration: Sendable, Equatable {
   /// The true-peak limiter on the master (``TruePeakLimiter``); not enabled unless asked for
   /// (the daemon's configuration asks by default).
   public var limiter = LimiterSettings(enabled: false)
+  /// The native PipeWire output's stream (``PipeWireOutput``): its role, target and quantum.
+  public var pipewire = PipeWireSettings()
 
   public enum Rewind: String, CaseIterable, Sendable {
     /// On a sound card (a chain that ends in a kernel `hw` PCM, not through `dmix`).
@@ -127,6 +129,7 @@ public struct OutputConfiguration: Sendable, Equatable {
       throw invalid("rewind-buffer", "\(rewindBufferTime) s is outside 0...10 s")
     }
     try limiter.validate()
+    try pipewire.validate()
     if let reopenAfter, !(reopenAfter >= periodTime && reopenAfter <= 86_400) {
       // Set by the daemon from its own key (embedded-output.max-duration), which it checks first.
       throw AudioError(.invalidParameter, "reopenAfter: \(reopenAfter) s is outside one period...86400 s")

@@ -147,8 +147,19 @@ public struct PullTiming: Sendable, Equatable {
 /// `timing`. Allocation-free, lock-free, and it waits for no other thread unless the output has
 /// no clock (``OutputCapabilities/Clock/none``), where it waits for the streams' audio as a push
 /// render does. Implemented by the render loop.
-public protocol PulledRender: AnyObject {
+///
+/// Live, the render loop lends its step to the output and takes it back (the output failed, or
+/// nothing is left to play); while it is lent the output's thread alone runs it. A call that
+/// comes while it is not lent renders silence.
+public protocol PulledRender: AnyObject, Sendable {
   func renderPulled(into buffer: UnsafeMutablePointer<Float>, frames: Int, timing: PullTiming?) throws(AudioError)
+  /// The output stopped asking for good (its server went away, its stream failed): said from
+  /// any thread but the one that pulls, once per opened output.
+  func pulledOutputStopped()
+}
+
+extension PulledRender {
+  public func pulledOutputStopped() {}
 }
 
 /// An output: what the render loop and the device recovery know of one. Opened with a format

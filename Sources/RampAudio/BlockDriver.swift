@@ -102,6 +102,10 @@ struct PulledBlocks: BlockDriver {
     destination.update(from: buffers.mix, count: buffers.frames * buffers.channels)
     guard last else { return }
     loop.pulledDelivered(timing)
+    if !loop.offline, let device = loop.device {
+      loop.pulledLiveDelivered(
+        destination - offset * buffers.channels, frames: offset + buffers.frames, on: device)
+    }
   }
 
   mutating func afterBlock(_ loop: RenderLoop) {

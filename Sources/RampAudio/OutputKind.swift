@@ -22,6 +22,8 @@ public enum OutputKind: String, CaseIterable, Sendable {
   case other
   /// Not a device: the sound file of an offline render (``SinkOutput``), on a virtual clock.
   case render
+  /// rampd's own PipeWire client (``PipeWireOutput``): a `pw_stream` that asks for each quantum.
+  case pipewireNative = "pipewire-native"
 }
 
 /// The PCM chain of an output: the types of the configured PCM and of its slaves, from ALSA's
@@ -123,6 +125,14 @@ extension OutputChain {
       snd_pcm_info_free(info)
     }
     self.init(types: types, card: card)
+  }
+
+  /// The types of PCM `name` and of its slaves in ALSA's configuration as it stands.
+  static func types(ofConfigured name: String) -> [String] {
+    var top: OpaquePointer?
+    guard snd_config_update_ref(&top) >= 0, let top else { return [] }
+    defer { snd_config_unref(top) }
+    return types(of: name, in: top)
   }
 
   /// The types of PCM `name` and of its slaves, as configured in `root`, followed as

@@ -113,7 +113,11 @@ public struct PipeWireFormat: Sendable, Equatable {
 /// of the stream's own, never on the data thread. A stream is opened and closed by one control
 /// thread; after a failure (`.error`, `.unconnected`, `.coreError`) the caller closes it and
 /// opens it again, as often as it likes.
-public final class PipeWireStream: @unchecked Sendable {
+///
+/// Not `Sendable`: owned by the control thread that opens and closes it. What crosses threads
+/// is the context PipeWire's callbacks reach (the render closure, run on the data thread alone,
+/// its counters atomics) and `events`, a `@Sendable` closure called on the stream's own queue.
+public final class PipeWireStream {
   /// Fills `samples` (`timing.frames` interleaved frames) with the block whose first frame is
   /// `timing.firstFrame`.
   public typealias Render = (_ samples: UnsafeMutableBufferPointer<Float>, _ timing: PipeWireTiming) -> Void
@@ -211,8 +215,11 @@ public final class PipeWireStream: @unchecked Sendable {
   /// The version of libpipewire in use.
   public static var libraryVersion: String { String(cString: rampd_pw_library_version()) }
 
-  /// What the C callbacks reach: the render closure and the data thread's own state.
-  fileprivate final class Context: @unchecked Sendable {
+  /// What the C callbacks reach: the render closure and the data thread's own state. Reached
+  /// through an unretained pointer, by the data thread (`process`, the plain properties below
+  /// are its alone) and the thread loop's thread (`event`, atomics and the `@Sendable` events
+  /// closure only); the stream keeps it alive until `close` has returned.
+  fileprivate final class Context {
     let render: Render
     let events: @Sendable (PipeWireStreamEvent) -> Void
     let queue = DispatchQueue(label: "rampd.pipewire.events")

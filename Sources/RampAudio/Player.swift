@@ -145,9 +145,21 @@ public final class Player: Sendable {
   /// Renders to a sink on a virtual clock (``init(sink:rate:channels:blockFrames:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).
   public var isOffline: Bool { renderer.offline }
 
-  /// Opens an ALSA output: what a player opens unless told otherwise.
+  /// Opens an ALSA output.
   public static let alsaOpener: OutputOpener = { configuration throws(AudioError) in
     try AlsaPCMOutput(configuration)
+  }
+
+  /// What a player opens unless told otherwise: the native PipeWire output for `pipewire-native`,
+  /// and for `default` where ALSA's default is PipeWire's plugin and a PipeWire server answers
+  /// (``PipeWireOutput/servesDefault()``); ALSA otherwise (`pipewire` names ALSA's plugin).
+  public static let outputOpener: OutputOpener = { configuration throws(AudioError) in
+    if configuration.device == PipeWireOutput.deviceName
+      || configuration.device == "default" && PipeWireOutput.servesDefault()
+    {
+      return try PipeWireOutput(configuration)
+    }
+    return try AlsaPCMOutput(configuration)
   }
 
   /// `scheduledCapacity`: how many commands may wait for their sample at once (reserved here, so
@@ -156,7 +168,7 @@ public final class Player: Sendable {
   public convenience init(
     output configuration: OutputConfiguration, declick: Double = 0.010, maxGain: Double = 1,
     scheduledCapacity: Int = Player.maximumScheduled, animationsPerKeyPath: Int = 64,
-    eventCapacity: Int = Player.defaultEventCapacity, opener: @escaping OutputOpener = Player.alsaOpener
+    eventCapacity: Int = Player.defaultEventCapacity, opener: @escaping OutputOpener = Player.outputOpener
   ) throws {
     let device = try opener(configuration)
     try self.init(
@@ -175,7 +187,7 @@ public final class Player: Sendable {
     waitingFor configuration: OutputConfiguration, failure: any Error, fallback: OutputConfiguration?,
     declick: Double = 0.010, maxGain: Double = 1, scheduledCapacity: Int = Player.maximumScheduled,
     animationsPerKeyPath: Int = 64, eventCapacity: Int = Player.defaultEventCapacity,
-    opener: @escaping OutputOpener = Player.alsaOpener
+    opener: @escaping OutputOpener = Player.outputOpener
   ) throws {
     try configuration.validate()
     let device = try fallback.map { configuration throws(AudioError) in try opener(configuration) }
@@ -298,6 +310,7 @@ public final class Player: Sendable {
     link.running.store(false, ordering: .releasing)
     link.commandBell.ring()
     link.recoveryBell.ring()
+    link.pull.bell.ring()
     while !link.finished.load(ordering: .acquiring) || !link.recoveryFinished.load(ordering: .acquiring) {
       usleep(1_000)
     }

@@ -150,6 +150,8 @@ final class RenderLink: Sendable {
   /// The sample from which the meters measure (they start from silence when some level comes to
   /// be published), −1 while none is: a level read after it by a whole window is the signal's.
   let meteringSince = Atomic<Int64>(-1)
+  /// Who runs the render step while a pulled output plays (``PullHandOver``).
+  let pull = PullHandOver()
 
   init(eventCapacity: Int) throws {
     events = SPSCQueue<PlayerEvent>(minimumCapacity: max(eventCapacity, 16))

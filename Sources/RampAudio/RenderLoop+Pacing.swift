@@ -267,14 +267,8 @@ extension RenderLoop {
     // A device of an audio server is let go of while idle: a stream that is merely stopped keeps
     // the server's graph running (and waking) for nothing.
     let releases = capabilities.releasesWhenIdle
-    // How long before a scheduled command the device must run again (opened again first if it
-    // is let go of while idle).
-    let lead =
-      Int64(Double(output.bufferFrames + 2 * output.periodFrames) * nanosecondsPerFrame) + resumeNanoseconds
-      + (releases ? reopenNanoseconds : 0)
-    if let first = scheduled.firstSample, Double(first - state.engine.now) * nanosecondsPerFrame < Double(2 * lead) {
-      return nil
-    }
+    let lead = idleLead(releases: releases)
+    if scheduledTooSoonForIdle(releases: releases) { return nil }
     // The device stops a period before it would run dry, cutting the last block written. Two
     // blocks of silence are written first, so what it cuts is silence with a block to spare: the
     // end of a stream before them is heard whole even when the heard clock is a little early.
@@ -312,6 +306,19 @@ extension RenderLoop {
     // The recovery thread closes it, and opens it again when asked (`reopenParked`).
     if releases { handOver(device, to: link.parkedDevices) }
     return IdleStop(releases: releases, lead: lead, lastHeard: lastHeard)
+  }
+
+  /// How long before a scheduled command a device stopped for idle must run again (opened again
+  /// first if it is let go of while idle), in nanoseconds.
+  func idleLead(releases: Bool) -> Int64 {
+    Int64(Double(output.bufferFrames + 2 * output.periodFrames) * 1e9 / Double(output.rate)) + resumeNanoseconds
+      + (releases ? reopenNanoseconds : 0)
+  }
+
+  /// A scheduled command comes too soon for an idle spell: within two leads.
+  func scheduledTooSoonForIdle(releases: Bool) -> Bool {
+    guard let first = scheduled.firstSample else { return false }
+    return Double(first - state.engine.now) * 1e9 / Double(output.rate) < Double(2 * idleLead(releases: releases))
   }
 
   /// With no device (lost, waited for without an embedded output, or not opened again after an

@@ -58,8 +58,14 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
   var scheduled: CommandSchedule
   /// Blocks of silence written in a row while nothing is left to render (`idleIfNothingToRender`).
   var silentBlocksWritten = 0
-  /// The render thread's loop runs with allocations guarded (`rampd_guard_this_thread`).
+  /// The render step runs with allocations guarded (`rampd_guard_this_thread`), on the render
+  /// thread or on a pulled output's.
   var guarded = false
+  /// A live pulled step: the output's thread hands the step home after this one (to idle).
+  var pullHandsBack = false
+  /// A live pulled step: the output's thread was made ready (denormals flushed) since the step
+  /// was lent.
+  var pullThreadPrepared = false
   /// `configuration.reopenAfter` in frames (nil: never), the fallback's, and the frames written to
   /// the device since it was opened.
   let reopenAfterFrames: Int?
@@ -166,6 +172,12 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
     }
     var driver = DeviceBlocks()
     while link.running.load(ordering: .acquiring) {
+      // A pulled output runs the step on its own thread until it hands it back
+      // (`RenderLoop+Pulled.swift`).
+      if device?.capabilities.delivery == .pull {
+        playPulled(buffers)
+        continue
+      }
       // A live block cannot fail: a device error is recovered from (`writeOrKeepTime`).
       try? step(&driver, buffers)
     }
@@ -206,7 +218,19 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
   /// buffer rendered a block at a time (blocks of at most a period, split at the scheduled
   /// commands' samples as the pushed render's are), so the samples are the pushed render's, at
   /// any number of frames per pull. Allocation-free.
+  /// Live, only while the render loop lends its step to the output (``PullHandOver``), silence
+  /// otherwise.
   func renderPulled(into buffer: UnsafeMutablePointer<Float>, frames: Int, timing: PullTiming?) throws(AudioError) {
+    guard offline else {
+      renderPulledLive(into: buffer, frames: frames, timing: timing)
+      return
+    }
+    try renderPulledBlocks(into: buffer, frames: frames, timing: timing)
+  }
+
+  func renderPulledBlocks(
+    into buffer: UnsafeMutablePointer<Float>, frames: Int, timing: PullTiming?
+  ) throws(AudioError) {
     var offset = 0
     while offset < frames {
       let block = RenderBuffers(prefixOf: blockBuffers, frames: frames - offset)
@@ -514,7 +538,8 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
       state.post(.deviceFailed(failure))
     }
     if device == nil || onFallback, let fresh = link.freshDevices.pop() { use(fresh) }
-    guard let device else {
+    // A pulled output takes no block: the loop lends it the step from the next block on.
+    guard let device, device.capabilities.delivery == .push else {
       keepTime(frames: buffers.frames)
       return
     }
@@ -539,20 +564,7 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
     // Until a run of the device has been observed, after every block (a device that starts only
     // once it holds two blocks says nothing before).
     if observeAfterWrite || !heardClock.running || device.underruns != underrunsObserved { observeHeard(device) }
-    // Recovered once it has taken two buffers, not when it opens: a `file` plugin opens its file
-    // at the first write and writes it once its own buffer fills. (A device reopened on
-    // schedule was never lost.)
-    if framesSinceOpen >= 2 * device.negotiated.bufferFrames {
-      if waiting && !onFallback {
-        waiting = false
-        link.waiting.store(false, ordering: .releasing)
-        link.healthy.store(true, ordering: .relaxed)
-        state.post(.deviceArrived(device.negotiated.device))
-      } else if !link.healthy.load(ordering: .relaxed) {
-        link.healthy.store(true, ordering: .relaxed)
-        state.post(.deviceRecovered(device.negotiated.device))
-      }
-    }
+    devicePlays(device)
     link.underrunCount.store(underrunsOfLostDevices + device.underruns, ordering: .relaxed)
     // A device without a clock goes as fast as the streams decode; with none playing, time
     // would race (a ten-second fade over in microseconds, a core spinning): the clock keeps it.
@@ -563,6 +575,24 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
     }
     if let reopenAfter = onFallback ? fallbackReopenAfterFrames : reopenAfterFrames, framesSinceOpen >= reopenAfter {
       handOver(device, to: link.retiredDevices)
+    }
+  }
+
+  /// After `device` took audio: once it has taken two buffers, a configured device waited for
+  /// has arrived, a lost one recovered (not when it opens: a `file` plugin opens its file at the
+  /// first write and writes it once its own buffer fills; a device reopened on schedule was
+  /// never lost).
+  func devicePlays(_ device: any AudioOutput) {
+    if framesSinceOpen >= 2 * device.negotiated.bufferFrames {
+      if waiting && !onFallback {
+        waiting = false
+        link.waiting.store(false, ordering: .releasing)
+        link.healthy.store(true, ordering: .relaxed)
+        state.post(.deviceArrived(device.negotiated.device))
+      } else if !link.healthy.load(ordering: .relaxed) {
+        link.healthy.store(true, ordering: .relaxed)
+        state.post(.deviceRecovered(device.negotiated.device))
+      }
     }
   }
 

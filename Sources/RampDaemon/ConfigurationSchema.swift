@@ -165,6 +165,21 @@ enum ConfigSchema {
         output.rewindBufferTime = try ConfigParse.duration(value)
       }),
     outputKey(
+      "pipewire-role", render: { ConfigText.quoted($0.pipewire.role) },
+      set: { output, value throws(ValueProblem) in
+        output.pipewire.role = try ConfigParse.string(value)
+      }),
+    outputKey(
+      "pipewire-target", render: { ConfigText.quoted($0.pipewire.target) },
+      set: { output, value throws(ValueProblem) in
+        output.pipewire.target = try ConfigParse.string(value)
+      }),
+    outputKey(
+      "pipewire-quantum", render: { "\($0.pipewire.quantum)" },
+      set: { output, value throws(ValueProblem) in
+        output.pipewire.quantum = try ConfigParse.integer(value)
+      }),
+    outputKey(
       "limiter",
       render: { $0.limiter.enabled ? ConfigText.truePeakValue($0.limiter.ceilingDecibels) : ConfigText.quoted("off") },
       set: { output, value throws(ValueProblem) in

@@ -649,7 +649,7 @@ extension ConfigurationTests {
       ("[output]\ndeclick = \"5ms\"", "test:2: output.declick: unknown key in [output] (did you mean gain.declick?)"),
       (
         "[output]\nvolume = 1",
-        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
+        "test:2: output.volume: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, pipewire-role, pipewire-target, pipewire-quantum, limiter, limiter-lookahead, limiter-release, wait"
       ),
       ("[ouput]\ndevice = \"hw:0\"", "test:1: unknown section [ouput] (did you mean [output]?)"),
       (
@@ -663,12 +663,24 @@ extension ConfigurationTests {
       ("output = 3", "test:1: output: expected a table [output], got integer 3"),
       (
         "[output.extra]\na = 1",
-        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
+        "test:1: output.extra: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, pipewire-role, pipewire-target, pipewire-quantum, limiter, limiter-lookahead, limiter-release, wait"
       ),
       ("[fade]\nduraton = 1", "test:2: fade.duraton: unknown key (did you mean fade.duration?)"),
     ])
     func unknownKeys(toml: String, expected: String) {
       #expect(failure(toml) == expected)
+    }
+
+    /// The native PipeWire output's keys are checked naming the field: a quantum not a power of two
+    /// within 32...8192, an empty role.
+    @Test func pipeWireKeysAreValidatedNamingTheField() {
+      #expect(
+        failure("[output]\npipewire-quantum = 1000")
+          == "test:2: output.pipewire-quantum: 1000 frames is not a power of two within 32...8192")
+      #expect(
+        failure("[output]\npipewire-quantum = 16384")
+          == "test:2: output.pipewire-quantum: 16384 frames is not a power of two within 32...8192")
+      #expect(failure("[output]\npipewire-role = \"\"") == "test:2: output.pipewire-role: must be a non-empty name")
     }
 
     @Test func lineNumbers() {
@@ -702,8 +714,8 @@ extension ConfigurationTests {
           == "test:2: limits.clients: 0 is outside 1...4096\ntest:4: output.rate: 1 Hz is outside 8000...384000")
       #expect(
         failure("[output]\nzz = 1\naa = 2")
-          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
-          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, limiter, limiter-lookahead, limiter-release, wait"
+          == "test:2: output.zz: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, pipewire-role, pipewire-target, pipewire-quantum, limiter, limiter-lookahead, limiter-release, wait"
+          + "\ntest:3: output.aa: unknown key; the keys of [output] are device, rate, channels, format, period, buffer, pacing, margin, rewind, rewind-buffer, pipewire-role, pipewire-target, pipewire-quantum, limiter, limiter-lookahead, limiter-release, wait"
       )
       // Dotted keys and quoted keys.
       #expect(failure("\n\noutput.rate = 5") == "test:3: output.rate: 5 Hz is outside 8000...384000")

@@ -1,0 +1,266 @@
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
+
+/// The native PipeWire output's stream settings (`output.pipewire-role`, `output.pipewire-target`,
+/// `output.pipewire-quantum`).
+public struct PipeWireSettings: Sendable, Equatable {
+  /// `media.role`: what WirePlumber's policy sees the stream as.
+  public var role = "Music"
+  /// `target.object`: the sink's node name or serial; empty: the default sink.
+  public var target = ""
+  /// `node.latency` in frames: the quantum rampd asks for, and renders a block of per cycle.
+  public var quantum = 1024
+
+  public init(role: String = "Music", target: String = "", quantum: Int = 1024) {
+    self.role = role
+    self.target = target
+    self.quantum = quantum
+  }
+
+  public func validate() throws(AudioError) {
+    let invalid = AudioError.invalidOutput
+    if role.isEmpty || role.utf8.contains(0) { throw invalid("pipewire-role", "must be a non-empty name") }
+    if target.utf8.contains(0) { throw invalid("pipewire-target", "must not contain NUL") }
+    if !(32...8192).contains(quantum) || quantum & (quantum - 1) != 0 {
+      throw invalid("pipewire-quantum", "\(quantum) frames is not a power of two within 32...8192")
+    }
+  }
+}
+
+/// rampd's native PipeWire output: a ``PipeWireStream`` whose real-time `process` callback runs the
+/// render step (``PulledRender``) for exactly the quantum PipeWire asks for, with when it is heard
+/// from `pw_stream_get_time_n`. Nothing is rewound: a change is rendered into the next quantum
+/// asked for, heard one quantum and the graph's delay after it is sent.
+///
+/// Owned by one thread at a time, as every ``AudioOutput``; the data thread reaches only what the
+/// render closure holds (`DataSide`, handed over by `startPulling` with a release store and taken
+/// with an acquire load), the control side's events only `Shared` (atomics, a mutex off the render
+/// path).
+public final class PipeWireOutput: AudioOutput {
+  /// The name of the native output in `output.device` (`status.output.kind` too).
+  public static let deviceName = "pipewire-native"
+
+  public let negotiated: NegotiatedOutput
+  public let capabilities: OutputCapabilities
+  public var announcesFailure = false
+  private let stream: PipeWireStream
+  private let shared: Shared
+  private let data: DataSide
+  private var active = true
+
+  /// What the control side's events and the render thread share: why the stream failed, and whom
+  /// to tell. Atomics, and mutexes taken off the render step (by the events' queue, by whoever
+  /// builds `failure`, and once per opened output by `startPulling`).
+  final class Shared: Sendable {
+    let failed = Atomic<Bool>(false)
+    let closed = Atomic<Bool>(false)
+    let message = Mutex<String>("")
+    let renderer = Mutex<(any PulledRender)?>(nil)
+    /// The last cycle's mapping: `delay` frames handed over not yet heard at `nanoseconds`.
+    let delay = Atomic<Int>(0)
+    let nanoseconds = Atomic<Int64>(0)
+    let timed = Atomic<Bool>(false)
+
+    func event(_ event: PipeWireStreamEvent) {
+      let text: String
+      switch event {
+      case .state(.error, let message): text = "pipewire: stream error: \(message ?? "")"
+      case .state(.unconnected, _): text = "pipewire: the stream was disconnected"
+      case .coreError(let code, let message): text = "pipewire: connection lost (error \(-code)): \(message)"
+      default: return
+      }
+      guard !closed.load(ordering: .acquiring) else { return }
+      message.withLock { if $0.isEmpty { $0 = text } }
+      guard !failed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+      renderer.withLock { $0 }?.pulledOutputStopped()
+    }
+  }
+
+  /// The data thread's: whom it renders for, set before `lent` is stored (releasing) and read
+  /// after it is loaded (acquiring).
+  final class DataSide {
+    var renderer: (any PulledRender)?
+    let lent = Atomic<Bool>(false)
+  }
+
+  /// Opens a stream to the PipeWire server at `configuration`'s rate and channels, with its
+  /// `pipewire` settings; throws when no server answers or the format is not given in time.
+  public init(_ configuration: OutputConfiguration, timeout: Double = 2) throws(AudioError) {
+    try configuration.validate()
+    let shared = Shared()
+    let data = DataSide()
+    self.shared = shared
+    self.data = data
+    stream = PipeWireStream(
+      name: "rampd",
+      render: { samples, timing in PipeWireOutput.process(samples, timing, data: data, shared: shared) },
+      events: { shared.event($0) })
+    let settings = configuration.pipewire
+    let format = try stream.open(
+      rate: configuration.sampleRate, channels: configuration.channels, latencyFrames: settings.quantum,
+      role: settings.role, target: settings.target.isEmpty ? nil : settings.target, timeout: timeout)
+    negotiated = NegotiatedOutput(
+      device: configuration.device, format: .float32, rate: format.rate, channels: format.channels,
+      periodFrames: settings.quantum, bufferFrames: 2 * settings.quantum, pacing: .device, kind: .pipewireNative)
+    capabilities = OutputCapabilities(
+      clock: .own, delivery: .pull, mayRewind: false, stopsWhenIdle: true, releasesWhenIdle: true,
+      boundsHeardDrift: false)
+  }
+
+  deinit { close() }
+
+  /// On PipeWire's data thread, each cycle: the render step for the quantum asked for, or
+  /// silence until the output is lent to a renderer.
+  private static func process(
+    _ samples: UnsafeMutableBufferPointer<Float>, _ timing: PipeWireTiming, data: DataSide, shared: Shared
+  ) {
+    guard data.lent.load(ordering: .acquiring), let renderer = data.renderer, let base = samples.baseAddress,
+      timing.isValid
+    else {
+      samples.update(repeating: 0)
+      return
+    }
+    let pull = pullTiming(timing)
+    shared.delay.store(pull.delay, ordering: .relaxed)
+    shared.nanoseconds.store(pull.nanoseconds, ordering: .relaxed)
+    shared.timed.store(true, ordering: .releasing)
+    do throws(AudioError) {
+      try renderer.renderPulled(into: base, frames: timing.frames, timing: pull)
+    } catch {
+      samples.update(repeating: 0)
+    }
+  }
+
+  /// What a cycle's timing says in the render loop's terms: the frames handed over not yet heard
+  /// at `now` (the graph's delay in the stream's frames, what the stream and its resampler still
+  /// hold, and this buffer), and whether the graph skipped cycles since the last (a jump of
+  /// `ticks`).
+  public static func pullTiming(_ timing: PipeWireTiming) -> PullTiming {
+    let graph =
+      Double(timing.delay) * Double(timing.rateNumerator) * Double(timing.streamRate)
+      / Double(max(timing.rateDenominator, 1))
+    let delay = Int(graph.rounded()) + Int(timing.queued) + Int(timing.buffered) + timing.frames
+    return PullTiming(delay: delay, nanoseconds: timing.now, discontinuity: timing.skippedTicks > 0)
+  }
+
+  // MARK: Delivery
+
+  public func writeBlock(_ interleaved: UnsafePointer<Float>, frames: Int, clamped: Bool) -> Bool { false }
+  public func secondsUntilWritable(frames: Int, refillAt refill: Int?) -> Double { 0 }
+  public func availableFrames() -> Int? { failed ? nil : negotiated.periodFrames }
+
+  /// From now on the data thread renders for `renderer`. Activates a stream stopped for idle.
+  public func startPulling(_ renderer: any PulledRender) -> Bool {
+    if data.renderer == nil {
+      // Once per opened output: whom its events tell that it stopped.
+      shared.renderer.withLock { $0 = renderer }
+      data.renderer = renderer
+    }
+    data.lent.store(true, ordering: .releasing)
+    if !active {
+      do throws(AudioError) {
+        try stream.setActive(true)
+        active = true
+      } catch {
+        return false
+      }
+    }
+    return !failed
+  }
+
+  private var failed: Bool { shared.failed.load(ordering: .acquiring) }
+
+  // MARK: Heard
+
+  public func heardPosition() -> (delay: Int, nanoseconds: Int64)? {
+    guard shared.timed.load(ordering: .acquiring) else { return nil }
+    return (shared.delay.load(ordering: .relaxed), shared.nanoseconds.load(ordering: .relaxed))
+  }
+
+  public var delayFrames: Int { shared.delay.load(ordering: .relaxed) }
+  /// Gaps in the graph (`ticks` jumps) since the stream opened.
+  public var underruns: Int { stream.xruns }
+
+  // MARK: Rewind: nothing to rewind, each quantum is rendered when it is asked for.
+
+  public func rewindableFrames() -> Int { 0 }
+  public func rewind(frames: Int) -> Int { 0 }
+
+  // MARK: Idle and end
+
+  /// Inactive: PipeWire stops asking and the sink may suspend.
+  public func stopForIdle() {
+    data.lent.store(false, ordering: .releasing)
+    guard active else { return }
+    try? stream.setActive(false)
+    active = false
+    shared.timed.store(false, ordering: .releasing)
+  }
+
+  /// A stream starts when PipeWire's graph next runs, not at a set moment.
+  public func start(at nanoseconds: Int64) -> Bool { false }
+
+  /// What was handed over plays within a quantum: nothing to drain.
+  public func drain() {}
+
+  public func close() {
+    shared.closed.store(true, ordering: .releasing)
+    data.lent.store(false, ordering: .releasing)
+    stream.close()
+  }
+
+  // MARK: Failure
+
+  public var failure: AudioError {
+    let text = shared.message.withLock { $0 }
+    return AudioError(.device, text.isEmpty ? "pipewire: the stream stopped" : text)
+  }
+
+  // MARK: Choosing it
+
+  /// Whether `device = "default"` plays through the native output: ALSA's `default` PCM is
+  /// PipeWire's plugin (pipewire-alsa) and a PipeWire server accepts a connection on its socket.
+  public static func servesDefault() -> Bool {
+    OutputChain.types(ofConfigured: "default").last == "pipewire" && serverAnswers()
+  }
+
+  /// Whether a PipeWire server accepts a connection on its socket (`PIPEWIRE_REMOTE`, else
+  /// `pipewire-0`, in `PIPEWIRE_RUNTIME_DIR`, `XDG_RUNTIME_DIR` or `USERPROFILE`'s order as
+  /// libpipewire looks): a local socket's connect answers at once or fails.
+  public static func serverAnswers() -> Bool {
+    let environment = { (name: String) -> String? in getenv(name).map { String(cString: $0) } }
+    let name = environment("PIPEWIRE_REMOTE").flatMap { $0.isEmpty ? nil : $0 } ?? "pipewire-0"
+    let path: String
+    if name.hasPrefix("/") {
+      path = name
+    } else {
+      guard
+        let directory = ["PIPEWIRE_RUNTIME_DIR", "XDG_RUNTIME_DIR", "USERPROFILE"].lazy.compactMap(environment)
+          .first(where: { !$0.isEmpty })
+      else { return false }
+      path = directory + "/" + name
+    }
+    let socket = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard socket >= 0 else { return false }
+    defer { Glibc.close(socket) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let bytes = Array(path.utf8)
+    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+      raw.copyBytes(from: bytes)
+      raw[bytes.count] = 0
+    }
+    let connected = withUnsafePointer(to: &address) {
+      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+        connect(socket, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+      }
+    }
+    return connected == 0
+  }
+}
