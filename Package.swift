@@ -8,6 +8,11 @@ let renderPath: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"
 // The same for the request path (parse, dispatch, reply, journal), on the event loop: the checks
 // cost about 3 % of the instructions a `set` round trip takes there (callgrind).
 let requestPath = renderPath
+// TOMLKit imports Foundation (for Data and Date, FoundationEssentials' types): without this, its
+// import lends Foundation's String methods to every file that sees TOMLKit, and a `contains` there
+// linked Foundation, hence ICU. With it, a file sees the members of what it imports itself.
+// For RampDaemon and the two tools, whose graph holds TOMLKit.
+let ownImportsOnly: [SwiftSetting] = [.enableUpcomingFeature("MemberImportVisibility")]
 
 // The version the tools report: script/package sets RAMPD_VERSION (from `git describe`, through
 // script/version); other builds report the base version in Sources/CRampVersion/version.c.
@@ -83,7 +88,7 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
         .product(name: "TOMLKit", package: "TOMLKit"),
       ],
-      swiftSettings: requestPath
+      swiftSettings: requestPath + ownImportsOnly
     ),
     .executableTarget(
       name: "rampd",
@@ -93,7 +98,8 @@ let package = Package(
         "CAllocationGuard",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
-      ]
+      ],
+      swiftSettings: ownImportsOnly
     ),
     .executableTarget(
       name: "rampctl",
@@ -104,7 +110,8 @@ let package = Package(
         "RampDaemon",
         "RampProtocol",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
-      ]
+      ],
+      swiftSettings: ownImportsOnly
     ),
     .executableTarget(
       name: "rampbench",

@@ -1,6 +1,6 @@
 import CALSA
 import CLinux
-import Foundation
+import Glibc
 import RampEngine
 import Synchronization
 

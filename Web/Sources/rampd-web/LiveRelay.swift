@@ -1,6 +1,11 @@
-import Foundation
 import HummingbirdWebSocket
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// One page's WebSocket: a rampd connection of its own, with every line relayed both ways.
 ///
