@@ -27,9 +27,16 @@ import Testing
         used.isEmpty,
         """
         \(binary) uses \(used.count) symbol(s) of \(name), Foundation's internationalisation (and ICU's \
-        data in a static build): \(used.prefix(5).joined(separator: " "))
+        data in a static build): \(Self.demangled(Array(used.prefix(5))))
         """)
     }
+  }
+
+  /// `names` as Swift source spells them (swift-demangle), else as they are.
+  static func demangled(_ names: [String]) -> String {
+    let shown = try? runProcess("/usr/bin/env", ["swift-demangle", "--simplified"] + names)
+    guard let shown, shown.status == 0 else { return names.joined(separator: " ") }
+    return shown.stdout.split(separator: "\n").joined(separator: "; ")
   }
 
   /// The names nm lists (its last column, without a symbol version).
