@@ -1,4 +1,5 @@
 import HummingbirdWebSocket
+import NIOWebSocket
 import RampProtocol
 
 #if canImport(Glibc)
