@@ -8,6 +8,11 @@ let renderPath: [SwiftSetting] = [.unsafeFlags(["-enforce-exclusivity=unchecked"
 // The same for the request path (parse, dispatch, reply, journal), on the event loop: the checks
 // cost about 3 % of the instructions a `set` round trip takes there (callgrind).
 let requestPath = renderPath
+// TOMLKit imports Foundation (for Data and Date, FoundationEssentials' types): without this, its
+// import lends Foundation's String methods to every file that sees TOMLKit, and a `contains` there
+// linked Foundation, hence ICU. With it, a file sees the members of what it imports itself.
+// For RampDaemon and the two tools, whose graph holds TOMLKit.
+let ownImportsOnly: [SwiftSetting] = [.enableUpcomingFeature("MemberImportVisibility")]
 
 // The version the tools report: script/package sets RAMPD_VERSION (from `git describe`, through
 // script/version); other builds report the base version in Sources/CRampVersion/version.c.
@@ -88,7 +93,7 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
         .product(name: "TOMLKit", package: "TOMLKit"),
       ],
-      swiftSettings: requestPath
+      swiftSettings: requestPath + ownImportsOnly
     ),
     .executableTarget(
       name: "rampd",
@@ -99,7 +104,8 @@ let package = Package(
         "CAllocationGuard",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
-      ]
+      ],
+      swiftSettings: ownImportsOnly
     ),
     // rampctl's commands, a library so that rampd's executable can carry them: one binary is both
     // tools, told apart by the name it is run by (`RampCtl.isInvokedName`), as busybox does, and
@@ -115,7 +121,8 @@ let package = Package(
         "RampProtocol",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ],
-      path: "Sources/rampctl"
+      path: "Sources/rampctl",
+      swiftSettings: ownImportsOnly
     ),
     // rampctl on its own, for a build tree (the package installs the link instead).
     .executableTarget(name: "rampctl", dependencies: ["RampCtlCommands"], path: "Sources/rampctl-main"),

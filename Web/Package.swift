@@ -27,6 +27,7 @@ let package = Package(
       name: "rampd-web",
       dependencies: [
         .product(name: "RampClient", package: "rampd"),
+        .product(name: "RampEngine", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Hummingbird", package: "hummingbird"),
@@ -34,7 +35,10 @@ let package = Package(
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "Logging", package: "swift-log"),
       ],
-      resources: [.embedInCode("Page/page.html"), .embedInCode("Page/page.js"), .embedInCode("Page/page.css")]
+      resources: [.embedInCode("Page/page.html"), .embedInCode("Page/page.js"), .embedInCode("Page/page.css")],
+      // Hummingbird imports Foundation: a file sees the members of what it imports itself, so that
+      // Foundation's String methods do not stand in for the standard library's.
+      swiftSettings: [.enableUpcomingFeature("MemberImportVisibility")]
     ),
     // The real rampd-web in front of the real rampd (the main package's debug build, or
     // RAMPD_TEST_BINARY), Chromium driving its page; its systemd unit, install and man page.

@@ -96,17 +96,6 @@ func pollMilliseconds(_ seconds: Double) -> Int32 {
   Int32(min(max((seconds * 1000).rounded(.up), 1), 3_600_000))
 }
 
-/// Names the calling thread as `top` and `/proc/<pid>/task/<tid>/comm` show it (15 bytes at
-/// most): Foundation's `Thread.name` does not reach the kernel on Linux. Not for the render
-/// loop itself (it allocates); call it once when a thread starts.
-public func nameThisThread(_ name: String) {
-  let descriptor = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
-  guard descriptor >= 0 else { return }
-  var bytes = Array(name.utf8.prefix(15))
-  _ = write(descriptor, &bytes, bytes.count)
-  close(descriptor)
-}
-
 /// The kernel's id of the calling thread (its directory under `/proc/self/task`), 0 if unknown:
 /// tests read the thread's `schedstat` with it. Allocates; call it once when a thread starts.
 func currentThreadID() -> Int32 {

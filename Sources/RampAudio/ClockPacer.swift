@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Keeps a writer that has no device to block on in step with CLOCK_MONOTONIC: frames written
 /// are counted from an anchor (the first write), and a write waits until it keeps them at most

@@ -1,4 +1,5 @@
-import Foundation
+import Glibc
+import RampEngine
 import Synchronization
 
 /// The thread that closes a lost device and opens the configured one again, with backoff, off

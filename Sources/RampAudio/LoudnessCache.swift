@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
 
 #if canImport(Glibc)
   import Glibc
@@ -85,7 +86,7 @@ public struct LoudnessCache: Sendable {
   public func save() throws(AudioError) {
     var merged = (try? Self.load(path).get()) ?? [:]
     merged.merge(entries) { _, mine in mine }
-    let directory = (path as NSString).deletingLastPathComponent
+    let directory = directoryPart(of: path)
     if !directory.isEmpty {
       do {
         try FileManager.default.createDirectory(

@@ -1,6 +1,11 @@
-import Foundation
 import RampEngine
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Plays files through ALSA with per-sample gain from the animation engine. A real OS thread
 /// renders one period at a time: it applies queued commands, pulls each stream's decoded audio
@@ -290,16 +295,11 @@ public final class Player: Sendable {
     }
     link.running.store(true, ordering: .releasing)
     let renderer = renderer
-    let thread = Thread { renderer.run() }
-    thread.name = "rampd-render"
-    thread.qualityOfService = .userInteractive
     let recovery = DeviceRecovery(
       link: link, configuration: configuration, fallback: fallback, output: output, open: openOutput,
       recoveryBackoff: recoveryBackoff, startFailure: startFailure)
-    let recoveryThread = Thread { recovery.run() }
-    recoveryThread.name = "rampd-recovery"
-    recoveryThread.start()
-    thread.start()
+    startThread(named: "rampd-recovery") { recovery.run() }
+    startThread(named: "rampd-render") { renderer.run() }
   }
 
   /// Stops rendering after the current block and waits for the threads; the device is drained.

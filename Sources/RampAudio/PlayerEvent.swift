@@ -1,6 +1,11 @@
-import Foundation
 import RampEngine
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// What the render thread reports: animation completions, streams ending, output trouble.
 public enum PlayerEvent: Sendable, Equatable {

@@ -1,6 +1,11 @@
-import Foundation
 import RampEngine
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// A decoder `prepare` started, until its stream joins the mix. Its thread holds it until
 /// cancelled, so a stream that never joins (its command refused, a batch refused, a request

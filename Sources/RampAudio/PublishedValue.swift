@@ -1,6 +1,11 @@
-import Foundation
 import RampEngine
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// A key path's presentation value, published by the render thread at the start of every block
 /// for threads that must not touch the engine (mixer bindings, observers). A reader that polls

@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Where a file's quiet tail begins: the level-triggered crossfade of a queue (`crossfadeLevel`)
 /// starts there rather than a crossfade's length before the end.

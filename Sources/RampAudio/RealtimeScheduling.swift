@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Whether the render thread runs in real time, read from the kernel, with what it asked for and
 /// what it was answered: the data `status` explains itself from.

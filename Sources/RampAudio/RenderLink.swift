@@ -1,6 +1,11 @@
-import Foundation
 import RampEngine
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// What the render thread lets go of: handed to the recovery thread, which frees it, so the
 /// render thread never does.

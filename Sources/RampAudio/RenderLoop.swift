@@ -1,5 +1,5 @@
 import CLinux
-import Foundation
+import Glibc
 import RampEngine
 import Synchronization
 

@@ -1,6 +1,11 @@
-import Foundation
 import RampEngine
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Everything the render thread owns, handed to commands that run on it between blocks.
 public final class RenderState: @unchecked Sendable {

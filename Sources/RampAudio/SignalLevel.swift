@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The level of a signal as it is heard: its sample peak (dBFS) and its momentary loudness
 /// (LUFS, ITU-R BS.1770: K-weighted mean square over the last 400 ms, channels weighted as

@@ -1,5 +1,12 @@
-import Foundation
+import Dispatch
+import RampEngine
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Decodes a file ahead of playback on a thread of its own, so disk reads never stall the render
 /// thread: libsndfile → libsoxr (when the file's rate differs from the output's) → channel map →
@@ -122,9 +129,7 @@ public final class StreamDecoder: @unchecked Sendable {
   public func start() {
     guard !started.exchange(true, ordering: .relaxed) else { return }
     // The thread holds the decoder until it returns (cancelled, failed).
-    let thread = Thread { [self] in run() }
-    thread.name = "rampd-decoder"
-    thread.start()
+    startThread(named: "rampd-decoder") { [self] in run() }
   }
 
   /// Waits (on the calling thread, never the render thread) until the ring holds `seconds` of

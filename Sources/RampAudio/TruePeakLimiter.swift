@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// A look-ahead limiter that keeps the true peak (ITU-R BS.1770, dBTP) of interleaved float audio
 /// at or under a ceiling, for the master of the mix. The render thread owns it: every storage it

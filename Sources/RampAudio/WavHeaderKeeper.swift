@@ -1,4 +1,4 @@
-import Foundation
+import RampEngine
 import Synchronization
 
 #if canImport(Glibc)
@@ -38,9 +38,7 @@ public final class WavHeaderKeeper: Sendable {
     guard watching, stopBell != nil,
       running.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged
     else { return }
-    let thread = Thread { [self] in run() }
-    thread.name = "rampd-wav-header"
-    thread.start()
+    startThread(named: "rampd-wav-header") { [self] in run() }
   }
 
   /// Stops watching and brings the header up to date a last time.

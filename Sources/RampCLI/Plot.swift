@@ -1,5 +1,10 @@
-import Foundation
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// How a plot draws its marks: each character cell holds a small grid of pixels.
 public enum PlotStyle: String, CaseIterable, Sendable {
@@ -258,7 +263,7 @@ public struct Plot: Sendable {
     let ticks = Self.ticks(range, approximateCount: yTickCount)
     for value in ticks.values {
       let row = pixelRow(value, range) / style.cellHeight
-      if labels[row] == nil { labels[row] = String(format: "%.\(ticks.decimals)f", value == 0 ? 0 : value) }
+      if labels[row] == nil { labels[row] = NumberText.fixed(value == 0 ? 0 : value, decimals: ticks.decimals) }
     }
     let gutter = labels.map { $0?.count ?? 0 }.max() ?? 0
 

@@ -173,7 +173,7 @@ public enum ReplyText {
   /// integrated loudness.
   public static func loudness(_ value: JSONValue) -> String {
     if let unmeasured = value["unmeasured"]?.stringValue {
-      return "own level (\(unmeasured.replacingOccurrences(of: "-", with: " ")))"
+      return "own level (\(unmeasured.replacing("-", with: " ")))"
     }
     let integrated = value["integrated"]?.numberValue.map { HumanUnits.trimmed($0, decimals: 1) } ?? "?"
     let trim = value["trim"]?.numberValue ?? 0

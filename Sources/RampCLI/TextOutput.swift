@@ -1,3 +1,5 @@
+import RampEngine
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)
@@ -85,19 +87,7 @@ extension TextBuffer {
   /// Writes the buffer to `descriptor` (default: standard output) in full, retrying on
   /// interruption, and empties it.
   public mutating func flush(to descriptor: Int32 = 1) throws(WriteError) {
-    var failure: Int32 = 0
-    bytes.withUnsafeBytes { raw in
-      var offset = 0
-      while offset < raw.count {
-        let written = write(descriptor, raw.baseAddress! + offset, raw.count - offset)
-        if written < 0 {
-          if errno == EINTR { continue }
-          failure = errno
-          return
-        }
-        offset += written
-      }
-    }
+    let failure = writeAll(&bytes, to: descriptor)
     removeAll()
     if failure != 0 { throw WriteError(code: failure) }
   }

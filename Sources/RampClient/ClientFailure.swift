@@ -1,5 +1,11 @@
-import Foundation
+import FoundationEssentials
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Why a conversation with rampd did not end well, and which exit status says so.
 ///

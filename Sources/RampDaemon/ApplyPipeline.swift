@@ -1,9 +1,14 @@
-import Foundation
 import Logging
 import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// How prepared commands reach the render thread: prepared together, journaled and saved where a
 /// change must outlive a kill, converted to the sample they apply at, queued with a ticket whose

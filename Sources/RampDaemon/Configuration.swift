@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import RampAudio
 import RampEngine
@@ -165,7 +165,7 @@ public struct EmbeddedOutputSettings: Sendable, Equatable {
   /// runtime directory rather than the state's: the file is rewritten all the time and lives in
   /// a tmpfs there.
   public func resolvedPath(socket: String) -> String {
-    path ?? (socket as NSString).deletingLastPathComponent + "/output.wav"
+    path ?? directoryPart(of: socket) + "/output.wav"
   }
 }
 

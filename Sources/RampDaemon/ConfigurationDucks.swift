@@ -1,7 +1,12 @@
-import Foundation
 import RampEngine
 import RampProtocol
 import TOMLKit
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `[[duck]]` tables: duck rules in force from the start. A table takes `duck-add`'s fields,
 /// spelt in kebab-case (`attack-curve`), durations as numbers of seconds or strings such as

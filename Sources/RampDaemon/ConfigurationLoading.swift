@@ -1,4 +1,3 @@
-import Foundation
 import RampAudio
 import RampEngine
 import RampProtocol
@@ -397,10 +396,10 @@ struct SourceIndex {
     var lineNumber = 0
     for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
       lineNumber += 1
-      let line = raw.trimmingCharacters(in: .whitespaces.union(CharacterSet(charactersIn: "\r")))
+      let line = raw.trimmingWhitespace()
       if line.isEmpty || line.hasPrefix("#") { continue }
       if line.hasPrefix("[[") {
-        guard let end = line.range(of: "]]") else { continue }
+        guard let end = line.firstRange(of: "]]") else { continue }
         let name = Self.normalizedKey(line[line.index(line.startIndex, offsetBy: 2)..<end.lowerBound])
         let count = arrayCounts[name, default: 0]
         arrayCounts[name] = count + 1
@@ -430,7 +429,7 @@ struct SourceIndex {
   /// `output . "rate"` → `output.rate`.
   static func normalizedKey(_ text: Substring) -> String {
     text.split(separator: ".", omittingEmptySubsequences: false)
-      .map { $0.trimmingCharacters(in: .whitespaces).trimmingCharacters(in: CharacterSet(charactersIn: "\"'")) }
+      .map { $0.trimmingWhitespace().trimming { $0 == "\"" || $0 == "'" } }
       .joined(separator: ".")
   }
 }

@@ -1,4 +1,5 @@
 import RampAudio
+import RampEngine
 
 extension DaemonConfiguration {
   /// The effective configuration as `(key, TOML value)` pairs, in file order: `("output.rate", "48000")`,

@@ -1,8 +1,13 @@
-import Foundation
 import Logging
 import RampAudio
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// What a layer sets before the layers are combined: the configuration, plus the value spaces
 /// written as plain `db`, whose floor is `fade.db-floor` once every layer has been read.
@@ -47,7 +52,7 @@ struct ConfigKey: Sendable {
   var path: String { "\(section).\(name)" }
   /// `RAMPD_OUTPUT_DEVICE`, `RAMPD_LIMITS_LINE_LENGTH`.
   var environmentName: String {
-    "RAMPD_" + "\(section)_\(name)".uppercased().replacingOccurrences(of: "-", with: "_")
+    "RAMPD_" + "\(section)_\(name)".uppercased().replacing("-", with: "_")
   }
 }
 
@@ -183,7 +188,7 @@ enum ConfigSchema {
       "limiter",
       render: { $0.limiter.enabled ? ConfigText.truePeakValue($0.limiter.ceilingDecibels) : ConfigText.quoted("off") },
       set: { output, value throws(ValueProblem) in
-        if case .string(let text) = value, text.trimmingCharacters(in: .whitespaces).lowercased() == "off" {
+        if case .string(let text) = value, text.trimmingWhitespace().lowercased() == "off" {
           output.limiter.enabled = false
           return
         }
@@ -582,7 +587,7 @@ enum ConfigSchema {
 
   static func space(_ value: ConfigValue) throws(ValueProblem) -> ConfigBuilder.Space {
     let text = try ConfigParse.string(value)
-    let plain = text.trimmingCharacters(in: .whitespaces).lowercased()
+    let plain = text.trimmingWhitespace().lowercased()
     if plain == "db" || plain == "decibels" { return .decibelsAtDefaultFloor }
     do {
       return .fixed(try ValueSpace(parsing: text))

@@ -1,6 +1,11 @@
-import Foundation
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// One configuration value as a layer gave it: TOML values keep their type; environment variables
 /// and overrides are always `.string`, and every parser below accepts the string form too.
@@ -69,7 +74,7 @@ enum ConfigParse {
     case .float(let number) where number.isFinite && number.rounded() == number && abs(number) < 9e15:
       return Int(number)
     case .string(let text):
-      if let number = plainInteger(text.trimmingCharacters(in: .whitespaces)) { return number }
+      if let number = plainInteger(text.trimmingWhitespace()) { return number }
     default: break
     }
     throw ValueProblem("expected an integer, got \(value.described)")
@@ -93,9 +98,9 @@ enum ConfigParse {
   /// A byte count: an integer, or a string with `KiB` or `MiB` (`"64KiB"`).
   static func byteCount(_ value: ConfigValue) throws(ValueProblem) -> Int {
     if case .string(let raw) = value {
-      let text = raw.trimmingCharacters(in: .whitespaces)
+      let text = raw.trimmingWhitespace()
       for (suffix, factor) in [("kib", 1024), ("mib", 1024 * 1024)] where text.lowercased().hasSuffix(suffix) {
-        let digits = text.dropLast(suffix.count).trimmingCharacters(in: .whitespaces)
+        let digits = text.dropLast(suffix.count).trimmingWhitespace()
         if let number = plainInteger(digits), number >= 0, number <= Int.max / factor { return number * factor }
       }
     }
@@ -125,8 +130,8 @@ enum ConfigParse {
     case .integer(let n): number = Double(n)
     case .float(let n): number = n
     case .string(let raw):
-      var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
-      if text.hasSuffix("hz") { text = text.dropLast(2).trimmingCharacters(in: .whitespaces) }
+      var text = raw.trimmingWhitespace().lowercased()
+      if text.hasSuffix("hz") { text = text.dropLast(2).trimmingWhitespace() }
       number = HumanUnits.plainNumber(text)
     default: number = nil
     }
@@ -141,7 +146,7 @@ enum ConfigParse {
     switch value {
     case .boolean(let flag): return flag
     case .string(let text):
-      switch text.trimmingCharacters(in: .whitespaces).lowercased() {
+      switch text.trimmingWhitespace().lowercased() {
       case "true", "yes", "on", "1": return true
       case "false", "no", "off", "0": return false
       default: break
@@ -224,11 +229,11 @@ enum ConfigParse {
     switch value {
     case .integer(let n): text = String(n)
     case .float(let n): text = String(n)
-    case .string(let raw): text = raw.trimmingCharacters(in: .whitespaces)
+    case .string(let raw): text = raw.trimmingWhitespace()
     default: throw ValueProblem("expected a true-peak level such as \"-1dBTP\", got \(value.described)")
     }
     if text.lowercased().hasSuffix("dbtp") { text = String(text.dropLast(4)) }
-    guard let number = HumanUnits.plainNumber(text.trimmingCharacters(in: .whitespaces)), number.isFinite else {
+    guard let number = HumanUnits.plainNumber(text.trimmingWhitespace()), number.isFinite else {
       throw ValueProblem("expected a true-peak level such as \"-1dBTP\", got \(value.described)")
     }
     guard range.contains(number) else {
@@ -272,7 +277,7 @@ enum ConfigParse {
     guard case .string(let raw) = value else {
       throw ValueProblem("expected one of \(names), got \(value.described)")
     }
-    let text = raw.trimmingCharacters(in: .whitespaces).lowercased()
+    let text = raw.trimmingWhitespace().lowercased()
     guard let match = choices.first(where: { $0.0 == text }) else {
       throw ValueProblem("\(ConfigText.quoted(raw)) is not one of \(names)")
     }
@@ -289,7 +294,7 @@ enum ConfigParse {
       }
       throw ValueProblem("expected an octal mode as a string such as \"0660\", got \(value.described)")
     }
-    var text = raw.trimmingCharacters(in: .whitespaces).lowercased()
+    var text = raw.trimmingWhitespace().lowercased()
     if text.hasPrefix("0o") { text.removeFirst(2) }
     guard !text.isEmpty, text.count <= 5, text.allSatisfy({ ("0"..."7").contains($0) }),
       let mode = UInt16(text, radix: 8)
@@ -329,7 +334,8 @@ enum ConfigText {
       case "\r": out += "\\r"
       default:
         if scalar.value < 0x20 || scalar.value == 0x7F {
-          out += String(format: "\\u%04X", scalar.value)
+          let digits = String(scalar.value, radix: 16, uppercase: true)
+          out += "\\u" + String(repeating: "0", count: 4 - digits.count) + digits
         } else {
           out.unicodeScalars.append(scalar)
         }

@@ -1,6 +1,11 @@
-import Foundation
 import NIOCore
 import NIOPosix
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The one executor of the daemon's control side: the event loop that serves the connections.
 ///

@@ -1,10 +1,16 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Something that receives lines from the controller: a client connection.
 public protocol Client: AnyObject, Sendable {
@@ -92,7 +98,7 @@ public final class Controller: Sendable {
     preparation = Preparation(
       live: live, player: player, streamNames: StreamNames(),
       loudnessMeter: LoudnessMeter(
-        cachePath: (configuration.state.resolvedPath() as NSString).deletingLastPathComponent + "/loudness.cache"))
+        cachePath: directoryPart(of: configuration.state.resolvedPath()) + "/loudness.cache"))
     hub = EventHub(player: player, preparation: preparation, control: control, logger: logger)
     pipeline = ApplyPipeline(
       player: player, preparation: preparation, live: live, persistence: persistence, persistedKeys: persistedKeys,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import NIOCore
 import NIOPosix
@@ -6,6 +6,12 @@ import RampAudio
 import RampEngine
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The whole daemon: output (the configured device; while it is waited for, the embedded WAV file),
 /// player, controller, mixer bindings and socket server, started and stopped together.
@@ -227,8 +233,8 @@ public final class Daemon: @unchecked Sendable {
     if !values.isEmpty || !restored.schedules.isEmpty {
       // Each level by name: a master.gain restored at 0 is silence that `status` must not hide.
       let levels = values.sorted { $0.key < $1.key }.map { key, value in
-        let decibels = value > 0 ? String(format: "%.2f dB", 20 * log10(value)) : "-inf dB"
-        return "\(key) = \(String(format: "%g", value)) (\(decibels))"
+        let decibels = value > 0 ? NumberText.fixed(20 * log10(value), decimals: 2) + " dB" : "-inf dB"
+        return "\(key) = \(NumberText.general(value)) (\(decibels))"
       }
       logger.notice(
         "state restored: \(levels.isEmpty ? "no levels" : levels.joined(separator: ", ")); \(restored.schedules.count) schedule(s)",
@@ -243,7 +249,7 @@ public final class Daemon: @unchecked Sendable {
       streams.isEmpty
       ? "idle" : "playing \(streams.count) stream\(streams.count == 1 ? "" : "s"): \(streams.joined(separator: ", "))"
     let gain = master?.latest.value ?? .nan
-    let level = gain.isNaN ? "" : String(format: "; master.gain %.3f", gain)
+    let level = gain.isNaN ? "" : "; master.gain " + NumberText.fixed(gain, decimals: 3)
     let embedded = player.playsIntoFallback || player.fallback == nil ? embeddedFile : nil
     let output = embedded.map { "embedded WAV \($0)" } ?? player.outputInUse.device
     let waiting = player.deviceWait.map { "; waiting for \($0.device)" } ?? ""
@@ -405,9 +411,7 @@ final class MixerDriver: @unchecked Sendable {
   }
 
   func start() {
-    let thread = Thread { [self] in run() }
-    thread.name = "rampd-mixer"
-    thread.start()
+    startThread(named: "rampd-mixer") { [self] in run() }
   }
 
   func stop() {

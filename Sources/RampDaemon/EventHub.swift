@@ -1,9 +1,14 @@
-import Foundation
 import Logging
 import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Who hears what: event subscriptions, `wait`s for animations to end, and the render thread's
 /// events and returned tickets, handed out as replies and broadcasts. Its state is the control

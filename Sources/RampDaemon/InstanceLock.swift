@@ -1,5 +1,12 @@
-import Foundation
+import FoundationEssentials
 import Logging
+import RampEngine
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// An exclusive `flock` held for as long as a daemon runs: on the state file's lock file
 /// (`<state.path>.lock`) and the socket's (`<socket>.lock`), which record the holder's pid and
@@ -20,7 +27,7 @@ final class InstanceLock: @unchecked Sendable {
   /// missing, and writes `record` into it (nil: the file's bytes are left alone: a WAV).
   init(path: String, record: String?) throws(Failure) {
     self.path = path
-    let directory = (path as NSString).deletingLastPathComponent
+    let directory = directoryPart(of: path)
     if !directory.isEmpty {
       try? FileManager.default.createDirectory(
         atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -57,7 +64,7 @@ final class InstanceLock: @unchecked Sendable {
     var buffer = [UInt8](repeating: 0, count: 4096)
     let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, $0.count, 0) }
     guard count > 0 else { return nil }
-    let text = String(decoding: buffer[..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    let text = String(decoding: buffer[..<count], as: UTF8.self).trimmingWhitespace()
     // A WAV is no record.
     guard !text.isEmpty, text.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7f }) else { return nil }
     return text

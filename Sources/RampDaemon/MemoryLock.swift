@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// rampd's memory locked into RAM (`mlockall`), so that no page the render thread touches is paged
 /// out and read back from disk while a period waits for it.

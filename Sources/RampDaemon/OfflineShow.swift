@@ -1,9 +1,16 @@
-import Foundation
+import FoundationEssentials
 import Logging
+import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// What `rampctl render` asks of an ``OfflineShow``.
 public struct ShowOptions: Sendable {

@@ -1,7 +1,12 @@
-import Foundation
 import RampEngine
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// What rampd keeps across restarts, held in memory and handed to the saver on every change: the
 /// model values of master.gain and the mixer key paths, and the schedules acknowledged with

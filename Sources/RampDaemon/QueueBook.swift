@@ -1,7 +1,12 @@
-import Foundation
 import RampAudio
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The queues of the streams that play one, on the control side: each queue's files in order,
 /// which one plays (as the render thread's `item-started` events tell), and whether it loops.

@@ -1,7 +1,13 @@
-import Foundation
+import Logging
 import RampAudio
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// A queue command made ready: the next item installed after a change to the queue, or a skip
 /// to an item, its file opened and prefilled. Committed on the render thread without allocating;

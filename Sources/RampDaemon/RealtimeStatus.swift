@@ -1,6 +1,11 @@
-import Foundation
 import RampAudio
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `status`'s account of the render thread's real time and the memory lock: granted or not, and
 /// when not, why (the limit, or the kernel's error number) and how to get it.

@@ -1,9 +1,15 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The saved schedules: kept on disk before they are acknowledged, on the wall clock until shortly
 /// before they are due, then handed to the apply pipeline; restored after a restart, listed,
@@ -93,7 +99,7 @@ final class ScheduleBook: Sendable {
 
   /// The local time zone's offset from UTC at an instant (Unix seconds): rampd's `TZ`.
   static func localOffset(_ instant: Double) -> Int {
-    TimeZone.current.secondsFromGMT(for: Date(timeIntervalSince1970: instant))
+    LocalClock.offset(instant)
   }
 
   /// The request as a saved schedule keeps it: no id, no `at`, answered when applied.

@@ -1,10 +1,17 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import NIOCore
 import NIOPosix
 import RampAudio
+import RampEngine
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// How many clients are connected: counted by the server, read by `status`.
 public final class ConnectionCount: Sendable {
@@ -162,12 +169,12 @@ public final class Server: @unchecked Sendable {
   }
 
   static func prepareDirectory(for path: String) throws {
-    let directory = (path as NSString).deletingLastPathComponent
+    let directory = directoryPart(of: path)
     guard !directory.isEmpty else { return }
     do {
       try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     } catch {
-      throw ServerError("cannot create \(directory) for the socket: \(error.localizedDescription)")
+      throw ServerError("cannot create \(directory) for the socket: \(failureReason(error))")
     }
   }
 

@@ -1,7 +1,13 @@
-import Foundation
 import Logging
+import RampEngine
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Talks to the service manager through `$NOTIFY_SOCKET` (sd_notify(3)): READY, STATUS,
 /// RELOADING, STOPPING and WATCHDOG. Without the variable (started by hand) it does nothing.
@@ -93,7 +99,7 @@ public struct DaemonLogHandler: LogHandler {
       line += " " + all.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
     }
     line += "\n"
-    FileHandle.standardError.write(Data(line.utf8))
+    writeText(line, to: 2)
   }
 
   /// sd-daemon(3)'s prefixes: syslog priorities.
@@ -122,11 +128,13 @@ public struct DaemonLogHandler: LogHandler {
   static func timestamp() -> String {
     var now = timespec()
     clock_gettime(CLOCK_REALTIME, &now)
-    var parts = tm()
-    var seconds = now.tv_sec
-    localtime_r(&seconds, &parts)
-    return String(
-      format: "%04d-%02d-%02d %02d:%02d:%02d.%03d", parts.tm_year + 1900, parts.tm_mon + 1, parts.tm_mday,
-      parts.tm_hour, parts.tm_min, parts.tm_sec, now.tv_nsec / 1_000_000)
+    let seconds = Int(now.tv_sec)
+    let parts = LocalClock.fields(seconds + LocalClock.offset(Double(seconds)))
+    func pad(_ value: Int, _ width: Int = 2) -> String {
+      let digits = String(value)
+      return String(repeating: "0", count: max(0, width - digits.count)) + digits
+    }
+    return "\(pad(parts.year, 4))-\(pad(parts.month))-\(pad(parts.day)) "
+      + "\(pad(parts.hour)):\(pad(parts.minute)):\(pad(parts.second)).\(pad(Int(now.tv_nsec) / 1_000_000, 3))"
   }
 }

@@ -1,10 +1,15 @@
-import Foundation
 import Logging
 import NIOCore
 import NIOPosix
 import RampAudio
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// One connection: parses requests, hands them to the controller, writes replies and events, and
 /// runs the connection's observers.

@@ -1,5 +1,5 @@
-import Foundation
 import Logging
+import RampEngine
 
 #if canImport(Glibc)
   import Glibc
@@ -39,9 +39,7 @@ public final class StateSaver: Sendable {
     self.interval = interval
     core = SaverCore(store: store, interval: interval, logger: logger)
     let core = core
-    let thread = Thread { core.run() }
-    thread.name = "rampd-state"
-    thread.start()
+    startThread(named: "rampd-state") { core.run() }
   }
 
   deinit { _ = core.close() }
@@ -72,7 +70,7 @@ private final class SaverCore: @unchecked Sendable {
   let store: StateStore
   let interval: Double
   let logger: Logger
-  let condition = NSCondition()
+  let condition = Condition()
 
   /// The latest state, not yet being written.
   var pending: PersistentState?
@@ -115,7 +113,7 @@ private final class SaverCore: @unchecked Sendable {
       }
       let wait = lastWriteEnd + interval - monotonicNow()
       if wait > 0 {
-        _ = condition.wait(until: Date(timeIntervalSinceNow: wait))
+        condition.wait(seconds: wait)
         continue
       }
       _ = writePending()
@@ -195,4 +193,43 @@ private func monotonicNow() -> Double {
   var now = timespec()
   clock_gettime(CLOCK_MONOTONIC, &now)
   return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+}
+
+/// A lock and its condition variable (what `NSCondition` gave, from pthreads): a timed wait
+/// counts on the monotonic clock, which a change of the wall clock does not move.
+private final class Condition: @unchecked Sendable {
+  private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+  private let variable = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+  init() {
+    pthread_mutex_init(mutex, nil)
+    var attributes = pthread_condattr_t()
+    pthread_condattr_init(&attributes)
+    pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+    pthread_cond_init(variable, &attributes)
+    pthread_condattr_destroy(&attributes)
+  }
+
+  deinit {
+    pthread_cond_destroy(variable)
+    pthread_mutex_destroy(mutex)
+    variable.deallocate()
+    mutex.deallocate()
+  }
+
+  func lock() { pthread_mutex_lock(mutex) }
+  func unlock() { pthread_mutex_unlock(mutex) }
+  func broadcast() { pthread_cond_broadcast(variable) }
+  /// Unlocks, sleeps until a broadcast (or a spurious wake-up), locks again.
+  func wait() { pthread_cond_wait(variable, mutex) }
+
+  /// As `wait`, for at most `seconds`.
+  func wait(seconds: Double) {
+    var deadline = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &deadline)
+    let nanoseconds = Int(deadline.tv_nsec) + Int((min(seconds, 3.0e9) * 1e9).rounded(.up))
+    deadline.tv_sec += nanoseconds / 1_000_000_000
+    deadline.tv_nsec = nanoseconds % 1_000_000_000
+    _ = pthread_cond_timedwait(variable, mutex, &deadline)
+  }
 }

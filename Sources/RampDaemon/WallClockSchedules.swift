@@ -1,5 +1,11 @@
-import Foundation
+import FoundationEssentials
 import NIOCore
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Saved schedules kept on the wall clock until shortly before they are due.
 ///

@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// A duck rule: while its trigger is active, its targets (gain key paths) are lowered by `depth`
 /// dB, reached over the attack; once the trigger has been inactive for `hold` seconds, they come

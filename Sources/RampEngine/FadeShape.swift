@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The fade curves of sox and ffmpeg, under ffmpeg's `afade` names and with its formulas.
 ///
@@ -18,7 +22,7 @@ public enum FadeShape: String, CaseIterable, Sendable {
     case .esin: return 1 - cos(.pi / 4 * (Self.cube(2 * x - 1) + 1))
     case .hsin: return (1 - cos(x * .pi)) / 2
     case .ihsin: return 0.318_309_886_183_790_7 * acos(1 - 2 * x)
-    case .exp: return Foundation.exp(-11.512_925_464_970_227 * (1 - x))
+    case .exp: return exponential(-11.512_925_464_970_227 * (1 - x))
     case .log: return min(max(1 + 0.2 * log10(x), 0), 1)
     case .par: return 1 - (1 - x).squareRoot()
     case .ipar: return 1 - (1 - x) * (1 - x)
@@ -30,9 +34,9 @@ public enum FadeShape: String, CaseIterable, Sendable {
     case .desi: return x <= 0.5 ? Self.cube(2 * x) / 2 : 1 - Self.cube(2 * (1 - x)) / 2
     case .losi:
       let a = 1 / (1 - 0.787) - 1
-      let big = 1 / (1 + Foundation.exp(-((x - 0.5) * a * 2)))
-      let low = 1 / (1 + Foundation.exp(a))
-      let high = 1 / (1 + Foundation.exp(-a))
+      let big = 1 / (1 + exponential(-((x - 0.5) * a * 2)))
+      let low = 1 / (1 + exponential(a))
+      let high = 1 / (1 + exponential(-a))
       return (big - low) / (high - low)
     case .sinc: return x >= 1 ? 1 : sin(.pi * (1 - x)) / (.pi * (1 - x))
     case .isinc: return x <= 0 ? 0 : 1 - sin(.pi * x) / (.pi * x)
@@ -41,3 +45,6 @@ public enum FadeShape: String, CaseIterable, Sendable {
 
   private static func cube(_ v: Double) -> Double { v * v * v }
 }
+
+/// e^x: `exp` inside `FadeShape` is its case.
+private func exponential(_ x: Double) -> Double { exp(x) }

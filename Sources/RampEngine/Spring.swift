@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The physical parameters of `CASpringAnimation`, or the perceptual (duration, bounce) form.
 public struct SpringParameters: Sendable, Hashable {

@@ -1,4 +1,8 @@
-import Foundation
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The space in which an animation interpolates between its values. The values themselves
 /// (from, to, keyframes, the property's model) are always linear amplitudes.
@@ -28,7 +32,7 @@ public enum ValueSpace: Sendable, Hashable, CustomStringConvertible {
     case "db", "decibels": self = .decibels
     default:
       if source.hasPrefix("db(") && source.hasSuffix(")") {
-        let inner = source.dropFirst(3).dropLast().trimmingCharacters(in: .whitespaces)
+        let inner = source.dropFirst(3).dropLast().trimmingWhitespace()
         guard let floor = Double(inner), floor.isFinite, floor < 0 else {
           throw EngineError(
             .invalidValue, field: "space", "db floor must be a negative number of dB, got '\(inner)'")

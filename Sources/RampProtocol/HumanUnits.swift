@@ -1,5 +1,10 @@
-import Foundation
 import RampEngine
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Why a value typed on the command line was refused, naming the option it was given to.
 ///
@@ -251,7 +256,7 @@ public enum HumanUnits {
     guard amplitude > 0 else { return amplitude == 0 ? "-inf dB" : "nan dB" }
     var db = 20 * log10(amplitude)
     if abs(db) < 0.5 * pow(10, Double(-decimals)) { db = 0 }
-    let body = String(format: "%.\(decimals)f", db)
+    let body = NumberText.fixed(db, decimals: decimals)
     return (db > 0 ? "+" : "") + body + " dB"
   }
 
@@ -292,7 +297,7 @@ public enum HumanUnits {
 
   /// Trimmed and lowercased, with the Unicode minus sign (U+2212) read as `-`.
   private static func normalized(_ text: String) -> String {
-    text.trimmingWhitespace().lowercased().replacingOccurrences(of: "\u{2212}", with: "-")
+    text.trimmingWhitespace().lowercased().replacing("\u{2212}", with: "-")
   }
 
   /// A plain decimal number (`12`, `1.5`, `.5`, `2.`, `1e3`, with an optional sign), or nil.
@@ -336,7 +341,7 @@ public enum HumanUnits {
 
   /// `value` with at most `decimals` decimals, trailing zeros (and a trailing point) removed.
   public static func trimmed(_ value: Double, decimals: Int) -> String {
-    var text = String(format: "%.\(decimals)f", value)
+    var text = NumberText.fixed(value, decimals: decimals)
     if text.contains(".") {
       while text.hasSuffix("0") { text.removeLast() }
       if text.hasSuffix(".") { text.removeLast() }

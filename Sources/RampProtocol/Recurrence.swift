@@ -111,7 +111,7 @@ public enum Recurrence: Sendable, Equatable {
   }
 
   /// The first occurrence strictly after `after` (Unix seconds). `offset` gives the local time
-  /// zone's offset from UTC in seconds at an instant (`TimeZone.secondsFromGMT(for:)`), so that
+  /// zone's offset from UTC in seconds at an instant (`LocalClock.offset`), so that
   /// the local times follow daylight-saving changes:
   ///
   /// - A time that does not exist that day (skipped when clocks go forward) takes effect as far
@@ -143,12 +143,6 @@ public enum Recurrence: Sendable, Equatable {
 
   /// The instant showing a local wall-clock time (seconds since the epoch as if local were UTC).
   private static func instant(localSeconds local: Double, offset: (Double) -> Int) -> Double {
-    // The offsets in force half a day either side: the two a change that day is between.
-    let before = Double(offset(local - 43_200 - Double(offset(local - 43_200))))
-    let after = Double(offset(local + 43_200 - Double(offset(local + 43_200))))
-    let candidates = [local - before, local - after].filter { Double(offset($0)) == local - $0 }
-    // Two: the repeated hour, the first of them. None: the skipped hour, read with the offset
-    // before the change, which lands as far past the change.
-    return candidates.min() ?? local - before
+    LocalClock.instant(wallClock: local, offset: offset)
   }
 }

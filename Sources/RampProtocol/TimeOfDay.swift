@@ -1,4 +1,10 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// When something should happen, as people type it: the one parser behind `--at` and a
 /// timeline script's `"at"` (`rampctl batch`, `rampctl render --script`).
@@ -10,7 +16,7 @@ extension HumanUnits {
   /// `HH:MM[:SS]`: the next such local time after `now`; an ISO 8601 / RFC 3339 date and time
   /// (without a zone, local time); or a delay (`+10s`, `10s`, `1m30s`, `90`: seconds).
   public static func when(_ text: String, option: String, now: Date = Date()) throws(UnitError) -> Schedule {
-    let trimmed = text.trimmingCharacters(in: .whitespaces)
+    let trimmed = text.trimmingWhitespace()
     func fail(_ detail: String) -> UnitError {
       UnitError(option: option, input: text, problem: .malformed(detail), expected: whenForms)
     }
@@ -43,10 +49,9 @@ extension HumanUnits {
 
   /// The first moment after `now` showing that local time (today, else tomorrow).
   private static func next(_ time: (Int, Int, Int), after now: Date) -> Double {
-    let calendar = Calendar.current
-    let today = calendar.date(bySettingHour: time.0, minute: time.1, second: time.2, of: now)!
-    let next = today > now ? today : calendar.date(byAdding: .day, value: 1, to: today)!
-    return next.timeIntervalSince1970
+    let seconds = time.0 * 3600 + time.1 * 60 + time.2
+    return Recurrence.daily(seconds: seconds, days: Recurrence.everyDay)
+      .next(after: now.timeIntervalSince1970, start: now.timeIntervalSince1970, offset: LocalClock.offset)
   }
 
   /// `YYYY-MM-DD[T| ]HH:MM[:SS[.fff]]` without a zone: local time.
@@ -68,36 +73,29 @@ extension HumanUnits {
       else { return nil }
       seconds = value
     }
-    var components = DateComponents()
-    components.year = numbers[0]
-    components.month = numbers[1]
-    components.day = numbers[2]
-    components.hour = numbers[3]
-    components.minute = numbers[4]
-    components.second = 0
-    let calendar = Calendar.current
-    guard let date = calendar.date(from: components),
-      calendar.dateComponents([.year, .month, .day, .hour, .minute], from: date)
-        == DateComponents(year: numbers[0], month: numbers[1], day: numbers[2], hour: numbers[3], minute: numbers[4])
-    else { return nil }
-    return date.timeIntervalSince1970 + seconds
+    let fields = LocalClock.Fields(
+      year: numbers[0]!, month: numbers[1]!, day: numbers[2]!, hour: numbers[3]!, minute: numbers[4]!, second: 0)
+    // A date that does not exist, or a time skipped when the clocks went forward, is no date.
+    guard let wallClock = LocalClock.wallClock(fields) else { return nil }
+    let instant = LocalClock.instant(wallClock: Double(wallClock))
+    guard LocalClock.fields(Int(instant) + LocalClock.offset(instant)) == fields else { return nil }
+    return instant + seconds
   }
 
-  /// `2026-11-21 23:00:00.000 +01:00`: a moment in local time (or `timeZone`), to the millisecond.
-  public static func format(localTime seconds: Double, timeZone: TimeZone = .current) -> String {
-    var calendar = Calendar(identifier: .gregorian)
-    calendar.timeZone = timeZone
+  /// `2026-11-21 23:00:00.000 +01:00`: a moment in local time (or the zone whose offset from UTC
+  /// `offset` gives at an instant), to the millisecond.
+  public static func format(localTime seconds: Double, offset: (Double) -> Int = LocalClock.offset) -> String {
     let millisecondsTotal = (seconds * 1000).rounded()
     let whole = (millisecondsTotal / 1000).rounded(.down)
     let milliseconds = Int(millisecondsTotal - whole * 1000)
-    let date = Date(timeIntervalSince1970: whole)
-    let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-    func two(_ value: Int?) -> String { pad(value ?? 0, 2) }
-    let offset = timeZone.secondsFromGMT(for: date) / 60
-    let sign = offset < 0 ? "-" : "+"
-    return "\(pad(parts.year ?? 0, 4))-\(two(parts.month))-\(two(parts.day)) "
+    let offsetSeconds = offset(whole)
+    let parts = LocalClock.fields(Int(whole) + offsetSeconds)
+    func two(_ value: Int) -> String { pad(value, 2) }
+    let minutes = offsetSeconds / 60
+    let sign = minutes < 0 ? "-" : "+"
+    return "\(pad(parts.year, 4))-\(two(parts.month))-\(two(parts.day)) "
       + "\(two(parts.hour)):\(two(parts.minute)):\(two(parts.second)).\(pad(milliseconds, 3)) "
-      + "\(sign)\(two(abs(offset) / 60)):\(two(abs(offset) % 60))"
+      + "\(sign)\(two(abs(minutes) / 60)):\(two(abs(minutes) % 60))"
   }
 
   private static func pad(_ value: Int, _ width: Int) -> String {

@@ -1,4 +1,10 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// A timeline: a list of protocol requests, one JSON object per line, each with an optional
 /// `"at"`. Blank lines and lines starting with `#` are skipped. The one reader of timeline files,
@@ -80,7 +86,7 @@ public enum Timeline {
     var entries: [Entry] = []
     var errors: [LineError] = []
     for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-      let line = rawLine.trimmingCharacters(in: .whitespaces)
+      let line = rawLine.trimmingWhitespace()
       if line.isEmpty || line.hasPrefix("#") { continue }
       let label = "\(file):\(index + 1)"
       do {
@@ -100,10 +106,10 @@ public enum Timeline {
     let text: String
     let label = path == "-" ? "<stdin>" : path
     if path == "-" {
-      text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+      text = String(decoding: readToEnd(0), as: UTF8.self)
     } else {
       do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
-        throw Failure(messages: ["cannot read \(path): \(error.localizedDescription)"])
+        throw Failure(messages: ["cannot read \(path): \(failureReason(error))"])
       }
     }
     let timeline = parse(text, file: label, directory: directory(of: path), options: options)

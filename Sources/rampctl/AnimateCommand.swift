@@ -1,8 +1,14 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RampCLI
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 struct AnimateCommand: DaemonCommand {
   static let configuration = CommandConfiguration(
@@ -254,11 +260,11 @@ struct AnimateCommand: DaemonCommand {
     if text.hasPrefix("@") {
       let path = String(text.dropFirst())
       do { source = try String(contentsOfFile: path, encoding: .utf8) } catch {
-        throw ValidationError("--animation: cannot read \(path): \(error.localizedDescription)")
+        throw ValidationError("--animation: cannot read \(path): \(failureReason(error))")
       }
     }
     let object: JSONValue
-    do { object = try JSON.parse(source.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {
+    do { object = try JSON.parse(source.trimmingWhitespace()) } catch {
       throw ValidationError("--animation: \(error.message)")
     }
     var request: JSONObject = ["cmd": "animate", "key": .string(Parse.keyPath(key)), "animation": object]

@@ -1,7 +1,13 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RampCLI
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Not a `DaemonCommand`: it sends many requests, read from a file when it runs.
 struct BatchCommand: ParsableCommand {

@@ -1,8 +1,14 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RampCLI
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Options every command that talks to rampd takes.
 struct ConnectionOptions: ParsableArguments {
@@ -93,13 +99,13 @@ enum Parse {
 
   /// The unit error as typed: with the ASCII minus `Arguments.prepared` replaced.
   private static func usage(_ error: UnitError) -> ValidationError {
-    ValidationError(error.description.replacingOccurrences(of: "\u{2212}", with: "-"))
+    ValidationError(error.description.replacing("\u{2212}", with: "-"))
   }
 
   /// A duration that must say its unit, where a bare number is ambiguous (a sleep timer of 30
   /// could be minutes or seconds).
   static func spokenDuration(_ text: String, _ option: String) throws -> Double {
-    let source = text.trimmingCharacters(in: .whitespaces)
+    let source = text.trimmingWhitespace()
     if let number = Double(source), number.isFinite {
       throw ValidationError("\(option): '\(source)' has no unit: \(source)m or \(source)s?")
     }
@@ -131,13 +137,13 @@ enum Parse {
   static func loudness(_ text: String?, _ option: String) throws -> LoudnessChoice? {
     guard let text else { return nil }
     let source = Arguments.restoringMinus(text)
-    if source.trimmingCharacters(in: .whitespaces).lowercased() == "off" { return .off }
+    if source.trimmingWhitespace().lowercased() == "off" { return .off }
     do { return .target(try HumanUnits.loudness(source, option: option)) } catch { throw usage(error) }
   }
 
   /// A plain number (any sign), for parameters that are not gains.
   static func number(_ text: String, _ option: String) throws -> Double {
-    let source = Arguments.restoringMinus(text).trimmingCharacters(in: .whitespaces)
+    let source = Arguments.restoringMinus(text).trimmingWhitespace()
     guard let value = Double(source), value.isFinite else {
       throw ValidationError("\(option): '\(source)' is not a finite number")
     }

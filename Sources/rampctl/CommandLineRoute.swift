@@ -1,4 +1,5 @@
 import ArgumentParser
+import RampEngine
 import RampProtocol
 
 /// Where a command line goes before ArgumentParser reads it: the options every command that talks
@@ -90,7 +91,7 @@ enum CommandLineRoute: Equatable {
       let option = Suggestion.closest(to: name, among: arguments.options.keys.sorted())
       if let argument = exact ?? (option == nil ? Suggestion.closest(to: name, among: arguments.positionals) : nil) {
         return "'--\(name)' is not an option of \(title): <\(argument)> is an argument, given without a flag: "
-          + RampCtl.usageString(for: command).trimmingCharacters(in: .whitespaces)
+          + RampCtl.usageString(for: command).trimmingWhitespace()
       }
       let guess = option.map { " (did you mean --\($0)?)" } ?? ""
       return "'--\(name)' is not an option of \(title)\(guess); `rampctl \(title) --help` lists its options"

@@ -1,8 +1,14 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RampCLI
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Shell completion candidates. Key paths and streams come from the running rampd (found the
 /// way the command would find it, `--socket` included); with no daemon there are none.

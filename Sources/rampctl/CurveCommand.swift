@@ -1,8 +1,14 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RampCLI
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `rampctl curve`: renders one ramp with a real `AnimationEngine`, sample by sample, and
 /// plots it, prints it per sample (`--values`) or lists the curves (`--list`).

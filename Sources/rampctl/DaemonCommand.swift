@@ -1,7 +1,14 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RampCLI
+import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// A subcommand that sends one request to rampd and prints its reply.
 ///
@@ -151,16 +158,16 @@ struct ClientRun {
 enum Output {
   static func print(_ text: String) {
     guard !text.isEmpty else { return }
-    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    writeText((text + "\n"), to: 1)
   }
 
   static func write(_ text: String) {
-    FileHandle.standardOutput.write(Data(text.utf8))
+    writeText(text, to: 1)
   }
 
   /// `rampctl: <message>` on standard error.
   static func error(_ message: String) {
-    FileHandle.standardError.write(Data("rampctl: \(message)\n".utf8))
+    writeText("rampctl: \(message)\n", to: 2)
   }
 
   static var isTerminal: Bool { isatty(STDOUT_FILENO) != 0 }

@@ -1,8 +1,14 @@
 import ArgumentParser
-import Foundation
 import RampAudio
 import RampCLI
+import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// Reads lines until Ctrl-C (or `count` printed), printing the events `wanted` accepts.
 /// Ctrl-C is how these commands are meant to end, so it exits 0.
@@ -50,7 +56,7 @@ struct WatchCommand: DaemonCommand {
   func kinds() throws -> [EventKind]? {
     guard let events else { return nil }
     return try events.split(separator: ",").map { name in
-      guard let kind = EventKind(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
+      guard let kind = EventKind(rawValue: name.trimmingWhitespace()) else {
         let names = EventKind.allCases.map(\.rawValue).joined(separator: ", ")
         throw ValidationError("--events: '\(name)' is not one of \(names)")
       }
@@ -204,7 +210,7 @@ struct WaitCommand: DaemonCommand {
   func ids() throws -> [UInt64]? {
     guard !animations.isEmpty else { return nil }
     return try animations.flatMap { $0.split(separator: ",") }.map { text in
-      guard let id = UInt64(text.trimmingCharacters(in: .whitespaces)) else {
+      guard let id = UInt64(text.trimmingWhitespace()) else {
         throw ValidationError("--animation: '\(text)' is not an animation id (a whole number)")
       }
       return id

@@ -1,9 +1,17 @@
 import ArgumentParser
-import Foundation
+import Dispatch
+import FoundationEssentials
 import RampAudio
 import RampCLI
+import RampEngine
 import RampProtocol
 import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `rampctl loudness`: EBU R 128 loudness of files, measured here (no daemon needed).
 struct LoudnessCommand: ParsableCommand {
@@ -96,19 +104,18 @@ private final class ProgressDrawer: Sendable {
   private let done = DispatchSemaphore(value: 0)
 
   init(_ progress: LoudnessSurvey.Progress) {
-    let thread = Thread { [self] in
+    startThread(named: "rampctl-progress") { [self] in
       let start = Date()
       var drawn = false
       while !self.stopped.load(ordering: .acquiring) {
-        Thread.sleep(forTimeInterval: 0.2)
+        usleep(200_000)
         guard Date().timeIntervalSince(start) >= 0.5, !self.stopped.load(ordering: .acquiring) else { continue }
-        FileHandle.standardError.write(Data(("\r" + progress.text + "\u{1B}[K").utf8))
+        writeText("\r" + progress.text + "\u{1B}[K", to: 2)
         drawn = true
       }
-      if drawn { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+      if drawn { writeText("\r\u{1B}[K", to: 2) }
       self.done.signal()
     }
-    thread.start()
   }
 
   func stop() {

@@ -1,7 +1,12 @@
 import ArgumentParser
-import Foundation
 import RampCLI
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `rampctl queue add|list|clear|remove`: a queue stream's files.
 struct QueueCommand: ParsableCommand {

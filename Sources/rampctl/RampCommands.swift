@@ -1,8 +1,13 @@
 import ArgumentParser
-import Foundation
 import RampCLI
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// The wire fields of `fade` requests by the option that sets them, for local refusals.
 private let fadeOptions = [

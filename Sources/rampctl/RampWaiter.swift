@@ -1,6 +1,12 @@
-import Foundation
+import FoundationEssentials
 import RampCLI
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `--wait`: sends `wait` for the ramp's animations and reads until it replies (and until the
 /// streams a stop releases have ended). On a terminal it observes the key path at 30 Hz and

@@ -1,10 +1,15 @@
 import ArgumentParser
-import Foundation
 import RampAudio
 import RampCLI
 import RampDaemon
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `rampctl render`: rampd's own player and command handling, run from a timeline to a file.
 struct RenderCommand: ParsableCommand {
@@ -175,7 +180,7 @@ struct RenderCommand: ParsableCommand {
     Interruption.catchSignals()
     options.isCancelled = { Interruption.happened }
     func fail(_ message: String, _ status: Int32 = ClientFailure.ExitStatus.refused) -> ExitCode {
-      FileHandle.standardError.write("rampctl render: \(message)\n".data(using: .utf8)!)
+      writeText("rampctl render: \(message)\n", to: 2)
       return ExitCode(status)
     }
     do {
@@ -186,19 +191,19 @@ struct RenderCommand: ParsableCommand {
       }
       let summary = try OfflineShow.render(options)
       if let note = summary.encodingNote {
-        FileHandle.standardError.write("rampctl render: \(note)\n".data(using: .utf8)!)
+        writeText("rampctl render: \(note)\n", to: 2)
       }
       if let trim = summary.normalisation {
-        FileHandle.standardError.write("rampctl render: \(Self.describe(trim))\n".data(using: .utf8)!)
+        writeText("rampctl render: \(Self.describe(trim))\n", to: 2)
       }
-      FileHandle.standardError.write("rampctl render: \(Self.describe(summary.limiter))\n".data(using: .utf8)!)
+      writeText("rampctl render: \(Self.describe(summary.limiter))\n", to: 2)
       let seconds = Double(summary.frames) / Double(summary.sampleRate)
-      FileHandle.standardError.write(
-        "rendered \(summary.frames) frames (\(HumanUnits.format(duration: seconds))) at \(summary.sampleRate) Hz, \(summary.channels) channel(s), \(summary.encoding.rawValue) → \(output)\n"
-          .data(using: .utf8)!)
+      writeText(
+        "rendered \(summary.frames) frames (\(HumanUnits.format(duration: seconds))) at \(summary.sampleRate) Hz, \(summary.channels) channel(s), \(summary.encoding.rawValue) → \(output)\n",
+        to: 2)
     } catch let failure as Timeline.Failure {
       for message in failure.messages {
-        FileHandle.standardError.write("rampctl render: \(message)\n".data(using: .utf8)!)
+        writeText("rampctl render: \(message)\n", to: 2)
       }
       throw ExitCode(ClientFailure.ExitStatus.refused)
     } catch let error as AudioError {
@@ -225,8 +230,8 @@ struct RenderCommand: ParsableCommand {
   /// +7.10 dB → -16 LUFS`.
   static func describe(_ trim: LoudnessTrim) -> String {
     let loudness = trim.loudness
-    let peak = loudness.truePeak.isFinite ? String(format: "%.2f dBTP", loudness.truePeak) : "-inf dBTP"
-    let gain = String(format: "%+.2f dB", trim.decibels == 0 ? 0 : trim.decibels)
+    let peak = loudness.truePeak.isFinite ? NumberText.fixed(loudness.truePeak, decimals: 2) + " dBTP" : "-inf dBTP"
+    let gain = NumberText.fixed(trim.decibels == 0 ? 0 : trim.decibels, decimals: 2, sign: true) + " dB"
     if let reason = loudness.unmeasured {
       let why = reason == .tooShort ? "shorter than 0.4 s" : "silent: nothing reaches -70 LUFS"
       return "the render has no integrated loudness (\(why)); left at its own level, gain \(gain)"
@@ -235,7 +240,7 @@ struct RenderCommand: ParsableCommand {
       "measured \(HumanUnits.format(loudness: (loudness.integrated * 100).rounded() / 100)), true peak \(peak)"
     let result = HumanUnits.format(loudness: (trim.result * 100).rounded() / 100)
     if trim.limited {
-      return "\(measured); gain \(gain) → \(result), limited by the \(String(format: "%g", trim.target.ceiling)) dBTP "
+      return "\(measured); gain \(gain) → \(result), limited by the \(NumberText.general(trim.target.ceiling)) dBTP "
         + "ceiling (\(HumanUnits.format(loudness: trim.target.loudness)) asked)"
     }
     return "\(measured); gain \(gain) → \(result)"

@@ -1,8 +1,13 @@
 import ArgumentParser
-import Foundation
 import RampCLI
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 struct SchedulesCommand: DaemonCommand {
   static let configuration = CommandConfiguration(

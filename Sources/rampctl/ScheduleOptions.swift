@@ -1,7 +1,14 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import RampCLI
+import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `--daily`, `--weekdays` and `--days`: the days a schedule at a time of day comes back on. The
 /// time is the command's own (`--at`'s, `alarm`'s <time>), so the help names none.
@@ -27,7 +34,7 @@ struct DayOptions: ParsableArguments {
     if let days {
       chosen = []
       for name in days.split(separator: ",", omittingEmptySubsequences: false) {
-        let word = name.trimmingCharacters(in: .whitespaces).lowercased()
+        let word = name.trimmingWhitespace().lowercased()
         guard let day = Recurrence.dayNames.firstIndex(where: { word.hasPrefix($0) && $0.count <= word.count }) else {
           throw ValidationError("--days: '\(name)' is not a day; expected mon,tue,wed,thu,fri,sat,sun")
         }

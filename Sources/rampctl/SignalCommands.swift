@@ -1,9 +1,14 @@
 import ArgumentParser
-import Foundation
 import RampAudio
 import RampCLI
 import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `rampctl tone`: a test signal written by the project itself, so the demo and a first try need
 /// no audio file from anywhere.
@@ -63,7 +68,7 @@ struct ToneCommand: ParsableCommand {
     let step = 2 * Double.pi * frequency / Double(sampleRate)
     while done < frames {
       if Interruption.happened {
-        FileHandle.standardError.write(Data("rampctl tone: interrupted; nothing was written\n".utf8))
+        writeText("rampctl tone: interrupted; nothing was written\n", to: 2)
         throw ExitCode(ClientFailure.ExitStatus.interrupted)
       }
       let count = min(4_096, frames - done)
@@ -174,7 +179,7 @@ struct EnvelopeCommand: ParsableCommand {
     do {
       window = try Self.window(from: from, to: to, frames: frames, rate: reader.sampleRate, input: input)
     } catch let error as ValidationError {
-      FileHandle.standardError.write(Data("rampctl envelope: \(error.message)\n".utf8))
+      writeText("rampctl envelope: \(error.message)\n", to: 2)
       throw ExitCode.validationFailure
     }
     let rate = Double(reader.sampleRate)
@@ -223,6 +228,6 @@ struct EnvelopeCommand: ParsableCommand {
 
 /// A file that cannot be read or written: the reason on stderr, exit 65 as `render` does.
 private func fileFailure(_ command: String, _ reason: Any) -> ExitCode {
-  FileHandle.standardError.write(Data("rampctl \(command): \(reason)\n".utf8))
+  writeText("rampctl \(command): \(reason)\n", to: 2)
   return ExitCode(65)
 }

@@ -1,9 +1,17 @@
 import ArgumentParser
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Logging
 import RampAudio
 import RampCtlCommands
 import RampDaemon
+import RampEngine
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// `rampd`: the daemon. Configuration layers: built-in defaults < `--config` file < `RAMPD_*`
 /// environment < flags.
@@ -88,7 +96,7 @@ struct Rampd: ParsableCommand {
     } catch {
       // Every error in the configuration, one a line.
       let lines = (error as? ConfigurationError)?.all.map(\.description) ?? ["\(error)"]
-      FileHandle.standardError.write(Data(lines.map { "rampd: \($0)\n" }.joined().utf8))
+      writeText(lines.map { "rampd: \($0)\n" }.joined(), to: 2)
       throw ExitCode(78)  // EX_CONFIG
     }
     if checkConfig {

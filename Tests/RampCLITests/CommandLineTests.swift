@@ -171,9 +171,16 @@ import Testing
   @Test func localTimeToTheMillisecond() throws {
     let paris = try #require(TimeZone(identifier: "Europe/Paris"))
     let due = try #require(RFC3339.parse("2026-11-25T11:30:02.5993633270263672Z"))
-    #expect(HumanUnits.format(localTime: due, timeZone: paris) == "2026-11-25 12:30:02.599 +01:00")
+    let inParis = { paris.secondsFromGMT(for: Date(timeIntervalSince1970: $0)) }
+    #expect(HumanUnits.format(localTime: due, offset: inParis) == "2026-11-25 12:30:02.599 +01:00")
+    #expect(HumanUnits.format(localTime: 0.9996, offset: { _ in 0 }) == "1970-01-01 00:00:01.000 +00:00")
+    // Half-hour zones, west of UTC, and summer time.
+    let newfoundland = try #require(TimeZone(identifier: "America/St_Johns"))
     #expect(
-      HumanUnits.format(localTime: 0.9996, timeZone: TimeZone(identifier: "UTC")!) == "1970-01-01 00:00:01.000 +00:00")
+      HumanUnits.format(localTime: due, offset: { newfoundland.secondsFromGMT(for: Date(timeIntervalSince1970: $0)) })
+        == "2026-11-25 08:00:02.599 -03:30")
+    let summer = try #require(RFC3339.parse("2026-07-01T22:15:00Z"))
+    #expect(HumanUnits.format(localTime: summer, offset: inParis) == "2026-07-02 00:15:00.000 +02:00")
   }
 
   @Test func aDateAlreadyPastIsNotScheduled() throws {

@@ -116,6 +116,26 @@ import Testing
     #expect(listed.status == 0 && listed.stdout.contains("#\(id) set at") && listed.stdout.contains("daily"))
   }
 
+  /// `--at HH:MM:SS` is rampctl's local time (`TZ`, read through the C library: without ICU,
+  /// Foundation's `TimeZone.current` is GMT), the due time it prints too: in New York, the
+  /// instant that clock shows there, not the UTC one four or five hours off.
+  @Test func anAtClockTimeIsInRampctlsTimeZone() throws {
+    let zone = TimeZone(identifier: "America/New_York")!
+    let daemon = try DaemonProcess()
+    let (text, instant) = Self.clock(in: zone, secondsFromNow: 3600)
+    let set = try rampctl(
+      ["fade", "master.gain", "0.5", "--at", text, "--duration", "1s"], daemon,
+      environment: ["TZ": "America/New_York"])
+    #expect(set.status == 0, "\(set)")
+    let status = try daemon.client().request(["cmd": "status"])
+    let entry = try #require(status.result["scheduled"]?.arrayValue?.first, "\(status.serialized())")
+    #expect(entry["due"]?.stringValue.flatMap(RFC3339.parse) == instant, "\(status.serialized())")
+    let local = HumanUnits.format(
+      localTime: instant, offset: { zone.secondsFromGMT(for: Date(timeIntervalSince1970: $0)) })
+    #expect(local.hasSuffix("-04:00") || local.hasSuffix("-05:00"), "\(local)")
+    #expect(set.stdout.contains("takes effect at \(local)"), "\(set)")
+  }
+
   /// `rampctl alarm`: at its time the file starts from silence and ramps, straight in dB, to the
   /// capped level, then stays there, on every sample.
   @Test func anAlarmFadesInToItsCappedLevel() throws {

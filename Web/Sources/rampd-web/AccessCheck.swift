@@ -1,4 +1,3 @@
-import Foundation
 import Hummingbird
 
 /// Who may use the page and its WebSocket.

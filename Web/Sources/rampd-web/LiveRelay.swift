@@ -1,6 +1,12 @@
-import Foundation
 import HummingbirdWebSocket
+import NIOWebSocket
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// One page's WebSocket: a rampd connection of its own, with every line relayed both ways.
 ///

@@ -1,6 +1,14 @@
-import Foundation
+import Dispatch
 import RampClient
+import RampEngine
 import RampProtocol
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Musl)
+  import Musl
+#endif
 
 /// One connection to rampd on behalf of one page: lines the page sends go to rampd as they are,
 /// and every line rampd sends (replies, events, observed values) comes out of `lines`.
@@ -27,7 +35,7 @@ final class RampdLink: @unchecked Sendable {
     self.lines = lines
     connection.isInterrupted = { [closing] in closing.isSet }
     // The thread holds the link until it ends: a poll slice after `close()`, or when rampd goes.
-    let reader = Thread { [self] in
+    startThread(named: "rampd-web-read") { [self] in
       while true {
         do {
           // No deadline: each read waits a poll slice, then looks at `isInterrupted`.
@@ -41,8 +49,6 @@ final class RampdLink: @unchecked Sendable {
         }
       }
     }
-    reader.name = "rampd-web reader"
-    reader.start()
   }
 
   /// Connects to rampd at `path` (greeting checked), off the caller's thread.
@@ -77,9 +83,8 @@ final class RampdLink: @unchecked Sendable {
 }
 
 /// Set once, read from the reader thread.
-private final class ClosingFlag: @unchecked Sendable {
-  private let lock = NSLock()
-  private var value = false
-  var isSet: Bool { lock.withLock { value } }
-  func set() { lock.withLock { value = true } }
+private final class ClosingFlag: Sendable {
+  private let value = Atomic(false)
+  var isSet: Bool { value.load(ordering: .acquiring) }
+  func set() { value.store(true, ordering: .releasing) }
 }

@@ -1,9 +1,10 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import RampEngine
 import RampProtocol
 
 #if canImport(Glibc)
@@ -68,12 +69,12 @@ struct RampdWeb: AsyncParsableCommand {
         settings.token = stored.token
         if stored.made { made = stored.path }
       } catch {
-        FileHandle.standardError.write(Data("rampd-web: \(error.description)\n".utf8))
+        writeText("rampd-web: \(error.description)\n", to: 2)
         // 73 (EX_CANTCREAT): the state directory is not writable; usage is not at fault.
         throw ExitCode(73)
       }
     }
-    if let made { FileHandle.standardError.write(Data("rampd-web: made a token, kept in \(made)\n".utf8)) }
+    if let made { writeText("rampd-web: made a token, kept in \(made)\n", to: 2) }
     if showURL {
       print(settings.url(port: settings.port))
       return
@@ -108,7 +109,7 @@ struct WebServer {
       configuration: .init(address: .hostname(address, port: settings.port), serverName: "rampd-web"),
       onServerRunning: { channel in
         let url = page.url(port: channel.localAddress?.port ?? 0)
-        FileHandle.standardError.write(Data("rampd-web: serving \(url) for rampd at \(socket)\n".utf8))
+        writeText("rampd-web: serving \(url) for rampd at \(socket)\n", to: 2)
       },
       logger: logger
     )
@@ -116,8 +117,8 @@ struct WebServer {
       try await app.runService()
     } catch let error as IOError {
       // The server's only socket error is its bind: say which address, and why, in words.
-      FileHandle.standardError.write(
-        Data("rampd-web: \(Self.listenFailure(address: address, port: settings.port, errno: error.errnoCode))\n".utf8))
+      writeText(
+        "rampd-web: \(Self.listenFailure(address: address, port: settings.port, errno: error.errnoCode))\n", to: 2)
       throw ExitCode.failure
     }
   }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
 import RampProtocol
 
 #if canImport(Glibc)
@@ -79,9 +80,9 @@ struct WebSettings: Equatable {
     if let tokenFile {
       tokenSource = "the token in --token-file \(tokenFile)"
       do {
-        token = try readFile(tokenFile).trimmingCharacters(in: .whitespacesAndNewlines)
+        token = try readFile(tokenFile).trimmingWhitespace()
       } catch {
-        throw Invalid("--token-file \(tokenFile) cannot be read: \((error as NSError).localizedDescription)")
+        throw Invalid("--token-file \(tokenFile) cannot be read: \(failureReason(error))")
       }
     } else if let value = environment[Variable.token], !value.isEmpty {
       tokenSource = "the token in \(Variable.token)"

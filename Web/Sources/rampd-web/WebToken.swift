@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
 import RampProtocol
 
 #if canImport(Glibc)
@@ -32,7 +33,7 @@ enum WebToken {
       try FileManager.default.createDirectory(
         atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     } catch {
-      throw Failure(description: "cannot create its state directory \(directory): \(reason(error))")
+      throw Failure(description: "cannot create its state directory \(directory): \(failureReason(error))")
     }
     let token = fresh()
     // Written under a name of its own, then linked into place: a rampd-web starting at the same
@@ -73,9 +74,9 @@ enum WebToken {
     do {
       contents = try String(contentsOfFile: path, encoding: .utf8)
     } catch {
-      throw Failure(description: "cannot read \(path): \(reason(error))")
+      throw Failure(description: "cannot read \(path): \(failureReason(error))")
     }
-    let token = contents.trimmingCharacters(in: .whitespacesAndNewlines)
+    let token = contents.trimmingWhitespace()
     guard token.count >= WebSettings.minimumTokenLength, token.unicodeScalars.allSatisfy(WebSettings.isTokenCharacter)
     else {
       throw Failure(
@@ -94,7 +95,6 @@ enum WebToken {
   }
 
   private static func text(_ code: Int32) -> String { String(cString: strerror(code)) }
-  private static func reason(_ error: any Error) -> String { (error as NSError).localizedDescription }
 }
 
 extension String {
