@@ -29,21 +29,7 @@ import Testing
     let faded = try client.request(["cmd": "fade", "key": "master.gain", "to": 0.2, "duration": 1, "curve": "linear"])
     #expect(faded.isOK, "\(faded.serialized())")
     usleep(1_600_000)
-    let heard = try recording.finish()
-    let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
-    let start = try #require(left.lastIndex { abs($0 - 0.5) < 1e-6 }, "\(PipeWireTests.summary(heard))")
-    let end = try #require(left.firstIndex { abs($0 - 0.1) < 1e-6 }, "\(PipeWireTests.summary(heard))")
-    #expect(abs(end - start - 48_000) <= 2, "the fade lasted \(end - start) frames")
-    let slope = 0.4 / 48_000
-    var worst = 0.0
-    var steepest = 0.0
-    for frame in start...end {
-      worst = max(worst, abs(Double(left[frame]) - (0.5 - slope * Double(frame - start))))
-      if frame > start { steepest = max(steepest, abs(Double(left[frame] - left[frame - 1]))) }
-    }
-    #expect(worst < 2 * slope, "off the line by \(worst)")
-    #expect(steepest < 1.5 * slope, "a step of \(steepest), the line's \(slope)")
-    #expect(left[end...].prefix(24_000).allSatisfy { abs($0 - 0.1) < 1e-6 }, "after the fade")
+    try PipeWireTests.expectLinearFade(in: try recording.finish(), device: Self.device)
     let after = try client.request(["cmd": "status"]).result["output"]
     #expect(after?["underruns"] == 0, "\(after?.serialized() ?? "")")
     #expect(daemon.stop() == 0)

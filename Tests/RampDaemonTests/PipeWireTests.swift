@@ -164,6 +164,27 @@ import Testing
   /// step larger than the line's own slope and no underrun. (A 100 ms buffer, as config/README
   /// advises on a desktop where rampd has no real-time priority: with 50 ms, pipewire-pulse once
   /// ran short under the whole test suite's load and played 256 frames of silence.)
+  /// A recording of a constant 0.5 (at gain 1) faded to 0.2 over 1 s on a line
+  /// (`fade master.gain to 0.2, 1 s, linear`), heard through `device`: the fade lasts its 48000
+  /// frames, on the line at every frame, without a step, and holds 0.1 after it.
+  static func expectLinearFade(in heard: [Float], device: String) throws {
+    let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
+    // The fade: from the last frame at 0.5 to the first at 0.1.
+    let start = try #require(left.lastIndex { abs($0 - 0.5) < 1e-6 }, "\(device): \(summary(heard))")
+    let end = try #require(left.firstIndex { abs($0 - 0.1) < 1e-6 }, "\(device): \(summary(heard))")
+    #expect(abs(end - start - 48_000) <= 2, "\(device): the fade lasted \(end - start) frames")
+    let slope = 0.4 / 48_000
+    var worst = 0.0
+    var steepest = 0.0
+    for frame in start...end {
+      worst = max(worst, abs(Double(left[frame]) - (0.5 - slope * Double(frame - start))))
+      if frame > start { steepest = max(steepest, abs(Double(left[frame] - left[frame - 1]))) }
+    }
+    #expect(worst < 2 * slope, "\(device): off the line by \(worst)")
+    #expect(steepest < 1.5 * slope, "\(device): a step of \(steepest), the line's \(slope)")
+    #expect(left[end...].prefix(24_000).allSatisfy { abs($0 - 0.1) < 1e-6 }, "\(device): after the fade")
+  }
+
   @Test func fadesThroughPipeWireAndPulseFollowTheLine() throws {
     let session = try PipeWireSession(pulse: true)
     for device in ["pipewire", "pulse"] {
@@ -173,22 +194,7 @@ import Testing
       ])
       #expect(faded.isOK, "\(faded.serialized())")
       usleep(1_600_000)
-      let heard = try recording.finish()
-      let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
-      // The fade: from the last frame at 0.5 to the first at 0.1.
-      let start = try #require(left.lastIndex { abs($0 - 0.5) < 1e-6 }, "\(device): \(Self.summary(heard))")
-      let end = try #require(left.firstIndex { abs($0 - 0.1) < 1e-6 }, "\(device): \(Self.summary(heard))")
-      #expect(abs(end - start - 48_000) <= 2, "\(device): the fade lasted \(end - start) frames")
-      let slope = 0.4 / 48_000
-      var worst = 0.0
-      var steepest = 0.0
-      for frame in start...end {
-        worst = max(worst, abs(Double(left[frame]) - (0.5 - slope * Double(frame - start))))
-        if frame > start { steepest = max(steepest, abs(Double(left[frame] - left[frame - 1]))) }
-      }
-      #expect(worst < 2 * slope, "\(device): off the line by \(worst)")
-      #expect(steepest < 1.5 * slope, "\(device): a step of \(steepest), the line's \(slope)")
-      #expect(left[end...].prefix(24_000).allSatisfy { abs($0 - 0.1) < 1e-6 }, "\(device): after the fade")
+      try Self.expectLinearFade(in: try recording.finish(), device: device)
       let output = try client.request(["cmd": "status"]).result["output"]
       #expect(output?["underruns"] == 0, "\(device): \(output?.serialized() ?? "")")
       #expect(daemon.stop() == 0)

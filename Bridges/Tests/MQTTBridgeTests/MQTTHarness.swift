@@ -37,7 +37,7 @@ final class Broker {
   init() throws {
     try MosquittoTools.check()
     directory = try TemporaryDirectory("mosquitto")
-    port = try Self.freePort()
+    port = try Loopback.freeTCPPort()
     // Run as root (a container's tests), Mosquitto would become the user mosquitto, who cannot
     // write here; as anyone else `user` is ignored.
     let configuration = """
@@ -127,35 +127,12 @@ final class Broker {
   private static func accepts(port: Int) -> Bool {
     let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(descriptor) }
-    var address = loopback(port: port)
+    var address = Loopback.address(port: UInt16(port))
     return withUnsafePointer(to: &address) {
       $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
         connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
       }
     }
-  }
-
-  private static func loopback(port: Int) -> sockaddr_in {
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = in_port_t(UInt16(port).bigEndian)
-    address.sin_addr.s_addr = in_addr_t(UInt32(0x7f00_0001).bigEndian)
-    return address
-  }
-
-  /// A loopback TCP port nobody listens on now.
-  static func freePort() throws -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(descriptor) }
-    var address = loopback(port: 0)
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
-      }
-    }
-    guard bound else { throw HarnessError("no free port: \(errno)") }
-    return Int(UInt16(bigEndian: address.sin_port))
   }
 }
 

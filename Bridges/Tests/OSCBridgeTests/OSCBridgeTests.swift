@@ -492,22 +492,12 @@ import Testing
   }
 }
 
-/// User and system CPU time of a process, in seconds (/proc/PID/stat's utime and stime).
-func cpuSeconds(_ pid: pid_t) throws -> Double {
-  let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
-  let fields = stat[stat.index(after: stat.lastIndex(of: ")")!)...].split(separator: " ")
-  guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else {
-    throw HarnessError("cannot read /proc/\(pid)/stat")
-  }
-  return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-}
-
 /// A free loopback port (UDP).
 enum FreePort {
   static func free() throws -> UInt16 {
     let descriptor = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
     defer { close(descriptor) }
-    var address = UDPPeer.loopback(port: 0)
+    var address = Loopback.address(port: 0)
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) {
       $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {

@@ -149,7 +149,7 @@ final class UDPPeer {
   init(bridgePort: UInt16) throws {
     self.bridgePort = bridgePort
     descriptor = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-    var address = Self.loopback(port: 0)
+    var address = Loopback.address(port: 0)
     let bound = withUnsafePointer(to: &address) {
       $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
         bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
@@ -160,16 +160,8 @@ final class UDPPeer {
 
   deinit { close(descriptor) }
 
-  static func loopback(port: UInt16) -> sockaddr_in {
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = port.bigEndian
-    address.sin_addr.s_addr = in_addr_t(UInt32(0x7f00_0001).bigEndian)
-    return address
-  }
-
   func send(_ packet: [UInt8]) {
-    var address = Self.loopback(port: bridgePort)
+    var address = Loopback.address(port: bridgePort)
     _ = packet.withUnsafeBytes { raw in
       withUnsafePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
@@ -203,7 +195,7 @@ final class TCPPeer {
 
   init(bridgePort: UInt16) throws {
     descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    var address = UDPPeer.loopback(port: bridgePort)
+    var address = Loopback.address(port: bridgePort)
     let connected = withUnsafePointer(to: &address) {
       $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
         connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))

@@ -142,23 +142,6 @@ enum HTTP {
     guard complete else { return nil }
     return Reply(status: status, headers: headers, body: String(decoding: body, as: UTF8.self))
   }
-
-  /// A loopback TCP port nobody listens on now.
-  static func freePort() throws -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = in_addr_t(UInt32(0x7f00_0001).bigEndian)
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0
-      }
-    }
-    guard bound else { throw HarnessError("no free port: \(errno)") }
-    return Int(UInt16(bigEndian: address.sin_port))
-  }
 }
 
 /// Headless Chromium from Debian's packages, driven through chromedriver's W3C WebDriver
@@ -176,7 +159,7 @@ final class WebDriver {
     for tool in [Self.chromium, Self.chromedriver] where !FileManager.default.isExecutableFile(atPath: tool) {
       throw HarnessError("\(tool) is missing: script/setup installs Debian's chromium and chromium-driver")
     }
-    port = try HTTP.freePort()
+    port = try Loopback.freeTCPPort()
     profile = NSTemporaryDirectory() + "rampd-web-chromium-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     driver.executableURL = URL(fileURLWithPath: Self.chromedriver)
     driver.arguments = ["--port=\(port)"]
