@@ -64,10 +64,15 @@ __attribute__((noinline)) static void trap(const char *what) {
   if (runtime_cache()) return;
   guarded = false;
   static const char prefix[] = "rampd: ";
-  static const char suffix[] = " on the render thread\n";
+  static const char suffix[] = " on the render thread (thread ";
+  /* Which thread ran the render step: rampd-render, or an output's own (PipeWire's data loop). */
+  char name[16] = "?";
+  pthread_getname_np(pthread_self(), name, sizeof name);
   write(2, prefix, sizeof prefix - 1);
   write(2, what, strlen(what));
   write(2, suffix, sizeof suffix - 1);
+  write(2, name, strlen(name));
+  write(2, ")\n", 2);
   void *frames[64];
   backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
   abort();

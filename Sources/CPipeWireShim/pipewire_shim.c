@@ -1,6 +1,8 @@
+#define _GNU_SOURCE
 #include "pipewire_shim.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,8 @@ struct rampd_pw_stream {
 	int failed;
 	char error[256];
 	int initialized;
+	/* The data thread's alone: whether it has been given rampd's name for it. */
+	int data_thread_named;
 };
 
 static void on_state_changed(void *data, enum pw_stream_state old, enum pw_stream_state state, const char *error)
@@ -67,6 +71,13 @@ static void on_param_changed(void *data, uint32_t id, const struct spa_pod *para
 static void on_process(void *data)
 {
 	struct rampd_pw_stream *s = data;
+	if (!s->data_thread_named) {
+		/* PipeWire leaves its data thread with the name of the thread that opened the stream:
+		   named, it is told apart in /proc (its CPU, its wake-ups) and in the allocation trap's
+		   message. Once, a prctl: no allocation. */
+		s->data_thread_named = 1;
+		pthread_setname_np(pthread_self(), "rampd-pw-data");
+	}
 	struct pw_buffer *b = pw_stream_dequeue_buffer(s->stream);
 	if (b == NULL)
 		return;
