@@ -96,7 +96,10 @@ struct DeviceArrivalWatch {
         appeared = true
       }
       if number == pulse && name == "native" { appeared = true }
-      if number == runtime && name.hasPrefix("pipewire-") { appeared = true }
+      // PipeWire's socket (`pipewire-0`), not the lock file it makes first (`pipewire-0.lock`):
+      // an attempt then would find no server to answer, and `default` would take ALSA's plugin
+      // rather than the native output.
+      if number == runtime && name.hasPrefix("pipewire-") && !name.hasSuffix(".lock") { appeared = true }
       if number == runtime && name == "pulse" && pulse == nil {
         // pipewire-pulse made its directory: its socket comes next, in it.
         pulse = watch.add(pulseDirectory, events: Self.appears)

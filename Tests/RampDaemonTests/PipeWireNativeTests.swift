@@ -89,4 +89,63 @@ import Testing
   @Test func outlivesARestartWhileIdleOnTheNativeOutput() throws {
     try PipeWireTests().outlivesARestart(device: Self.device, playing: false)
   }
+
+  /// Idle through the native output, from start-up and again after a play: rampd lets go of its
+  /// stream (closed, not merely inactive), the sink suspends, and over 10 s no thread of rampd
+  /// wakes (PipeWire's data and loop threads in it included) nor does the server more than a few
+  /// times; a play after idle is heard at its level from silence, its reopen time in `status`.
+  @Test func idleThroughTheNativeOutputLetsTheSinkSuspend() throws {
+    try PipeWireTests.idleLetsTheSinkSuspend(through: [Self.device], in: PipeWireSession())
+  }
+
+  /// `device = "default"` where ALSA's `default` is PipeWire's plugin (`pcm.!default { type
+  /// pipewire }`, as pipewire-alsa installs it): with no PipeWire server, rampd starts at once and
+  /// waits for `default` as through ALSA (no kind yet, the plugin's failure as the reason); the
+  /// server started, its socket brings the native output, `status` says `pipewire-native` and the
+  /// sink hears the stream. A rampd started with the server up takes the native output at once.
+  @Test func theDefaultDeviceIsTheNativeOutputWhereALSAsDefaultIsPipeWire() throws {
+    let session = try PipeWireSession(started: false)
+    // ALSA's configuration without the machine's own (its hooks), and PipeWire as the default.
+    let alsa = "\(session.runtime)/alsa.conf"
+    try AlsaConfiguration.withoutHooks().write(toFile: alsa, atomically: true, encoding: .utf8)
+    let asDefault = "\(session.runtime)/99-pipewire-default.conf"
+    try "pcm.!default { type pipewire }\nctl.!default { type pipewire }\n".write(
+      toFile: asDefault, atomically: true, encoding: .utf8)
+    let environment = session.environment.merging([
+      "RAMPD_OUTPUT_DEVICE": "default", "ALSA_CONFIG_PATH": "\(alsa):\(asDefault)",
+    ]) { $1 }
+    let started = Date()
+    let daemon = try DaemonProcess(periodMs: 20, bufferMs: 100, environment: environment, pacing: "auto")
+    let client = try daemon.client()
+    let waiting = try #require(client.request(["cmd": "status"]).result["output"])
+    let startedIn = Date().timeIntervalSince(started)
+    #expect(startedIn < 5, "rampd answered \(startedIn) s after it was started")
+    #expect(waiting["state"] == "waiting" && waiting["kind"] == nil, "\(waiting.serialized())")
+    #expect(waiting["waiting"]?["device"] == "default", "\(waiting.serialized())")
+    #expect(waiting["waiting"]?["error"]?.stringValue?.isEmpty == false, "\(waiting.serialized())")
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+
+    try session.start()
+    let deadline = Date().addingTimeInterval(5)
+    var output = try client.request(["cmd": "status"]).result["output"]
+    while output?["state"] != "playing" && Date() < deadline {
+      usleep(100_000)
+      output = try client.request(["cmd": "status"]).result["output"]
+    }
+    #expect(
+      output?["state"] == "playing" && output?["kind"] == "pipewire-native",
+      "\(output?.serialized() ?? "")\n\(daemon.log)")
+    #expect(output?["device"] == "default", "\(output?.serialized() ?? "")")
+    let heard = try session.record(seconds: 1)
+    #expect(PipeWireTests.longestRun(of: 0.5, in: heard) > 48_000 / 2, "\(PipeWireTests.summary(heard))")
+    #expect(daemon.stop() == 0)
+
+    let second = try DaemonProcess(
+      name: "default-with-server", periodMs: 20, bufferMs: 100, environment: environment, pacing: "auto")
+    let now = try #require(second.client().request(["cmd": "status"]).result["output"])
+    #expect(now["state"] == "playing" && now["kind"] == "pipewire-native", "\(now.serialized())")
+    #expect(now["pacing"] == "device" && now["rewind"] == false, "\(now.serialized())")
+    #expect(second.stop() == 0)
+  }
 }
