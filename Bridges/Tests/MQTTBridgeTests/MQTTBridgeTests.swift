@@ -215,6 +215,12 @@ import Testing
     let heard = runs(Array(left[first...last])).map(\.value)
     #expect(heard == [1, 0.5], "levels heard: \(heard.prefix(10))")
   }
+
+  /// docs/rampd-mqtt.1 (script/man) holds every help text and renders without a warning.
+  @Test func manPage() throws {
+    try ManPage.checkEveryHelpText("rampd-mqtt", binary: Executables.rampdMQTT, atLeast: 12)
+    try ManPage.checkRendersWithoutWarnings("rampd-mqtt")
+  }
 }
 
 /// A fleet: two rampd on this machine, each with its own bridge, one broker. One publish on
