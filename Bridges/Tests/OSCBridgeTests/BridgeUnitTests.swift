@@ -15,7 +15,8 @@ import Testing
   @Test(.enabled(if: SystemTool.path("systemd-analyze") != nil, "systemd-analyze is not installed"))
   func systemServiceExposure() throws {
     for tool in Self.tools {
-      try SecurityReport.checkInstalled("\(tool).service", maximum: Self.maximumExposure, bridges: Executables.directory)
+      try SecurityReport.checkInstalled(
+        "\(tool).service", maximum: Self.maximumExposure, bridges: Executables.directory)
     }
   }
 
