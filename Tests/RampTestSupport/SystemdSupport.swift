@@ -49,7 +49,8 @@ final class TemporaryDirectory {
 }
 
 /// `script/install` run with the built binaries (`--binaries`; rampd-web's with `--web-binaries`
-/// when given, else `--without-web`), never touching the system
+/// when given, else `--without-web`; rampd-osc's and rampd-mqtt's with `--bridges-binaries` when
+/// given, else `--without-bridges`), never touching the system
 /// (`--no-setup`): either with `--prefix` a temporary directory, so that the installed units name
 /// real files (what `systemd-analyze verify` checks), or with `--destdir` one, as a package build
 /// does (PREFIX stays /usr/local).
@@ -60,6 +61,8 @@ final class Installation {
   let usesPrefix: Bool
   /// Where rampd-web was taken from, if it was installed.
   let web: String?
+  /// Where rampd-osc and rampd-mqtt were taken from, if they were installed.
+  let bridges: String?
   var prefix: String { usesPrefix ? root : "/usr/local" }
   var systemUnitDirectory: String { "\(root)/\(usesPrefix ? "" : "usr/local/")lib/systemd/system" }
   var userUnitDirectory: String { "\(root)/\(usesPrefix ? "" : "usr/local/")lib/systemd/user" }
@@ -85,12 +88,25 @@ final class Installation {
     "usr/local/share/bash-completion/completions/rampd-web", "usr/local/share/zsh/site-functions/_rampd-web",
     "usr/local/share/fish/vendor_completions.d/rampd-web.fish",
   ]
+  /// What rampd-osc and rampd-mqtt add to them.
+  static let documentedBridgeFiles = ["rampd-osc", "rampd-mqtt"].flatMap { tool in
+    [
+      "usr/local/bin/\(tool)", "usr/local/lib/systemd/system/\(tool).service",
+      "usr/local/lib/systemd/user/\(tool).service", "usr/local/share/man/man1/\(tool).1",
+      "usr/local/share/bash-completion/completions/\(tool)", "usr/local/share/zsh/site-functions/_\(tool)",
+      "usr/local/share/fish/vendor_completions.d/\(tool).fish",
+    ]
+  }
 
   /// `web`: the directory rampd-web is installed from; without one, rampd-web is left out.
-  init(prefix: Bool, web: String? = nil, before: (String) throws -> Void = { _ in }) throws {
+  /// `bridges`: the same for rampd-osc and rampd-mqtt.
+  init(
+    prefix: Bool, web: String? = nil, bridges: String? = nil, before: (String) throws -> Void = { _ in }
+  ) throws {
     directory = try TemporaryDirectory(prefix ? "prefix" : "destdir")
     usesPrefix = prefix
     self.web = web
+    self.bridges = bridges
     root = "\(directory.path)/\(prefix ? "prefix" : "stage")"
     try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
     try before(root)
@@ -104,7 +120,8 @@ final class Installation {
       [
         "\(Repository.root)/script/install", usesPrefix ? "--prefix" : "--destdir", root, "--binaries",
         Executables.tools, "--no-setup",
-      ] + (web.map { ["--web-binaries", $0] } ?? ["--without-web"]) + arguments,
+      ] + (web.map { ["--web-binaries", $0] } ?? ["--without-web"])
+        + (bridges.map { ["--bridges-binaries", $0] } ?? ["--without-bridges"]) + arguments,
       environment: ["PREFIX": "", "DESTDIR": "", "SYSCONFDIR": "", "BINDIR": ""])
   }
 
@@ -173,10 +190,13 @@ struct UnitFile {
 
 enum SecurityReport {
   /// `systemd-analyze security --offline=true` on `unit` as `script/install` installs it: the
-  /// analysis succeeds and the overall exposure is at most `maximum`. `web`: as in Installation.
+  /// analysis succeeds and the overall exposure is at most `maximum`. `web`, `bridges`: as in
+  /// Installation.
   @discardableResult
-  static func checkInstalled(_ unit: String, maximum: Double, web: String? = nil) throws -> Shell.Outcome {
-    let install = try Installation(prefix: true, web: web)
+  static func checkInstalled(_ unit: String, maximum: Double, web: String? = nil, bridges: String? = nil) throws
+    -> Shell.Outcome
+  {
+    let install = try Installation(prefix: true, web: web, bridges: bridges)
     let outcome = try Shell.run(
       SystemTool.path("systemd-analyze")!,
       ["security", "--offline=true", "--no-pager", "\(install.systemUnitDirectory)/\(unit)"])

@@ -35,12 +35,19 @@ final class Bridge: @unchecked Sendable {
     /// The bridge's own requests (subscribe, observe, status): a refusal is only logged.
     case own(String)
     case status
+    /// `duck-list`, for the duck switches.
+    case ducks
+    /// `queue-list` of a stream that started: answered for a queue stream, refused for another.
+    case queueProbe(String)
   }
 
   static let maximumWaiting = 1024
   static let maximumInFlight = 1024
   /// Errors published a second at most; beyond that they are counted and logged.
   static let errorsPerSecond = 20.0
+  /// How often (seconds) duck-list is asked without news: rules added or held by other clients
+  /// show up within that. A duck event, or a duck command through the bridge, asks at once.
+  static let duckRefresh = 5.0
 
   let settings: BridgeSettings
   let prefix: String
@@ -59,6 +66,12 @@ final class Bridge: @unchecked Sendable {
   /// The last state published for each key path, published again when the broker comes back.
   private var states: [String: String] = [:]
   private var streams: Set<String> = []
+  /// The playing streams that play a queue (their skip buttons).
+  private var queues: Set<String> = []
+  /// The duck rules rampd has, and whether each is held down by `duck` (duck-list's `manual`).
+  private var ducks: [String: Bool] = [:]
+  /// A duck-list asked and not yet answered (one at a time).
+  private var duckListPending = false
   private var stopping = false
   private var errorTokens = Bridge.errorsPerSecond
   private var errorRefill = Date()
@@ -86,9 +99,9 @@ final class Bridge: @unchecked Sendable {
       log("the broker refused the connection: \(MQTTClient.describe(connack: code))")
       return
     }
-    let (version, states, streams) = lock.withLock {
+    let (version, states, streams, queues, ducks) = lock.withLock {
       brokerConnected = true
-      return (serverVersion, self.states, self.streams)
+      return (serverVersion, self.states, self.streams, self.queues, self.ducks)
     }
     log("connected to the broker as \(settings.box)")
     mqtt?.subscribe(CommandTopics.subscriptions(prefix: prefix) + CommandTopics.subscriptions(prefix: "rampd/all"))
@@ -97,6 +110,15 @@ final class Bridge: @unchecked Sendable {
     }
     for stream in streams.sorted() where discovers {
       let (topic, payload) = discovery.streamConfig(stream: stream, version: version)
+      mqtt?.publish(topic, payload, retain: true)
+    }
+    for stream in queues.sorted() where discovers {
+      for (topic, payload) in discovery.queueConfigs(stream: stream, version: version) {
+        mqtt?.publish(topic, payload, retain: true)
+      }
+    }
+    for rule in ducks.keys.sorted() where discovers {
+      let (topic, payload) = discovery.duckConfig(rule: rule, version: version)
       mqtt?.publish(topic, payload, retain: true)
     }
     for (key, value) in states.sorted(by: { $0.key < $1.key }) {
@@ -189,10 +211,15 @@ final class Bridge: @unchecked Sendable {
         self.connection = connection
         serverVersion = version
         sendLocked(
-          Request(.subscribe(events: [.streamStarted, .streamEnded, .scheduleApplied, .scheduleFailed])),
+          Request(
+            .subscribe(events: [
+              .streamStarted, .streamEnded, .scheduleApplied, .scheduleFailed, .duckStarted, .duckEnded,
+            ])),
           .own("subscribe"))
         sendLocked(Request(.observe(key: "master.gain", rate: settings.stateRate)), .own("observe master.gain"))
         sendLocked(Request(.status), .status)
+        duckListPending = false
+        askDuckListLocked()
         let queued = waiting
         waiting = []
         for command in queued { sendLocked(command.request, .command(command)) }
@@ -200,9 +227,14 @@ final class Bridge: @unchecked Sendable {
       log("connected to rampd \(version) at \(settings.socket)")
       publishAvailability()
       do {
+        var refresh = Date().addingTimeInterval(Self.duckRefresh)
         while true {
-          guard let line = try connection.nextLine(until: nil) else { continue }
-          handle(line.line)
+          let line = try connection.nextLine(until: refresh)
+          if line == nil || Date() >= refresh {
+            lock.withLock { askDuckListLocked() }
+            refresh = Date().addingTimeInterval(Self.duckRefresh)
+          }
+          if let line { handle(line.line) }
         }
       } catch {
         if !isStopping { log("lost rampd (\(error)); reconnecting") }
@@ -215,6 +247,7 @@ final class Bridge: @unchecked Sendable {
           return nil
         }
         pending = [:]
+        duckListPending = false
         waiting = unanswered + waiting
         let ended = streams.sorted()
         streams = []
@@ -241,11 +274,21 @@ final class Bridge: @unchecked Sendable {
             schedules[Int(schedule)] = command
           }
         }
+        // A duck or unduck taken effect: its switch's state, now.
+        if case .duck = command.request.command { lock.withLock { askDuckListLocked() } }
+      case (.ducks, .success(let result)):
+        lock.withLock { duckListPending = false }
+        ducksListed(result["ducks"]?.arrayValue ?? [])
+      case (.ducks, .failure(let error)):
+        lock.withLock { duckListPending = false }
+        log("rampd refused the bridge's duck-list: \(error.summary)")
+      case (.queueProbe(let stream), .success):
+        queueFound(stream)
       case (.own(let what), .failure(let error)):
         log("rampd refused the bridge's \(what): \(error.summary)")
       case (.status, .success(let status)):
         for stream in status["streams"]?.arrayValue ?? [] {
-          if let name = stream["stream"]?.stringValue { streamStarted(name) }
+          if let name = stream["stream"]?.stringValue { streamStarted(name, isQueue: stream["queue"] != nil) }
         }
       default: break
       }
@@ -259,8 +302,13 @@ final class Bridge: @unchecked Sendable {
         return true
       }
       if changed { mqtt?.publish("\(prefix)/state/\(key)", text, retain: true) }
-    case .event(.scheduleApplied(let schedule, _, _, let next)):
-      if next == nil { lock.withLock { _ = schedules.removeValue(forKey: Int(schedule)) } }
+    case .event(.scheduleApplied(let schedule, let command, _, let next)):
+      lock.withLock {
+        if next == nil { _ = schedules.removeValue(forKey: Int(schedule)) }
+        if command == "duck" || command == "unduck" { askDuckListLocked() }
+      }
+    case .event(.duckStarted), .event(.duckEnded):
+      lock.withLock { askDuckListLocked() }
     case .event(.scheduleFailed(let schedule, let command, _, let error, let next)):
       let submitted = lock.withLock {
         next == nil ? schedules.removeValue(forKey: Int(schedule)) : schedules[Int(schedule)]
@@ -268,7 +316,7 @@ final class Bridge: @unchecked Sendable {
       publishError(
         topic: submitted?.topic ?? "schedule \(schedule) (\(command))", payload: submitted?.payload ?? "", error)
     case .event(.streamStarted(let stream, _)):
-      streamStarted(stream)
+      streamStarted(stream, isQueue: nil)
     case .event(.streamEnded(let stream, _, _)):
       let known = lock.withLock { streams.remove(stream) != nil }
       if known { streamEnded(stream) }
@@ -277,26 +325,89 @@ final class Bridge: @unchecked Sendable {
     }
   }
 
-  private func streamStarted(_ stream: String) {
+  /// `isQueue`: whether it plays a queue, when known (status says); nil asks rampd (queue-list).
+  private func streamStarted(_ stream: String, isQueue: Bool?) {
     let (isNew, version) = lock.withLock {
       let isNew = streams.insert(stream).inserted
       if isNew {
         sendLocked(
           Request(.observe(key: "streams.\(stream).gain", rate: settings.stateRate)), .own("observe of \(stream)"))
+        if isQueue == nil { sendLocked(Request(.queueList(stream: stream)), .queueProbe(stream)) }
       }
       return (isNew, serverVersion)
     }
+    guard isNew else { return }
+    if discovers {
+      let (topic, payload) = discovery.streamConfig(stream: stream, version: version)
+      mqtt?.publish(topic, payload, retain: true)
+    }
+    if isQueue == true { queueFound(stream) }
+  }
+
+  /// A playing stream plays a queue: its next and previous buttons.
+  private func queueFound(_ stream: String) {
+    let (isNew, version) = lock.withLock {
+      guard streams.contains(stream) else { return (false, serverVersion) }
+      return (queues.insert(stream).inserted, serverVersion)
+    }
     guard isNew, discovers else { return }
-    let (topic, payload) = discovery.streamConfig(stream: stream, version: version)
-    mqtt?.publish(topic, payload, retain: true)
+    for (topic, payload) in discovery.queueConfigs(stream: stream, version: version) {
+      mqtt?.publish(topic, payload, retain: true)
+    }
+  }
+
+  /// Asks rampd for its duck rules, unless that is already asked.
+  private func askDuckListLocked() {
+    guard connection != nil, !duckListPending else { return }
+    duckListPending = true
+    sendLocked(Request(.duckList), .ducks)
+  }
+
+  /// duck-list's answer: a switch for each rule that is new, none for a rule that is gone, the
+  /// state (ON: held down by `duck`) of each that changed, retained on state/duck/<rule>.
+  private func ducksListed(_ rules: [JSONValue]) {
+    var listed: [String: Bool] = [:]
+    for rule in rules {
+      if let name = rule["name"]?.stringValue { listed[name] = rule["manual"]?.boolValue ?? false }
+    }
+    let (added, removed, changed, version): ([String], [String], [String], String) = lock.withLock {
+      let added = listed.keys.filter { ducks[$0] == nil }.sorted()
+      let removed = ducks.keys.filter { listed[$0] == nil }.sorted()
+      var changed: [String] = []
+      for (rule, held) in listed where states["duck/\(rule)"] != (held ? "ON" : "OFF") {
+        states["duck/\(rule)"] = held ? "ON" : "OFF"
+        changed.append(rule)
+      }
+      for rule in removed { states.removeValue(forKey: "duck/\(rule)") }
+      ducks = listed
+      return (added, removed, changed.sorted(), serverVersion)
+    }
+    for rule in added where discovers {
+      let (topic, payload) = discovery.duckConfig(rule: rule, version: version)
+      mqtt?.publish(topic, payload, retain: true)
+    }
+    for rule in changed {
+      mqtt?.publish("\(prefix)/state/duck/\(rule)", listed[rule] == true ? "ON" : "OFF", retain: true)
+    }
+    for rule in removed {
+      mqtt?.publish("\(prefix)/state/duck/\(rule)", "", retain: true)
+      if discovers { mqtt?.publish(discovery.duckConfig(rule: rule, version: "").topic, "", retain: true) }
+    }
   }
 
   /// Clears what was retained for a stream that is gone: its state and its entity.
   private func streamEnded(_ stream: String) {
     let key = "streams.\(stream).gain"
-    lock.withLock { _ = states.removeValue(forKey: key) }
+    let wasQueue = lock.withLock {
+      _ = states.removeValue(forKey: key)
+      return queues.remove(stream) != nil
+    }
     mqtt?.publish("\(prefix)/state/\(key)", "", retain: true)
-    if discovers { mqtt?.publish(discovery.streamConfig(stream: stream, version: "").topic, "", retain: true) }
+    guard discovers else { return }
+    mqtt?.publish(discovery.streamConfig(stream: stream, version: "").topic, "", retain: true)
+    if wasQueue {
+      for (topic, _) in discovery.queueConfigs(stream: stream, version: "") { mqtt?.publish(topic, "", retain: true) }
+    }
   }
 
   // MARK: Availability and errors

@@ -8,14 +8,18 @@ import RampProtocol
 /// with rampd's own parser before it is sent, so a bad field is refused here, named as rampd
 /// names it.
 enum CommandTopics {
-  /// The topic levels after `rampd/<box>/` that are commands; `set` and `fade` take a key path.
-  static let commands = ["set", "fade", "fade-out", "stop", "play", "next"]
+  /// The topic levels after `rampd/<box>/` that are commands; `set` and `fade` take a key path,
+  /// `duck` a duck rule's name.
+  static let commands = ["set", "fade", "fade-out", "stop", "play", "next", "previous", "duck"]
   /// The longest payload read (a JSON object of a few fields fits many times over).
   static let maximumPayload = 4096
 
   /// The subscriptions for one target (`<box>` or `all`).
   static func subscriptions(prefix: String) -> [String] {
-    ["\(prefix)/set/#", "\(prefix)/fade/#", "\(prefix)/fade-out", "\(prefix)/stop", "\(prefix)/play", "\(prefix)/next"]
+    [
+      "\(prefix)/set/#", "\(prefix)/fade/#", "\(prefix)/fade-out", "\(prefix)/stop", "\(prefix)/play",
+      "\(prefix)/next", "\(prefix)/previous", "\(prefix)/duck/+",
+    ]
   }
 
   /// The request for `levels` (the topic after `rampd/<target>/`) and `payload`.
@@ -70,7 +74,28 @@ enum CommandTopics {
       } else {
         fields[valueName] = .number(try number(payload, key: key, valueName))
       }
-    case "fade-out", "stop", "play", "next":
+    case "duck":
+      // A switch: ON holds the rule down (`duck`), OFF lets it go (`unduck`).
+      guard rest.count == 1, let name = rest.first, !name.isEmpty else {
+        throw ProtocolError(.invalidField, field: "name", "name: the topic names one duck rule, as duck/talk")
+      }
+      var state = payload
+      if payload.hasPrefix("{") {
+        guard case .string(let written) = fields["state"] ?? .null else {
+          throw ProtocolError(.missingField, field: "state", "state: give \"ON\" or \"OFF\"")
+        }
+        state = written
+        fields["state"] = nil
+      }
+      let on: Bool
+      switch state.uppercased() {
+      case "ON": on = true
+      case "OFF": on = false
+      default: throw ProtocolError(.invalidField, field: "state", "state: '\(state)' is neither ON nor OFF")
+      }
+      fields["cmd"] = .string(on ? "duck" : "unduck")
+      fields["name"] = .string(String(name))
+    case "fade-out", "stop", "play", "next", "previous":
       guard rest.isEmpty else {
         throw ProtocolError(.unknownCommand, "\(command) takes no key path in its topic")
       }
@@ -110,7 +135,9 @@ enum CommandTopics {
   {
     if payload.isEmpty || payload == "PRESS" {
       if command == "play" { throw ProtocolError(.missingField, field: "path", "path: play needs a file") }
-      if command == "next" { throw ProtocolError(.missingField, field: "stream", "stream: next needs a stream") }
+      if command == "next" || command == "previous" {
+        throw ProtocolError(.missingField, field: "stream", "stream: \(command) needs a stream")
+      }
       return
     }
     switch command {

@@ -76,6 +76,35 @@ struct Discovery {
     ]
   }
 
+  /// A duck rule as a switch: ON holds it down (`duck`), OFF lets it go (`unduck`); its state is
+  /// whether it is held (duck-list's `manual`). The topic with an empty payload removes it when
+  /// the rule is gone.
+  func duckConfig(rule: String, version: String) -> (topic: String, payload: String) {
+    let object = "duck_\(Self.objectID(rule))"
+    var config = base(object: object, name: "Duck \(rule)", version: version)
+    config["command_topic"] = .string("\(prefix)/duck/\(rule)")
+    config["state_topic"] = .string("\(prefix)/state/duck/\(rule)")
+    config["payload_on"] = "ON"
+    config["payload_off"] = "OFF"
+    config["state_on"] = "ON"
+    config["state_off"] = "OFF"
+    config["icon"] = "mdi:volume-low"
+    return (topic("switch", object), JSONValue.object(config).serialized())
+  }
+
+  /// A queue stream's skip buttons, next and previous: each publishes the stream's name on
+  /// `next` or `previous`. Their topics with an empty payload remove them when the stream ends.
+  func queueConfigs(stream: String, version: String) -> [(topic: String, payload: String)] {
+    [("next", "Next", "mdi:skip-next"), ("previous", "Previous", "mdi:skip-previous")].map { command, label, icon in
+      let object = "stream_\(Self.objectID(stream))_\(command)"
+      var config = base(object: object, name: "Stream \(stream) \(label.lowercased())", version: version)
+      config["command_topic"] = .string("\(prefix)/\(command)")
+      config["payload_press"] = .string(stream)
+      config["icon"] = .string(icon)
+      return (topic("button", object), JSONValue.object(config).serialized())
+    }
+  }
+
   /// A playing stream's gain; its topic with an empty payload removes it when the stream ends.
   func streamConfig(stream: String, version: String) -> (topic: String, payload: String) {
     gain(

@@ -14,7 +14,7 @@ struct RampdMQTT: ParsableCommand {
     discussion: """
       rampd-mqtt is a client of rampd's socket, as rampctl is, and of an MQTT broker. It applies \
       the commands published on rampd/BOX/... and rampd/all/... (set/KEY, fade/KEY, fade-out, \
-      stop, play, next; QoS 1), publishes the values heard, retained, on rampd/BOX/state/KEY, its \
+      stop, play, next, previous, duck/RULE with ON or OFF; QoS 1), publishes the values heard, retained, on rampd/BOX/state/KEY, its \
       availability on rampd/BOX/availability (online, and offline as its Last Will), refusals on \
       rampd/BOX/error, and Home Assistant discovery configs under homeassistant/. A value is \
       written as rampctl reads it (0.5, 50%, -6dB) or as a JSON object \

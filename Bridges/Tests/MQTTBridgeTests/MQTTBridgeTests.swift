@@ -158,6 +158,10 @@ import Testing
       ("fade-out", "soon", "invalid-field", "duration"),
       ("set", "0.5", "invalid-field", "key"),
       ("play", "", "missing-field", "path"),
+      ("previous", "PRESS", "missing-field", "stream"),
+      ("duck/talk", "maybe", "invalid-field", "state"),
+      ("duck/talk", #"{"at":"+1s"}"#, "missing-field", "state"),
+      ("duck/nope", "ON", "unknown-duck", "name"),
       ("set/master.gain", String(repeating: "1", count: 5000), "line-too-long", nil),
     ]
     // A subscriber waiting before anything is published.
@@ -214,6 +218,117 @@ import Testing
     let last = try #require(left.lastIndex(of: 0.5))
     let heard = runs(Array(left[first...last])).map(\.value)
     #expect(heard == [1, 0.5], "levels heard: \(heard.prefix(10))")
+  }
+
+  /// A duck rule is a Home Assistant switch: its config retained (for a rule added while the
+  /// bridge runs, too), ON holds the rule down and OFF lets it go, as duck-list and the recording
+  /// show, its state retained; a rule removed takes its switch away.
+  @Test func aDuckSwitchHoldsTheRuleDown() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    let client = try box.daemon.client()
+    let add = try client.request([
+      "cmd": "duck-add", "name": "talk", "targets": ["master.gain"], "depth": 6, "attack": 0.05, "release": 0.05,
+    ])
+    #expect(add.isOK, "\(add.serialized())")
+    // Added after the bridge asked at its connection: seen at its next look (every 5 s).
+    let topic = "homeassistant/switch/k1_duck_talk/config"
+    try waitUntil("the switch's config", timeout: 10) { try broker.retained(topic) != nil }
+    let config = try JSON.parse(try #require(try broker.retained(topic)))
+    #expect(config["command_topic"] == "rampd/k1/duck/talk" && config["state_topic"] == "rampd/k1/state/duck/talk")
+    #expect(config["payload_on"] == "ON" && config["payload_off"] == "OFF", "\(config.serialized())")
+    #expect(config["unique_id"] == "rampd_k1_duck_talk" && config["availability_topic"] == "rampd/k1/availability")
+    try broker.waitFor("rampd/k1/state/duck/talk", "OFF")
+    usleep(300_000)
+
+    func held() throws -> Bool? {
+      let list = try client.request(["cmd": "duck-list"])
+      return list.result["ducks"]?.arrayValue?.first { $0["name"] == "talk" }?["manual"]?.boolValue
+    }
+    // What Home Assistant sends: the switch's payload_on, then payload_off.
+    try broker.publish("rampd/k1/duck/talk", "ON")
+    try broker.waitFor("rampd/k1/state/duck/talk", "ON")
+    #expect(try held() == true)
+    usleep(500_000)
+    try broker.publish("rampd/k1/duck/talk", "OFF")
+    try broker.waitFor("rampd/k1/state/duck/talk", "OFF")
+    #expect(try held() == false)
+    usleep(500_000)
+
+    #expect(try client.request(["cmd": "duck-remove", "name": "talk"]).isOK)
+    try waitUntil("the switch removed", timeout: 10) { try broker.retained(topic) == nil }
+    #expect(try broker.retained("rampd/k1/state/duck/talk") == nil)
+    box.daemon.stop()
+    // Full scale, 6 dB down while held, full scale again.
+    let heard = runs(try box.daemon.played(channel: 0)).filter { $0.count >= 4_800 }.map(\.value)
+    let down = Float(pow(10, -6.0 / 20))
+    #expect(heard.count == 3, "steady levels heard: \(heard)\n\(box.bridge.log)")
+    if heard.count == 3 {
+      #expect(heard[0] == 1 && abs(heard[1] - down) < 1e-6 && heard[2] == 1, "steady levels heard: \(heard)")
+    }
+  }
+
+  /// A queue stream gets Home Assistant buttons for next and previous, which publish the stream's
+  /// name on rampd/<box>/next and previous: the queue skips (queue-list says which item plays,
+  /// the recording hears it), and the buttons go when the stream ends.
+  @Test func queueButtonsSkip() throws {
+    let broker = try Broker()
+    let box = try Box("k1", broker: broker)
+    try broker.waitFor("rampd/k1/availability", "online")
+    let client = try box.daemon.client()
+    // The bed at half, so that the sums stay within full scale.
+    #expect(try client.request(["cmd": "set", "key": "streams.bed.gain", "value": 0.5, "duration": 0]).isOK)
+    let first = try box.daemon.constantFile("quarter", seconds: 20, left: 0.25, right: 0.25)
+    let second = try box.daemon.constantFile("half", seconds: 20, left: 0.5, right: 0.5)
+    let play = try client.request([
+      "cmd": "play", "path": .string(first), "stream": "music", "queue": [.string(second)],
+    ])
+    #expect(play.isOK, "\(play.serialized())")
+    var buttons: [String: JSONValue] = [:]
+    for command in ["next", "previous"] {
+      let topic = "homeassistant/button/k1_stream_music_\(command)/config"
+      try waitUntil("the \(command) button") { try broker.retained(topic) != nil }
+      buttons[command] = try JSON.parse(try #require(try broker.retained(topic)))
+      #expect(buttons[command]?["command_topic"]?.stringValue == "rampd/k1/\(command)", "\(topic)")
+      #expect(buttons[command]?["payload_press"] == "music", "\(topic)")
+    }
+    // The bed plays no queue: no buttons for it.
+    #expect(try broker.retained("homeassistant/button/k1_stream_bed_next/config") == nil)
+
+    func current() throws -> Double? {
+      try client.request(["cmd": "queue-list", "stream": "music"]).result["queue"]?["current"]?.numberValue
+    }
+    #expect(try current() == 0)
+    usleep(500_000)
+    // What Home Assistant sends on a press: the button's command topic and payload_press.
+    for (command, index) in [("next", 1.0), ("previous", 0.0)] {
+      try broker.publish(
+        try #require(buttons[command]?["command_topic"]?.stringValue),
+        try #require(buttons[command]?["payload_press"]?.stringValue))
+      try waitUntil("\(command): item \(index)") { try current() == index }
+      usleep(500_000)
+    }
+    #expect(try client.request(["cmd": "stop", "stream": "music"]).isOK)
+    for command in ["next", "previous"] {
+      try waitUntil("the \(command) button removed") {
+        try broker.retained("homeassistant/button/k1_stream_music_\(command)/config") == nil
+      }
+    }
+    usleep(300_000)
+    box.daemon.stop()
+    // With the bed at half: the first item, the second (next), the first again (previous), the
+    // bed alone (before them, the bed may have played too briefly at full or at half to count).
+    let heard = runs(try box.daemon.played(channel: 0)).filter { $0.count >= 4_800 }.map(\.value)
+    #expect(
+      Array(heard.drop { $0 == 1 || $0 == 0.5 }) == [0.75, 1, 0.75, 0.5],
+      "steady levels heard: \(heard)\n\(box.bridge.log)")
+  }
+
+  /// docs/rampd-mqtt.1 (script/man) holds every help text and renders without a warning.
+  @Test func manPage() throws {
+    try ManPage.checkEveryHelpText("rampd-mqtt", binary: Executables.rampdMQTT, atLeast: 12)
+    try ManPage.checkRendersWithoutWarnings("rampd-mqtt")
   }
 }
 
