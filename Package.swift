@@ -46,7 +46,10 @@ let package = Package(
     .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
   ],
   targets: [
-    // The animation engine: pure Swift, no I/O. Everything a unit test can reach without a sound card.
+    // The animation engine: pure Swift, no audio and no sockets. Everything a unit test can reach
+    // without a sound card. It also holds the few C-library wrappers every module shares in place of
+    // Foundation's (threads, whole writes, path parts: SystemInterfaces.swift), being the one module
+    // all of them, rampd-web included, depend on.
     .target(name: "RampEngine", swiftSettings: renderPath),
     // C libraries, found through pkg-config (script/setup installs their -dev packages).
     .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
@@ -125,7 +128,8 @@ let package = Package(
       swiftSettings: ownImportsOnly
     ),
     // rampctl on its own, for a build tree (the package installs the link instead).
-    .executableTarget(name: "rampctl", dependencies: ["RampCtlCommands"], path: "Sources/rampctl-main"),
+    .executableTarget(
+      name: "rampctl", dependencies: ["RampCtlCommands"], path: "Sources/rampctl-main", swiftSettings: ownImportsOnly),
     .executableTarget(
       name: "rampbench",
       dependencies: ["RampEngine", "RampAudio"],
