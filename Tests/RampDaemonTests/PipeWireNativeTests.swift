@@ -41,32 +41,8 @@ import Testing
   /// (21 ms at 1024 frames) after it is sent, not a buffer's worth.
   @Test func atAndSetThroughTheNativeOutputLandOnTime() throws {
     let session = try PipeWireSession()
-    let clock = ISO8601DateFormatter()
-    clock.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    let (daemon, client, recording) = try PipeWireTests.recordingAConstant(
+    let (daemon, client, stepOne, stepTwo, back) = try PipeWireTests.scheduledSteps(
       through: Self.device, in: session, name: "native-at")
-    let first = Date().addingTimeInterval(0.7)
-    let second = first.addingTimeInterval(1)
-    for (time, value) in [(first, 0.25), (second, 0.125)] {
-      let scheduled = try client.request([
-        "cmd": "set", "key": "master.gain", "value": .number(value * 2), "duration": 0,
-        "at": .string(clock.string(from: time)), "ack": "scheduled",
-      ])
-      #expect(scheduled.isOK, "\(scheduled.serialized())")
-    }
-    let setTime = second.addingTimeInterval(0.5)
-    usleep(UInt32(max(setTime.timeIntervalSinceNow, 0) * 1e6))
-    #expect(try client.request(["cmd": "set", "key": "master.gain", "value": 1, "duration": 0]).isOK)
-    usleep(500_000)
-    let heard = try recording.finish()
-    let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
-    func firstFrame(at level: Float, from start: Int = 0) throws -> Int {
-      try #require(
-        left[start...].firstIndex { abs($0 - level) < 1e-6 }, "\(level) never heard: \(PipeWireTests.summary(heard))")
-    }
-    let stepOne = try firstFrame(at: 0.25)
-    let stepTwo = try firstFrame(at: 0.125, from: stepOne)
-    let back = try firstFrame(at: 0.5, from: stepTwo)
     let spacing = stepTwo - stepOne
     print("native: steps 1 s apart heard \(spacing) frames apart")
     // Within 1 ms of a second, but for whole quanta lost between the steps: on a loaded machine

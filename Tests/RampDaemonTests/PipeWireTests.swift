@@ -220,33 +220,8 @@ import Testing
   /// and a quantum or two of the server's.
   @Test func atAndSetThroughPipeWireAndPulseLandOnTime() throws {
     let session = try PipeWireSession(pulse: true)
-    let clock = ISO8601DateFormatter()
-    clock.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
     for device in ["pipewire", "pulse"] {
-      let (daemon, client, recording) = try Self.recordingAConstant(through: device, in: session, name: "at")
-      let first = Date().addingTimeInterval(0.7)
-      let second = first.addingTimeInterval(1)
-      for (time, value) in [(first, 0.25), (second, 0.125)] {
-        let scheduled = try client.request([
-          "cmd": "set", "key": "master.gain", "value": .number(value * 2), "duration": 0,
-          "at": .string(clock.string(from: time)), "ack": "scheduled",
-        ])
-        #expect(scheduled.isOK, "\(device): \(scheduled.serialized())")
-      }
-      let setTime = second.addingTimeInterval(0.5)
-      usleep(UInt32(max(setTime.timeIntervalSinceNow, 0) * 1e6))
-      #expect(try client.request(["cmd": "set", "key": "master.gain", "value": 1, "duration": 0]).isOK)
-      usleep(500_000)
-      let heard = try recording.finish()
-      let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
-      func firstFrame(at level: Float, from start: Int = 0) throws -> Int {
-        try #require(
-          left[start...].firstIndex { abs($0 - level) < 1e-6 },
-          "\(device): \(level) never heard: \(Self.summary(heard))")
-      }
-      let stepOne = try firstFrame(at: 0.25)
-      let stepTwo = try firstFrame(at: 0.125, from: stepOne)
-      let back = try firstFrame(at: 0.5, from: stepTwo)
+      let (daemon, client, stepOne, stepTwo, back) = try Self.scheduledSteps(through: device, in: session, name: "at")
       // Through `pulse`, the rate in use and the position's slew may each be 1000 ppm off over
       // the 0.7 s between the two conversions and the second between the steps: 82 frames.
       // Measured 11 to 34 frames off (up to 296 when the position followed every report).
@@ -263,6 +238,39 @@ import Testing
       #expect(output?["underruns"] == 0, "\(device): \(output?.serialized() ?? "")")
       #expect(daemon.stop() == 0)
     }
+  }
+
+  /// Through `device`, recording a constant 0.5: `set`s scheduled 1 s apart (`at` 0.7 s and 1.7 s
+  /// ahead, to 0.25 and 0.125 heard), and a `set` back to 0.5 sent half a second after the second.
+  /// The frames of the recording where each is first heard.
+  static func scheduledSteps(
+    through device: String, in session: PipeWireSession, name: String
+  ) throws -> (daemon: DaemonProcess, client: LineClient, stepOne: Int, stepTwo: Int, back: Int) {
+    let clock = ISO8601DateFormatter()
+    clock.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    let (daemon, client, recording) = try recordingAConstant(through: device, in: session, name: name)
+    let first = Date().addingTimeInterval(0.7)
+    let second = first.addingTimeInterval(1)
+    for (time, value) in [(first, 0.25), (second, 0.125)] {
+      let scheduled = try client.request([
+        "cmd": "set", "key": "master.gain", "value": .number(value * 2), "duration": 0,
+        "at": .string(clock.string(from: time)), "ack": "scheduled",
+      ])
+      #expect(scheduled.isOK, "\(device): \(scheduled.serialized())")
+    }
+    let setTime = second.addingTimeInterval(0.5)
+    usleep(UInt32(max(setTime.timeIntervalSinceNow, 0) * 1e6))
+    #expect(try client.request(["cmd": "set", "key": "master.gain", "value": 1, "duration": 0]).isOK)
+    usleep(500_000)
+    let heard = try recording.finish()
+    let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
+    func firstFrame(at level: Float, from start: Int = 0) throws -> Int {
+      try #require(
+        left[start...].firstIndex { abs($0 - level) < 1e-6 }, "\(device): \(level) never heard: \(summary(heard))")
+    }
+    let stepOne = try firstFrame(at: 0.25)
+    let stepTwo = try firstFrame(at: 0.125, from: stepOne)
+    return (daemon, client, stepOne, stepTwo, try firstFrame(at: 0.5, from: stepTwo))
   }
 
   /// rampd through `device` (a 100 ms buffer of 20 ms periods) playing a constant 0.5 in a loop,
