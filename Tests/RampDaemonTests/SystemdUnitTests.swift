@@ -269,16 +269,7 @@ import Testing
   /// Web/Tests).
   func checkCompletions(in stage: String) throws {
     let share = "\(stage)/usr/local/share"
-    for tool in ["rampd", "rampctl"] {
-      let bash = "\(share)/bash-completion/completions/\(tool)"
-      #expect(try String(contentsOfFile: bash, encoding: .utf8).contains("-F _\(tool) \(tool)"), "\(bash)")
-      #expect(try Shell.run("/bin/bash", ["-n", bash]).status == 0, "\(bash) parses")
-      #expect(
-        try String(contentsOfFile: "\(share)/zsh/site-functions/_\(tool)", encoding: .utf8).hasPrefix(
-          "#compdef \(tool)"))
-      let fish = try String(contentsOfFile: "\(share)/fish/vendor_completions.d/\(tool).fish", encoding: .utf8)
-      #expect(fish.contains("complete -c '\(tool)'"), "\(tool).fish")
-    }
+    for tool in ["rampd", "rampctl"] { try expectCompletions(of: tool, under: share) }
     let rampctl = try String(contentsOfFile: "\(share)/bash-completion/completions/rampctl", encoding: .utf8)
     #expect(rampctl.contains("fade-out"), "rampctl's subcommands are completed")
   }

@@ -358,3 +358,16 @@ final class SpawnedProcess {
     }
   }
 }
+
+/// `tool`'s completions as script/install puts them under `share` (`PREFIX/share`): the argument
+/// parser's own for bash (which parses), zsh and fish.
+func expectCompletions(of tool: String, under share: String) throws {
+  let bash = "\(share)/bash-completion/completions/\(tool)"
+  #expect(try String(contentsOfFile: bash, encoding: .utf8).contains("-F _\(tool) \(tool)"), "\(bash)")
+  #expect(try Shell.run("/bin/bash", ["-n", bash]).status == 0, "\(bash) parses")
+  #expect(
+    try String(contentsOfFile: "\(share)/zsh/site-functions/_\(tool)", encoding: .utf8).hasPrefix("#compdef \(tool)"),
+    "_\(tool)")
+  let fish = try String(contentsOfFile: "\(share)/fish/vendor_completions.d/\(tool).fish", encoding: .utf8)
+  #expect(fish.contains("complete -c '\(tool)'"), "\(tool).fish")
+}

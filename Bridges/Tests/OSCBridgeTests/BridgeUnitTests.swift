@@ -77,14 +77,7 @@ import Testing
       #expect(
         try Data(contentsOf: URL(fileURLWithPath: "\(share)/man/man1/\(tool).1"))
           == Data(contentsOf: URL(fileURLWithPath: "\(Repository.root)/docs/\(tool).1")), "\(tool).1")
-      let bash = "\(share)/bash-completion/completions/\(tool)"
-      #expect(try String(contentsOfFile: bash, encoding: .utf8).contains("-F _\(tool) \(tool)"), "\(bash)")
-      #expect(try Shell.run("/bin/bash", ["-n", bash]).status == 0, "\(bash) parses")
-      #expect(
-        try String(contentsOfFile: "\(share)/zsh/site-functions/_\(tool)", encoding: .utf8).hasPrefix(
-          "#compdef \(tool)"))
-      let fish = try String(contentsOfFile: "\(share)/fish/vendor_completions.d/\(tool).fish", encoding: .utf8)
-      #expect(fish.contains("complete -c '\(tool)'"), "\(tool).fish")
+      try expectCompletions(of: tool, under: share)
     }
 
     let removed = try install.run(["--uninstall"])

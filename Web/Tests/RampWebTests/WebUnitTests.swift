@@ -66,15 +66,7 @@ import Testing
     #expect(
       try Data(contentsOf: URL(fileURLWithPath: "\(stage)/usr/local/share/man/man1/rampd-web.1"))
         == Data(contentsOf: URL(fileURLWithPath: "\(Repository.root)/docs/rampd-web.1")))
-    let share = "\(stage)/usr/local/share"
-    let bash = "\(share)/bash-completion/completions/rampd-web"
-    #expect(try String(contentsOfFile: bash, encoding: .utf8).contains("-F _rampd-web rampd-web"), "\(bash)")
-    #expect(try Shell.run("/bin/bash", ["-n", bash]).status == 0, "\(bash) parses")
-    #expect(
-      try String(contentsOfFile: "\(share)/zsh/site-functions/_rampd-web", encoding: .utf8).hasPrefix(
-        "#compdef rampd-web"))
-    let fish = try String(contentsOfFile: "\(share)/fish/vendor_completions.d/rampd-web.fish", encoding: .utf8)
-    #expect(fish.contains("complete -c 'rampd-web'"))
+    try expectCompletions(of: "rampd-web", under: "\(stage)/usr/local/share")
 
     let removed = try install.run(["--uninstall"])
     #expect(removed.status == 0, "\(removed)")
