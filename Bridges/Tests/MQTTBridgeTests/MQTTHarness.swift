@@ -138,43 +138,28 @@ final class Broker {
 
 /// A real `rampd-mqtt` between `broker` and `daemon`'s socket.
 final class BridgeProcess {
-  let process = Process()
+  let tool: LoggedProcess
   let box: String
-  private let sink = LogSink()
-  var log: String { sink.text }
+  var process: Process { tool.process }
+  var log: String { tool.log }
 
   init(box: String, broker: Broker, socket: String, arguments: [String] = []) throws {
     self.box = box
-    process.executableURL = URL(fileURLWithPath: Executables.rampdMQTT)
-    process.arguments = ["--broker", "mqtt://127.0.0.1:\(broker.port)", "--box", box, "--socket", socket] + arguments
-    process.environment = childEnvironment
-    let errors = Pipe()
-    process.standardError = errors
-    process.standardOutput = FileHandle.nullDevice
-    sink.collect(from: errors)
-    try process.run()
-    let deadline = Date().addingTimeInterval(15)
-    while !(log.contains("connected to the broker") && log.contains("connected to rampd")) {
-      guard process.isRunning, Date() < deadline else { throw HarnessError("rampd-mqtt did not connect: \(log)") }
-      usleep(10_000)
+    tool = try LoggedProcess(
+      Executables.rampdMQTT,
+      ["--broker", "mqtt://127.0.0.1:\(broker.port)", "--box", box, "--socket", socket] + arguments,
+      environment: childEnvironment)
+    try tool.waitUntil("rampd-mqtt did not connect", timeout: 15) {
+      $0.contains("connected to the broker") && $0.contains("connected to rampd")
     }
   }
 
-  deinit { terminate() }
-
   /// SIGTERM, as systemd stops it; its exit status.
   @discardableResult
-  func terminate() -> Int32 {
-    if process.isRunning { process.terminate() }
-    process.waitUntilExit()
-    return process.terminationStatus
-  }
+  func terminate() -> Int32 { tool.terminate() }
 
   /// SIGKILL: gone without a word, as a crash or a power cut.
-  func kill() {
-    Glibc.kill(process.processIdentifier, SIGKILL)
-    process.waitUntilExit()
-  }
+  func kill() { tool.kill() }
 
   /// How many times its log says `text`.
   func count(_ text: String) -> Int { log.components(separatedBy: text).count - 1 }

@@ -14,36 +14,21 @@ extension Executables {
 /// A real `rampd-osc` in front of a real rampd, listening on a free loopback port (`--listen
 /// 127.0.0.1:0`): the port is read from the line it prints once it listens.
 final class OSCBridgeProcess {
-  let process = Process()
+  let tool: LoggedProcess
   let port: UInt16
-  private let errors = Pipe()
-  private let sink = LogSink()
-  var log: String { sink.text }
+  var process: Process { tool.process }
+  var log: String { tool.log }
 
   init(socket: String, _ arguments: [String] = []) throws {
-    process.executableURL = URL(fileURLWithPath: Executables.rampdOSC)
-    process.arguments = ["--listen", "127.0.0.1:0", "--socket", socket] + arguments
-    process.environment = childEnvironment
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = errors
-    sink.collect(from: errors)
-    try process.run()
-    let deadline = Date().addingTimeInterval(20)
-    while true {
-      if let match = sink.text.firstMatch(of: #/listening on 127\.0\.0\.1:(\d+) /#) {
-        port = UInt16(match.output.1)!
-        break
-      }
-      guard process.isRunning, Date() < deadline else { throw HarnessError("rampd-osc did not start: \(sink.text)") }
-      usleep(10_000)
+    tool = try LoggedProcess(
+      Executables.rampdOSC, ["--listen", "127.0.0.1:0", "--socket", socket] + arguments, environment: childEnvironment)
+    var port: UInt16 = 0
+    try tool.waitUntil("rampd-osc did not start") { log in
+      guard let match = log.firstMatch(of: #/listening on 127\.0\.0\.1:(\d+) /#) else { return false }
+      port = UInt16(match.output.1)!
+      return true
     }
-  }
-
-  deinit {
-    if process.isRunning {
-      process.terminate()
-      process.waitUntilExit()
-    }
+    self.port = port
   }
 }
 

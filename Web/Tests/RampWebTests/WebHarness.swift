@@ -15,7 +15,7 @@ extension Executables {
 /// token are read from the address it prints once it serves. Its state directory (where it keeps
 /// the token it makes) is one of its own unless the environment names one (`STATE_DIRECTORY`).
 final class WebServerProcess {
-  let process = Process()
+  let tool: LoggedProcess
   let port: Int
   /// The address it printed, the token included.
   let url: String
@@ -23,42 +23,26 @@ final class WebServerProcess {
   /// Where it keeps a token it makes (`STATE_DIRECTORY`).
   let stateDirectory: String
   private let state: TemporaryDirectory
-  private let errors = Pipe()
-  private let sink = LogSink()
-  var log: String { sink.text }
+  var process: Process { tool.process }
+  var log: String { tool.log }
 
   init(_ arguments: [String], environment extra: [String: String] = [:]) throws {
     state = try TemporaryDirectory("web-state")
-    process.executableURL = URL(fileURLWithPath: Executables.rampdWeb)
-    process.arguments = ["--port", "0"] + arguments
     var environment = childEnvironment
     environment["STATE_DIRECTORY"] = "\(state.path)/rampd-web"
     environment.merge(extra) { $1 }
     stateDirectory = environment["STATE_DIRECTORY"]!
-    process.environment = environment
-    process.standardOutput = FileHandle.nullDevice
-    process.standardError = errors
-    sink.collect(from: errors)
-    try process.run()
-    let deadline = Date().addingTimeInterval(20)
-    while true {
-      let pattern = #"serving (http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9._~-]+)) "#
-      if let match = sink.text.firstMatch(of: try Regex(pattern)) {
-        url = String(match.output[1].substring!)
-        port = Int(match.output[2].substring!)!
-        token = String(match.output[3].substring!)
-        break
-      }
-      guard process.isRunning, Date() < deadline else { throw HarnessError("rampd-web did not start: \(sink.text)") }
-      usleep(10_000)
+    tool = try LoggedProcess(Executables.rampdWeb, ["--port", "0"] + arguments, environment: environment)
+    var served: (url: String, port: Int, token: String)?
+    let pattern = try Regex(#"serving (http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9._~-]+)) "#)
+    try tool.waitUntil("rampd-web did not start") { log in
+      guard let match = log.firstMatch(of: pattern) else { return false }
+      served = (
+        String(match.output[1].substring!), Int(match.output[2].substring!)!, String(match.output[3].substring!)
+      )
+      return true
     }
-  }
-
-  deinit {
-    if process.isRunning {
-      process.terminate()
-      process.waitUntilExit()
-    }
+    (url, port, token) = served!
   }
 }
 
