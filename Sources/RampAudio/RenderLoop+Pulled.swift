@@ -92,10 +92,7 @@ extension RenderLoop {
       idleIfNothingToRender(buffers)
     case .failed:
       guard let device else { return }
-      let awaited = waiting && !onFallback
-      device.announcesFailure = link.healthy.load(ordering: .relaxed) && !awaited
-      if !awaited { link.healthy.store(false, ordering: .relaxed) }
-      handOver(device, to: link.deadDevices)
+      handOverLost(device)
     case .stopped:
       break
     }

@@ -545,15 +545,7 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
     }
     // The mix is clamped (GainKernel.clamp): a float device takes it as it is.
     guard device.writeBlock(buffers.mix, frames: buffers.frames, clamped: true) else {
-      // Unhealthy at once, so whoever takes the event (once the recovery thread has put the
-      // failure in words) sees the device as lost. A reopened device that fails before it played
-      // was never back: no second event.
-      // The configured device while it is still waited for (it opened, and failed before it
-      // played) was never there: no event, and the wait goes on.
-      let awaited = waiting && !onFallback
-      device.announcesFailure = link.healthy.load(ordering: .relaxed) && !awaited
-      if !awaited { link.healthy.store(false, ordering: .relaxed) }
-      handOver(device, to: link.deadDevices)
+      handOverLost(device)
       return
     }
     framesSinceOpen += buffers.frames
@@ -646,6 +638,18 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
   /// Gives the device to the recovery thread: `deadDevices` (lost) or `retiredDevices` (healthy,
   /// reopened on schedule), to be closed and opened again, or `parkedDevices` (idle), to be
   /// closed and opened again when asked. Time follows the clock meanwhile.
+  /// Hands a device that failed (a write, or a pulled output that stopped asking) to the recovery
+  /// thread. Unhealthy at once, so whoever takes the event (once the recovery thread has put the
+  /// failure in words) sees the device as lost. A reopened device that fails before it played
+  /// was never back: no second event. The configured device while it is still waited for (it
+  /// opened, and failed before it played) was never there: no event, and the wait goes on.
+  func handOverLost(_ device: any AudioOutput) {
+    let awaited = waiting && !onFallback
+    device.announcesFailure = link.healthy.load(ordering: .relaxed) && !awaited
+    if !awaited { link.healthy.store(false, ordering: .relaxed) }
+    handOver(device, to: link.deadDevices)
+  }
+
   func handOver(_ device: any AudioOutput, to queue: SPSCQueue<HeldDevice>) {
     letGo(device, lost: queue === link.deadDevices)
     _ = queue.push(HeldDevice(device: device, fallback: onFallback))
