@@ -124,10 +124,34 @@ struct AddressSpace: Sendable {
     ("ping", "no arguments"),
   ]
 
-  /// The request (without id) for `message`, its `at` from the bundle's timetag.
-  func request(for message: OSCMessage) throws(Refusal) -> JSONObject {
-    var request = try command(for: message)
-    if case .at(let seconds) = message.time {
+  /// rampd applies at most this many commands together (a `batch`'s bound).
+  static let maxTogether = 256
+
+  /// The request (without id) for messages that take effect together, all with one time (a
+  /// bundle's): one message's own request, or a `batch` of them, which rampd applies on one sample
+  /// or not at all; `at` from the bundle's timetag. A message that cannot be translated refuses
+  /// the whole group: `failed` is its index in `messages`.
+  func request(for messages: [OSCMessage]) throws(GroupRefusal) -> JSONObject {
+    guard messages.count <= Self.maxTogether else {
+      throw GroupRefusal(
+        failed: nil,
+        Refusal(
+          code: "limit-exceeded",
+          message:
+            "a bundle of \(messages.count) messages with one timetag; rampd applies at most \(Self.maxTogether) together"
+        ))
+    }
+    var commands: [JSONObject] = []
+    for (index, message) in messages.enumerated() {
+      do {
+        commands.append(try command(for: message))
+      } catch {
+        throw GroupRefusal(failed: index, error)
+      }
+    }
+    var request =
+      commands.count == 1 ? commands[0] : ["cmd": "batch", "commands": .array(commands.map(JSONValue.object))]
+    if case .at(let seconds) = messages.first?.time {
       request["at"] = .string(RFC3339.format(seconds))
     }
     return request
@@ -209,6 +233,17 @@ struct AddressSpace: Sendable {
       try arguments.end(after: 0, expected: forms)
       return ["cmd": "ping"]
     }
+  }
+}
+
+/// Why messages that take effect together are not sent: `failed` is the index of the one
+/// refused, nil when the group itself is.
+struct GroupRefusal: Error {
+  let failed: Int?
+  let refusal: Refusal
+  init(failed: Int?, _ refusal: Refusal) {
+    self.failed = failed
+    self.refusal = refusal
   }
 }
 

@@ -49,6 +49,21 @@ struct OSCMessage: Equatable, Sendable {
   var typeTags: String { "," + String(arguments.map(\.tag)) }
 }
 
+extension [OSCMessage] {
+  /// The runs of consecutive messages with one time: what one bundle (or a nested bundle of its
+  /// own time) asks to take effect together. A message outside any bundle is a run of its own.
+  var takingEffectTogether: [ArraySlice<OSCMessage>] {
+    var runs: [ArraySlice<OSCMessage>] = []
+    var start = startIndex
+    for index in indices.dropFirst() where self[index].time != self[index - 1].time {
+      runs.append(self[start..<index])
+      start = index
+    }
+    if start < endIndex { runs.append(self[start...]) }
+    return runs
+  }
+}
+
 /// Why a packet cannot be read: logged, never answered.
 struct MalformedPacket: Error, CustomStringConvertible {
   let description: String

@@ -216,13 +216,29 @@ final class OSCServer: @unchecked Sendable {
       log("\(source) (\(transport)): a malformed packet of \(packet.count) bytes, ignored: \(error)")
       return
     }
-    for message in messages {
+    for together in messages.takingEffectTogether {
+      let addresses = together.map(\.address)
+      let request: JSONObject
+      let failure: Refusal
+      let failed: Int?
       do {
-        let request = try settings.space.request(for: message)
-        try link.send(request, from: peer, address: message.address)
+        request = try settings.space.request(for: Array(together))
+        do {
+          try link.send(request, from: peer, addresses: addresses)
+          continue
+        } catch {
+          (failure, failed) = (error, nil)
+        }
       } catch {
-        log("\(source) (\(transport)) \(message.address) \(message.typeTags): \(error.code): \(error.message)")
-        reply(to: peer, address: message.address, .failure(code: error.code, message: error.message))
+        (failure, failed) = (error.refusal, error.failed)
+      }
+      let named = failed.map {
+        "\(together[together.startIndex + $0].address) \(together[together.startIndex + $0].typeTags)"
+      }
+      log(
+        "\(source) (\(transport)) \(named ?? addresses.joined(separator: " ")): \(failure.code): \(failure.message)")
+      for answer in RampdLink.outcomes(addresses: addresses, failed: failed, failure) {
+        reply(to: peer, address: answer.address, answer.outcome)
       }
     }
   }

@@ -22,9 +22,11 @@ final class RampdLink: @unchecked Sendable {
   /// commands is 1024): more are refused with `limit-exceeded`.
   static let maxPending = 4096
 
+  /// One request: one message's, or a `batch` of the messages of one bundle that take effect
+  /// together, each answered in order.
   private struct Pending {
     let peer: Peer
-    let address: String
+    let addresses: [String]
   }
 
   private let path: String
@@ -49,14 +51,15 @@ final class RampdLink: @unchecked Sendable {
     }
   }
 
-  /// Sends `request` for the message `address` from `peer`; its reply comes through `deliver`.
-  func send(_ request: JSONObject, from peer: Peer, address: String) throws(Refusal) {
+  /// Sends `request` for the messages `addresses` from `peer` (one, or those of a batch in its
+  /// order); each one's reply comes through `deliver`.
+  func send(_ request: JSONObject, from peer: Peer, addresses: [String]) throws(Refusal) {
     let connection = try connected().get()
     let id: Int? = lock.withLock {
       guard pending.count < Self.maxPending else { return nil }
       let id = nextID
       nextID += 1
-      pending[id] = Pending(peer: peer, address: address)
+      pending[id] = Pending(peer: peer, addresses: addresses)
       return id
     }
     guard let id else {
@@ -120,30 +123,74 @@ final class RampdLink: @unchecked Sendable {
         log("a reply from rampd that answers no message: \(received.text.prefix(200))")
         continue
       }
-      switch result {
-      case .success(let value): deliver(waiting.peer, waiting.address, .success(value))
-      case .failure(let error):
-        deliver(waiting.peer, waiting.address, .failure(code: error.code.rawValue, message: error.message))
+      for answer in Self.outcomes(of: result, addresses: waiting.addresses) {
+        deliver(waiting.peer, answer.address, answer.outcome)
       }
     }
   }
 
+  /// Each message's answer from rampd's reply to its request: a batch's `results` in order; a
+  /// batch refused at `commands[i]` is that message's refusal, and its bundle's refusal for the
+  /// others.
+  static func outcomes(of result: Result<JSONValue, ProtocolError>, addresses: [String]) -> [(
+    address: String, outcome: Outcome
+  )] {
+    switch result {
+    case .success(let value) where addresses.count == 1:
+      return [(addresses[0], .success(value))]
+    case .success(let value):
+      let results = value.objectValue?["results"]?.arrayValue ?? []
+      return addresses.enumerated().map { index, address in
+        (address, index < results.count ? .success(results[index]) : .success(value))
+      }
+    case .failure(let error):
+      let refusal = Refusal(code: error.code.rawValue, message: error.message)
+      return outcomes(addresses: addresses, failed: addresses.count == 1 ? 0 : batchIndex(error.field), refusal)
+    }
+  }
+
+  /// The answers to messages that take effect together when the one at `failed` (nil: the group
+  /// as a whole) was refused: its own refusal, and `bundle-refused` naming it for the others.
+  static func outcomes(addresses: [String], failed: Int?, _ refusal: Refusal) -> [(address: String, outcome: Outcome)] {
+    addresses.enumerated().map { index, address in
+      if index == failed || failed == nil || addresses.count == 1 {
+        return (address, .failure(code: refusal.code, message: refusal.message))
+      }
+      let culprit = failed.map { "message \($0 + 1) (\(addresses[$0]))" } ?? "it"
+      return (
+        address,
+        .failure(
+          code: "bundle-refused",
+          message: "its bundle was refused at \(culprit): \(refusal.code): \(refusal.message)")
+      )
+    }
+  }
+
+  /// `i` from a batch's error field `commands[i]…`.
+  private static func batchIndex(_ field: String?) -> Int? {
+    guard let field, field.hasPrefix("commands["), let close = field.firstIndex(of: "]") else { return nil }
+    return Int(field[field.index(field.startIndex, offsetBy: 9)..<close])
+  }
+
   /// rampd went away: every message still waiting is told so.
   private func lost(_ gone: DaemonConnection, because reason: String) {
-    let orphans: [Pending] = lock.withLock {
-      guard connection === gone else { return [] }
+    // The reader and a failed write both report a loss: the first one tells.
+    let orphans: [Pending]? = lock.withLock {
+      guard connection === gone else { return nil }
       connection = nil
       let orphans = Array(pending.values)
       pending.removeAll()
       return orphans
     }
-    guard !orphans.isEmpty || reason.contains("closed") else { return }
+    guard let orphans else { return }
     log("lost rampd at \(path): \(reason)")
     for orphan in orphans {
-      deliver(
-        orphan.peer, orphan.address,
-        .failure(
-          code: "unreachable", message: "rampd went away before it answered; the command may not have taken effect"))
+      for address in orphan.addresses {
+        deliver(
+          orphan.peer, address,
+          .failure(
+            code: "unreachable", message: "rampd went away before it answered; the command may not have taken effect"))
+      }
     }
   }
 }

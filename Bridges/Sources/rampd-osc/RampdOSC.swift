@@ -28,7 +28,8 @@ struct RampdOSC: ParsableCommand {
         /rampd/ping                        a reply, to check the way there and back
 
       Numbers may be sent as f, d, i or h. A bundle's timetag is the command's `at`: rampd applies it \
-      on the output sample heard at that wall-clock time; the immediate timetag means at once. Each \
+      on the output sample heard at that wall-clock time; the immediate timetag means at once. A \
+      bundle's messages take effect together, on one sample, or none of them does. Each \
       message is answered to its sender (UDP: its address and port, or --reply-port; TCP: the same \
       connection) with /rampd/reply ,ss ADDRESS RESULT-JSON, or /rampd/error ,sss ADDRESS CODE MESSAGE. \
       A malformed packet is logged and dropped, unanswered. --map maps a controller's fixed address \

@@ -283,6 +283,51 @@ import Testing
       heardAfter - sentAt < Self.rate / 5, "an immediate bundle heard \(heardAfter - sentAt) samples after it was sent")
   }
 
+  /// A bundle's messages take effect together or not at all (rampd's `batch`): when rampd-osc
+  /// cannot translate one, or rampd refuses one, none is applied, that one is answered with its
+  /// own refusal and the others with `bundle-refused` naming it. Whole again, the bundle is heard
+  /// on one sample.
+  @Test func aBundleIsAppliedWhollyOrNotAtAll() throws {
+    let (daemon, bridge, client) = try Self.playingDaemon()
+    defer { daemon.stop() }
+    try Self.heard(0.5, in: daemon)
+    let peer = try UDPPeer(bridgePort: bridge.port)
+    let untranslatable = OSCWire.message("/rampd/set", [.s("master.gain")])
+    let refusedByRampd = OSCWire.message("/rampd/streams/nope/gain", [.f(0.5), .f(0)])
+    for (bad, code) in [(untranslatable, "invalid-arguments"), (refusedByRampd, "unknown-key-path")] {
+      peer.send(
+        OSCWire.bundle(
+          OSCWire.immediately,
+          [OSCWire.message("/rampd/master/gain", [.f(0.5), .f(0)]), bad, OSCWire.message("/rampd/ping")]))
+      let replies = (0..<3).map { _ in peer.receive() }
+      let texts = replies.map { $0?.strings ?? [] }
+      #expect(replies.allSatisfy { $0?.address == "/rampd/error" }, "\(replies)\n\(bridge.log)")
+      #expect(
+        texts.map { $0.first } == [
+          "/rampd/master/gain", bad == untranslatable ? "/rampd/set" : "/rampd/streams/nope/gain", "/rampd/ping",
+        ])
+      #expect(texts.map { $0.dropFirst().first } == ["bundle-refused", code, "bundle-refused"], "\(texts)")
+      #expect(texts[0].last?.contains("refused at message 2") == true, "\(texts)")
+      let model = try client.request(["cmd": "get", "key": "master.gain"])
+      #expect(model.result["model"] == 1, "a refused bundle's first message was applied: \(model.serialized())")
+    }
+    let mark = try daemon.played(channel: 0).count
+    peer.send(
+      OSCWire.bundle(
+        OSCWire.immediately,
+        [
+          OSCWire.message("/rampd/master/gain", [.f(0.25), .f(0)]),
+          OSCWire.message("/rampd/streams/probe/gain", [.f(0.5), .f(0)]),
+        ]))
+    #expect(peer.receive()?.address == "/rampd/reply")
+    #expect(peer.receive()?.address == "/rampd/reply")
+    let changed = try Self.heard(0.0625, in: daemon, from: mark)
+    let before = try daemon.played(channel: 0)[mark..<changed]
+    #expect(
+      before.allSatisfy { abs($0 - 0.5) < 1e-6 }, "the bundle's two messages took effect on different samples")
+    #expect(bridge.log.contains("/rampd/set ,s: invalid-arguments"), "\(bridge.log)")
+  }
+
   // MARK: TCP
 
   /// OSC 1.1 over TCP: SLIP-framed packets (a fade whose duration's bytes hold END and ESC, so
