@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,25 @@ struct rampd_pw_stream {
 	int initialized;
 	/* The data thread's alone: whether it has been given rampd's name for it. */
 	int data_thread_named;
+	/* Whether the stream is to be active: stored by any thread (the render thread at its idle
+	   edges), applied on the loop's thread when `activation` is signalled. */
+	atomic_int want_active;
+	/* The loop's thread's alone: what it last applied. */
+	int is_active;
+	struct spa_source *activation;
 };
+
+/* On the loop's thread (its lock held): makes the stream as active as it is wanted. */
+static void on_activation(void *data, uint64_t count)
+{
+	struct rampd_pw_stream *s = data;
+	(void)count;
+	int want = atomic_load_explicit(&s->want_active, memory_order_acquire);
+	if (s->stream && want != s->is_active) {
+		pw_stream_set_active(s->stream, want != 0);
+		s->is_active = want;
+	}
+}
 
 static void on_state_changed(void *data, enum pw_stream_state old, enum pw_stream_state state, const char *error)
 {
@@ -151,6 +170,10 @@ void rampd_pw_stream_close(rampd_pw_stream *s)
 		return;
 	if (s->loop) {
 		pw_thread_loop_lock(s->loop);
+		if (s->activation) {
+			pw_loop_destroy_source(pw_thread_loop_get_loop(s->loop), s->activation);
+			s->activation = NULL;
+		}
 		if (s->stream) {
 			spa_hook_remove(&s->stream_listener);
 			pw_stream_disconnect(s->stream);
@@ -282,6 +305,15 @@ rampd_pw_stream *rampd_pw_stream_open(const rampd_pw_params *params, rampd_pw_re
 		pw_thread_loop_unlock(s->loop);
 		goto failed;
 	}
+	s->is_active = 1;
+	atomic_store_explicit(&s->want_active, 1, memory_order_relaxed);
+	s->activation = pw_loop_add_event(pw_thread_loop_get_loop(s->loop), on_activation, s);
+	if (s->activation == NULL) {
+		int code = -errno;
+		pw_thread_loop_unlock(s->loop);
+		fail(error, error_size, "pw_loop_add_event", code);
+		goto failed;
+	}
 	if (format)
 		*format = s->format;
 	pw_thread_loop_unlock(s->loop);
@@ -292,12 +324,11 @@ failed:
 	return NULL;
 }
 
-int rampd_pw_stream_set_active(rampd_pw_stream *s, int active)
+void rampd_pw_stream_request_active(rampd_pw_stream *s, int active)
 {
-	pw_thread_loop_lock(s->loop);
-	int res = s->stream ? pw_stream_set_active(s->stream, active != 0) : -EINVAL;
-	pw_thread_loop_unlock(s->loop);
-	return res;
+	atomic_store_explicit(&s->want_active, active != 0, memory_order_release);
+	/* An eventfd write: no lock, no allocation. */
+	pw_loop_signal_event(pw_thread_loop_get_loop(s->loop), s->activation);
 }
 
 const char *rampd_pw_library_version(void)

@@ -1,3 +1,4 @@
+import Synchronization
 /// What an output negotiated when it opened: the format the render thread works in (rate,
 /// channels, period and buffer in frames, sample format), what it is (`device`, `kind`) and who
 /// keeps time (`pacing`). ALSA's outputs (``AlsaPCMOutput``) and the offline render's
@@ -153,13 +154,29 @@ public struct PullTiming: Sendable, Equatable {
 /// comes while it is not lent renders silence.
 public protocol PulledRender: AnyObject, Sendable {
   func renderPulled(into buffer: UnsafeMutablePointer<Float>, frames: Int, timing: PullTiming?) throws(AudioError)
-  /// The output stopped asking for good (its server went away, its stream failed): said from
-  /// any thread but the one that pulls, once per opened output.
-  func pulledOutputStopped()
+  /// Whom the output tells that it stopped asking for good (its server went away, its stream
+  /// failed), from any thread but the one that pulls; nil for a renderer that need not hear it.
+  var stopNotice: PulledOutputStop? { get }
 }
 
 extension PulledRender {
-  public func pulledOutputStopped() {}
+  public var stopNotice: PulledOutputStop? { nil }
+}
+
+/// How a pulled output tells its renderer, from any thread, that it stopped asking for good: a
+/// flag and a bell, with no lock and no allocation, so that the render thread can hand it to the
+/// output (``AudioOutput/startPulling(_:)``) as it lends its step.
+public final class PulledOutputStop: Sendable {
+  let stopped = Atomic<Bool>(false)
+  let bell: Bell
+
+  init(bell: Bell) { self.bell = bell }
+
+  /// The output stopped asking.
+  public func announce() {
+    stopped.store(true, ordering: .releasing)
+    bell.ring()
+  }
 }
 
 /// An output: what the render loop and the device recovery know of one. Opened with a format

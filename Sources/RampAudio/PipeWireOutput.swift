@@ -54,13 +54,15 @@ public final class PipeWireOutput: AudioOutput {
   private var active = true
 
   /// What the control side's events and the render thread share: why the stream failed, and whom
-  /// to tell. Atomics, and mutexes taken off the render step (by the events' queue, by whoever
-  /// builds `failure`, and once per opened output by `startPulling`).
+  /// to tell. Atomics, and a mutex the render thread never takes (the events' queue and whoever
+  /// builds `failure` do).
   final class Shared: Sendable {
     let failed = Atomic<Bool>(false)
     let closed = Atomic<Bool>(false)
     let message = Mutex<String>("")
-    let renderer = Mutex<(any PulledRender)?>(nil)
+    /// Whom to tell when the stream stops, retained here once it is set (by the render thread, as
+    /// it first lends its step: a compare-exchange and a retain, no lock, no allocation).
+    let notice = Atomic<Unmanaged<PulledOutputStop>?>(nil)
     /// The last cycle's mapping: `delay` frames handed over not yet heard at `nanoseconds`.
     let delay = Atomic<Int>(0)
     let nanoseconds = Atomic<Int64>(0)
@@ -76,9 +78,21 @@ public final class PipeWireOutput: AudioOutput {
       }
       guard !closed.load(ordering: .acquiring) else { return }
       message.withLock { if $0.isEmpty { $0 = text } }
-      guard !failed.exchange(true, ordering: .acquiringAndReleasing) else { return }
-      renderer.withLock { $0 }?.pulledOutputStopped()
+      // Sequentially consistent, as `tell` and `startPulling`'s check: one of the two sees the other.
+      guard !failed.exchange(true, ordering: .sequentiallyConsistent) else { return }
+      notice.load(ordering: .sequentiallyConsistent)?.takeUnretainedValue().announce()
     }
+
+    /// Sets whom to tell, once.
+    func tell(_ stop: PulledOutputStop) {
+      let retained = Unmanaged.passRetained(stop)
+      if !notice.compareExchange(expected: nil, desired: retained, ordering: .sequentiallyConsistent).exchanged {
+        // Already set (it is the same renderer for the output's life): not the last reference.
+        retained.release()
+      }
+    }
+
+    deinit { notice.load(ordering: .acquiring)?.release() }
   }
 
   /// The data thread's: whom it renders for, set before `lent` is stored (releasing) and read
@@ -154,23 +168,20 @@ public final class PipeWireOutput: AudioOutput {
   public func secondsUntilWritable(frames: Int, refillAt refill: Int?) -> Double { 0 }
   public func availableFrames() -> Int? { failed ? nil : negotiated.periodFrames }
 
-  /// From now on the data thread renders for `renderer`. Activates a stream stopped for idle.
+  /// From now on the data thread renders for `renderer`. Activates a stream stopped for idle
+  /// (asked of PipeWire's loop, without a lock: the render thread calls this).
   public func startPulling(_ renderer: any PulledRender) -> Bool {
     if data.renderer == nil {
-      // Once per opened output: whom its events tell that it stopped.
-      shared.renderer.withLock { $0 = renderer }
       data.renderer = renderer
+      if let stop = renderer.stopNotice { shared.tell(stop) }
     }
     data.lent.store(true, ordering: .releasing)
     if !active {
-      do throws(AudioError) {
-        try stream.setActive(true)
-        active = true
-      } catch {
-        return false
-      }
+      stream.requestActive(true)
+      active = true
     }
-    return !failed
+    // A failure before the notice was set told no one: seen here.
+    return !shared.failed.load(ordering: .sequentiallyConsistent)
   }
 
   private var failed: Bool { shared.failed.load(ordering: .acquiring) }
@@ -197,7 +208,7 @@ public final class PipeWireOutput: AudioOutput {
   public func stopForIdle() {
     data.lent.store(false, ordering: .releasing)
     guard active else { return }
-    try? stream.setActive(false)
+    stream.requestActive(false)
     active = false
     shared.timed.store(false, ordering: .releasing)
   }
@@ -224,43 +235,11 @@ public final class PipeWireOutput: AudioOutput {
   // MARK: Choosing it
 
   /// Whether `device = "default"` plays through the native output: ALSA's `default` PCM is
-  /// PipeWire's plugin (pipewire-alsa) and a PipeWire server accepts a connection on its socket.
+  /// PipeWire's plugin (pipewire-alsa), which plays only where a PipeWire server runs, as the
+  /// native output does. Not whether a server answers now: a server starting (its socket bound,
+  /// not yet listening) would send the first open to ALSA's plugin and the next to the native
+  /// output.
   public static func servesDefault() -> Bool {
-    OutputChain.types(ofConfigured: "default").last == "pipewire" && serverAnswers()
-  }
-
-  /// Whether a PipeWire server accepts a connection on its socket (`PIPEWIRE_REMOTE`, else
-  /// `pipewire-0`, in `PIPEWIRE_RUNTIME_DIR`, `XDG_RUNTIME_DIR` or `USERPROFILE`'s order as
-  /// libpipewire looks): a local socket's connect answers at once or fails.
-  public static func serverAnswers() -> Bool {
-    let environment = { (name: String) -> String? in getenv(name).map { String(cString: $0) } }
-    let name = environment("PIPEWIRE_REMOTE").flatMap { $0.isEmpty ? nil : $0 } ?? "pipewire-0"
-    let path: String
-    if name.hasPrefix("/") {
-      path = name
-    } else {
-      guard
-        let directory = ["PIPEWIRE_RUNTIME_DIR", "XDG_RUNTIME_DIR", "USERPROFILE"].lazy.compactMap(environment)
-          .first(where: { !$0.isEmpty })
-      else { return false }
-      path = directory + "/" + name
-    }
-    let socket = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    guard socket >= 0 else { return false }
-    defer { Glibc.close(socket) }
-    var address = sockaddr_un()
-    address.sun_family = sa_family_t(AF_UNIX)
-    let bytes = Array(path.utf8)
-    guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
-    withUnsafeMutableBytes(of: &address.sun_path) { raw in
-      raw.copyBytes(from: bytes)
-      raw[bytes.count] = 0
-    }
-    let connected = withUnsafePointer(to: &address) {
-      $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-        connect(socket, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
-      }
-    }
-    return connected == 0
+    OutputChain.types(ofConfigured: "default").last == "pipewire"
   }
 }

@@ -197,12 +197,13 @@ public final class PipeWireStream {
   }
 
   /// Inactive, PipeWire stops asking for blocks and the sink may suspend; active again, it asks
-  /// from where the graph is (the gap is not counted as an xrun).
-  public func setActive(_ active: Bool) throws(AudioError) {
-    guard let handle else { throw AudioError(.device, "pipewire: the stream \(name) is not open") }
+  /// from where the graph is (the gap is not counted as an xrun). Applied on the thread loop's
+  /// thread soon after, the last wish winning: no lock is taken and nothing allocated here, so the
+  /// render thread may ask.
+  public func requestActive(_ active: Bool) {
+    guard let handle else { return }
     context.resync.store(true, ordering: .releasing)
-    let result = rampd_pw_stream_set_active(handle, active ? 1 : 0)
-    guard result >= 0 else { throw AudioError(.device, "pipewire: pw_stream_set_active: error \(-result)") }
+    rampd_pw_stream_request_active(handle, active ? 1 : 0)
   }
 
   /// Disconnects and lets go of the server; `render` is not called once this returns.

@@ -156,8 +156,8 @@ public final class Player: Sendable {
   }
 
   /// What a player opens unless told otherwise: the native PipeWire output for `pipewire-native`,
-  /// and for `default` where ALSA's default is PipeWire's plugin and a PipeWire server answers
-  /// (``PipeWireOutput/servesDefault()``); ALSA otherwise (`pipewire` names ALSA's plugin).
+  /// and for `default` where ALSA's default is PipeWire's plugin (``PipeWireOutput/servesDefault()``);
+  /// ALSA otherwise (`pipewire` names ALSA's plugin).
   public static let outputOpener: OutputOpener = { configuration throws(AudioError) in
     if configuration.device == PipeWireOutput.deviceName
       || configuration.device == "default" && PipeWireOutput.servesDefault()

@@ -22,11 +22,16 @@ final class PullHandOver: Sendable {
   static let recalled = 3
 
   let state = Atomic<Int>(PullHandOver.home)
-  /// Rung when the step comes home, when the output stops asking (``PulledRender/pulledOutputStopped()``)
-  /// and at shutdown: what the render thread sleeps on while the step is lent.
-  let bell = Bell()
-  /// The output said it stopped asking.
-  let outputStopped = Atomic<Bool>(false)
+  /// Rung when the step comes home, when the output stops asking (``stopNotice``) and at
+  /// shutdown: what the render thread sleeps on while the step is lent.
+  let bell: Bell
+  /// What the output tells when it stops asking.
+  let stopNotice: PulledOutputStop
+
+  init() {
+    bell = Bell()
+    stopNotice = PulledOutputStop(bell: bell)
+  }
 
   /// The render thread lends the step.
   func lend() {
@@ -101,7 +106,7 @@ extension RenderLoop {
   private func lendStep() -> PulledEnd {
     guard let device else { return .stopped }
     let pull = link.pull
-    pull.outputStopped.store(false, ordering: .relaxed)
+    pull.stopNotice.stopped.store(false, ordering: .relaxed)
     pullHandsBack = false
     pullThreadPrepared = false
     pull.lend()
@@ -114,7 +119,7 @@ extension RenderLoop {
         pull.recall()
         return .stopped
       }
-      if pull.outputStopped.load(ordering: .acquiring) {
+      if pull.stopNotice.stopped.load(ordering: .acquiring) {
         pull.recall()
         return .failed
       }
@@ -123,11 +128,8 @@ extension RenderLoop {
     }
   }
 
-  /// ``PulledRender``: the output stopped asking; the render thread takes its step back.
-  func pulledOutputStopped() {
-    link.pull.outputStopped.store(true, ordering: .releasing)
-    link.pull.bell.ring()
-  }
+  /// ``PulledRender``: told that the output stopped asking, the render thread takes its step back.
+  var stopNotice: PulledOutputStop? { link.pull.stopNotice }
 
   /// The step of a live pulled output, on the output's thread: only while lent to it, with
   /// allocations guarded as on the render thread (in a debug build one traps), silence otherwise.

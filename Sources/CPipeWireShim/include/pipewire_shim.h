@@ -74,8 +74,10 @@ rampd_pw_stream *rampd_pw_stream_open(const rampd_pw_params *params, rampd_pw_re
 				      rampd_pw_event_fn event, void *context, rampd_pw_format *format,
 				      char *error, size_t error_size);
 
-/* pw_stream_set_active: an inactive stream is not asked for data, so its sink may suspend. */
-int rampd_pw_stream_set_active(rampd_pw_stream *stream, int active);
+/* Asks for pw_stream_set_active, applied on the loop's thread soon after: an inactive stream is
+   not asked for data, so its sink may suspend. Takes no lock and allocates nothing, so the
+   render thread may ask (at its idle edges); the last wish wins. */
+void rampd_pw_stream_request_active(rampd_pw_stream *stream, int active);
 
 /* Disconnects and destroys the stream, stops the loop, lets go of the server. No callback runs
    after it returns. */
