@@ -92,7 +92,10 @@ public enum ReplyText {
         text += ", period \(number(period)) / buffer \(number(buffer)) frames"
       }
       if let pacing = output["pacing"]?.stringValue { text += ", paced by \(pacing)" }
-      if let state = output["state"]?.stringValue { text += ", \(state)" }
+      if let state = output["state"]?.stringValue {
+        // `state` says whether the device works; `idle` whether anything is sent to it now.
+        text += state == "playing" && output["idle"] == true ? ", idle" : ", \(state)"
+      }
       if let underruns = output["underruns"] { text += ", \(number(underruns)) underrun(s)" }
       lines.append(text)
       if let realtime = output["realtime"] {

@@ -221,5 +221,16 @@ import Testing
         STREAM  STATE    POSITION  LOOP  PATH
         s1      playing  2.5s      yes   /a.wav
         """)
+    // A working device with nothing sent to it is idle, not playing, as the JSON's `idle` says.
+    func working(idle: Bool) throws -> String {
+      var object = try #require(status.objectValue)
+      var output = try #require(object["output"]?.objectValue)
+      output["state"] = "playing"
+      output["idle"] = .bool(idle)
+      object["output"] = .object(output)
+      return ReplyText.status(.object(object))
+    }
+    #expect(try working(idle: true).contains("paced by device, idle, 0 underrun(s)"))
+    #expect(try working(idle: false).contains("paced by device, playing, 0 underrun(s)"))
   }
 }
