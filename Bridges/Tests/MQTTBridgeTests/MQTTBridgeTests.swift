@@ -33,10 +33,10 @@ import Testing
     usleep(200_000)
     // rampctl's units, and JSON; the key path with dots in one level, or with a level for each.
     try broker.publish("rampd/k1/set/master.gain", #"{"value":"-6dB","duration":0}"#)
-    try waitUntil("master.gain at -6 dB") { try model("master.gain", box.daemon) == pow(10, -6.0 / 20) }
+    try waitFor("master.gain at -6 dB") { try model("master.gain", box.daemon) == pow(10, -6.0 / 20) }
     usleep(300_000)
     try broker.publish("rampd/all/set/streams/bed/gain", "25%")
-    try waitUntil("bed at 25 %") { try model("streams.bed.gain", box.daemon) == 0.25 }
+    try waitFor("bed at 25 %") { try model("streams.bed.gain", box.daemon) == 0.25 }
     // The implicit ramp (0.25 s) and then 0.3 s at the level.
     usleep(600_000)
     try broker.waitFor("rampd/k1/state/streams.bed.gain", "0.25")
@@ -77,7 +77,7 @@ import Testing
     try broker.waitFor("rampd/kitchen/state/master.gain", "0.4")
     try broker.publish("rampd/kitchen/stop", "PRESS")
     // The stream is gone: its state and its entity are no longer retained.
-    try waitUntil("the bed's config removed") {
+    try waitFor("the bed's config removed") {
       try broker.retained("homeassistant/number/kitchen_stream_bed_gain/config") == nil
     }
     #expect(try broker.retained("rampd/kitchen/state/streams.bed.gain") == nil)
@@ -101,14 +101,14 @@ import Testing
     let box = try Box("k1", broker: broker)
     try broker.waitFor("rampd/k1/availability", "online")
     broker.stop()
-    try waitUntil("the bridge lost the broker") { box.bridge.log.contains("lost the broker") }
+    try waitFor("the bridge lost the broker") { box.bridge.log.contains("lost the broker") }
     // libmosquitto tries again after 1 s, then 4 s later (its back-off, squared): the broker is
     // back between the two, and the command is published before the second.
     usleep(1_500_000)
     try broker.start()
     try broker.publish("rampd/k1/set/master.gain", #"{"value":0.3,"duration":0}"#)
     #expect(box.bridge.count("connected to the broker") == 1, "the bridge was back before the publish")
-    try waitUntil("master.gain at 0.3 once the bridge is back", timeout: 15) {
+    try waitFor("master.gain at 0.3 once the bridge is back", timeout: 15) {
       try model("master.gain", box.daemon) == 0.3
     }
     #expect(box.bridge.count("connected to the broker") == 2, "\(box.bridge.log)")
@@ -127,7 +127,7 @@ import Testing
     usleep(500_000)
     let again = try DaemonProcess(limiter: "off", reusing: box.daemon.directory)
     try broker.waitFor("rampd/k1/availability", "online")
-    try waitUntil("master.gain at 0.3 once rampd is back") { try model("master.gain", again) == 0.3 }
+    try waitFor("master.gain at 0.3 once rampd is back") { try model("master.gain", again) == 0.3 }
     #expect(box.bridge.count("connected to rampd") == 2, "\(box.bridge.log)")
   }
 
@@ -140,7 +140,7 @@ import Testing
     try broker.publish("rampd/k1/set/master.gain", "0.1", retain: true)
     let box = try Box("k1", broker: broker)
     try broker.waitFor("rampd/k1/availability", "online")
-    try waitUntil("the retained command refused") {
+    try waitFor("the retained command refused") {
       box.bridge.log.contains("refused rampd/k1/set/master.gain '0.1': bad-request: a retained command")
     }
     let cases: [(topic: String, payload: String, code: String, field: String?)] = [
@@ -197,11 +197,11 @@ import Testing
       stdin: String(repeating: "loud\n", count: 3000))
     #expect(flood.status == 0, "\(flood)")
     try broker.publish("rampd/k1/set/master.gain", #"{"value":0.5,"duration":0}"#)
-    try waitUntil("master.gain at 0.5 after the flood", timeout: 20) { try model("master.gain", box.daemon) == 0.5 }
+    try waitFor("master.gain at 0.5 after the flood", timeout: 20) { try model("master.gain", box.daemon) == 0.5 }
     // Each one delivered is logged. Mosquitto queues at most 1000 QoS 1 messages for a client
     // (max_queued_messages) and drops the rest of a flood the bridge has not taken yet.
     var logged = -1
-    try waitUntil("the refusals logged") {
+    try waitFor("the refusals logged") {
       let now = box.bridge.count("refused rampd/k1/set/master.gain 'loud'")
       defer { logged = now }
       usleep(200_000)
@@ -234,7 +234,7 @@ import Testing
     #expect(add.isOK, "\(add.serialized())")
     // Added after the bridge asked at its connection: seen at its next look (every 5 s).
     let topic = "homeassistant/switch/k1_duck_talk/config"
-    try waitUntil("the switch's config", timeout: 10) { try broker.retained(topic) != nil }
+    try waitFor("the switch's config", timeout: 10) { try broker.retained(topic) != nil }
     let config = try JSON.parse(try #require(try broker.retained(topic)))
     #expect(config["command_topic"] == "rampd/k1/duck/talk" && config["state_topic"] == "rampd/k1/state/duck/talk")
     #expect(config["payload_on"] == "ON" && config["payload_off"] == "OFF", "\(config.serialized())")
@@ -257,7 +257,7 @@ import Testing
     usleep(500_000)
 
     #expect(try client.request(["cmd": "duck-remove", "name": "talk"]).isOK)
-    try waitUntil("the switch removed", timeout: 10) { try broker.retained(topic) == nil }
+    try waitFor("the switch removed", timeout: 10) { try broker.retained(topic) == nil }
     #expect(try broker.retained("rampd/k1/state/duck/talk") == nil)
     box.daemon.stop()
     // Full scale, 6 dB down while held, full scale again.
@@ -288,7 +288,7 @@ import Testing
     var buttons: [String: JSONValue] = [:]
     for command in ["next", "previous"] {
       let topic = "homeassistant/button/k1_stream_music_\(command)/config"
-      try waitUntil("the \(command) button") { try broker.retained(topic) != nil }
+      try waitFor("the \(command) button") { try broker.retained(topic) != nil }
       buttons[command] = try JSON.parse(try #require(try broker.retained(topic)))
       #expect(buttons[command]?["command_topic"]?.stringValue == "rampd/k1/\(command)", "\(topic)")
       #expect(buttons[command]?["payload_press"] == "music", "\(topic)")
@@ -306,12 +306,12 @@ import Testing
       try broker.publish(
         try #require(buttons[command]?["command_topic"]?.stringValue),
         try #require(buttons[command]?["payload_press"]?.stringValue))
-      try waitUntil("\(command): item \(index)") { try current() == index }
+      try waitFor("\(command): item \(index)") { try current() == index }
       usleep(500_000)
     }
     #expect(try client.request(["cmd": "stop", "stream": "music"]).isOK)
     for command in ["next", "previous"] {
-      try waitUntil("the \(command) button removed") {
+      try waitFor("the \(command) button removed") {
         try broker.retained("homeassistant/button/k1_stream_music_\(command)/config") == nil
       }
     }
@@ -396,7 +396,7 @@ extension MQTTBridgeTests {
         "rampd/all/fade/master.gain", #"{"to":0.5,"duration":1,"curve":"linear","at":"\#(RFC3339.format(due))"}"#)
       // Saved by both rampd; then room-b's bridge dies and comes back before the fade is due.
       for box in [a, b] {
-        try waitUntil("the fade scheduled") {
+        try waitFor("the fade scheduled") {
           try box.daemon.client().request(["cmd": "status"]).result["scheduled"]?.arrayValue?.count == 1
         }
       }
@@ -443,12 +443,7 @@ extension MQTTBridgeTests {
   /// Latency: from a publish to rampd applying it (its `animation-started` event, read by a
   /// subscribed connection), against the same request sent on rampd's socket, in the same run.
   /// What is heard follows by the output's delay (`status` output.delay), the same for both.
-  @Suite struct Latency {
-    static func percentile(_ values: [Double], _ p: Double) -> Double {
-      let sorted = values.sorted()
-      return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.down)))]
-    }
-
+  @Suite(.serialized) struct Latency {
     @Test func publishToAppliedAgainstTheSocket() throws {
       let broker = try Broker()
       let box = try Box("k1", broker: broker)
@@ -490,14 +485,58 @@ extension MQTTBridgeTests {
       }
       try input.fileHandleForWriting.close()
       publisher.waitUntilExit()
-      let report = { (values: [Double]) in
-        String(
-          format: "median %.2f ms, p99 %.2f ms", Self.percentile(values, 0.5) * 1000,
-          Self.percentile(values, 0.99) * 1000)
-      }
-      print("publish → applied: MQTT \(report(mqtt)); rampd's socket \(report(socket)) (\(mqtt.count) each)")
+      print(
+        "publish → applied: MQTT \(medianAndP99(mqtt)); rampd's socket \(medianAndP99(socket)) (\(mqtt.count) each)")
       // A broker hop and a bridge add a few milliseconds, not a block's worth of waiting each.
-      #expect(Self.percentile(mqtt, 0.5) < 0.05, "MQTT median \(Self.percentile(mqtt, 0.5))")
+      #expect(percentile(mqtt, 0.5) < 0.05, "MQTT median \(percentile(mqtt, 0.5))")
+    }
+
+    /// Latency to the ear: from a publish (`mosquitto_pub`, started once) to the first sample of
+    /// its level heard, against the same `set` on rampd's socket, alternating, in the same run;
+    /// each a level of its own. The device's buffer (`status` output.delay) is in both.
+    @Test func publishToHeardAgainstTheSocket() throws {
+      let broker = try Broker()
+      let box = try Box("k2", broker: broker)
+      try broker.waitFor("rampd/k2/availability", "online")
+      let direct = try box.daemon.client()
+      let delay = try direct.request(["cmd": "status"]).result["output"]?["delay"]?.numberValue ?? 0
+      let publisher = Process()
+      publisher.executableURL = URL(fileURLWithPath: MosquittoTools.publish)
+      publisher.arguments = [
+        "-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", "rampd/k2/set/master.gain", "-l",
+      ]
+      let input = Pipe()
+      publisher.standardInput = input
+      try withSignalsUnblocked { try publisher.run() }
+      var mqtt: [Double] = []
+      var socket: [Double] = []
+      let rounds = 30
+      // Round 0 waits for mosquitto_pub to connect: not counted.
+      for round in 0...(2 * rounds) {
+        let gain = Float(0.2 + 0.6 * Double(round) / Double(2 * rounds + 1))
+        let viaBroker = round % 2 == 0
+        let seconds = try box.daemon.secondsUntilHeard(gain, delay: delay) {
+          if viaBroker {
+            input.fileHandleForWriting.write(Data("{\"value\":\(gain),\"duration\":0}\n".utf8))
+          } else {
+            try direct.send(raw: #"{"cmd":"set","key":"master.gain","value":\#(gain),"duration":0}"#)
+          }
+        }
+        if !viaBroker { _ = try direct.readLine() }
+        if round > 0 {
+          if viaBroker { mqtt.append(seconds) } else { socket.append(seconds) }
+        }
+        usleep(30_000)
+      }
+      try input.fileHandleForWriting.close()
+      publisher.waitUntilExit()
+      print(
+        "latency: publish to heard: MQTT \(medianAndP99(mqtt)); rampd's socket \(medianAndP99(socket))"
+          + " (\(mqtt.count) and \(socket.count);" + String(format: " %.1f ms of it the device's buffer)", delay * 1000)
+      )
+      #expect(
+        percentile(mqtt, 0.5) < percentile(socket, 0.5) + 0.02,
+        "MQTT's median \(percentile(mqtt, 0.5)) s against the socket's \(percentile(socket, 0.5)) s")
     }
   }
 }

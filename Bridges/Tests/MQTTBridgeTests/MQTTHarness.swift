@@ -182,15 +182,6 @@ func mosquittoTool(_ tool: String, _ arguments: [String], stdin: String? = nil) 
   try withSignalsUnblocked { try runProcess(tool, arguments, stdin: stdin) }
 }
 
-/// Waits until `condition` holds, or throws naming `what` after `timeout` seconds.
-func waitUntil(_ what: String, timeout: Double = 10, _ condition: () throws -> Bool) throws {
-  let deadline = Date().addingTimeInterval(timeout)
-  while try !condition() {
-    guard Date() < deadline else { throw HarnessError("\(what): not within \(timeout) s") }
-    usleep(20_000)
-  }
-}
-
 /// The model value of `key` in `daemon`.
 func model(_ key: String, _ daemon: DaemonProcess) throws -> Double? {
   try daemon.client().request(["cmd": "get", "key": .string(key)]).result["model"]?.numberValue

@@ -489,47 +489,32 @@ import Testing
       // A level of its own each time, so that its first sample is unmistakable.
       let gain = 0.2 + 0.6 * Double(round) / Double(rounds * paths.count)
       let level = Float(0.5 * Float(gain))
-      var info = stat()
-      stat(daemon.recording, &info)
-      let frame = Int(info.st_size) / 8
-      switch path {
-      case "osc":
-        peer.send(OSCWire.message("/rampd/master/gain", [.f(Float(gain)), .f(0)]))
-      case "socket":
-        try client.send(
-          raw: JSONValue.object([
-            "cmd": "set", "key": "master.gain", "value": .number(Double(Float(gain))), "duration": 0,
-          ])
-          .serialized())
-      case "oscsend":
-        _ = try oscsend(["localhost", "\(bridge.port)", "/rampd/set", "sff", "master.gain", "\(Float(gain))", "0"])
-      default:
-        _ = try runProcess(
-          Executables.rampctl, ["--socket", daemon.socket, "set", "master.gain", "\(Float(gain))", "--duration", "0"])
-      }
-      var heardAt = 0
-      try waitFor("\(path): \(level) to be heard") {
-        let left = try daemon.played(channel: 0)
-        guard let index = left[min(frame, left.count)...].firstIndex(where: { abs($0 - level) < 1e-6 }) else {
-          return false
+      let seconds = try daemon.secondsUntilHeard(level, delay: delay) {
+        switch path {
+        case "osc":
+          peer.send(OSCWire.message("/rampd/master/gain", [.f(Float(gain)), .f(0)]))
+        case "socket":
+          try client.send(
+            raw: JSONValue.object([
+              "cmd": "set", "key": "master.gain", "value": .number(Double(Float(gain))), "duration": 0,
+            ])
+            .serialized())
+        case "oscsend":
+          _ = try oscsend(["localhost", "\(bridge.port)", "/rampd/set", "sff", "master.gain", "\(Float(gain))", "0"])
+        default:
+          _ = try runProcess(
+            Executables.rampctl, ["--socket", daemon.socket, "set", "master.gain", "\(Float(gain))", "--duration", "0"])
         }
-        heardAt = index
-        return true
       }
-      samples[path, default: []].append(Double(heardAt - frame) / Double(Self.rate) + delay)
+      samples[path, default: []].append(seconds)
       usleep(30_000)
     }
     if !hasRampctl { paths.append("rampctl (not built)") }
-    func percentile(_ values: [Double], _ p: Double) -> Double {
-      let sorted = values.sorted()
-      return sorted[min(sorted.count - 1, Int((Double(sorted.count - 1) * p).rounded()))]
-    }
     for path in paths {
       guard let values = samples[path] else { continue }
       print(
-        String(
-          format: "latency: %@ to heard: median %.1f ms, p99 %.1f ms (%d messages; %.1f ms of it the device's buffer)",
-          path, percentile(values, 0.5) * 1000, percentile(values, 0.99) * 1000, values.count, delay * 1000))
+        "latency: \(path) to heard: \(medianAndP99(values)) (\(values.count) messages;"
+          + String(format: " %.1f ms of it the device's buffer)", delay * 1000))
     }
     let osc = percentile(samples["osc"] ?? [], 0.5)
     let socket = percentile(samples["socket"] ?? [], 0.5)

@@ -241,15 +241,6 @@ final class TCPPeer {
   }
 }
 
-/// Waits until `condition` holds (every 10 ms), failing after `timeout` seconds with `what`.
-func waitFor(_ what: @autoclosure () -> String, timeout: Double = 10, _ condition: () throws -> Bool) throws {
-  let deadline = Date().addingTimeInterval(timeout)
-  while try !condition() {
-    guard Date() < deadline else { throw HarnessError("timed out waiting for \(what())") }
-    usleep(10_000)
-  }
-}
-
 /// `oscsend` from liblo-tools, as a show controller's script would run it.
 func oscsend(_ arguments: [String]) throws -> ProcessOutcome {
   try runProcess("/usr/bin/oscsend", arguments)
