@@ -27,6 +27,9 @@ let package = Package(
         "CLiblo",
         .product(name: "RampClient", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
+        // The system's threads, text and descriptors without Foundation's internationalisation
+        // (startThread, writeText, trimming), which would bring ICU's 37 MB into the binary.
+        .product(name: "RampEngine", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
@@ -40,6 +43,9 @@ let package = Package(
         "CMosquitto",
         .product(name: "RampClient", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
+        // The system's threads, text and descriptors without Foundation's internationalisation
+        // (startThread, writeText, trimming), which would bring ICU's 37 MB into the binary.
+        .product(name: "RampEngine", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),

@@ -176,22 +176,71 @@ import Testing
   /// A recording of a constant 0.5 (at gain 1) faded to 0.2 over 1 s on a line
   /// (`fade master.gain to 0.2, 1 s, linear`), heard through `device`: the fade lasts its 48000
   /// frames, on the line at every frame, without a step, and holds 0.1 after it.
-  static func expectLinearFade(in heard: [Float], device: String) throws {
-    let left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
+  ///
+  /// On a loaded machine without real-time priority two things happen to a quantum: the sink
+  /// plays one without the stream (a run of 32 frames or more of digital silence once the
+  /// stream is heard, where it never is silent): a gap, of which there may be at most
+  /// `countedGaps` (what `status` counted as underruns); or pw-record misses one of the sink's
+  /// (the fade is a whole quantum short, with one step of a quantum's slope where it was). The
+  /// line is checked with the gaps taken out and across the missed quanta; anything else fails.
+  static func expectLinearFade(
+    in heard: [Float], device: String, countedGaps: Int = 0, quantum: Int = 1024
+  ) throws {
+    var left = stride(from: 0, to: heard.count, by: 2).map { heard[$0] }
+    let heardFrom = left.firstIndex { $0 != 0 } ?? 0
+    let gaps = silentRuns(in: Array(left[heardFrom...]), atLeast: 32).map {
+      ($0.lowerBound + heardFrom)..<($0.upperBound + heardFrom)
+    }
+    #expect(
+      gaps.count <= countedGaps,
+      "\(device): \(gaps.count) gap(s) at the sink \(gaps.map { "\($0.count) frames at \($0.lowerBound)" }), \(countedGaps) counted"
+    )
+    if !gaps.isEmpty { print("\(device): \(gaps.count) gap(s) at the sink, \(countedGaps) counted by status") }
+    for gap in gaps.reversed() { left.removeSubrange(gap) }
     // The fade: from the last frame at 0.5 to the first at 0.1.
     let start = try #require(left.lastIndex { abs($0 - 0.5) < 1e-6 }, "\(device): \(summary(heard))")
     let end = try #require(left.firstIndex { abs($0 - 0.1) < 1e-6 }, "\(device): \(summary(heard))")
-    #expect(abs(end - start - 48_000) <= 2, "\(device): the fade lasted \(end - start) frames")
+    let missed = max(0, Int((Double(48_000 - (end - start)) / Double(quantum)).rounded()))
+    #expect(
+      abs(end - start + missed * quantum - 48_000) <= 2,
+      "\(device): the fade lasted \(end - start) frames (\(missed) quanta missed by the recording)")
+    if missed > 0 { print("\(device): the recording missed \(missed) quantum/quanta of the fade") }
     let slope = 0.4 / 48_000
     var worst = 0.0
     var steepest = 0.0
+    var skipped = 0
     for frame in start...end {
-      worst = max(worst, abs(Double(left[frame]) - (0.5 - slope * Double(frame - start))))
-      if frame > start { steepest = max(steepest, abs(Double(left[frame] - left[frame - 1]))) }
+      if frame > start {
+        let step = abs(Double(left[frame] - left[frame - 1]))
+        // A missed quantum: the line goes on a quantum further.
+        if skipped < missed && abs(step - slope * Double(quantum + 1)) < 2 * slope {
+          skipped += 1
+        } else {
+          steepest = max(steepest, step)
+        }
+      }
+      let expected = 0.5 - slope * Double(frame - start + skipped * quantum)
+      worst = max(worst, abs(Double(left[frame]) - expected))
     }
     #expect(worst < 2 * slope, "\(device): off the line by \(worst)")
     #expect(steepest < 1.5 * slope, "\(device): a step of \(steepest), the line's \(slope)")
     #expect(left[end...].prefix(24_000).allSatisfy { abs($0 - 0.1) < 1e-6 }, "\(device): after the fade")
+  }
+
+  /// The runs of at least `length` frames of exact zero in `samples`.
+  static func silentRuns(in samples: [Float], atLeast length: Int) -> [Range<Int>] {
+    var runs: [Range<Int>] = []
+    var start: Int?
+    for (index, sample) in samples.enumerated() {
+      if sample == 0 {
+        if start == nil { start = index }
+      } else if let first = start {
+        if index - first >= length { runs.append(first..<index) }
+        start = nil
+      }
+    }
+    if let first = start, samples.count - first >= length { runs.append(first..<samples.count) }
+    return runs
   }
 
   @Test func fadesThroughPipeWireAndPulseFollowTheLine() throws {

@@ -1,5 +1,10 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 /// Why a message gets `/rampd/error` instead of a request to rampd.
 struct Refusal: Error, Equatable, Sendable {
@@ -287,7 +292,7 @@ private struct Arguments {
   /// A key path given as a string: `master.gain`, or `master/gain` as in an address.
   func keyPath(_ position: Int, expected: String) throws(Refusal) -> String {
     let text = try string(position, "a key path", expected: expected)
-    let key = text.replacingOccurrences(of: "/", with: ".").trimmingCharacters(in: CharacterSet(charactersIn: "."))
+    let key = text.replacing("/", with: ".").trimming(while: { $0 == "." })
     guard KeyPathText.isWellFormed(key) else {
       throw Refusal(
         code: "invalid-value",

@@ -85,3 +85,22 @@ import Testing
     #expect(try install.files().isEmpty)
   }
 }
+
+/// The bridges, shipped in the package beside rampd, use Foundation's essentials only, as rampd
+/// and rampctl do (NoICUTests): no symbol of Foundation's internationalisation, so a static build
+/// holds none of ICU's 37 MB. RAMPD_BRIDGES_RELEASE names a static release build's directory to
+/// check for ICU's data too.
+@Suite struct BridgesNoICUTests {
+  @Test(arguments: BridgeUnitTests.tools)
+  func usesNoInternationalisation(_ tool: String) throws {
+    try NoICU.expectNoInternationalisation("\(Executables.directory)/\(tool)")
+  }
+
+  @Test(
+    .enabled(if: ProcessInfo.processInfo.environment["RAMPD_BRIDGES_RELEASE"] != nil),
+    arguments: BridgeUnitTests.tools)
+  func holdsNoICUData(_ tool: String) throws {
+    let directory = try #require(ProcessInfo.processInfo.environment["RAMPD_BRIDGES_RELEASE"])
+    try NoICU.expectNoICUData("\(directory)/\(tool)")
+  }
+}

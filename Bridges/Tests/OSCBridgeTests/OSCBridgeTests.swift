@@ -242,6 +242,7 @@ import Testing
     defer { daemon.stop() }
     try Self.heard(0.5, in: daemon)
     let peer = try UDPPeer(bridgePort: bridge.port)
+    let underrunsBefore = try client.request(["cmd": "status"]).result["output"]?["underruns"]?.int
     let due = (Date().timeIntervalSince1970 + 1.2).rounded(.down) + 0.123_45
     // Two messages in the bundle: both land on its sample (one alone would be heard at 0.25).
     peer.send(
@@ -263,7 +264,18 @@ import Testing
     #expect(answered > due - 0.1, "answered \(due - answered) s before it was due: not when it took effect")
     let first = try Self.heard(0.125, in: daemon)
     let second = try Self.heard(0.0625, in: daemon, from: first)
-    #expect(abs(second - first - Self.rate / 2) <= 1, "heard \(second - first) samples apart, not 24000\n\(bridge.log)")
+    // Paced by the clock, rendering that falls behind it (an underrun, on a loaded machine
+    // without real-time priority) moves what is heard against the wall clock: then only the
+    // sample each lands on is checked, not their distance.
+    let underrunsAfter = try client.request(["cmd": "status"]).result["output"]?["underruns"]?.int
+    if underrunsAfter == underrunsBefore {
+      #expect(
+        abs(second - first - Self.rate / 2) <= 1, "heard \(second - first) samples apart, not 24000\n\(bridge.log)")
+    } else {
+      print(
+        "timetag: \((underrunsAfter ?? 0) - (underrunsBefore ?? 0)) underrun(s) meanwhile; heard \(second - first) samples apart"
+      )
+    }
     let before = try daemon.played(channel: 0)[(first - Self.rate / 2)..<first]
     #expect(before.allSatisfy { abs($0 - 0.5) < 1e-6 }, "the bundle's two messages took effect on different samples")
 
