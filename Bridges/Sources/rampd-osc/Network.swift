@@ -128,30 +128,32 @@ struct SourceRange: Equatable, Sendable, CustomStringConvertible {
 
 /// Log lines on standard error, at most `perSecond` a second: a flood of bad packets is told in
 /// a count, not in a line each.
-final class RateLimitedLog: @unchecked Sendable {
-  private let lock = Mutex<Void>(())
+final class RateLimitedLog: Sendable {
+  private struct Window {
+    var start = 0.0
+    var written = 0
+    var suppressed = 0
+  }
+  private let window = Mutex(Window())
   private let perSecond: Int
-  private var windowStart = 0.0
-  private var written = 0
-  private var suppressed = 0
 
   init(perSecond: Int = 20) { self.perSecond = perSecond }
 
   func callAsFunction(_ line: String) {
-    let text: String? = lock.withLock { _ in
+    let text: String? = window.withLock { window in
       let now = Date().timeIntervalSince1970
       var prefix = ""
-      if now - windowStart >= 1 {
-        if suppressed > 0 { prefix = "rampd-osc: \(suppressed) more lines like these left out in the last second\n" }
-        windowStart = now
-        written = 0
-        suppressed = 0
+      if now - window.start >= 1 {
+        if window.suppressed > 0 {
+          prefix = "rampd-osc: \(window.suppressed) more lines like these left out in the last second\n"
+        }
+        window = Window(start: now)
       }
-      guard written < perSecond else {
-        suppressed += 1
+      guard window.written < perSecond else {
+        window.suppressed += 1
         return prefix.isEmpty ? nil : prefix
       }
-      written += 1
+      window.written += 1
       return prefix + "rampd-osc: \(line)\n"
     }
     if let text { writeText(text, to: STDERR_FILENO) }
