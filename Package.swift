@@ -25,6 +25,7 @@ let package = Package(
   name: "rampd",
   platforms: [.macOS(.v14)],
   products: [
+    .library(name: "RampSystem", targets: ["RampSystem"]),
     .library(name: "RampEngine", targets: ["RampEngine"]),
     .library(name: "RampAudio", targets: ["RampAudio"]),
     .library(name: "RampProtocol", targets: ["RampProtocol"]),
@@ -46,11 +47,13 @@ let package = Package(
     .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
   ],
   targets: [
+    // The few C-library wrappers every module and tool shares in place of Foundation's (threads,
+    // whole writes, path parts, trimming typed text), whose versions would bring Foundation's
+    // internationalisation and ICU's data into every binary. No dependency.
+    .target(name: "RampSystem"),
     // The animation engine: pure Swift, no audio and no sockets. Everything a unit test can reach
-    // without a sound card. It also holds the few C-library wrappers every module shares in place of
-    // Foundation's (threads, whole writes, path parts: SystemInterfaces.swift), being the one module
-    // all of them, rampd-web included, depend on.
-    .target(name: "RampEngine", swiftSettings: renderPath),
+    // without a sound card.
+    .target(name: "RampEngine", dependencies: ["RampSystem"], swiftSettings: renderPath),
     // C libraries, found through pkg-config (script/setup installs their -dev packages).
     .systemLibrary(name: "CALSA", pkgConfig: "alsa", providers: [.apt(["libasound2-dev"])]),
     .systemLibrary(name: "CSndFile", pkgConfig: "sndfile", providers: [.apt(["libsndfile1-dev"])]),
@@ -66,12 +69,12 @@ let package = Package(
     // loudness measurement. Knows the engine, not the protocol.
     .target(
       name: "RampAudio",
-      dependencies: ["RampEngine", "CALSA", "CSndFile", "CSoxr", "CEbur128", "CLinux", "CPipeWireShim"],
+      dependencies: ["RampSystem", "RampEngine", "CALSA", "CSndFile", "CSoxr", "CEbur128", "CLinux", "CPipeWireShim"],
       swiftSettings: renderPath
     ),
     // What the command-line tools share and a unit test can check without a terminal: terminal
     // plots, timeline scripts, refusal texts. No ArgumentParser.
-    .target(name: "RampCLI", dependencies: ["RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
+    .target(name: "RampCLI", dependencies: ["RampSystem", "RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
     // A blocking connection to rampd's socket (greeting, requests, replies, events) and why a
     // conversation failed: shared by rampctl and rampd-web (Web/),
     // without the audio libraries.
@@ -79,7 +82,7 @@ let package = Package(
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
     // Knows the engine's types (curves, animations), does no I/O.
-    .target(name: "RampProtocol", dependencies: ["RampEngine", "CRampVersion"], swiftSettings: requestPath),
+    .target(name: "RampProtocol", dependencies: ["RampSystem", "RampEngine", "CRampVersion"], swiftSettings: requestPath),
     .target(name: "CRampVersion", cSettings: versionSettings),
     // In a debug build: counts heap allocations per thread (tests prove the render path makes
     // none), and traps one on rampd's render thread. A release build compiles none of it.
@@ -88,6 +91,7 @@ let package = Package(
     .target(
       name: "RampDaemon",
       dependencies: [
+        "RampSystem",
         "RampEngine",
         "RampAudio",
         "RampProtocol",
@@ -101,6 +105,7 @@ let package = Package(
     .executableTarget(
       name: "rampd",
       dependencies: [
+        "RampSystem",
         "RampDaemon",
         "RampCtlCommands",
         "RampAudio",
@@ -117,6 +122,7 @@ let package = Package(
     .target(
       name: "RampCtlCommands",
       dependencies: [
+        "RampSystem",
         "RampEngine",
         "RampAudio",
         "RampCLI",
@@ -146,6 +152,7 @@ let package = Package(
     .testTarget(
       name: "RampEngineTests",
       dependencies: [
+        "RampSystem",
         "RampEngine",
         .product(name: "PropertyBased", package: "swift-property-based"),
       ]
@@ -158,6 +165,7 @@ let package = Package(
     .testTarget(
       name: "RampProtocolTests",
       dependencies: [
+        "RampSystem",
         "RampProtocol",
         "RampEngine",
         .product(name: "PropertyBased", package: "swift-property-based"),
@@ -174,6 +182,6 @@ let package = Package(
     // processes, a line client, script/install into a temporary root, systemd unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
     .testTarget(
-      name: "RampAudioTests", dependencies: ["RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
+      name: "RampAudioTests", dependencies: ["RampSystem", "RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
   ]
 )

@@ -29,7 +29,7 @@ let package = Package(
         .product(name: "RampProtocol", package: "rampd"),
         // The system's threads, text and descriptors without Foundation's internationalisation
         // (startThread, writeText, trimming), which would bring ICU's 37 MB into the binary.
-        .product(name: "RampEngine", package: "rampd"),
+        .product(name: "RampSystem", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
@@ -45,7 +45,7 @@ let package = Package(
         .product(name: "RampProtocol", package: "rampd"),
         // The system's threads, text and descriptors without Foundation's internationalisation
         // (startThread, writeText, trimming), which would bring ICU's 37 MB into the binary.
-        .product(name: "RampEngine", package: "rampd"),
+        .product(name: "RampSystem", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),

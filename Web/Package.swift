@@ -28,6 +28,7 @@ let package = Package(
       dependencies: [
         .product(name: "RampClient", package: "rampd"),
         .product(name: "RampEngine", package: "rampd"),
+        .product(name: "RampSystem", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Hummingbird", package: "hummingbird"),

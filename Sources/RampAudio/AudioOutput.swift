@@ -1,4 +1,5 @@
 import Synchronization
+
 /// What an output negotiated when it opened: the format the render thread works in (rate,
 /// channels, period and buffer in frames, sample format), what it is (`device`, `kind`) and who
 /// keeps time (`pacing`). ALSA's outputs (``AlsaPCMOutput``) and the offline render's

@@ -1,5 +1,6 @@
 import Glibc
 import RampEngine
+import RampSystem
 import Synchronization
 
 /// The thread that closes a lost device and opens the configured one again, with backoff, off

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import RampEngine
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

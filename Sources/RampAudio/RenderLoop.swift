@@ -1,6 +1,7 @@
 import CLinux
 import Glibc
 import RampEngine
+import RampSystem
 import Synchronization
 
 /// The render side of a `Player`: the render thread's loop and everything only it touches (the

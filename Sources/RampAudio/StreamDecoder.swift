@@ -1,5 +1,6 @@
 import Dispatch
 import RampEngine
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

@@ -1,4 +1,5 @@
 import RampEngine
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

@@ -3,6 +3,7 @@ import Logging
 import RampAudio
 import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

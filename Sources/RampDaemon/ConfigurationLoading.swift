@@ -1,6 +1,7 @@
 import RampAudio
 import RampEngine
 import RampProtocol
+import RampSystem
 import TOMLKit
 
 #if canImport(Glibc)

@@ -2,6 +2,7 @@ import Logging
 import RampAudio
 import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -1,5 +1,6 @@
 import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

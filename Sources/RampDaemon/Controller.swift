@@ -4,6 +4,7 @@ import NIOCore
 import RampAudio
 import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

@@ -5,6 +5,7 @@ import NIOPosix
 import RampAudio
 import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Logging
 import RampEngine
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

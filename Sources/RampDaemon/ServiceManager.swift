@@ -1,6 +1,7 @@
 import Logging
 import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

@@ -1,5 +1,6 @@
 import Logging
 import RampEngine
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

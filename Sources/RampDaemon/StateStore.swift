@@ -2,6 +2,7 @@ import Logging
 import RampAudio
 import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

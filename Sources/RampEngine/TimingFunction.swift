@@ -1,3 +1,5 @@
+import RampSystem
+
 /// Maps an animation's linear progress x in [0, 1] to eased progress y.
 ///
 /// Three families, all parsed from the strings the CLI and the protocol use:
@@ -193,18 +195,5 @@ public enum TimingFunction: Sendable, Hashable, CustomStringConvertible {
     default:
       for i in 0..<count { y[i] = value(at: x0 + Double(i) * dx) }
     }
-  }
-}
-
-extension StringProtocol {
-  /// Without leading and trailing whitespace (the one trim for every parser of typed text).
-  public func trimmingWhitespace() -> String { trimming(while: \.isWhitespace) }
-
-  /// Without the leading and trailing characters `trimmed` picks.
-  public func trimming(while trimmed: (Character) -> Bool) -> String {
-    var slice = Substring(self)
-    while let first = slice.first, trimmed(first) { slice.removeFirst() }
-    while let last = slice.last, trimmed(last) { slice.removeLast() }
-    return String(slice)
   }
 }

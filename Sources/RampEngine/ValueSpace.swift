@@ -1,3 +1,5 @@
+import RampSystem
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Musl)

@@ -1,4 +1,5 @@
 import RampEngine
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -1,6 +1,7 @@
 import ArgumentParser
 import RampEngine
 import RampProtocol
+import RampSystem
 
 /// Where a command line goes before ArgumentParser reads it: the options every command that talks
 /// to rampd shares (`--socket`, `--json`) may come before the subcommand, as with mpc, git and

@@ -5,6 +5,7 @@ import RampAudio
 import RampCLI
 import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

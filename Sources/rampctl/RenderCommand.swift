@@ -4,6 +4,7 @@ import RampCLI
 import RampDaemon
 import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -3,6 +3,7 @@ import FoundationEssentials
 import RampCLI
 import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -3,6 +3,7 @@ import RampAudio
 import RampCLI
 import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

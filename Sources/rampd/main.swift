@@ -6,6 +6,7 @@ import RampAudio
 import RampCtlCommands
 import RampDaemon
 import RampEngine
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

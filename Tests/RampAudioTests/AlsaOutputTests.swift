@@ -1,4 +1,5 @@
 import Foundation
+import RampSystem
 import Synchronization
 import Testing
 

@@ -1,5 +1,6 @@
 import Foundation
 import RampEngine
+import RampSystem
 import Testing
 
 @Suite struct SystemInterfacesTests {

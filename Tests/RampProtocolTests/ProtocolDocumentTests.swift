@@ -1,4 +1,5 @@
 import Foundation
+import RampSystem
 import Testing
 
 @testable import RampProtocol

@@ -1,6 +1,6 @@
 import CMosquitto
 import FoundationEssentials
-import RampEngine
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Dispatch
 import FoundationEssentials
-import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -1,6 +1,6 @@
 import FoundationEssentials
-import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

@@ -1,5 +1,5 @@
 import FoundationEssentials
-import RampEngine
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

@@ -1,6 +1,6 @@
 import FoundationEssentials
-import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

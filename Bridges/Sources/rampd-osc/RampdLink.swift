@@ -1,7 +1,7 @@
 import FoundationEssentials
 import RampClient
-import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

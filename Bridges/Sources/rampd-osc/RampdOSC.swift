@@ -1,7 +1,7 @@
 import ArgumentParser
 import FoundationEssentials
-import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

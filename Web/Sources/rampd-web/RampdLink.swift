@@ -1,7 +1,7 @@
 import Dispatch
 import RampClient
-import RampEngine
 import RampProtocol
+import RampSystem
 import Synchronization
 
 #if canImport(Glibc)

@@ -4,8 +4,8 @@ import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOCore
-import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc

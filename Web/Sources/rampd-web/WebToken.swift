@@ -1,6 +1,7 @@
 import FoundationEssentials
 import RampEngine
 import RampProtocol
+import RampSystem
 
 #if canImport(Glibc)
   import Glibc
