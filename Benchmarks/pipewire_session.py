@@ -2,8 +2,12 @@
 XDG_RUNTIME_DIR, a session D-Bus, pipewire, wireplumber and pipewire-pulse, and a null sink
 (`rampd-bench-sink`) made with `pw-cli create-node`. Clients given `environment` reach it through
 ALSA's `pipewire` and `pulse` PCMs; `record` records what the sink plays with `pw-record`, each
-piece read with the CLOCK_MONOTONIC time it arrived. Standard library only; as the tests'
-PipeWireSession does it.
+piece read with the CLOCK_MONOTONIC time it arrived, or handed to a consumer and not kept. Standard
+library only; as the tests' PipeWireSession does it.
+
+Run as a program (`python3 pipewire_session.py WORK FILE`), it holds a session for a shell script:
+it starts one under WORK, writes its runtime directory and environment to FILE (JSON) once it is
+up, and stops it on SIGTERM or SIGINT. Another process reaches it with `attach(FILE)`.
 """
 import fcntl
 import json
@@ -73,9 +77,11 @@ class PipeWireSession:
                 return info.get("state")
         return None
 
-    def record(self, path):
-        """Starts recording what the sink plays into `path` (raw interleaved stereo float)."""
-        return Recording(self, path)
+    def record(self, path, consume=None):
+        """Starts recording what the sink plays into `path` (raw interleaved stereo float), or,
+        with `consume`, handing each piece read to `consume(data)` and keeping neither it nor
+        `reads`."""
+        return Recording(self, path, consume)
 
     def stop(self):
         for process in reversed(self.processes):
@@ -95,8 +101,9 @@ class Recording:
 
     FRAME = 8
 
-    def __init__(self, session, path):
+    def __init__(self, session, path, consume=None):
         self.path = path
+        self.consume = consume
         self.reads = []
         log = open(os.path.join(session.runtime, "pw-record.log"), "w")
         self.process = subprocess.Popen(
@@ -109,6 +116,10 @@ class Recording:
 
     def _drain(self):
         fd = self.process.stdout.fileno()
+        if self.consume:
+            while data := os.read(fd, 1 << 20):
+                self.consume(data)
+            return
         received = 0
         with open(self.path, "wb") as out:
             while True:
@@ -127,3 +138,31 @@ class Recording:
         self.process.wait(timeout=10)
         self.thread.join(timeout=10)
         return self.reads
+
+
+def attach(path):
+    """The session that `python3 pipewire_session.py WORK FILE` runs, from its FILE: for
+    `record` and `sink_state`; `stop` leaves it to the process that holds it."""
+    with open(path) as f:
+        held = json.load(f)
+    session = PipeWireSession.__new__(PipeWireSession)
+    session.runtime, session.environment, session.processes = held["runtime"], held["environment"], []
+    session.stop = lambda: None
+    return session
+
+
+if __name__ == "__main__":
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    session = PipeWireSession(sys.argv[1])
+    try:
+        with open(sys.argv[2] + ".part", "w") as f:
+            json.dump({"runtime": session.runtime, "environment": session.environment}, f)
+        os.rename(sys.argv[2] + ".part", sys.argv[2])
+        while True:
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        session.stop()
