@@ -30,6 +30,9 @@ static inline bool rampd_bell_wait(uint32_t *word, int64_t nanoseconds) {
   return __atomic_exchange_n(word, rampd_bell_quiet, __ATOMIC_ACQ_REL) == rampd_bell_rung;
 }
 
+/* The calling thread's kernel id (gettid(2)): one system call, no allocation. */
+static inline int32_t rampd_thread_id(void) { return (int32_t)syscall(SYS_gettid); }
+
 /* Defined only where allocations are guarded (a debug build of rampd, the test binary:
    Sources/CAllocationGuard): with `armed` true, any allocation or free on the calling thread
    traps. */

@@ -96,15 +96,9 @@ func pollMilliseconds(_ seconds: Double) -> Int32 {
   Int32(min(max((seconds * 1000).rounded(.up), 1), 3_600_000))
 }
 
-/// The kernel's id of the calling thread (its directory under `/proc/self/task`), 0 if unknown:
-/// tests read the thread's `schedstat` with it. Allocates; call it once when a thread starts.
-func currentThreadID() -> Int32 {
-  var path = [CChar](repeating: 0, count: 64)
-  let length = readlink("/proc/thread-self", &path, path.count - 1)
-  guard length > 0 else { return 0 }
-  let text = String(decoding: path[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-  return text.split(separator: "/").last.flatMap { Int32($0) } ?? 0
-}
+/// The kernel's id of the calling thread (its directory under `/proc/self/task`): tests read
+/// the thread's `schedstat` with it. A system call; no allocation.
+func currentThreadID() -> Int32 { rampd_thread_id() }
 
 /// Flushes subnormal floats to zero on the calling thread, results (FTZ) and inputs (DAZ): a
 /// fade towards a decibel floor or a filter's decaying tail would otherwise produce subnormal

@@ -84,6 +84,11 @@ struct DeviceRecovery: Sendable {
     // machine without a sound card) costs next to no wake-ups.
     var arrivals = link.waiting.load(ordering: .acquiring) ? DeviceArrivalWatch() : nil
     var handedOver = LastReferenceKeeper()
+    /// How long to wait before looking again at what the render thread still holds: 10 ms after
+    /// a hand-over, doubling (to a second) while nothing is let go. A pushed render lets go within
+    /// microseconds; a pulled one holds the last command it ran until the next one comes.
+    var keeperPoll: Int32 = 10
+    var keptBefore = 0
     if arrivals?.watches == false { arrivals = nil }
     // The render thread posts the failure as an event; asleep without a device, it is woken to.
     func reportFailure(_ message: String) {
@@ -113,6 +118,8 @@ struct DeviceRecovery: Sendable {
         }
       }
       handedOver.releaseUnshared()
+      keeperPoll = handedOver.count == keptBefore ? min(keeperPoll * 2, 1000) : 10
+      keptBefore = handedOver.count
       let waiting = link.waiting.load(ordering: .acquiring)
       for (queue, retired) in [(link.deadDevices, false), (link.retiredDevices, true)] {
         guard let held = queue.pop() else { continue }
@@ -212,8 +219,7 @@ struct DeviceRecovery: Sendable {
       // reopening, until the next attempt.
       let next = [configured, spare].filter(\.wanted).map(\.next).min()
       var milliseconds = next.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1
-      // The render thread lets go of what it handed over within microseconds.
-      if !handedOver.isEmpty { milliseconds = milliseconds < 0 ? 10 : min(milliseconds, 10) }
+      if !handedOver.isEmpty { milliseconds = milliseconds < 0 ? keeperPoll : min(milliseconds, keeperPoll) }
       if !link.waiting.load(ordering: .acquiring) { arrivals = nil }
       if var watch = arrivals {
         if link.recoveryBell.wait(milliseconds: milliseconds, orReadable: watch.descriptor),

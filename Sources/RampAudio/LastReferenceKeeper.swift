@@ -9,6 +9,8 @@ struct LastReferenceKeeper {
 
   /// Nothing waits for the render thread to let go.
   var isEmpty: Bool { held.isEmpty }
+  /// How many objects wait.
+  var count: Int { held.count }
 
   /// Takes `object`; it is freed by a later `releaseUnshared` once no one else holds it.
   mutating func keep(_ object: AnyObject) { held.append(object) }

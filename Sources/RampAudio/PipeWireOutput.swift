@@ -194,7 +194,7 @@ public final class PipeWireOutput: AudioOutput {
   }
 
   public var delayFrames: Int { shared.delay.load(ordering: .relaxed) }
-  /// Gaps in the graph (`ticks` jumps) since the stream opened.
+  /// Gaps the sink played without this stream since it opened (``PipeWireStream/xruns``).
   public var underruns: Int { stream.xruns }
 
   // MARK: Rewind: nothing to rewind, each quantum is rendered when it is asked for.

@@ -138,7 +138,10 @@ public final class PipeWireStream {
 
   /// Whether the stream is open.
   public var isOpen: Bool { handle != nil }
-  /// Gaps in the graph the stream saw (a jump of `ticks` beyond the last block), since `open`.
+  /// Gaps the sink played without the stream, since `open`: a jump of the graph's `ticks` beyond
+  /// the last block (cycles the stream was not asked for), and a buffer more still queued when a
+  /// block is asked for than at the last (one handed over too late for its cycle: the sink played
+  /// that cycle without it, and plays the stream a buffer later from then on).
   public var xruns: Int { context.xruns.load(ordering: .relaxed) }
   /// The graph ticks those gaps skipped.
   public var skippedTicks: UInt64 { context.skipped.load(ordering: .relaxed) }
@@ -234,6 +237,7 @@ public final class PipeWireStream {
     var nextFrame: UInt64 = 0
     var lastTicks: UInt64 = 0
     var lastFrames = 0
+    var lastQueuedBuffers: UInt32 = 0
 
     init(render: @escaping Render, events: @escaping @Sendable (PipeWireStreamEvent) -> Void) {
       self.render = render
@@ -244,6 +248,7 @@ public final class PipeWireStream {
       self.rate = rate
       nextFrame = 0
       lastFrames = 0
+      lastQueuedBuffers = 0
       xruns.store(0, ordering: .relaxed)
       skipped.store(0, ordering: .relaxed)
       cycles.store(0, ordering: .relaxed)
@@ -271,6 +276,12 @@ public final class PipeWireStream {
           skipped.add(moved - expected, ordering: .relaxed)
         }
       }
+      if !timing.isValid || lastFrames == 0 {
+        // Nothing to compare with.
+      } else if time.queued_buffers > lastQueuedBuffers {
+        xruns.add(Int(time.queued_buffers - lastQueuedBuffers), ordering: .relaxed)
+      }
+      lastQueuedBuffers = time.queued_buffers
       lastTicks = time.ticks
       lastFrames = frames
       nextFrame &+= UInt64(frames)

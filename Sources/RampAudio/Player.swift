@@ -143,9 +143,11 @@ public final class Player: Sendable {
   public var realtimePriority: Int { realtime.priority }
   /// Whether the render thread runs in real time (as the kernel says now, whoever set it), and
   /// what it asked for and was answered.
+  /// With a pulled output, the thread that renders is the output's: its scheduling is said.
   public var realtime: RealtimeScheduling {
-    RealtimeScheduling(
-      thread: renderThreadID, limit: link.realtimeLimit.load(ordering: .relaxed),
+    let pulling = link.pullThread.load(ordering: .acquiring)
+    return RealtimeScheduling(
+      thread: pulling != 0 ? pulling : renderThreadID, limit: link.realtimeLimit.load(ordering: .relaxed),
       error: link.realtimeError.load(ordering: .relaxed))
   }
   /// Renders to a sink on a virtual clock (``init(sink:rate:channels:blockFrames:declick:maxGain:scheduledCapacity:animationsPerKeyPath:eventCapacity:)``).

@@ -133,6 +133,9 @@ final class RenderLink: Sendable {
   let idleEndedAt = Atomic<Int64>(0)
   /// The render thread's kernel id once it runs.
   let renderThread = Atomic<Int32>(0)
+  /// The kernel id of the output's thread that runs the render step while it is lent (a pulled
+  /// output's); 0 when the output pushes, or once a pulled output is lost.
+  let pullThread = Atomic<Int32>(0)
   /// Blocks rendered.
   let blockCount = Atomic<Int>(0)
   /// The sample the next block starts at, published after each block: what `at` times count from.

@@ -96,6 +96,7 @@ extension RenderLoop {
       buffers.mix.update(repeating: 0, count: buffers.frames * buffers.channels)
       idleIfNothingToRender(buffers)
     case .failed:
+      link.pullThread.store(0, ordering: .releasing)
       guard let device else { return }
       handOverLost(device)
     case .stopped:
@@ -142,6 +143,10 @@ extension RenderLoop {
     if !pullThreadPrepared {
       pullThreadPrepared = true
       flushSubnormalsOnThisThread()
+      // The step runs here now: in real time as the render thread would (the output's library
+      // may not have asked for it), and `status` says this thread's scheduling.
+      raisePriority()
+      link.pullThread.store(currentThreadID(), ordering: .releasing)
     }
     guarded = true
     rampd_guard_this_thread(true)
