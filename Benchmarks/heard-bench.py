@@ -31,6 +31,7 @@ import random
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -229,13 +230,19 @@ def load_average():
         return float(f.read().split()[0])
 
 
-def through_pipewire(args, work, session, device, buffer, constant, say):
+def through_pipewire(args, work, session, device, buffer, constant, say, quantum=None):
     """(a) and (b) through ALSA's `device` PCM (`pipewire` or `pulse`) into `session`'s sink, a
-    `buffer`-second buffer, the kind's defaults otherwise, recorded at the sink."""
+    `buffer`-second buffer, the kind's defaults otherwise, recorded at the sink; or, with
+    `quantum`, through rampd's native PipeWire stream (`device` "pipewire-native") asking for
+    that quantum (`buffer`: how long to wait for a change to be heard)."""
     load = load_average()
-    name = f"rampd-heard-{device}-{int(buffer * 1000)}ms"
-    daemon = bench.start_rampd(args.rampd, work, name, f'device = "{device}"\nbuffer = {buffer}',
-                               env=session.environment)
+    if quantum:
+        name = f"rampd-heard-{device}-{quantum}"
+        output = f'device = "{device}"\npipewire-quantum = {quantum}'
+    else:
+        name = f"rampd-heard-{device}-{int(buffer * 1000)}ms"
+        output = f'device = "{device}"\nbuffer = {buffer}'
+    daemon = bench.start_rampd(args.rampd, work, name, output, env=session.environment)
     raw = os.path.join(work, name, "sink.raw")
     recording = session.record(raw)
     try:
@@ -247,6 +254,7 @@ def through_pipewire(args, work, session, device, buffer, constant, say):
         json.dump({"reads": reads, "sets": sets, "scheduled": scheduled}, f)
     runs, behind = sink_clock(reads)
     result = {"device": device, "buffer_s": buffer, "load_average_at_start": load,
+              "load_average_at_end": load_average(), "pipewire_quantum": quantum,
               "sink_fell_behind_ms": [round(x, 2) for x in behind],
               "quantum_frames": percentile([count for _, _, count in reads], 50),
               **heard_figures(finder(recorded_left(raw), runs), sets, scheduled, output, status)}
@@ -352,6 +360,105 @@ def rewind_stress(args, work, session, constant, say):
     return results
 
 
+# (p): who plays into the same PipeWire, one at a time: rampd through its native stream at two
+# quanta and through ALSA's `pipewire` PCM (its defaults: period 10 ms, buffer 50 ms); MPD 0.23
+# with its own `pipewire` output and with its `alsa` output on `pipewire`, software volume both.
+PIPEWIRE_PLAYERS = (
+    ("rampd, native, quantum 1024", "rampd", 'device = "pipewire-native"\npipewire-quantum = 1024'),
+    ("rampd, native, quantum 256", "rampd", 'device = "pipewire-native"\npipewire-quantum = 256'),
+    ("rampd, ALSA `pipewire` (buffer 50 ms)", "rampd", 'device = "pipewire"'),
+    ("MPD, its `pipewire` output", "mpd", '  type "pipewire"\n  name "pipewire"\n  mixer_type "software"'),
+    ("MPD, its `alsa` output on `pipewire`", "mpd",
+     '  type "alsa"\n  name "alsa-pipewire"\n  device "pipewire"\n  mixer_type "software"'),
+)
+MPD_NATIVE = "MPD, its `pipewire` output"
+
+
+def playing_on_pipewire(args, work, session, say):
+    """(p) Each of PIPEWIRE_PLAYERS, in turn, plays `args.track` (`args.playing_seconds` long) in
+    real time into `session`'s null sink, nothing else playing; over the middle of the playback
+    (5 s in to 5 s before the end): per thread of the player (/proc/<pid>/task/*: schedstat's CPU
+    time, voluntary context switches as its wake-ups, comm as its name) and of the PipeWire daemon,
+    CPU ms and wake-ups per second played; the quantum each stream asks for (node.latency, pw-dump,
+    read after the window); rampd's underruns."""
+    seconds = args.playing_seconds
+    track = args.track
+    results = {}
+    for label, kind, config in PIPEWIRE_PLAYERS:
+        name = "playing-" + "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
+        load = load_average()
+        if kind == "rampd":
+            daemon = bench.start_rampd(args.rampd, work, name, config, env=session.environment)
+            play = lambda daemon=daemon: bench.play_rampd(daemon, track, seconds, count_underruns=True)
+        else:
+            daemon = bench.start_mpd(args.mpd, work, os.path.dirname(track), outputs=[config], name=name,
+                                     env=session.environment)
+            play = lambda daemon=daemon: bench.play_mpd(daemon, os.path.basename(track), output=2)
+        snapshots, streams, played = [], [], {}
+
+        def snapshot(daemon=daemon):
+            snapshots.append((time.monotonic(), bench.threads(daemon.pid), bench.threads(session.server.pid)))
+
+        window = (5, seconds - 5)
+        timers = [threading.Timer(t, snapshot) for t in window]
+        timers.append(threading.Timer(seconds - 3, lambda: streams.extend(session.streams())))
+        try:
+            for timer in timers:
+                timer.start()
+            played.update(play())
+            for timer in timers:
+                timer.join()
+            status = None
+            if kind == "rampd":
+                c = bench.Rampd(daemon.socket_path)
+                status = {k: v for k, v in c.request("status")["output"].items()
+                          if k in ("kind", "periodFrames", "bufferFrames", "underruns")}
+                c.close()
+        finally:
+            for timer in timers:
+                timer.cancel()
+            daemon.stop()
+        (t0, player0, server0), (t1, player1, server1) = snapshots
+        player = bench.rates(player0, player1, t1 - t0)
+        server = bench.rates(server0, server1, t1 - t0)
+        results[label] = {
+            "cpu_ms_per_s": sum(t[2] for t in player), "wakeups_per_s": sum(t[3] for t in player),
+            "threads": [t[1:] for t in player if t[2] or t[3]],
+            "pipewire_cpu_ms_per_s": sum(t[2] for t in server), "pipewire_wakeups_per_s": sum(t[3] for t in server),
+            "pipewire_threads": [t[1:] for t in server if t[2] or t[3]],
+            "streams": streams, "status": status, "underrun_events": played.get("underrun_blocks"),
+            "window_s": t1 - t0, "wall_s": played.get("wall_s"),
+            "load_average_at_start": load, "load_average_at_end": load_average()}
+        say(f"{name}: {results[label]}")
+    return results
+
+
+def print_playing_on_pipewire(results, seconds):
+    base = results.get(MPD_NATIVE)
+
+    def ratio(x, key):
+        return f"{x[key] / base[key]:.2f}" if base and base[key] else ""
+
+    print(f"\n| playing {seconds:g} s into PipeWire's null sink, one at a time | quantum asked (node.latency)"
+          " | CPU ms per s played (process) | × MPD native | wake-ups per s (all threads) | × MPD native"
+          " | PipeWire's CPU ms per s | its wake-ups per s | player + PipeWire ms per s | × MPD native"
+          " | underruns | load average, start / end |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for label, x in results.items():
+        x["both_ms_per_s"] = x["cpu_ms_per_s"] + x["pipewire_cpu_ms_per_s"]
+    for label, x in results.items():
+        latency = ", ".join(sorted({s["latency"] or "none" for s in x["streams"]})) or "?"
+        underruns = x["status"]["underruns"] if x["status"] else ""
+        print(f"| {label} | {latency} | {x['cpu_ms_per_s']:.3f} | {ratio(x, 'cpu_ms_per_s')} |"
+              f" {x['wakeups_per_s']:.1f} | {ratio(x, 'wakeups_per_s')} | {x['pipewire_cpu_ms_per_s']:.3f} |"
+              f" {x['pipewire_wakeups_per_s']:.1f} | {x['both_ms_per_s']:.3f} | {ratio(x, 'both_ms_per_s')} |"
+              f" {underruns} | {x['load_average_at_start']:.2f} / {x['load_average_at_end']:.2f} |")
+    print("\nper thread, CPU ms per second played (wake-ups per second):")
+    for label, x in results.items():
+        print(f"  {label}: " + ", ".join(f"{n} {ms:.3f} ({w:.0f}/s)" for n, ms, w in x["threads"]))
+        print(f"    PipeWire: " + ", ".join(f"{n} {ms:.3f} ({w:.0f}/s)" for n, ms, w in x["pipewire_threads"]))
+
+
 def schedstat_totals(pid):
     runs = {}
     cpu = bench.thread_cpu(pid, runs)
@@ -435,7 +542,13 @@ def main():
     parser.add_argument("--stress-runs", type=int, default=3)
     parser.add_argument("--stress-load", type=int, default=2)
     parser.add_argument("--rewind-rampd", help="a rampd that accepts rewind on through pipewire, for (c)")
-    parser.add_argument("--only", choices=("heard", "pipewire", "stress", "idle"), action="append")
+    parser.add_argument("--only", choices=("heard", "pipewire", "stress", "idle"), action="append",
+                        help="pipewire: `set` → heard and `at` through PipeWire (native and ALSA's plugins),"
+                             " and, with --track, what playing costs there (p)")
+    parser.add_argument("--track", help="a WAV in a music directory of its own, for (p)")
+    parser.add_argument("--playing-seconds", type=float, default=40, help="its length")
+    parser.add_argument("--pipewire-devices", default="pipewire-native:1024,pipewire-native:256,pipewire,pulse",
+                        help="through PipeWire, in this order: pipewire-native:<quantum>, pipewire, pulse")
     parser.add_argument("--results")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
@@ -450,8 +563,18 @@ def main():
         session = pipewire.PipeWireSession(args.work)
         try:
             if "pipewire" in only:
-                results["heard"] += [through_pipewire(args, args.work, session, device, buffer, constant, say)
-                                     for device in ("pipewire", "pulse") for buffer in (0.05, 0.1)]
+                for device in args.pipewire_devices.split(","):
+                    device, _, quantum = device.partition(":")
+                    if quantum:
+                        # A change is heard about a quantum after it is sent, plus the graph's delay.
+                        results["heard"].append(through_pipewire(
+                            args, args.work, session, device, 2 * int(quantum) / RATE + 0.03, constant, say,
+                            quantum=int(quantum)))
+                    else:
+                        results["heard"] += [through_pipewire(args, args.work, session, device, buffer, constant, say)
+                                             for buffer in (0.05, 0.1)]
+                if args.track:
+                    results["playing"] = playing_on_pipewire(args, args.work, session, say)
             if "stress" in only:
                 results["rewind_stress"] = rewind_stress(args, args.work, session, constant, say)
         finally:
@@ -467,15 +590,26 @@ def main():
     for h in results["heard"]:
         how = f"rewind (margin {h['rewind_margin_ms']:g} ms)" if h["rewind"] else "no rewind"
         where = "clocked test device" if h["device"] == "clocked test device" else f"through `{h['device']}`"
+        bound = h["buffer_frames"] / RATE * 1000
+        if h.get("pipewire_quantum"):
+            # Native: no buffer of rampd's; the target is a quantum plus 5 ms.
+            where, bound = f"native PipeWire stream, quantum {h['pipewire_quantum']}", h["pipewire_quantum"] / RATE * 1000 + 5
+            print(f"| rampd, {where} | {h['median_ms']:.1f} ms | {h['p99_ms']:.1f} ms | {h['max_ms']:.1f} ms |"
+                  f" {bound:.1f} ms (quantum + 5 ms) | {h['median_ms'] / bound:.3f} | {h['rewinds']} |"
+                  f" {h['at_mean_ms']:+.2f} / {h['at_max_abs_ms']:.2f} ms | {h['device_underruns']} |")
+            continue
         print(f"| rampd, {where}, buffer {h['buffer_s'] * 1000:g} ms, {how} | {h['median_ms']:.1f} ms |"
-              f" {h['p99_ms']:.1f} ms | {h['max_ms']:.1f} ms | {h['buffer_frames'] / RATE * 1000:g} ms |"
-              f" {h['median_ms'] / (h['buffer_frames'] / RATE * 1000):.3f} | {h['rewinds']} |"
+              f" {h['p99_ms']:.1f} ms | {h['max_ms']:.1f} ms | {bound:g} ms |"
+              f" {h['median_ms'] / bound:.3f} | {h['rewinds']} |"
               f" {h['at_mean_ms']:+.2f} / {h['at_max_abs_ms']:.2f} ms | {h['device_underruns']} |")
     for h in results["heard"]:
         if "sink_fell_behind_ms" in h:
-            print(f"through {h['device']}, buffer {h['buffer_s'] * 1000:g} ms: quantum {h['quantum_frames']} frames,"
+            print(f"through {h['device']}, {('quantum asked %d' % h['pipewire_quantum']) if h.get('pipewire_quantum') else ('buffer %g ms' % (h['buffer_s'] * 1000))}:"
+                  f" {h['quantum_frames']} frames a read at the sink, load average {h['load_average_at_start']:.2f} / {h['load_average_at_end']:.2f},"
                   f" the sink fell behind CLOCK_MONOTONIC {len(h['sink_fell_behind_ms'])} times (by"
                   f" {sum(h['sink_fell_behind_ms']):.1f} ms in all); status drift {h['status_drift_ppm']} ppm")
+    if "playing" in results:
+        print_playing_on_pipewire(results["playing"], args.playing_seconds)
     if "rewind_stress" in results:
         print(f"\n| through `pipewire`, {args.tries} sets while {args.stress_load} processes spin | rewind | rewinds"
               " | underruns (status) | level changes / sets | glitches in the recording | silent | longest |"
