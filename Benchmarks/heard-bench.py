@@ -194,22 +194,27 @@ def heard_figures(heard, sets, scheduled, output, status):
             "device_underruns": status.get("underruns")}
 
 
-def sink_clock(reads, window=0.3):
+def sink_clock(reads, quantum, window=0.3):
     """When the PipeWire sink played each recorded frame, from a pipewire_session.Recording's
-    reads: runs for heard_at, and each rise of the placement by more than 1 ms (ms): the sink fell
-    behind CLOCK_MONOTONIC, or every read for `window` seconds came that late.
+    reads, the graph running at `quantum` frames (or fewer): runs for heard_at, and each rise of
+    the placement by more than 1 ms (ms): the sink fell behind CLOCK_MONOTONIC, or every read for
+    `window` seconds came that late.
 
     A frame is heard when the graph cycle that takes it to the sink runs (a null sink plays
     nothing; on a card it is when the cycle hands the quantum to the driver), the quantum's frames
-    following at the rate. Each read comes at or after the cycle of its first frame, late by the
-    cycle's work and the wake-ups of pw-record and of the reader, never early. A timer-driven sink
-    keeps to CLOCK_MONOTONIC but falls behind for good when the machine is slow to run a cycle, so
-    no single line fits a long recording: each read's first frame is placed at the earliest that
-    the reads of the next `window` seconds allow (read time − frames since / rate), which the
-    sink's falling behind later does not move earlier. Error: late by the shortest lateness of
-    those reads (≥ 0), early only where the graph ran a late cycle and then caught up within the
-    window (cycles less than a quantum apart)."""
-    offsets = [ns - first * 1e9 / RATE for ns, first, count in reads]
+    following at the rate. pw-record writes through a 4096-byte stdio buffer, so a read holds
+    whatever filled it (512 frames: half a cycle of 1024, two of 256), not a cycle: what a read
+    says is that the cycle holding its last frame had run when it came, and that cycle began at
+    most `quantum` − 1 frames before that frame. Each read comes at or after that cycle, late by
+    the cycle's work and the wake-ups of pw-record and of the reader, never early. A timer-driven
+    sink keeps to CLOCK_MONOTONIC but falls behind for good when the machine is slow to run a
+    cycle, so no single line fits a long recording: each read is placed at the earliest that the
+    reads of the next `window` seconds allow (read time − (its last frame − quantum + 1) / rate),
+    which the sink's falling behind later does not move earlier. Error: late by the shortest
+    lateness of those reads (≥ 0; a read that ends mid-cycle is late by the rest of the cycle),
+    early only where the graph ran a late cycle and then caught up within the window (cycles less
+    than a quantum apart), or if the graph ran a larger quantum than `quantum`."""
+    offsets = [ns - (first + count - quantum) * 1e9 / RATE for ns, first, count in reads]
     span = max(1, int(window * RATE / max(1, percentile([count for _, _, count in reads], 50))))
     placed = [min(offsets[j:j + span]) for j in range(len(offsets))]
     runs = [(first, int(round(placed[j] + first * 1e9 / RATE)), count)
@@ -217,6 +222,16 @@ def sink_clock(reads, window=0.3):
     behind = [(placed[j] - placed[j - 1]) / 1e6 for j in range(1, len(placed))
               if placed[j] - placed[j - 1] > 1e6]
     return runs, behind
+
+
+def graph_quantum(session):
+    """The quantum the graph runs at while the playback streams in `session` play: the smallest
+    node.latency they ask for, rounded down to a power of two as PipeWire 0.3 does (a stream asking
+    480/48000 runs the graph at 256: its client thread wakes 187.5 times a second), at most 2048
+    (the default clock.max-quantum); the default 1024 if none asks."""
+    asked = [int(s["latency"].split("/")[0]) for s in session.streams() if s.get("latency")]
+    quantum = min(asked + [1024])
+    return min(2048, 1 << (quantum.bit_length() - 1))
 
 
 def recorded_left(raw):
@@ -245,18 +260,24 @@ def through_pipewire(args, work, session, device, buffer, constant, say, quantum
     daemon = bench.start_rampd(args.rampd, work, name, output, env=session.environment)
     raw = os.path.join(work, name, "sink.raw")
     recording = session.record(raw)
+    # The graph's quantum, asked while the first second plays (send_sets waits 1.5 s before its sets).
+    quanta = []
+    asked = threading.Timer(1.0, lambda: quanta.append(graph_quantum(session)))
+    asked.start()
     try:
         output, sets, scheduled, status = drive(daemon, args, constant, buffer)
     finally:
+        asked.cancel()
         reads = recording.finish()
         daemon.stop()
     with open(raw + ".reads.json", "w") as f:
-        json.dump({"reads": reads, "sets": sets, "scheduled": scheduled}, f)
-    runs, behind = sink_clock(reads)
+        json.dump({"reads": reads, "sets": sets, "scheduled": scheduled, "graph_quantum": quanta}, f)
+    runs, behind = sink_clock(reads, quanta[0] if quanta else 2048)
     result = {"device": device, "buffer_s": buffer, "load_average_at_start": load,
               "load_average_at_end": load_average(), "pipewire_quantum": quantum,
               "sink_fell_behind_ms": [round(x, 2) for x in behind],
-              "quantum_frames": percentile([count for _, _, count in reads], 50),
+              "read_frames": percentile([count for _, _, count in reads], 50),
+              "quantum_frames": quanta[0] if quanta else None,
               **heard_figures(finder(recorded_left(raw), runs), sets, scheduled, output, status)}
     say(f"{name}: {result}")
     return result
@@ -320,6 +341,9 @@ def rewind_stress(args, work, session, constant, say):
             raw = os.path.join(work, name, "sink.raw")
             load_at_start = load_average()
             recording = session.record(raw)
+            quanta = []
+            asked = threading.Timer(1.0, lambda: quanta.append(graph_quantum(session)))
+            asked.start()
             load = []
             try:
                 c = bench.Rampd(daemon.socket_path)
@@ -338,11 +362,12 @@ def rewind_stress(args, work, session, constant, say):
                 for p in load:
                     p.kill()
                     p.wait()
+                asked.cancel()
                 reads = recording.finish()
                 daemon.stop()
             left = recorded_left(raw)
             gaps, changes = glitches(left)
-            runs, behind = sink_clock(reads)
+            runs, behind = sink_clock(reads, quanta[0] if quanta else 2048)
             try:
                 heard = heard_figures(finder(left, runs), sets, [], output, status)
                 heard = {k: heard[k] for k in ("median_ms", "p99_ms", "max_ms")}
@@ -361,11 +386,15 @@ def rewind_stress(args, work, session, constant, say):
 
 
 # (p): who plays into the same PipeWire, one at a time: rampd through its native stream at two
-# quanta and through ALSA's `pipewire` PCM (its defaults: period 10 ms, buffer 50 ms); MPD 0.23
-# with its own `pipewire` output and with its `alsa` output on `pipewire`, software volume both.
+# quanta (and at 1024 with its master limiter off) and through ALSA's `pipewire` PCM (its
+# defaults: period 10 ms, buffer 50 ms); MPD 0.23 with its own `pipewire` output and with its
+# `alsa` output on `pipewire`, software volume both.
 PIPEWIRE_PLAYERS = (
     ("rampd, native, quantum 1024", "rampd", 'device = "pipewire-native"\npipewire-quantum = 1024'),
     ("rampd, native, quantum 256", "rampd", 'device = "pipewire-native"\npipewire-quantum = 256'),
+    # What the master limiter (on by default; MPD has none) costs there.
+    ("rampd, native, quantum 1024, limiter off", "rampd",
+     'device = "pipewire-native"\npipewire-quantum = 1024\nlimiter = "off"'),
     ("rampd, ALSA `pipewire` (buffer 50 ms)", "rampd", 'device = "pipewire"'),
     ("MPD, its `pipewire` output", "mpd", '  type "pipewire"\n  name "pipewire"\n  mixer_type "software"'),
     ("MPD, its `alsa` output on `pipewire`", "mpd",
@@ -381,11 +410,37 @@ def playing_on_pipewire(args, work, session, say):
     time, voluntary context switches as its wake-ups, comm as its name) and of the PipeWire daemon,
     CPU ms and wake-ups per second played; the quantum each stream asks for (node.latency, pw-dump,
     read after the window); rampd's underruns."""
+    rounds = {label: [] for label, _, _ in PIPEWIRE_PLAYERS}
+    for turn in range(args.playing_rounds):
+        # Every other round in the opposite order: a load that rises or falls over the run favours no one.
+        players = PIPEWIRE_PLAYERS if turn % 2 == 0 else PIPEWIRE_PLAYERS[::-1]
+        for label, x in playing_round(args, work, session, players, turn, say).items():
+            rounds[label].append(x)
+    results = {}
+    for label, xs in rounds.items():
+        mean = lambda key: sum(x[key] for x in xs) / len(xs)
+        threads = xs[0]["threads"]
+        if all(len(x["threads"]) == len(threads) for x in xs):
+            threads = [(t[0], sum(x["threads"][i][1] for x in xs) / len(xs), sum(x["threads"][i][2] for x in xs) / len(xs))
+                       for i, t in enumerate(threads)]
+        pw = xs[0]["pipewire_threads"]
+        results[label] = {
+            **{key: mean(key) for key in ("cpu_ms_per_s", "wakeups_per_s", "pipewire_cpu_ms_per_s", "pipewire_wakeups_per_s")},
+            "threads": threads, "pipewire_threads": pw, "streams": xs[0]["streams"],
+            "status": xs[0]["status"] and {**xs[0]["status"], "underruns": sum(x["status"]["underruns"] for x in xs)},
+            "load_average_at_start": min(x["load_average_at_start"] for x in xs),
+            "load_average_at_end": max(x["load_average_at_end"] for x in xs),
+            "rounds": xs}
+    return results
+
+
+def playing_round(args, work, session, players, turn, say):
+    """One round of (p): each of `players` in turn."""
     seconds = args.playing_seconds
     track = args.track
     results = {}
-    for label, kind, config in PIPEWIRE_PLAYERS:
-        name = "playing-" + "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
+    for label, kind, config in players:
+        name = f"playing-{turn}-" + "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
         load = load_average()
         if kind == "rampd":
             daemon = bench.start_rampd(args.rampd, work, name, config, env=session.environment)
@@ -439,7 +494,8 @@ def print_playing_on_pipewire(results, seconds):
     def ratio(x, key):
         return f"{x[key] / base[key]:.2f}" if base and base[key] else ""
 
-    print(f"\n| playing {seconds:g} s into PipeWire's null sink, one at a time | quantum asked (node.latency)"
+    rounds = len(next(iter(results.values())).get("rounds", [None]))
+    print(f"\n| playing {seconds:g} s into PipeWire's null sink, one at a time, mean of {rounds} rounds | quantum asked (node.latency)"
           " | CPU ms per s played (process) | × MPD native | wake-ups per s (all threads) | × MPD native"
           " | PipeWire's CPU ms per s | its wake-ups per s | player + PipeWire ms per s | × MPD native"
           " | underruns | load average, start / end |")
@@ -453,7 +509,10 @@ def print_playing_on_pipewire(results, seconds):
               f" {x['wakeups_per_s']:.1f} | {ratio(x, 'wakeups_per_s')} | {x['pipewire_cpu_ms_per_s']:.3f} |"
               f" {x['pipewire_wakeups_per_s']:.1f} | {x['both_ms_per_s']:.3f} | {ratio(x, 'both_ms_per_s')} |"
               f" {underruns} | {x['load_average_at_start']:.2f} / {x['load_average_at_end']:.2f} |")
-    print("\nper thread, CPU ms per second played (wake-ups per second):")
+    print("\nper round, CPU ms per second played, process (PipeWire): " + "; ".join(
+        f"{label} " + ", ".join(f"{r['cpu_ms_per_s']:.3f} ({r['pipewire_cpu_ms_per_s']:.3f})" for r in x.get("rounds", []))
+        for label, x in results.items()))
+    print("\nper thread, CPU ms per second played (wake-ups per second), mean of the rounds:")
     for label, x in results.items():
         print(f"  {label}: " + ", ".join(f"{n} {ms:.3f} ({w:.0f}/s)" for n, ms, w in x["threads"]))
         print(f"    PipeWire: " + ", ".join(f"{n} {ms:.3f} ({w:.0f}/s)" for n, ms, w in x["pipewire_threads"]))
@@ -547,6 +606,7 @@ def main():
                              " and, with --track, what playing costs there (p)")
     parser.add_argument("--track", help="a WAV in a music directory of its own, for (p)")
     parser.add_argument("--playing-seconds", type=float, default=40, help="its length")
+    parser.add_argument("--playing-rounds", type=int, default=2, help="rounds of (p), every other one in reverse order")
     parser.add_argument("--pipewire-devices", default="pipewire-native:1024,pipewire-native:256,pipewire,pulse",
                         help="through PipeWire, in this order: pipewire-native:<quantum>, pipewire, pulse")
     parser.add_argument("--results")
@@ -573,7 +633,7 @@ def main():
                     else:
                         results["heard"] += [through_pipewire(args, args.work, session, device, buffer, constant, say)
                                              for buffer in (0.05, 0.1)]
-                if args.track:
+                if args.track and args.playing_seconds > 0:
                     results["playing"] = playing_on_pipewire(args, args.work, session, say)
             if "stress" in only:
                 results["rewind_stress"] = rewind_stress(args, args.work, session, constant, say)
@@ -605,7 +665,7 @@ def main():
     for h in results["heard"]:
         if "sink_fell_behind_ms" in h:
             print(f"through {h['device']}, {('quantum asked %d' % h['pipewire_quantum']) if h.get('pipewire_quantum') else ('buffer %g ms' % (h['buffer_s'] * 1000))}:"
-                  f" {h['quantum_frames']} frames a read at the sink, load average {h['load_average_at_start']:.2f} / {h['load_average_at_end']:.2f},"
+                  f" graph quantum {h['quantum_frames']} frames, {h['read_frames']} frames a read at the sink, load average {h['load_average_at_start']:.2f} / {h['load_average_at_end']:.2f},"
                   f" the sink fell behind CLOCK_MONOTONIC {len(h['sink_fell_behind_ms'])} times (by"
                   f" {sum(h['sink_fell_behind_ms']):.1f} ms in all); status drift {h['status_drift_ppm']} ppm")
     if "playing" in results:
