@@ -419,11 +419,8 @@ def playing_on_pipewire(args, work, session, say):
     results = {}
     for label, xs in rounds.items():
         mean = lambda key: sum(x[key] for x in xs) / len(xs)
-        threads = xs[0]["threads"]
-        if all(len(x["threads"]) == len(threads) for x in xs):
-            threads = [(t[0], sum(x["threads"][i][1] for x in xs) / len(xs), sum(x["threads"][i][2] for x in xs) / len(xs))
-                       for i, t in enumerate(threads)]
-        pw = xs[0]["pipewire_threads"]
+        threads = mean_threads([x["threads"] for x in xs])
+        pw = mean_threads([x["pipewire_threads"] for x in xs])
         results[label] = {
             **{key: mean(key) for key in ("cpu_ms_per_s", "wakeups_per_s", "pipewire_cpu_ms_per_s", "pipewire_wakeups_per_s")},
             "threads": threads, "pipewire_threads": pw, "streams": xs[0]["streams"],
@@ -432,6 +429,22 @@ def playing_on_pipewire(args, work, session, say):
             "load_average_at_end": max(x["load_average_at_end"] for x in xs),
             "rounds": xs}
     return results
+
+
+def mean_threads(rounds):
+    """Per thread, the mean over `rounds` (each a list of (name, CPU ms per s, wake-ups per s) in
+    the order the threads were made): threads matched by name and, among those of one name, by
+    that order (a thread a round lacks counts as 0 there)."""
+    means = {}
+    for threads in rounds:
+        seen = {}
+        for name, ms, wakeups in threads:
+            key = (name, seen.setdefault(name, 0))
+            seen[name] += 1
+            total = means.setdefault(key, [0.0, 0.0])
+            total[0] += ms / len(rounds)
+            total[1] += wakeups / len(rounds)
+    return [(name, ms, wakeups) for (name, _), (ms, wakeups) in means.items()]
 
 
 def playing_round(args, work, session, players, turn, say):
