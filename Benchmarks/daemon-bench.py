@@ -176,8 +176,11 @@ class Daemon:
                 self.proc.wait()
 
 
-def start_mpd(mpd, work, music):
-    d = os.path.join(work, "mpd")
+def start_mpd(mpd, work, music, outputs=(), name="mpd", env=None):
+    """MPD on `music`, its outputs: 0 ALSA `null` (as fast as it goes), 1 its own `null` output
+    paced in real time (sync), then each of `outputs` (the body of an `audio_output` block), from 2
+    on; `env` its environment (a PipeWire session's, for its `pipewire` output)."""
+    d = os.path.join(work, name)
     os.makedirs(d, exist_ok=True)
     conf = os.path.join(d, "mpd.conf")
     with open(conf, "w") as f:
@@ -203,7 +206,10 @@ audio_output {{
   mixer_type "software"
 }}
 """)
-    daemon = Daemon("mpd", [mpd, "--no-daemon", conf], f"{d}/mpd.sock", work)
+        for body in outputs:
+            f.write(f"audio_output {{\n{body}\n}}\n")
+    daemon = Daemon(name, [mpd, "--no-daemon", conf], f"{d}/mpd.sock", work, env)
+    daemon.outputs = 2 + len(outputs)
     c = Mpd(daemon.socket_path)
     c.command("update")
     deadline = time.monotonic() + 30
@@ -378,12 +384,15 @@ def sample_rss(pid, until, interval=0.1):
 
 def play_mpd(daemon, track, output=0):
     """Plays `track` on MPD output `output` (0: ALSA null, as fast as it goes; 1: MPD's null output
-    paced in real time), software volume at 50%; CPU and wall seconds from `play` to the stop."""
+    paced in real time; from 2, those start_mpd was given), the others disabled, software volume
+    at 50%; CPU and wall seconds from `play` to the stop."""
     c = Mpd(daemon.socket_path)
     c.command("stop")
     c.command("clear")
     c.command(f"enableoutput {output}")
-    c.command(f"disableoutput {1 - output}")
+    for other in range(daemon.outputs):
+        if other != output:
+            c.command(f"disableoutput {other}")
     c.command(f'add "{track}"')
     c.command("setvol 50")
     c.command("single 1")
@@ -513,6 +522,20 @@ def thread_cpu(pid, runs=None, switches=None):
         except (FileNotFoundError, ProcessLookupError, StopIteration):
             pass
     return out
+
+
+def threads(pid):
+    """Per thread: name, CPU seconds (schedstat), voluntary context switches (its wake-ups)."""
+    switches = {}
+    cpu = thread_cpu(pid, switches=switches)
+    return {tid: (name, seconds, switches[tid]) for tid, (name, seconds) in cpu.items() if tid in switches}
+
+
+def rates(before, after, seconds):
+    """From two `threads` snapshots: (tid, name, CPU ms per second, wake-ups per second) for each
+    thread alive at both ends."""
+    return [(tid, name, (cpu - before[tid][1]) / seconds * 1e3, (switches - before[tid][2]) / seconds)
+            for tid, (name, cpu, switches) in sorted(after.items()) if tid in before]
 
 
 def thread_rates(before, after, seconds):

@@ -31,6 +31,7 @@ import random
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -193,22 +194,27 @@ def heard_figures(heard, sets, scheduled, output, status):
             "device_underruns": status.get("underruns")}
 
 
-def sink_clock(reads, window=0.3):
+def sink_clock(reads, quantum, window=0.3):
     """When the PipeWire sink played each recorded frame, from a pipewire_session.Recording's
-    reads: runs for heard_at, and each rise of the placement by more than 1 ms (ms): the sink fell
-    behind CLOCK_MONOTONIC, or every read for `window` seconds came that late.
+    reads, the graph running at `quantum` frames (or fewer): runs for heard_at, and each rise of
+    the placement by more than 1 ms (ms): the sink fell behind CLOCK_MONOTONIC, or every read for
+    `window` seconds came that late.
 
     A frame is heard when the graph cycle that takes it to the sink runs (a null sink plays
     nothing; on a card it is when the cycle hands the quantum to the driver), the quantum's frames
-    following at the rate. Each read comes at or after the cycle of its first frame, late by the
-    cycle's work and the wake-ups of pw-record and of the reader, never early. A timer-driven sink
-    keeps to CLOCK_MONOTONIC but falls behind for good when the machine is slow to run a cycle, so
-    no single line fits a long recording: each read's first frame is placed at the earliest that
-    the reads of the next `window` seconds allow (read time − frames since / rate), which the
-    sink's falling behind later does not move earlier. Error: late by the shortest lateness of
-    those reads (≥ 0), early only where the graph ran a late cycle and then caught up within the
-    window (cycles less than a quantum apart)."""
-    offsets = [ns - first * 1e9 / RATE for ns, first, count in reads]
+    following at the rate. pw-record writes through a 4096-byte stdio buffer, so a read holds
+    whatever filled it (512 frames: half a cycle of 1024, two of 256), not a cycle: what a read
+    says is that the cycle holding its last frame had run when it came, and that cycle began at
+    most `quantum` − 1 frames before that frame. Each read comes at or after that cycle, late by
+    the cycle's work and the wake-ups of pw-record and of the reader, never early. A timer-driven
+    sink keeps to CLOCK_MONOTONIC but falls behind for good when the machine is slow to run a
+    cycle, so no single line fits a long recording: each read is placed at the earliest that the
+    reads of the next `window` seconds allow (read time − (its last frame − quantum + 1) / rate),
+    which the sink's falling behind later does not move earlier. Error: late by the shortest
+    lateness of those reads (≥ 0; a read that ends mid-cycle is late by the rest of the cycle),
+    early only where the graph ran a late cycle and then caught up within the window (cycles less
+    than a quantum apart), or if the graph ran a larger quantum than `quantum`."""
+    offsets = [ns - (first + count - quantum) * 1e9 / RATE for ns, first, count in reads]
     span = max(1, int(window * RATE / max(1, percentile([count for _, _, count in reads], 50))))
     placed = [min(offsets[j:j + span]) for j in range(len(offsets))]
     runs = [(first, int(round(placed[j] + first * 1e9 / RATE)), count)
@@ -216,6 +222,16 @@ def sink_clock(reads, window=0.3):
     behind = [(placed[j] - placed[j - 1]) / 1e6 for j in range(1, len(placed))
               if placed[j] - placed[j - 1] > 1e6]
     return runs, behind
+
+
+def graph_quantum(session):
+    """The quantum the graph runs at while the playback streams in `session` play: the smallest
+    node.latency they ask for, rounded down to a power of two as PipeWire 0.3 does (a stream asking
+    480/48000 runs the graph at 256: its client thread wakes 187.5 times a second), at most 2048
+    (the default clock.max-quantum); the default 1024 if none asks."""
+    asked = [int(s["latency"].split("/")[0]) for s in session.streams() if s.get("latency")]
+    quantum = min(asked + [1024])
+    return min(2048, 1 << (quantum.bit_length() - 1))
 
 
 def recorded_left(raw):
@@ -229,26 +245,39 @@ def load_average():
         return float(f.read().split()[0])
 
 
-def through_pipewire(args, work, session, device, buffer, constant, say):
+def through_pipewire(args, work, session, device, buffer, constant, say, quantum=None):
     """(a) and (b) through ALSA's `device` PCM (`pipewire` or `pulse`) into `session`'s sink, a
-    `buffer`-second buffer, the kind's defaults otherwise, recorded at the sink."""
+    `buffer`-second buffer, the kind's defaults otherwise, recorded at the sink; or, with
+    `quantum`, through rampd's native PipeWire stream (`device` "pipewire-native") asking for
+    that quantum (`buffer`: how long to wait for a change to be heard)."""
     load = load_average()
-    name = f"rampd-heard-{device}-{int(buffer * 1000)}ms"
-    daemon = bench.start_rampd(args.rampd, work, name, f'device = "{device}"\nbuffer = {buffer}',
-                               env=session.environment)
+    if quantum:
+        name = f"rampd-heard-{device}-{quantum}"
+        output = f'device = "{device}"\npipewire-quantum = {quantum}'
+    else:
+        name = f"rampd-heard-{device}-{int(buffer * 1000)}ms"
+        output = f'device = "{device}"\nbuffer = {buffer}'
+    daemon = bench.start_rampd(args.rampd, work, name, output, env=session.environment)
     raw = os.path.join(work, name, "sink.raw")
     recording = session.record(raw)
+    # The graph's quantum, asked while the first second plays (send_sets waits 1.5 s before its sets).
+    quanta = []
+    asked = threading.Timer(1.0, lambda: quanta.append(graph_quantum(session)))
+    asked.start()
     try:
         output, sets, scheduled, status = drive(daemon, args, constant, buffer)
     finally:
+        asked.cancel()
         reads = recording.finish()
         daemon.stop()
     with open(raw + ".reads.json", "w") as f:
-        json.dump({"reads": reads, "sets": sets, "scheduled": scheduled}, f)
-    runs, behind = sink_clock(reads)
+        json.dump({"reads": reads, "sets": sets, "scheduled": scheduled, "graph_quantum": quanta}, f)
+    runs, behind = sink_clock(reads, quanta[0] if quanta else 2048)
     result = {"device": device, "buffer_s": buffer, "load_average_at_start": load,
+              "load_average_at_end": load_average(), "pipewire_quantum": quantum,
               "sink_fell_behind_ms": [round(x, 2) for x in behind],
-              "quantum_frames": percentile([count for _, _, count in reads], 50),
+              "read_frames": percentile([count for _, _, count in reads], 50),
+              "quantum_frames": quanta[0] if quanta else None,
               **heard_figures(finder(recorded_left(raw), runs), sets, scheduled, output, status)}
     say(f"{name}: {result}")
     return result
@@ -312,6 +341,9 @@ def rewind_stress(args, work, session, constant, say):
             raw = os.path.join(work, name, "sink.raw")
             load_at_start = load_average()
             recording = session.record(raw)
+            quanta = []
+            asked = threading.Timer(1.0, lambda: quanta.append(graph_quantum(session)))
+            asked.start()
             load = []
             try:
                 c = bench.Rampd(daemon.socket_path)
@@ -330,11 +362,12 @@ def rewind_stress(args, work, session, constant, say):
                 for p in load:
                     p.kill()
                     p.wait()
+                asked.cancel()
                 reads = recording.finish()
                 daemon.stop()
             left = recorded_left(raw)
             gaps, changes = glitches(left)
-            runs, behind = sink_clock(reads)
+            runs, behind = sink_clock(reads, quanta[0] if quanta else 2048)
             try:
                 heard = heard_figures(finder(left, runs), sets, [], output, status)
                 heard = {k: heard[k] for k in ("median_ms", "p99_ms", "max_ms")}
@@ -350,6 +383,152 @@ def rewind_stress(args, work, session, constant, say):
             say(f"{name}: {result}")
             results.append(result)
     return results
+
+
+# (p): who plays into the same PipeWire, one at a time: rampd through its native stream at two
+# quanta (and at 1024 with its master limiter off) and through ALSA's `pipewire` PCM (its
+# defaults: period 10 ms, buffer 50 ms); MPD 0.23 with its own `pipewire` output and with its
+# `alsa` output on `pipewire`, software volume both.
+PIPEWIRE_PLAYERS = (
+    ("rampd, native, quantum 1024", "rampd", 'device = "pipewire-native"\npipewire-quantum = 1024'),
+    ("rampd, native, quantum 256", "rampd", 'device = "pipewire-native"\npipewire-quantum = 256'),
+    # What the master limiter (on by default; MPD has none) costs there.
+    ("rampd, native, quantum 1024, limiter off", "rampd",
+     'device = "pipewire-native"\npipewire-quantum = 1024\nlimiter = "off"'),
+    ("rampd, ALSA `pipewire` (buffer 50 ms)", "rampd", 'device = "pipewire"'),
+    ("MPD, its `pipewire` output", "mpd", '  type "pipewire"\n  name "pipewire"\n  mixer_type "software"'),
+    ("MPD, its `alsa` output on `pipewire`", "mpd",
+     '  type "alsa"\n  name "alsa-pipewire"\n  device "pipewire"\n  mixer_type "software"'),
+)
+MPD_NATIVE = "MPD, its `pipewire` output"
+
+
+def playing_on_pipewire(args, work, session, say):
+    """(p) Each of PIPEWIRE_PLAYERS, in turn, plays `args.track` (`args.playing_seconds` long) in
+    real time into `session`'s null sink, nothing else playing; over the middle of the playback
+    (5 s in to 5 s before the end): per thread of the player (/proc/<pid>/task/*: schedstat's CPU
+    time, voluntary context switches as its wake-ups, comm as its name) and of the PipeWire daemon,
+    CPU ms and wake-ups per second played; the quantum each stream asks for (node.latency, pw-dump,
+    read after the window); rampd's underruns."""
+    rounds = {label: [] for label, _, _ in PIPEWIRE_PLAYERS}
+    for turn in range(args.playing_rounds):
+        # Every other round in the opposite order: a load that rises or falls over the run favours no one.
+        players = PIPEWIRE_PLAYERS if turn % 2 == 0 else PIPEWIRE_PLAYERS[::-1]
+        for label, x in playing_round(args, work, session, players, turn, say).items():
+            rounds[label].append(x)
+    results = {}
+    for label, xs in rounds.items():
+        mean = lambda key: sum(x[key] for x in xs) / len(xs)
+        threads = mean_threads([x["threads"] for x in xs])
+        pw = mean_threads([x["pipewire_threads"] for x in xs])
+        results[label] = {
+            **{key: mean(key) for key in ("cpu_ms_per_s", "wakeups_per_s", "pipewire_cpu_ms_per_s", "pipewire_wakeups_per_s")},
+            "threads": threads, "pipewire_threads": pw, "streams": xs[0]["streams"],
+            "status": xs[0]["status"] and {**xs[0]["status"], "underruns": sum(x["status"]["underruns"] for x in xs)},
+            "load_average_at_start": min(x["load_average_at_start"] for x in xs),
+            "load_average_at_end": max(x["load_average_at_end"] for x in xs),
+            "rounds": xs}
+    return results
+
+
+def mean_threads(rounds):
+    """Per thread, the mean over `rounds` (each a list of (name, CPU ms per s, wake-ups per s) in
+    the order the threads were made): threads matched by name and, among those of one name, by
+    that order (a thread a round lacks counts as 0 there)."""
+    means = {}
+    for threads in rounds:
+        seen = {}
+        for name, ms, wakeups in threads:
+            key = (name, seen.setdefault(name, 0))
+            seen[name] += 1
+            total = means.setdefault(key, [0.0, 0.0])
+            total[0] += ms / len(rounds)
+            total[1] += wakeups / len(rounds)
+    return [(name, ms, wakeups) for (name, _), (ms, wakeups) in means.items()]
+
+
+def playing_round(args, work, session, players, turn, say):
+    """One round of (p): each of `players` in turn."""
+    seconds = args.playing_seconds
+    track = args.track
+    results = {}
+    for label, kind, config in players:
+        name = f"playing-{turn}-" + "".join(c if c.isalnum() else "-" for c in label.lower()).strip("-")
+        load = load_average()
+        if kind == "rampd":
+            daemon = bench.start_rampd(args.rampd, work, name, config, env=session.environment)
+            play = lambda daemon=daemon: bench.play_rampd(daemon, track, seconds, count_underruns=True)
+        else:
+            daemon = bench.start_mpd(args.mpd, work, os.path.dirname(track), outputs=[config], name=name,
+                                     env=session.environment)
+            play = lambda daemon=daemon: bench.play_mpd(daemon, os.path.basename(track), output=2)
+        snapshots, streams, played = [], [], {}
+
+        def snapshot(daemon=daemon):
+            snapshots.append((time.monotonic(), bench.threads(daemon.pid), bench.threads(session.server.pid)))
+
+        window = (5, seconds - 5)
+        timers = [threading.Timer(t, snapshot) for t in window]
+        timers.append(threading.Timer(seconds - 3, lambda: streams.extend(session.streams())))
+        try:
+            for timer in timers:
+                timer.start()
+            played.update(play())
+            for timer in timers:
+                timer.join()
+            status = None
+            if kind == "rampd":
+                c = bench.Rampd(daemon.socket_path)
+                status = {k: v for k, v in c.request("status")["output"].items()
+                          if k in ("kind", "periodFrames", "bufferFrames", "underruns")}
+                c.close()
+        finally:
+            for timer in timers:
+                timer.cancel()
+            daemon.stop()
+        (t0, player0, server0), (t1, player1, server1) = snapshots
+        player = bench.rates(player0, player1, t1 - t0)
+        server = bench.rates(server0, server1, t1 - t0)
+        results[label] = {
+            "cpu_ms_per_s": sum(t[2] for t in player), "wakeups_per_s": sum(t[3] for t in player),
+            "threads": [t[1:] for t in player if t[2] or t[3]],
+            "pipewire_cpu_ms_per_s": sum(t[2] for t in server), "pipewire_wakeups_per_s": sum(t[3] for t in server),
+            "pipewire_threads": [t[1:] for t in server if t[2] or t[3]],
+            "streams": streams, "status": status, "underrun_events": played.get("underrun_blocks"),
+            "window_s": t1 - t0, "wall_s": played.get("wall_s"),
+            "load_average_at_start": load, "load_average_at_end": load_average()}
+        say(f"{name}: {results[label]}")
+    return results
+
+
+def print_playing_on_pipewire(results, seconds):
+    base = results.get(MPD_NATIVE)
+
+    def ratio(x, key):
+        return f"{x[key] / base[key]:.2f}" if base and base[key] else ""
+
+    rounds = len(next(iter(results.values())).get("rounds", [None]))
+    print(f"\n| playing {seconds:g} s into PipeWire's null sink, one at a time, mean of {rounds} rounds | quantum asked (node.latency)"
+          " | CPU ms per s played (process) | × MPD native | wake-ups per s (all threads) | × MPD native"
+          " | PipeWire's CPU ms per s | its wake-ups per s | player + PipeWire ms per s | × MPD native"
+          " | underruns | load average, start / end |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for label, x in results.items():
+        x["both_ms_per_s"] = x["cpu_ms_per_s"] + x["pipewire_cpu_ms_per_s"]
+    for label, x in results.items():
+        latency = ", ".join(sorted({s["latency"] or "none" for s in x["streams"]})) or "?"
+        underruns = x["status"]["underruns"] if x["status"] else ""
+        print(f"| {label} | {latency} | {x['cpu_ms_per_s']:.3f} | {ratio(x, 'cpu_ms_per_s')} |"
+              f" {x['wakeups_per_s']:.1f} | {ratio(x, 'wakeups_per_s')} | {x['pipewire_cpu_ms_per_s']:.3f} |"
+              f" {x['pipewire_wakeups_per_s']:.1f} | {x['both_ms_per_s']:.3f} | {ratio(x, 'both_ms_per_s')} |"
+              f" {underruns} | {x['load_average_at_start']:.2f} / {x['load_average_at_end']:.2f} |")
+    print("\nper round, CPU ms per second played, process (PipeWire): " + "; ".join(
+        f"{label} " + ", ".join(f"{r['cpu_ms_per_s']:.3f} ({r['pipewire_cpu_ms_per_s']:.3f})" for r in x.get("rounds", []))
+        for label, x in results.items()))
+    print("\nper thread, CPU ms per second played (wake-ups per second), mean of the rounds:")
+    for label, x in results.items():
+        print(f"  {label}: " + ", ".join(f"{n} {ms:.3f} ({w:.0f}/s)" for n, ms, w in x["threads"]))
+        print(f"    PipeWire: " + ", ".join(f"{n} {ms:.3f} ({w:.0f}/s)" for n, ms, w in x["pipewire_threads"]))
 
 
 def schedstat_totals(pid):
@@ -435,7 +614,14 @@ def main():
     parser.add_argument("--stress-runs", type=int, default=3)
     parser.add_argument("--stress-load", type=int, default=2)
     parser.add_argument("--rewind-rampd", help="a rampd that accepts rewind on through pipewire, for (c)")
-    parser.add_argument("--only", choices=("heard", "pipewire", "stress", "idle"), action="append")
+    parser.add_argument("--only", choices=("heard", "pipewire", "stress", "idle"), action="append",
+                        help="pipewire: `set` → heard and `at` through PipeWire (native and ALSA's plugins),"
+                             " and, with --track, what playing costs there (p)")
+    parser.add_argument("--track", help="a WAV in a music directory of its own, for (p)")
+    parser.add_argument("--playing-seconds", type=float, default=40, help="its length")
+    parser.add_argument("--playing-rounds", type=int, default=2, help="rounds of (p), every other one in reverse order")
+    parser.add_argument("--pipewire-devices", default="pipewire-native:1024,pipewire-native:256,pipewire,pulse",
+                        help="through PipeWire, in this order: pipewire-native:<quantum>, pipewire, pulse")
     parser.add_argument("--results")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
@@ -450,8 +636,18 @@ def main():
         session = pipewire.PipeWireSession(args.work)
         try:
             if "pipewire" in only:
-                results["heard"] += [through_pipewire(args, args.work, session, device, buffer, constant, say)
-                                     for device in ("pipewire", "pulse") for buffer in (0.05, 0.1)]
+                for device in args.pipewire_devices.split(","):
+                    device, _, quantum = device.partition(":")
+                    if quantum:
+                        # A change is heard about a quantum after it is sent, plus the graph's delay.
+                        results["heard"].append(through_pipewire(
+                            args, args.work, session, device, 2 * int(quantum) / RATE + 0.03, constant, say,
+                            quantum=int(quantum)))
+                    else:
+                        results["heard"] += [through_pipewire(args, args.work, session, device, buffer, constant, say)
+                                             for buffer in (0.05, 0.1)]
+                if args.track and args.playing_seconds > 0:
+                    results["playing"] = playing_on_pipewire(args, args.work, session, say)
             if "stress" in only:
                 results["rewind_stress"] = rewind_stress(args, args.work, session, constant, say)
         finally:
@@ -467,15 +663,26 @@ def main():
     for h in results["heard"]:
         how = f"rewind (margin {h['rewind_margin_ms']:g} ms)" if h["rewind"] else "no rewind"
         where = "clocked test device" if h["device"] == "clocked test device" else f"through `{h['device']}`"
+        bound = h["buffer_frames"] / RATE * 1000
+        if h.get("pipewire_quantum"):
+            # Native: no buffer of rampd's; the target is a quantum plus 5 ms.
+            where, bound = f"native PipeWire stream, quantum {h['pipewire_quantum']}", h["pipewire_quantum"] / RATE * 1000 + 5
+            print(f"| rampd, {where} | {h['median_ms']:.1f} ms | {h['p99_ms']:.1f} ms | {h['max_ms']:.1f} ms |"
+                  f" {bound:.1f} ms (quantum + 5 ms) | {h['median_ms'] / bound:.3f} | {h['rewinds']} |"
+                  f" {h['at_mean_ms']:+.2f} / {h['at_max_abs_ms']:.2f} ms | {h['device_underruns']} |")
+            continue
         print(f"| rampd, {where}, buffer {h['buffer_s'] * 1000:g} ms, {how} | {h['median_ms']:.1f} ms |"
-              f" {h['p99_ms']:.1f} ms | {h['max_ms']:.1f} ms | {h['buffer_frames'] / RATE * 1000:g} ms |"
-              f" {h['median_ms'] / (h['buffer_frames'] / RATE * 1000):.3f} | {h['rewinds']} |"
+              f" {h['p99_ms']:.1f} ms | {h['max_ms']:.1f} ms | {bound:g} ms |"
+              f" {h['median_ms'] / bound:.3f} | {h['rewinds']} |"
               f" {h['at_mean_ms']:+.2f} / {h['at_max_abs_ms']:.2f} ms | {h['device_underruns']} |")
     for h in results["heard"]:
         if "sink_fell_behind_ms" in h:
-            print(f"through {h['device']}, buffer {h['buffer_s'] * 1000:g} ms: quantum {h['quantum_frames']} frames,"
+            print(f"through {h['device']}, {('quantum asked %d' % h['pipewire_quantum']) if h.get('pipewire_quantum') else ('buffer %g ms' % (h['buffer_s'] * 1000))}:"
+                  f" graph quantum {h['quantum_frames']} frames, {h['read_frames']} frames a read at the sink, load average {h['load_average_at_start']:.2f} / {h['load_average_at_end']:.2f},"
                   f" the sink fell behind CLOCK_MONOTONIC {len(h['sink_fell_behind_ms'])} times (by"
                   f" {sum(h['sink_fell_behind_ms']):.1f} ms in all); status drift {h['status_drift_ppm']} ppm")
+    if "playing" in results:
+        print_playing_on_pipewire(results["playing"], args.playing_seconds)
     if "rewind_stress" in results:
         print(f"\n| through `pipewire`, {args.tries} sets while {args.stress_load} processes spin | rewind | rewinds"
               " | underruns (status) | level changes / sets | glitches in the recording | silent | longest |"

@@ -77,6 +77,19 @@ class PipeWireSession:
                 return info.get("state")
         return None
 
+    def streams(self):
+        """Each playback stream's node (pw-dump): its node.name, application.name, the quantum it
+        asks for (node.latency) and its state."""
+        dump = subprocess.run(["pw-dump"], env=self.environment, capture_output=True, text=True, timeout=10)
+        out = []
+        for node in json.loads(dump.stdout or "[]"):
+            info = node.get("info") or {}
+            props = info.get("props") or {}
+            if node.get("type") == "PipeWire:Interface:Node" and props.get("media.class") == "Stream/Output/Audio":
+                out.append({"node": props.get("node.name"), "application": props.get("application.name"),
+                            "latency": props.get("node.latency"), "state": info.get("state")})
+        return out
+
     def record(self, path, consume=None):
         """Starts recording what the sink plays into `path` (raw interleaved stereo float), or,
         with `consume`, handing each piece read to `consume(data)` and keeping neither it nor

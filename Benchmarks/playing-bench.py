@@ -44,19 +44,6 @@ heard = load("heard_bench", "heard-bench.py")
 pipewire = load("pipewire_session", "pipewire_session.py")
 
 
-def threads(pid):
-    """Per thread: name, CPU seconds (schedstat), voluntary context switches."""
-    switches = {}
-    cpu = bench.thread_cpu(pid, switches=switches)
-    return {tid: (name, seconds, switches[tid]) for tid, (name, seconds) in cpu.items() if tid in switches}
-
-
-def rates(before, after, seconds):
-    """(tid, name, CPU ms per second, wake-ups per second) for each thread alive at both ends."""
-    return [(tid, name, (cpu - before[tid][1]) / seconds * 1e3, (switches - before[tid][2]) / seconds)
-            for tid, (name, cpu, switches) in sorted(after.items()) if tid in before]
-
-
 def playing(args, say):
     builds = [("after", args.rampd)] + ([("before", args.before)] if args.before else [])
     daemons, tracks = {}, {}
@@ -90,7 +77,7 @@ def playing(args, say):
 
         def snapshot():
             everyone = dict(daemons, MPD=mpd, **{"PipeWire 0.3 (its process, serving rampd)": session.server})
-            snapshots.append((time.monotonic(), {name: threads(d.pid) for name, d in everyone.items()}))
+            snapshots.append((time.monotonic(), {name: bench.threads(d.pid) for name, d in everyone.items()}))
 
         window = (min(5, args.seconds / 4), max(args.seconds - 5, args.seconds * 3 / 4))
         timers = [threading.Timer(t, snapshot) for t in window]
@@ -111,7 +98,7 @@ def playing(args, say):
     (t0, before), (t1, after) = sorted(snapshots, key=lambda x: x[0])
     out = {}
     server = "PipeWire 0.3 (its process, serving rampd)"
-    per_thread = rates(before[server], after[server], t1 - t0)
+    per_thread = bench.rates(before[server], after[server], t1 - t0)
     busiest = max(per_thread, key=lambda t: t[3])
     total_ms = sum(t[2] for t in per_thread)
     out[server] = {"cpu_s_per_min": 60 * total_ms / 1e3, "cpu_s_per_min_without_device": 60 * total_ms / 1e3,
@@ -120,7 +107,7 @@ def playing(args, say):
                    "underrun_events": None}
     say(f"{server}: {out[server]}")
     for name in results:
-        per_thread = rates(before[name], after[name], t1 - t0)
+        per_thread = bench.rates(before[name], after[name], t1 - t0)
         if name == "MPD":
             # Its output thread: the one that woke most.
             main = max(per_thread, key=lambda t: t[3])
