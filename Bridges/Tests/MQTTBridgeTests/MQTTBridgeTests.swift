@@ -450,15 +450,7 @@ extension MQTTBridgeTests {
       try broker.waitFor("rampd/k1/availability", "online")
       let watcher = try box.daemon.client()
       try watcher.request(["cmd": "subscribe", "events": ["animation-started"]])
-      // One mosquitto_pub for every message (-l: a line each), started once.
-      let publisher = Process()
-      publisher.executableURL = URL(fileURLWithPath: MosquittoTools.publish)
-      publisher.arguments = [
-        "-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", "rampd/k1/fade/master.gain", "-l",
-      ]
-      let input = Pipe()
-      publisher.standardInput = input
-      try withSignalsUnblocked { try publisher.run() }
+      let publisher = try LinePublisher(broker: broker, topic: "rampd/k1/fade/master.gain")
       let direct = try box.daemon.client()
       var lastID = 0
       func applied(after start: Date) throws -> Double {
@@ -472,7 +464,7 @@ extension MQTTBridgeTests {
       for round in 0..<101 {
         let target = round % 2 == 0 ? "0.5" : "0.6"
         var start = Date()
-        input.fileHandleForWriting.write(Data("\(target)\n".utf8))
+        publisher.publish(target)
         let viaBroker = try applied(after: start)
         if round > 0 { mqtt.append(viaBroker) }
         usleep(20_000)
@@ -483,8 +475,7 @@ extension MQTTBridgeTests {
         _ = try direct.readLine()
         usleep(20_000)
       }
-      try input.fileHandleForWriting.close()
-      publisher.waitUntilExit()
+      try publisher.finish()
       print(
         "publish → applied: MQTT \(medianAndP99(mqtt)); rampd's socket \(medianAndP99(socket)) (\(mqtt.count) each)")
       // A broker hop and a bridge add a few milliseconds, not a block's worth of waiting each.
@@ -500,14 +491,7 @@ extension MQTTBridgeTests {
       try broker.waitFor("rampd/k2/availability", "online")
       let direct = try box.daemon.client()
       let delay = try direct.request(["cmd": "status"]).result["output"]?["delay"]?.numberValue ?? 0
-      let publisher = Process()
-      publisher.executableURL = URL(fileURLWithPath: MosquittoTools.publish)
-      publisher.arguments = [
-        "-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", "rampd/k2/set/master.gain", "-l",
-      ]
-      let input = Pipe()
-      publisher.standardInput = input
-      try withSignalsUnblocked { try publisher.run() }
+      let publisher = try LinePublisher(broker: broker, topic: "rampd/k2/set/master.gain")
       var mqtt: [Double] = []
       var socket: [Double] = []
       let rounds = 30
@@ -517,7 +501,7 @@ extension MQTTBridgeTests {
         let viaBroker = round % 2 == 0
         let seconds = try box.daemon.secondsUntilHeard(gain, delay: delay) {
           if viaBroker {
-            input.fileHandleForWriting.write(Data("{\"value\":\(gain),\"duration\":0}\n".utf8))
+            publisher.publish("{\"value\":\(gain),\"duration\":0}")
           } else {
             try direct.send(raw: #"{"cmd":"set","key":"master.gain","value":\#(gain),"duration":0}"#)
           }
@@ -528,8 +512,7 @@ extension MQTTBridgeTests {
         }
         usleep(30_000)
       }
-      try input.fileHandleForWriting.close()
-      publisher.waitUntilExit()
+      try publisher.finish()
       print(
         "latency: publish to heard: MQTT \(medianAndP99(mqtt)); rampd's socket \(medianAndP99(socket))"
           + " (\(mqtt.count) and \(socket.count);" + String(format: " %.1f ms of it the device's buffer)", delay * 1000)

@@ -27,6 +27,29 @@ enum MosquittoTools {
 /// A real Mosquitto broker on a free loopback port, with a configuration and a persistence
 /// directory of its own (not the system's service): sessions and retained messages survive
 /// `restart()`, as they would a broker's reboot.
+/// One `mosquitto_pub -l` to `topic`, started once, publishing each line written to it (QoS 1):
+/// a script's way of sending many messages without a process each.
+final class LinePublisher {
+  private let process = Process()
+  private let input = Pipe()
+
+  init(broker: Broker, topic: String) throws {
+    process.executableURL = URL(fileURLWithPath: MosquittoTools.publish)
+    process.arguments = ["-h", "127.0.0.1", "-p", "\(broker.port)", "-q", "1", "-t", topic, "-l"]
+    process.standardInput = input
+    try withSignalsUnblocked { try process.run() }
+  }
+
+  /// Publishes `line` (a newline is added).
+  func publish(_ line: String) { input.fileHandleForWriting.write(Data("\(line)\n".utf8)) }
+
+  /// Ends its input and waits for it to exit.
+  func finish() throws {
+    try input.fileHandleForWriting.close()
+    process.waitUntilExit()
+  }
+}
+
 final class Broker {
   let port: Int
   private let directory: TemporaryDirectory
