@@ -27,6 +27,7 @@ let package = Package(
         "CLiblo",
         .product(name: "RampClient", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
+        .product(name: "RampEngine", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),
@@ -40,6 +41,7 @@ let package = Package(
         "CMosquitto",
         .product(name: "RampClient", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
+        .product(name: "RampEngine", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ]
     ),

@@ -1,6 +1,11 @@
-import Foundation
+import FoundationEssentials
 import RampClient
 import RampProtocol
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 /// What the bridge needs besides the broker's settings.
 struct BridgeSettings: Sendable {
@@ -54,7 +59,7 @@ final class Bridge: @unchecked Sendable {
   private let discovery: Discovery
   private var mqtt: MQTTClient?
 
-  private let lock = NSLock()
+  private let lock = Mutex(())
   private var connection: DaemonConnection?
   private var serverVersion = ""
   private var brokerConnected = false
@@ -90,7 +95,7 @@ final class Bridge: @unchecked Sendable {
   /// Whether Home Assistant discovery configs are published (`--no-discovery` says not).
   private var discovers: Bool { !settings.discoveryPrefix.isEmpty }
 
-  var isStopping: Bool { lock.withLock { stopping } }
+  var isStopping: Bool { lock.withLock { _ in stopping } }
 
   // MARK: The broker's side (its network thread)
 
@@ -99,7 +104,7 @@ final class Bridge: @unchecked Sendable {
       log("the broker refused the connection: \(MQTTClient.describe(connack: code))")
       return
     }
-    let (version, states, streams, queues, ducks) = lock.withLock {
+    let (version, states, streams, queues, ducks) = lock.withLock { _ in
       brokerConnected = true
       return (serverVersion, self.states, self.streams, self.queues, self.ducks)
     }
@@ -128,7 +133,7 @@ final class Bridge: @unchecked Sendable {
   }
 
   func brokerDisconnected(_ code: Int32) {
-    lock.withLock { brokerConnected = false }
+    lock.withLock { _ in brokerConnected = false }
     if !isStopping { log("lost the broker (\(MQTTClient.describe(code))); reconnecting") }
   }
 
@@ -152,7 +157,7 @@ final class Bridge: @unchecked Sendable {
   }
 
   private func submit(_ command: Submitted) {
-    let refusal: ProtocolError? = lock.withLock {
+    let refusal: ProtocolError? = lock.withLock { _ in
       guard connection != nil else {
         guard waiting.count < Self.maximumWaiting else {
           return ProtocolError(
@@ -207,7 +212,7 @@ final class Bridge: @unchecked Sendable {
       delay = 0.25
       reported = false
       let version = connection.serverVersion
-      lock.withLock {
+      lock.withLock { _ in
         self.connection = connection
         serverVersion = version
         sendLocked(
@@ -231,7 +236,7 @@ final class Bridge: @unchecked Sendable {
         while true {
           let line = try connection.nextLine(until: refresh)
           if line == nil || Date() >= refresh {
-            lock.withLock { askDuckListLocked() }
+            lock.withLock { _ in askDuckListLocked() }
             refresh = Date().addingTimeInterval(Self.duckRefresh)
           }
           if let line { handle(line.line) }
@@ -239,7 +244,7 @@ final class Bridge: @unchecked Sendable {
       } catch {
         if !isStopping { log("lost rampd (\(error)); reconnecting") }
       }
-      let ended: [String] = lock.withLock {
+      let ended: [String] = lock.withLock { _ in
         self.connection = nil
         // Sent but not answered: sent again, first, once rampd is back.
         let unanswered = pending.sorted { $0.key < $1.key }.compactMap { entry -> Submitted? in
@@ -263,24 +268,24 @@ final class Bridge: @unchecked Sendable {
     switch line {
     case .reply(let id, let result):
       guard case .number(let number) = id ?? .null else { return }
-      let purpose = lock.withLock { pending.removeValue(forKey: Int(number)) }
+      let purpose = lock.withLock { _ in pending.removeValue(forKey: Int(number)) }
       switch (purpose, result) {
       case (.command(let command), .failure(let error)):
         publishError(topic: command.topic, payload: command.payload, error)
       case (.command(let command), .success(let result)):
         if let schedule = result["scheduled"]?.numberValue {
-          lock.withLock {
+          lock.withLock { _ in
             if schedules.count >= Self.maximumInFlight { schedules.removeAll() }
             schedules[Int(schedule)] = command
           }
         }
         // A duck or unduck taken effect: its switch's state, now.
-        if case .duck = command.request.command { lock.withLock { askDuckListLocked() } }
+        if case .duck = command.request.command { lock.withLock { _ in askDuckListLocked() } }
       case (.ducks, .success(let result)):
-        lock.withLock { duckListPending = false }
+        lock.withLock { _ in duckListPending = false }
         ducksListed(result["ducks"]?.arrayValue ?? [])
       case (.ducks, .failure(let error)):
-        lock.withLock { duckListPending = false }
+        lock.withLock { _ in duckListPending = false }
         log("rampd refused the bridge's duck-list: \(error.summary)")
       case (.queueProbe(let stream), .success):
         queueFound(stream)
@@ -294,7 +299,7 @@ final class Bridge: @unchecked Sendable {
       }
     case .event(.value(let key, let value, _)):
       let text = HumanUnits.trimmed(value, decimals: 6)
-      let changed = lock.withLock {
+      let changed = lock.withLock { _ in
         // A stream's gain reported after its end is not published.
         if key.hasPrefix("streams."), !streams.contains(where: { key == "streams.\($0).gain" }) { return false }
         guard states[key] != text else { return false }
@@ -303,14 +308,14 @@ final class Bridge: @unchecked Sendable {
       }
       if changed { mqtt?.publish("\(prefix)/state/\(key)", text, retain: true) }
     case .event(.scheduleApplied(let schedule, let command, _, let next)):
-      lock.withLock {
+      lock.withLock { _ in
         if next == nil { _ = schedules.removeValue(forKey: Int(schedule)) }
         if command == "duck" || command == "unduck" { askDuckListLocked() }
       }
     case .event(.duckStarted), .event(.duckEnded):
-      lock.withLock { askDuckListLocked() }
+      lock.withLock { _ in askDuckListLocked() }
     case .event(.scheduleFailed(let schedule, let command, _, let error, let next)):
-      let submitted = lock.withLock {
+      let submitted = lock.withLock { _ in
         next == nil ? schedules.removeValue(forKey: Int(schedule)) : schedules[Int(schedule)]
       }
       publishError(
@@ -318,7 +323,7 @@ final class Bridge: @unchecked Sendable {
     case .event(.streamStarted(let stream, _)):
       streamStarted(stream, isQueue: nil)
     case .event(.streamEnded(let stream, _, _)):
-      let known = lock.withLock { streams.remove(stream) != nil }
+      let known = lock.withLock { _ in streams.remove(stream) != nil }
       if known { streamEnded(stream) }
     default:
       break
@@ -327,7 +332,7 @@ final class Bridge: @unchecked Sendable {
 
   /// `isQueue`: whether it plays a queue, when known (status says); nil asks rampd (queue-list).
   private func streamStarted(_ stream: String, isQueue: Bool?) {
-    let (isNew, version) = lock.withLock {
+    let (isNew, version) = lock.withLock { _ in
       let isNew = streams.insert(stream).inserted
       if isNew {
         sendLocked(
@@ -346,7 +351,7 @@ final class Bridge: @unchecked Sendable {
 
   /// A playing stream plays a queue: its next and previous buttons.
   private func queueFound(_ stream: String) {
-    let (isNew, version) = lock.withLock {
+    let (isNew, version) = lock.withLock { _ in
       guard streams.contains(stream) else { return (false, serverVersion) }
       return (queues.insert(stream).inserted, serverVersion)
     }
@@ -370,7 +375,7 @@ final class Bridge: @unchecked Sendable {
     for rule in rules {
       if let name = rule["name"]?.stringValue { listed[name] = rule["manual"]?.boolValue ?? false }
     }
-    let (added, removed, changed, version): ([String], [String], [String], String) = lock.withLock {
+    let (added, removed, changed, version): ([String], [String], [String], String) = lock.withLock { _ in
       let added = listed.keys.filter { ducks[$0] == nil }.sorted()
       let removed = ducks.keys.filter { listed[$0] == nil }.sorted()
       var changed: [String] = []
@@ -398,7 +403,7 @@ final class Bridge: @unchecked Sendable {
   /// Clears what was retained for a stream that is gone: its state and its entity.
   private func streamEnded(_ stream: String) {
     let key = "streams.\(stream).gain"
-    let wasQueue = lock.withLock {
+    let wasQueue = lock.withLock { _ in
       _ = states.removeValue(forKey: key)
       return queues.remove(stream) != nil
     }
@@ -416,7 +421,7 @@ final class Bridge: @unchecked Sendable {
   /// `offline` for a bridge that vanished. Decided and published under the lock, so that the two
   /// threads' news (broker back, rampd gone) reach the broker in the order they happened.
   func publishAvailability() {
-    lock.withLock {
+    lock.withLock { _ in
       guard brokerConnected else { return }
       let online = connection != nil && !stopping
       mqtt?.publish("\(prefix)/availability", online ? "online" : "offline", retain: true)
@@ -427,7 +432,7 @@ final class Bridge: @unchecked Sendable {
   /// `errorsPerSecond` a second.
   func publishError(topic: String, payload: String, _ error: ProtocolError) {
     log("refused \(topic) '\(payload)': \(error.summary)")
-    let (allowed, dropped): (Bool, Int) = lock.withLock {
+    let (allowed, dropped): (Bool, Int) = lock.withLock { _ in
       let now = Date()
       errorTokens = min(Self.errorsPerSecond, errorTokens + now.timeIntervalSince(errorRefill) * Self.errorsPerSecond)
       errorRefill = now
@@ -454,7 +459,7 @@ final class Bridge: @unchecked Sendable {
 
   /// Says `offline` and leaves the broker (a clean exit sends no Last Will, so it is said here).
   func stop() {
-    lock.withLock { stopping = true }
+    lock.withLock { _ in stopping = true }
     publishAvailability()
     // The offline message leaves before the disconnect: libmosquitto sends in order.
     usleep(100_000)

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
 import RampProtocol
 
 /// The command topics under `rampd/<box>/` and `rampd/all/`, and how a message's payload becomes
@@ -36,7 +37,7 @@ enum CommandTopics {
       throw ProtocolError(.unknownCommand, "no command in the topic")
     }
     let rest = levels.dropFirst()
-    let payload = text.trimmingCharacters(in: .whitespacesAndNewlines)
+    let payload = text.trimmingWhitespace()
     var fields: JSONObject
     if payload.hasPrefix("{") {
       guard case .object(let object) = try JSON.parse(payload) else {
@@ -158,7 +159,7 @@ enum CommandTopics {
         throw ProtocolError(.invalidField, field: field, error.description)
       }
     }
-    guard let value = HumanUnits.plainNumber(text.trimmingCharacters(in: .whitespaces)), value.isFinite else {
+    guard let value = HumanUnits.plainNumber(text.trimmingWhitespace()), value.isFinite else {
       throw ProtocolError(.invalidField, field: field, "\(field): '\(text)' is not a number")
     }
     return value

@@ -1,5 +1,10 @@
 import CMosquitto
-import Foundation
+import FoundationEssentials
+import RampEngine
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 /// One message received from the broker.
 struct MQTTMessage: Sendable {
@@ -162,5 +167,5 @@ struct BridgeFailure: Error, CustomStringConvertible {
 
 /// One line on standard error (the journal, under systemd).
 func log(_ line: String) {
-  FileHandle.standardError.write(Data("rampd-mqtt: \(line)\n".utf8))
+  writeText("rampd-mqtt: \(line)\n", to: 2)
 }

@@ -1,5 +1,7 @@
 import ArgumentParser
-import Foundation
+import Dispatch
+import FoundationEssentials
+import RampEngine
 import RampProtocol
 
 #if canImport(Glibc)
@@ -136,9 +138,7 @@ struct RampdMQTT: ParsableCommand {
       source.resume()
       return source
     }
-    let link = Thread { bridge.runRampdLink() }
-    link.name = "rampd-mqtt rampd"
-    link.start()
+    startThread(named: "rampd-mqtt link") { bridge.runRampdLink() }
     log(
       "bridging rampd at \(socketPath) to \(endpoint.tls || cafile != nil ? "mqtts" : "mqtt")://\(endpoint.host):"
         + "\(endpoint.port) as box \(box)")
@@ -153,7 +153,7 @@ struct RampdMQTT: ParsableCommand {
   static func broker(_ text: String) throws -> (host: String, port: Int32, tls: Bool) {
     var rest = Substring(text)
     var tls = false
-    if let range = rest.range(of: "://") {
+    if let range = rest.firstRange(of: "://") {
       let scheme = rest[..<range.lowerBound].lowercased()
       guard scheme == "mqtt" || scheme == "mqtts" else {
         throw ValidationError("--broker: '\(text)' is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")

@@ -1,5 +1,10 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
 import RampProtocol
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 /// Why a message gets `/rampd/error` instead of a request to rampd.
 struct Refusal: Error, Equatable, Sendable {
@@ -50,7 +55,7 @@ struct Mapping: Equatable, Sendable {
     guard KeyPathText.isWellFormed(key) else { throw fail("'\(key)' is not a key path such as master.gain") }
     guard parts.count <= 3 else { throw fail("too many ':'") }
     if parts.count >= 2 {
-      let bounds = parts[1].components(separatedBy: "..")
+      let bounds = parts[1].split(separator: "..", omittingEmptySubsequences: false).map(String.init)
       guard bounds.count == 2, let low = Self.number(bounds[0]), let high = Self.number(bounds[1]) else {
         throw fail("'\(parts[1])' is not a range MIN..MAX of numbers (0.5, 50%, -6dB)")
       }
@@ -287,7 +292,7 @@ private struct Arguments {
   /// A key path given as a string: `master.gain`, or `master/gain` as in an address.
   func keyPath(_ position: Int, expected: String) throws(Refusal) -> String {
     let text = try string(position, "a key path", expected: expected)
-    let key = text.replacingOccurrences(of: "/", with: ".").trimmingCharacters(in: CharacterSet(charactersIn: "."))
+    let key = text.replacing("/", with: ".").trimming(while: { $0 == "." })
     guard KeyPathText.isWellFormed(key) else {
       throw Refusal(
         code: "invalid-value",

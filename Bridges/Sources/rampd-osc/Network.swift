@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -127,7 +129,7 @@ struct SourceRange: Equatable, Sendable, CustomStringConvertible {
 /// Log lines on standard error, at most `perSecond` a second: a flood of bad packets is told in
 /// a count, not in a line each.
 final class RateLimitedLog: @unchecked Sendable {
-  private let lock = NSLock()
+  private let lock = Mutex(())
   private let perSecond: Int
   private var windowStart = 0.0
   private var written = 0
@@ -136,7 +138,7 @@ final class RateLimitedLog: @unchecked Sendable {
   init(perSecond: Int = 20) { self.perSecond = perSecond }
 
   func callAsFunction(_ line: String) {
-    let text: String? = lock.withLock {
+    let text: String? = lock.withLock { _ in
       let now = Date().timeIntervalSince1970
       var prefix = ""
       if now - windowStart >= 1 {
@@ -152,7 +154,7 @@ final class RateLimitedLog: @unchecked Sendable {
       written += 1
       return prefix + "rampd-osc: \(line)\n"
     }
-    if let text { FileHandle.standardError.write(Data(text.utf8)) }
+    if let text { writeText(text, to: 2) }
   }
 }
 

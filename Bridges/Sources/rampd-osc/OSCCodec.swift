@@ -1,5 +1,9 @@
 import CLiblo
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+  import Glibc
+#endif
 
 /// When a message is to take effect: at once, or at a wall-clock time from its bundle's timetag.
 enum OSCTime: Equatable, Sendable {

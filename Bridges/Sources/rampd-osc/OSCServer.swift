@@ -1,5 +1,7 @@
-import Foundation
+import FoundationEssentials
+import RampEngine
 import RampProtocol
+import Synchronization
 
 #if canImport(Glibc)
   import Glibc
@@ -48,7 +50,7 @@ final class OSCServer: @unchecked Sendable {
   private let tcp: CInt
   /// The port both listen on (the one given, or the one the system chose for port 0).
   let port: UInt16
-  private let lock = NSLock()
+  private let lock = Mutex(())
   private var connections: [Int: Connection] = [:]
   private var nextConnection = 1
 
@@ -101,14 +103,13 @@ final class OSCServer: @unchecked Sendable {
     pthread_sigmask(SIG_SETMASK, &none, nil)
     signal(SIGPIPE, SIG_IGN)
     let shown = settings.listen.with(port: port)
-    FileHandle.standardError.write(
-      Data(
-        "rampd-osc: listening on \(shown) (UDP, and TCP: SLIP or size-prefixed packets) for rampd at \(settings.socket)\n"
-          .utf8))
+    writeText(
+      "rampd-osc: listening on \(shown) (UDP, and TCP: SLIP or size-prefixed packets) for rampd at \(settings.socket)\n",
+      to: 2)
     link.start()
     var buffer = [UInt8](repeating: 0, count: Self.maxPacket)
     while true {
-      let open = lock.withLock { connections.map { ($0.key, $0.value) } }
+      let open = lock.withLock { _ in connections.map { ($0.key, $0.value) } }
       var polled = [
         pollfd(fd: udp, events: Int16(POLLIN), revents: 0), pollfd(fd: tcp, events: Int16(POLLIN), revents: 0),
       ]
@@ -167,7 +168,7 @@ final class OSCServer: @unchecked Sendable {
       close(descriptor)
       return
     }
-    let admitted = lock.withLock { () -> Bool in
+    let admitted = lock.withLock { _ -> Bool in
       guard connections.count < Self.maxConnections else { return false }
       _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
       connections[nextConnection] = Connection(descriptor: descriptor, address: source)
@@ -202,7 +203,7 @@ final class OSCServer: @unchecked Sendable {
   /// Closes connection `number` (on the poll loop's thread only, so a descriptor is never closed
   /// while a reply is written to it).
   private func drop(_ number: Int) {
-    lock.withLock {
+    lock.withLock { _ in
       if let connection = connections.removeValue(forKey: number) { close(connection.descriptor) }
     }
   }
@@ -263,7 +264,7 @@ final class OSCServer: @unchecked Sendable {
       }
       if sent < 0 { log("\(destination): a reply could not be sent: \(SystemError.text)") }
     case .tcp(let number):
-      lock.withLock {
+      lock.withLock { _ in
         guard let connection = connections[number], !connection.closing else { return }
         // Answered in the framing it sends.
         let framed =

@@ -1,6 +1,8 @@
-import Foundation
+import FoundationEssentials
 import RampClient
+import RampEngine
 import RampProtocol
+import Synchronization
 
 /// Who a reply goes back to: a UDP sender, or a TCP connection (by its number).
 enum Peer: Hashable, Sendable {
@@ -32,7 +34,7 @@ final class RampdLink: @unchecked Sendable {
   private let path: String
   private let deliver: @Sendable (Peer, String, Outcome) -> Void
   private let log: RateLimitedLog
-  private let lock = NSLock()
+  private let lock = Mutex(())
   private var connection: DaemonConnection?
   private var pending: [Int: Pending] = [:]
   private var nextID = 1
@@ -55,7 +57,7 @@ final class RampdLink: @unchecked Sendable {
   /// order); each one's reply comes through `deliver`.
   func send(_ request: JSONObject, from peer: Peer, addresses: [String]) throws(Refusal) {
     let connection = try connected().get()
-    let id: Int? = lock.withLock {
+    let id: Int? = lock.withLock { _ in
       guard pending.count < Self.maxPending else { return nil }
       let id = nextID
       nextID += 1
@@ -70,7 +72,7 @@ final class RampdLink: @unchecked Sendable {
     do {
       try connection.send(line: JSONValue.object(line).serialized())
     } catch {
-      lock.withLock { _ = pending.removeValue(forKey: id) }
+      lock.withLock { _ in _ = pending.removeValue(forKey: id) }
       lost(connection, because: Self.describe(error))
       throw Refusal(code: "unreachable", message: Self.describe(error))
     }
@@ -80,30 +82,28 @@ final class RampdLink: @unchecked Sendable {
   private static func describe(_ failure: ClientFailure) -> String {
     switch failure {
     case .unreachable(let path, let reason): return "cannot reach rampd at \(path): \(reason)"
-    default: return "\(failure)".replacingOccurrences(of: "\n", with: " ")
+    default: return "\(failure)".replacing("\n", with: " ")
     }
   }
 
   private func connected() -> Result<DaemonConnection, Refusal> {
-    lock.lock()
-    defer { lock.unlock() }
-    if let connection { return .success(connection) }
-    let now = Date().timeIntervalSince1970
-    guard now - lastAttempt >= 0.5 else {
-      return .failure(Refusal(code: "unreachable", message: "rampd at \(path) is not reachable"))
-    }
-    lastAttempt = now
-    do {
-      let made = try DaemonConnection(path: path, greetingTimeout: 5)
-      connection = made
-      let box = ConnectionBox(made)
-      let reader = Thread { [self] in read(box.connection) }
-      reader.name = "rampd-osc reader"
-      reader.start()
-      log("connected to rampd \(made.serverVersion) at \(path)")
-      return .success(made)
-    } catch {
-      return .failure(Refusal(code: "unreachable", message: Self.describe(error)))
+    lock.withLock { _ in
+      if let connection { return .success(connection) }
+      let now = Date().timeIntervalSince1970
+      guard now - lastAttempt >= 0.5 else {
+        return .failure(Refusal(code: "unreachable", message: "rampd at \(path) is not reachable"))
+      }
+      lastAttempt = now
+      do throws(ClientFailure) {
+        let made = try DaemonConnection(path: path, greetingTimeout: 5)
+        connection = made
+        let box = ConnectionBox(made)
+        startThread(named: "rampd-osc link") { [self] in read(box.connection) }
+        log("connected to rampd \(made.serverVersion) at \(path)")
+        return .success(made)
+      } catch {
+        return .failure(Refusal(code: "unreachable", message: Self.describe(error)))
+      }
     }
   }
 
@@ -118,7 +118,7 @@ final class RampdLink: @unchecked Sendable {
         return
       }
       guard let received, case .reply(let id, let result) = received.line else { continue }
-      guard let number = id?.numberValue, let waiting = lock.withLock({ pending.removeValue(forKey: Int(number)) })
+      guard let number = id?.numberValue, let waiting = lock.withLock({ _ in pending.removeValue(forKey: Int(number)) })
       else {
         log("a reply from rampd that answers no message: \(received.text.prefix(200))")
         continue
@@ -175,7 +175,7 @@ final class RampdLink: @unchecked Sendable {
   /// rampd went away: every message still waiting is told so.
   private func lost(_ gone: DaemonConnection, because reason: String) {
     // The reader and a failed write both report a loss: the first one tells.
-    let orphans: [Pending]? = lock.withLock {
+    let orphans: [Pending]? = lock.withLock { _ in
       guard connection === gone else { return nil }
       connection = nil
       let orphans = Array(pending.values)

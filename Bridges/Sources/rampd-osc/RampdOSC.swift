@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import RampEngine
 import RampProtocol
 
 #if canImport(Glibc)
@@ -81,7 +82,7 @@ struct RampdOSC: ParsableCommand {
     do {
       server = try OSCServer(settings: settings)
     } catch {
-      FileHandle.standardError.write(Data("rampd-osc: \(error.message)\n".utf8))
+      writeText("rampd-osc: \(error.message)\n", to: 2)
       throw ExitCode.failure
     }
     server.run()

@@ -7,6 +7,11 @@ import RampProtocol
 #elseif canImport(Musl)
   import Musl
 #endif
+// A release build (whole module) finds C's `struct stat` through SwiftNIO's CNIOLinux, whose
+// header includes <sys/stat.h>: MemberImportVisibility then wants that module named.
+#if canImport(CNIOLinux)
+  import CNIOLinux
+#endif
 
 /// The token rampd-web uses when none is configured: made once, on its first start, from the
 /// kernel's random number generator, and kept in its state directory readable by its user alone,
