@@ -27,7 +27,6 @@ let package = Package(
       name: "rampd-web",
       dependencies: [
         .product(name: "RampClient", package: "rampd"),
-        .product(name: "RampEngine", package: "rampd"),
         .product(name: "RampSystem", package: "rampd"),
         .product(name: "RampProtocol", package: "rampd"),
         .product(name: "ArgumentParser", package: "swift-argument-parser"),

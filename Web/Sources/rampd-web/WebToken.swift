@@ -1,5 +1,4 @@
 import FoundationEssentials
-import RampEngine
 import RampProtocol
 import RampSystem
 
@@ -7,6 +6,11 @@ import RampSystem
   import Glibc
 #elseif canImport(Musl)
   import Musl
+#endif
+// A release build (whole module) finds C's `struct stat` through SwiftNIO's CNIOLinux, whose
+// header includes <sys/stat.h>: MemberImportVisibility then wants that module named.
+#if canImport(CNIOLinux)
+  import CNIOLinux
 #endif
 
 /// The token rampd-web uses when none is configured: made once, on its first start, from the
