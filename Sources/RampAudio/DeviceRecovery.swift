@@ -88,7 +88,6 @@ struct DeviceRecovery: Sendable {
     /// a hand-over, doubling (to a second) while nothing is let go. A pushed render lets go within
     /// microseconds; a pulled one holds the last command it ran until the next one comes.
     var keeperPoll: Int32 = 10
-    var keptBefore = 0
     if arrivals?.watches == false { arrivals = nil }
     // The render thread posts the failure as an event; asleep without a device, it is woken to.
     func reportFailure(_ message: String) {
@@ -109,22 +108,24 @@ struct DeviceRecovery: Sendable {
       }
     }
     while link.running.load(ordering: .acquiring) {
+      var kept = false
       // What the render thread let go of is freed here, once it no longer holds it.
       while let retired = link.retired.pop() {
+        kept = true
         switch retired {
         case .object(let object): handedOver.keep(object)
         // The render thread holds a command it ran until it takes the next one.
         case .command(let command): if case .command(let prepared) = command.work { handedOver.keep(prepared) }
         }
       }
+      let heldBefore = handedOver.count
       handedOver.releaseUnshared()
-      keeperPoll = handedOver.count == keptBefore ? min(keeperPoll * 2, 1000) : 10
-      keptBefore = handedOver.count
       let waiting = link.waiting.load(ordering: .acquiring)
       for (queue, retired) in [(link.deadDevices, false), (link.retiredDevices, true)] {
         guard let held = queue.pop() else { continue }
         let device = held.device
         handedOver.keep(device)
+        kept = true
         if !retired && device.announcesFailure { reportFailure(device.failure.message) }
         if held.fallback {
           device.close()
@@ -150,6 +151,7 @@ struct DeviceRecovery: Sendable {
       while let parked = link.parkedDevices.pop() {
         parked.device.close()
         handedOver.keep(parked.device)
+        kept = true
       }
       if link.deviceWanted.exchange(false, ordering: .acquiring) {
         configured.wanted = true
@@ -219,6 +221,8 @@ struct DeviceRecovery: Sendable {
       // reopening, until the next attempt.
       let next = [configured, spare].filter(\.wanted).map(\.next).min()
       var milliseconds = next.map { pollMilliseconds($0 - monotonicSeconds()) } ?? -1
+      // Anything kept or let go in this pass: soon again; else later each time.
+      keeperPoll = handedOver.count != heldBefore || kept ? 10 : min(keeperPoll * 2, 1000)
       if !handedOver.isEmpty { milliseconds = milliseconds < 0 ? keeperPoll : min(milliseconds, keeperPoll) }
       if !link.waiting.load(ordering: .acquiring) { arrivals = nil }
       if var watch = arrivals {

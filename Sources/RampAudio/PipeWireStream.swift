@@ -238,6 +238,7 @@ public final class PipeWireStream {
     var lastTicks: UInt64 = 0
     var lastFrames = 0
     var lastQueuedBuffers: UInt32 = 0
+    var lastBuffers: UInt32 = 0
 
     init(render: @escaping Render, events: @escaping @Sendable (PipeWireStreamEvent) -> Void) {
       self.render = render
@@ -249,6 +250,7 @@ public final class PipeWireStream {
       nextFrame = 0
       lastFrames = 0
       lastQueuedBuffers = 0
+      lastBuffers = 0
       xruns.store(0, ordering: .relaxed)
       skipped.store(0, ordering: .relaxed)
       cycles.store(0, ordering: .relaxed)
@@ -262,9 +264,11 @@ public final class PipeWireStream {
         delay: time.delay, queued: time.queued, buffered: time.buffered, queuedBuffers: time.queued_buffers,
         availableBuffers: time.avail_buffers, firstFrame: nextFrame, frames: frames, streamRate: rate,
         skippedTicks: 0)
+      let buffers = time.queued_buffers &+ time.avail_buffers
       if resync.exchange(false, ordering: .acquiring) || lastFrames == 0 || !timing.isValid {
         // Nothing to compare with.
       } else {
+        var gap = false
         // The block before covered lastFrames of the stream: that many ticks at the graph's rate.
         let graphRate = Double(time.rate_denom) / Double(time.rate_num)
         let expected = UInt64((Double(lastFrames) * graphRate / Double(rate)).rounded())
@@ -272,16 +276,16 @@ public final class PipeWireStream {
         // A resampled stream's blocks vary by a few frames about the quantum: a gap is more.
         if moved > expected + max(expected / 4, 8) && moved < 1 << 40 {
           timing.skippedTicks = moved - expected
-          xruns.add(1, ordering: .relaxed)
           skipped.add(moved - expected, ordering: .relaxed)
+          gap = true
         }
-      }
-      if !timing.isValid || lastFrames == 0 {
-        // Nothing to compare with.
-      } else if time.queued_buffers > lastQueuedBuffers {
-        xruns.add(Int(time.queued_buffers - lastQueuedBuffers), ordering: .relaxed)
+        // A buffer more still queued than at the last block, of as many buffers: the last one was
+        // handed over after its cycle, which the sink played without it.
+        if buffers == lastBuffers && time.queued_buffers > lastQueuedBuffers { gap = true }
+        if gap { xruns.add(1, ordering: .relaxed) }
       }
       lastQueuedBuffers = time.queued_buffers
+      lastBuffers = buffers
       lastTicks = time.ticks
       lastFrames = frames
       nextFrame &+= UInt64(frames)

@@ -96,7 +96,6 @@ extension RenderLoop {
       buffers.mix.update(repeating: 0, count: buffers.frames * buffers.channels)
       idleIfNothingToRender(buffers)
     case .failed:
-      link.pullThread.store(0, ordering: .releasing)
       guard let device else { return }
       handOverLost(device)
     case .stopped:
@@ -120,9 +119,13 @@ extension RenderLoop {
         pull.recall()
         return .stopped
       }
-      if pull.stopNotice.stopped.load(ordering: .acquiring) {
-        pull.recall()
-        return .failed
+      if pull.stopNotice.stopped.exchange(false, ordering: .acquiring) {
+        // One notice serves every output: a late one from an output already handed over must
+        // not fail this one, which says itself whether it can still be asked for frames.
+        if device.availableFrames() == nil {
+          pull.recall()
+          return .failed
+        }
       }
       if pull.isHome { return .idle }
       pull.bell.wait(nanoseconds: -1)
@@ -144,9 +147,12 @@ extension RenderLoop {
       pullThreadPrepared = true
       flushSubnormalsOnThisThread()
       // The step runs here now: in real time as the render thread would (the output's library
-      // may not have asked for it), and `status` says this thread's scheduling.
-      raisePriority()
-      link.pullThread.store(currentThreadID(), ordering: .releasing)
+      // may not have asked for it), once per thread, and `status` says this thread's scheduling.
+      let thread = currentThreadID()
+      if link.pullThread.load(ordering: .acquiring) != thread {
+        raisePriority()
+        link.pullThread.store(thread, ordering: .releasing)
+      }
     }
     guarded = true
     rampd_guard_this_thread(true)

@@ -145,8 +145,18 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
     }
     link.realtimeLimit.store(limit.rlim_cur == rlim_t.max ? Int.max : Int(limit.rlim_cur), ordering: .relaxed)
     guard limit.rlim_cur > 0 else { return }
-    var parameters = sched_param(sched_priority: Int32(min(limit.rlim_cur, 50)))
-    let refused = pthread_setschedparam(pthread_self(), SCHED_FIFO, &parameters)
+    let wanted = Int32(min(limit.rlim_cur, 50))
+    // Never lower a thread already in real time (PipeWire's own module may have raised it).
+    var current = sched_param()
+    let policy = sched_getscheduler(0) & ~0x4000_0000
+    if (policy == SCHED_FIFO || policy == SCHED_RR) && sched_getparam(0, &current) == 0
+      && current.sched_priority >= wanted
+    {
+      return
+    }
+    // The system call itself, for the calling thread: pthread_setschedparam takes the thread's lock.
+    var parameters = sched_param(sched_priority: wanted)
+    let refused = sched_setscheduler(0, SCHED_FIFO, &parameters) == 0 ? 0 : errno
     link.realtimeError.store(refused, ordering: .relaxed)
   }
 
@@ -665,6 +675,7 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
     if lost { heardClock.forgetRate() } else { heardClock.restart() }
     roomAhead = 0
     self.device = nil
+    link.pullThread.store(0, ordering: .releasing)
     idleClock.reset()
     batchStart = nil
   }

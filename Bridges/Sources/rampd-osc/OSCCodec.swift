@@ -54,17 +54,19 @@ struct OSCMessage: Equatable, Sendable {
 }
 
 extension [OSCMessage] {
-  /// The runs of consecutive messages with one time: what one bundle (or a nested bundle of its
-  /// own time) asks to take effect together. A message outside any bundle is a run of its own.
-  var takingEffectTogether: [ArraySlice<OSCMessage>] {
-    var runs: [ArraySlice<OSCMessage>] = []
-    var start = startIndex
-    for index in indices.dropFirst() where self[index].time != self[index - 1].time {
-      runs.append(self[start..<index])
-      start = index
+  /// The messages of a packet that take effect together: those of one time (a bundle's, or a
+  /// nested bundle's own), in the order each time first appears, each group in packet order. A
+  /// message outside any bundle is a packet, and a group, of its own.
+  var takingEffectTogether: [[OSCMessage]] {
+    var groups: [[OSCMessage]] = []
+    for message in self {
+      if let index = groups.firstIndex(where: { $0[0].time == message.time }) {
+        groups[index].append(message)
+      } else {
+        groups.append([message])
+      }
     }
-    if start < endIndex { runs.append(self[start...]) }
-    return runs
+    return groups
   }
 }
 

@@ -223,7 +223,7 @@ final class OSCServer: @unchecked Sendable {
       let failure: Refusal
       let failed: Int?
       do {
-        request = try settings.space.request(for: Array(together))
+        request = try settings.space.request(for: together)
         do {
           try link.send(request, from: peer, addresses: addresses)
           continue
@@ -233,9 +233,7 @@ final class OSCServer: @unchecked Sendable {
       } catch {
         (failure, failed) = (error.refusal, error.failed)
       }
-      let named = failed.map {
-        "\(together[together.startIndex + $0].address) \(together[together.startIndex + $0].typeTags)"
-      }
+      let named = failed.map { "\(together[$0].address) \(together[$0].typeTags)" }
       log(
         "\(source) (\(transport)) \(named ?? addresses.joined(separator: " ")): \(failure.code): \(failure.message)")
       for answer in RampdLink.outcomes(addresses: addresses, failed: failed, failure) {

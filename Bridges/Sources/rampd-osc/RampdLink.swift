@@ -73,8 +73,16 @@ final class RampdLink: @unchecked Sendable {
     }
     var line = request
     line["id"] = .integer(id)
+    let text = JSONValue.object(line).serialized()
+    guard text.utf8.count < Self.maxLine else {
+      lock.withLock { _ in _ = pending.removeValue(forKey: id) }
+      throw Refusal(
+        code: "limit-exceeded",
+        message:
+          "the request for these messages is \(text.utf8.count) bytes of JSON, over rampd's line of \(Self.maxLine)")
+    }
     do {
-      try connection.send(line: JSONValue.object(line).serialized())
+      try connection.send(line: text)
     } catch {
       lock.withLock { _ in _ = pending.removeValue(forKey: id) }
       lost(connection, because: Self.describe(error))
@@ -149,7 +157,8 @@ final class RampdLink: @unchecked Sendable {
       }
     case .failure(let error):
       let refusal = Refusal(code: error.code.rawValue, message: error.message)
-      return outcomes(addresses: addresses, failed: addresses.count == 1 ? 0 : batchIndex(error.field), refusal)
+      let index = addresses.count == 1 ? 0 : batchIndex(error.field).flatMap { $0 < addresses.count ? $0 : nil }
+      return outcomes(addresses: addresses, failed: index, refusal)
     }
   }
 
@@ -160,7 +169,7 @@ final class RampdLink: @unchecked Sendable {
       if index == failed || failed == nil || addresses.count == 1 {
         return (address, .failure(code: refusal.code, message: refusal.message))
       }
-      let culprit = failed.map { "message \($0 + 1) (\(addresses[$0]))" } ?? "it"
+      let culprit = failed.map { "message \($0 + 1) (\(addresses[$0]))" } ?? "another of its messages"
       return (
         address,
         .failure(
@@ -175,6 +184,10 @@ final class RampdLink: @unchecked Sendable {
     guard let field, field.hasPrefix("commands["), let close = field.firstIndex(of: "]") else { return nil }
     return Int(field[field.index(field.startIndex, offsetBy: 9)..<close])
   }
+
+  /// rampd's default `limits.line-length`: a longer request would be refused and the connection
+  /// closed, failing every message still waiting on it.
+  static let maxLine = 65_536
 
   /// rampd went away: every message still waiting is told so.
   private func lost(_ gone: DaemonConnection, because reason: String) {
