@@ -1,11 +1,5 @@
 import Synchronization
 
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Musl)
-  import Musl
-#endif
-
 /// The native PipeWire output's stream settings (`output.pipewire-role`, `output.pipewire-target`,
 /// `output.pipewire-quantum`).
 public struct PipeWireSettings: Sendable, Equatable {
