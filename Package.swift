@@ -37,6 +37,8 @@ let package = Package(
     .library(name: "RampTestSupport", targets: ["RampTestSupport"]),
     .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
+    .executable(name: "rampd-osc", targets: ["rampd-osc"]),
+    .executable(name: "rampd-mqtt", targets: ["rampd-mqtt"]),
     .executable(name: "rampbench", targets: ["rampbench"]),
   ],
   dependencies: [
@@ -108,6 +110,8 @@ let package = Package(
         "RampSystem",
         "RampDaemon",
         "RampCtlCommands",
+        "RampOSC",
+        "RampMQTT",
         "RampAudio",
         "CAllocationGuard",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -136,6 +140,33 @@ let package = Package(
     // rampctl on its own, for a build tree (the package installs the link instead).
     .executableTarget(
       name: "rampctl", dependencies: ["RampCtlCommands"], path: "Sources/rampctl-main", swiftSettings: ownImportsOnly),
+    // The bridges from the tools that already script sound, clients of rampd's socket as rampctl
+    // is: rampd-osc (Open Sound Control, for show controllers) and rampd-mqtt (an MQTT broker, for
+    // home automation and fleets of boxes). Libraries, so that rampd's executable carries them as
+    // it carries rampctl (run by the name rampd-osc or rampd-mqtt, it is that bridge). They use
+    // FoundationEssentials, the standard library and RampSystem, never Foundation's
+    // internationalisation (ICU's 37 MB).
+    // liblo (Debian's liblo-dev) reads and writes OSC messages for rampd-osc.
+    .systemLibrary(name: "CLiblo", pkgConfig: "liblo", providers: [.apt(["liblo-dev"])]),
+    .target(
+      name: "RampOSC",
+      dependencies: [
+        "CLiblo", "RampClient", "RampProtocol", "RampSystem",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ]
+    ),
+    // libmosquitto (Debian's libmosquitto-dev), rampd-mqtt's MQTT client.
+    .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+    .target(
+      name: "RampMQTT",
+      dependencies: [
+        "CMosquitto", "RampClient", "RampProtocol", "RampSystem",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ]
+    ),
+    // Each bridge on its own, for a build tree (the package installs links to rampd instead).
+    .executableTarget(name: "rampd-osc", dependencies: ["RampOSC"], path: "Sources/rampd-osc-main"),
+    .executableTarget(name: "rampd-mqtt", dependencies: ["RampMQTT"], path: "Sources/rampd-mqtt-main"),
     .executableTarget(
       name: "rampbench",
       dependencies: ["RampEngine", "RampAudio"],
@@ -181,6 +212,10 @@ let package = Package(
     // What the daemon tests here and rampd-web's in Web/ share: the real rampd and rampctl run as
     // processes, a line client, script/install into a temporary root, systemd unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
+    // The real bridges in front of the real rampd, driven by liblo's oscsend and Mosquitto's
+    // broker and clients.
+    .testTarget(name: "OSCBridgeTests", dependencies: ["RampTestSupport", "RampProtocol"]),
+    .testTarget(name: "MQTTBridgeTests", dependencies: ["RampTestSupport", "RampProtocol"]),
     .testTarget(
       name: "RampAudioTests", dependencies: ["RampSystem", "RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
   ]

@@ -6,6 +6,8 @@ import RampAudio
 import RampCtlCommands
 import RampDaemon
 import RampEngine
+import RampMQTT
+import RampOSC
 import RampSystem
 
 #if canImport(Glibc)
@@ -188,9 +190,11 @@ final class SignalHandling: @unchecked Sendable {
   }
 }
 
-// One executable, two tools: run by the name `rampctl` (the package's link to rampd) it is rampctl.
-if CommandLine.arguments.first?.split(separator: "/").last.map(String.init) == RampCtl.invokedName {
-  RampCtl.main()
-} else {
-  Rampd.main()
+// One executable, every tool: run by the name of another (the package's links to rampd), it is
+// that tool, as busybox is.
+switch CommandLine.arguments.first?.split(separator: "/").last.map(String.init) {
+case RampCtl.invokedName: RampCtl.main()
+case RampdOSC.invokedName: RampdOSC.main()
+case RampdMQTT.invokedName: RampdMQTT.main()
+default: Rampd.main()
 }

@@ -17,6 +17,20 @@ enum Executables {
   /// RAMPD_TEST_BINARY runs the daemon tests on another build (a release build, to measure).
   static var rampd: String { ProcessInfo.processInfo.environment["RAMPD_TEST_BINARY"] ?? "\(tools)/rampd" }
   static var rampctl: String { "\(tools)/rampctl" }
+  /// rampd's executable under the name of another tool it carries (rampd-osc, rampd-mqtt), as
+  /// the package installs it: a link to `rampd` (RAMPD_TEST_BINARY's when set) by that name.
+  static func rampd(as tool: String) -> String {
+    let link = "\(toolLinks)/\(tool)"
+    if (try? FileManager.default.destinationOfSymbolicLink(atPath: link)) == nil {
+      try? FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: rampd)
+    }
+    return link
+  }
+  /// A directory of the tests' own for those links, made once per test process.
+  private static let toolLinks: String = {
+    var template = Array("\(FileManager.default.temporaryDirectory.path)/rampd-tools-XXXXXX".utf8CString)
+    return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+  }()
 }
 
 /// What a finished child process said.

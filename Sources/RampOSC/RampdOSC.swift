@@ -7,10 +7,12 @@ import RampSystem
   import Glibc
 #endif
 
-@main
-struct RampdOSC: ParsableCommand {
-  static let configuration = CommandConfiguration(
-    commandName: "rampd-osc",
+/// Run by this name (the package's link to rampd), rampd's executable is rampd-osc.
+public struct RampdOSC: ParsableCommand {
+  public static let invokedName = "rampd-osc"
+
+  public static let configuration = CommandConfiguration(
+    commandName: invokedName,
     abstract: "Open Sound Control for rampd: show controllers set, fade, play and stop over UDP or TCP.",
     discussion: """
       rampd-osc is a client of rampd's socket, as rampctl is. It listens for OSC 1.0/1.1 packets on \
@@ -67,7 +69,9 @@ struct RampdOSC: ParsableCommand {
   @Option(help: "rampd's socket (default: as rampctl finds it).")
   var socket: String?
 
-  mutating func run() throws {
+  public init() {}
+
+  public mutating func run() throws {
     let environment = ProcessInfo.processInfo.environment
     let settings: OSCSettings
     do {

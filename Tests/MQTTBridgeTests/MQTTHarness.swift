@@ -8,7 +8,8 @@ import RampProtocol
 #endif
 
 extension Executables {
-  static var rampdMQTT: String { "\(directory)/rampd-mqtt" }
+  /// As the package installs it: a link to rampd by that name.
+  static var rampdMQTT: String { rampd(as: "rampd-mqtt") }
 }
 
 /// Debian's Mosquitto 2.0 and its clients (script/setup installs mosquitto and mosquitto-clients).

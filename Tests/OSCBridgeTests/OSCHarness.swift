@@ -8,7 +8,8 @@ import RampProtocol
 #endif
 
 extension Executables {
-  static var rampdOSC: String { "\(directory)/rampd-osc" }
+  /// As the package installs it: a link to rampd by that name.
+  static var rampdOSC: String { rampd(as: "rampd-osc") }
 }
 
 /// A real `rampd-osc` in front of a real rampd, listening on a free loopback port (`--listen

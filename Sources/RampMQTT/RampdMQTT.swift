@@ -8,10 +8,12 @@ import RampSystem
   import Glibc
 #endif
 
-@main
-struct RampdMQTT: ParsableCommand {
-  static let configuration = CommandConfiguration(
-    commandName: "rampd-mqtt",
+/// Run by this name (the package's link to rampd), rampd's executable is rampd-mqtt.
+public struct RampdMQTT: ParsableCommand {
+  public static let invokedName = "rampd-mqtt"
+
+  public static let configuration = CommandConfiguration(
+    commandName: invokedName,
     abstract: "Drive rampd from an MQTT broker: Home Assistant, Node-RED, a fleet of boxes.",
     discussion: """
       rampd-mqtt is a client of rampd's socket, as rampctl is, and of an MQTT broker. It applies \
@@ -73,7 +75,9 @@ struct RampdMQTT: ParsableCommand {
   @Flag(name: .customLong("no-discovery"), help: "Publish no Home Assistant discovery configs.")
   var noDiscovery = false
 
-  mutating func run() throws {
+  public init() {}
+
+  public mutating func run() throws {
     let environment = ProcessInfo.processInfo.environment
     let endpoint = try Self.broker(broker ?? environment["RAMPD_MQTT_BROKER"] ?? "mqtt://localhost:1883")
     let box = try Self.box(box ?? environment["RAMPD_MQTT_BOX"] ?? Self.hostName())

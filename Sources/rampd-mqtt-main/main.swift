@@ -1,0 +1,3 @@
+import RampMQTT
+
+RampdMQTT.main()

@@ -1,0 +1,3 @@
+import RampOSC
+
+RampdOSC.main()
