@@ -135,11 +135,15 @@ public struct PullTiming: Sendable, Equatable {
   /// The output skipped frames since the last buffer it asked for (an xrun of its graph): the
   /// heard clock starts a new run, and it counts as an underrun.
   public var discontinuity: Bool
+  /// Frames the output played without this renderer since its last buffer (its graph's gap):
+  /// what was placed by the last timing is heard that much later. 0 without a gap.
+  public var slip: Int
 
-  public init(delay: Int, nanoseconds: Int64, discontinuity: Bool = false) {
+  public init(delay: Int, nanoseconds: Int64, discontinuity: Bool = false, slip: Int = 0) {
     self.delay = delay
     self.nanoseconds = nanoseconds
     self.discontinuity = discontinuity
+    self.slip = slip
   }
 }
 

@@ -3,7 +3,7 @@
 /// command in O(log n) swaps, without allocating, however many wait.
 struct CommandSchedule {
   private struct Entry {
-    let sample: Int64
+    var sample: Int64
     let order: Int
     let command: PlayerCommand
 
@@ -33,6 +33,15 @@ struct CommandSchedule {
       guard heap[child].precedes(heap[parent]) else { break }
       swap(child, parent)
       child = parent
+    }
+  }
+
+  /// Every command `frames` samples sooner: the order stays.
+  mutating func moveEarlier(by frames: Int64) {
+    var index = 0
+    while index < heap.count {
+      heap[index].sample -= frames
+      index += 1
     }
   }
 

@@ -153,7 +153,8 @@ public final class PipeWireOutput: AudioOutput {
       Double(timing.delay) * Double(timing.rateNumerator) * Double(timing.streamRate)
       / Double(max(timing.rateDenominator, 1))
     let delay = Int(graph.rounded()) + Int(timing.queued) + Int(timing.buffered) + timing.frames
-    return PullTiming(delay: delay, nanoseconds: timing.now, discontinuity: timing.skippedTicks > 0)
+    return PullTiming(
+      delay: delay, nanoseconds: timing.now, discontinuity: timing.skippedTicks > 0, slip: timing.slipFrames)
   }
 
   // MARK: Delivery

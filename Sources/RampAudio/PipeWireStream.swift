@@ -36,6 +36,10 @@ public struct PipeWireTiming: Sendable, Equatable {
   /// Graph ticks the clock moved since the last block beyond what that block covered: more than
   /// a fraction of a block is a gap in the graph (an xrun), 0 otherwise.
   public var skippedTicks: UInt64
+  /// Frames of this stream's rate that the sink played without the stream since its last block
+  /// (the graph's gap, or the last block handed over a cycle late and still queued): every frame
+  /// from this block on is heard that much later than the last block's timing said. 0 otherwise.
+  public var slipFrames: Int = 0
 
   public init(
     now: Int64, rateNumerator: UInt32, rateDenominator: UInt32, ticks: UInt64, delay: Int64, queued: UInt64,
@@ -239,6 +243,7 @@ public final class PipeWireStream {
     var lastFrames = 0
     var lastQueuedBuffers: UInt32 = 0
     var lastBuffers: UInt32 = 0
+    var lastQueued: UInt64 = 0
 
     init(render: @escaping Render, events: @escaping @Sendable (PipeWireStreamEvent) -> Void) {
       self.render = render
@@ -251,6 +256,7 @@ public final class PipeWireStream {
       lastFrames = 0
       lastQueuedBuffers = 0
       lastBuffers = 0
+      lastQueued = 0
       xruns.store(0, ordering: .relaxed)
       skipped.store(0, ordering: .relaxed)
       cycles.store(0, ordering: .relaxed)
@@ -276,16 +282,21 @@ public final class PipeWireStream {
         // A resampled stream's blocks vary by a few frames about the quantum: a gap is more.
         if moved > expected + max(expected / 4, 8) && moved < 1 << 40 {
           timing.skippedTicks = moved - expected
+          timing.slipFrames = Int((Double(moved - expected) * Double(rate) / graphRate).rounded())
           skipped.add(moved - expected, ordering: .relaxed)
           gap = true
         }
         // A buffer more still queued than at the last block, of as many buffers: the last one was
         // handed over after its cycle, which the sink played without it.
-        if buffers == lastBuffers && time.queued_buffers > lastQueuedBuffers { gap = true }
+        if buffers == lastBuffers && time.queued_buffers > lastQueuedBuffers {
+          gap = true
+          if time.queued > lastQueued { timing.slipFrames = max(timing.slipFrames, Int(time.queued - lastQueued)) }
+        }
         if gap { xruns.add(1, ordering: .relaxed) }
       }
       lastQueuedBuffers = time.queued_buffers
       lastBuffers = buffers
+      lastQueued = time.queued
       lastTicks = time.ticks
       lastFrames = frames
       nextFrame &+= UInt64(frames)

@@ -156,6 +156,7 @@ extension RenderLoop {
     }
     guarded = true
     rampd_guard_this_thread(true)
+    if let timing, timing.slip > 0 { scheduleHeardLater(by: timing.slip) }
     do throws(AudioError) {
       try renderPulledBlocks(into: buffer, frames: frames, timing: timing)
     } catch {
@@ -164,6 +165,16 @@ extension RenderLoop {
     rampd_guard_this_thread(false)
     guarded = false
     pull.endStep(handBack: pullHandsBack)
+  }
+
+  /// The output played `frames` frames without the step (a gap of its graph): every sample from
+  /// here on is heard that much later than the mapping the scheduled commands were placed by
+  /// (`Player.sample(heardAt:)`) said, so they move that much earlier, each still heard at its
+  /// time; one that would now be past runs at once. The commands submitted by then were placed
+  /// by that mapping too: they are taken first.
+  func scheduleHeardLater(by frames: Int) {
+    takeCommands()
+    scheduled.moveEarlier(by: Int64(frames))
   }
 
   /// After a live pulled buffer: the device's bookkeeping as after a pushed write (it played:

@@ -70,6 +70,74 @@ import Testing
     #expect(daemon.stop() == 0)
   }
 
+  /// `at` by the sink's clock: a step scheduled for a wall-clock instant is played by the sink at
+  /// that instant, within a millisecond. `pw_clock_recorder` (Tests/Fixtures) records the sink's
+  /// monitor with the graph's clock of every cycle, and first calibrates the monitor with clicks
+  /// of its own, each played when PipeWire says (its `pw_time`): so the instant the sink played
+  /// each recorded frame is known without trusting rampd's mapping. Two steps one second apart,
+  /// at 1024 frames and at 256; between them rampd is stopped for 0.1 s (SIGSTOP), so the sink
+  /// plays cycles without it: the second step is still played at its instant, not that much
+  /// later.
+  @Test(arguments: [1024, 256])
+  func atIsPlayedByTheSinkAtItsInstant(quantum: Int) throws {
+    let session = try PipeWireSession()
+    let recording = try session.startClockRecording(seconds: 6.5, clicks: 4, quantum: quantum)
+    // The clicks (within 2 s) in silence first, then rampd.
+    usleep(2_200_000)
+    let daemon = try DaemonProcess(
+      name: "native-at-clock-\(quantum)", periodMs: 20, bufferMs: 100,
+      environment: session.environment.merging([
+        "RAMPD_OUTPUT_DEVICE": Self.device, "RAMPD_OUTPUT_PIPEWIRE_QUANTUM": "\(quantum)",
+      ]) { $1 }, pacing: "device")
+    let client = try daemon.client()
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    usleep(500_000)
+    // Whole milliseconds (the RFC 3339 text carries them), on CLOCK_MONOTONIC through the
+    // difference between the two clocks read now.
+    let stamp = ISO8601DateFormatter()
+    stamp.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+    let first = Date(timeIntervalSince1970: ((Date().timeIntervalSince1970 + 0.8) * 1000).rounded() / 1000)
+    let instants = [first, first.addingTimeInterval(1)]
+    var real = timespec()
+    var monotonic = timespec()
+    clock_gettime(CLOCK_REALTIME, &real)
+    clock_gettime(CLOCK_MONOTONIC, &monotonic)
+    let realToMonotonic =
+      (Int64(monotonic.tv_sec) * 1_000_000_000 + Int64(monotonic.tv_nsec))
+      - (Int64(real.tv_sec) * 1_000_000_000 + Int64(real.tv_nsec))
+    for (instant, value) in zip(instants, [0.5, 0.25]) {
+      let scheduled = try client.request([
+        "cmd": "set", "key": "master.gain", "value": .number(value), "duration": 0,
+        "at": .string(stamp.string(from: instant)), "ack": "scheduled",
+      ])
+      #expect(scheduled.isOK, "\(scheduled.serialized())")
+    }
+    usleep(UInt32(max(first.timeIntervalSinceNow + 0.4, 0) * 1e6))
+    kill(daemon.process.processIdentifier, SIGSTOP)
+    usleep(100_000)
+    kill(daemon.process.processIdentifier, SIGCONT)
+    let heard = try recording.finish()
+    let underruns = try #require(client.request(["cmd": "status"]).result["output"]?["underruns"]?.int)
+    #expect(underruns > 0, "the sink played without rampd while it was stopped: counted")
+    #expect(daemon.stop() == 0)
+
+    let (lag, spread) = try #require(heard.monitorLag(), "the clicks were not all found: \(heard.clicks)")
+    print("native \(quantum): the monitor hands a frame over \(Double(lag) / 1e6) ms after the sink played it")
+    // The same for every click, to a frame (20.8 µs).
+    #expect(spread <= 21_000, "the clicks' lags differ by \(spread) ns")
+    var from = 0
+    for (instant, level) in zip(instants, [Float(0.25), 0.125]) {
+      let index = try #require(heard.firstRun(of: level, from: from), "\(level) never heard")
+      let played = try #require(heard.handedOver(index)) - lag
+      let due = Int64((instant.timeIntervalSince1970 * 1e9).rounded()) + realToMonotonic
+      let error = Double(played - due) / 1e6
+      print("native \(quantum): a step due at \(instant) played \(error) ms from its instant")
+      #expect(abs(error) <= 1, "a step played \(error) ms from its instant (quantum \(quantum))")
+      from = index
+    }
+  }
+
   /// PipeWire killed while rampd plays: `device-failed`, `status` answers `failed` through the
   /// outage and rampd takes next to no CPU; PipeWire back: `device-recovered` within 3 s and the
   /// sink hears the stream at the level set meanwhile.

@@ -300,13 +300,23 @@ enum Fixture {
   }
 
   static func compile(_ name: String, to library: String) throws {
-    let source = path(name)
+    try cc(["-shared", "-fPIC", "-o", library, path(name), "-lasound"])
+  }
+
+  /// Fixture `name`, a program, built against the C library `package` names to pkg-config.
+  static func compileProgram(_ name: String, to program: String, package: String) throws {
+    let flags = try runProcess("/usr/bin/pkg-config", ["--cflags", "--libs", package])
+    guard flags.status == 0 else { throw HarnessError("pkg-config \(package): \(flags)") }
+    try cc(["-O2", "-o", program, path(name)] + flags.stdout.split(whereSeparator: \.isWhitespace).map(String.init))
+  }
+
+  private static func cc(_ arguments: [String]) throws {
     let compiler = Process()
     compiler.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    compiler.arguments = ["cc", "-shared", "-fPIC", "-o", library, source, "-lasound"]
+    compiler.arguments = ["cc"] + arguments
     try compiler.run()
     compiler.waitUntilExit()
-    guard compiler.terminationStatus == 0 else { throw HarnessError("cc \(source) failed") }
+    guard compiler.terminationStatus == 0 else { throw HarnessError("cc \(arguments.joined(separator: " ")) failed") }
   }
 }
 

@@ -150,6 +150,45 @@ final class PipeWireSession {
     }
   }
 
+  /// Starts recording the null sink's monitor for `seconds` with `Tests/Fixtures/pw_clock_recorder.c`,
+  /// which stamps every cycle with the graph's clock and first plays `clicks` clicks of its own
+  /// to calibrate the monitor against (every 25 cycles from the 10th), asking for a quantum of
+  /// `quantum` frames (the monitor lags a cycle: the quantum must stay what it was then).
+  func startClockRecording(seconds: Double, clicks: Int, quantum: Int) throws -> ClockRecording {
+    let program = "\(runtime)/pw_clock_recorder"
+    if !FileManager.default.isExecutableFile(atPath: program) {
+      try Fixture.compileProgram("pw_clock_recorder.c", to: program, package: "libpipewire-0.3")
+    }
+    let file = "\(runtime)/clocked-\(UInt32.random(in: 0...UInt32.max))"
+    let recorder = try LoggedProcess(
+      program, [Self.sink, "\(quantum)", "\(seconds)", "\(clicks)", file], environment: fullEnvironment)
+    return ClockRecording(recorder: recorder, file: file)
+  }
+
+  struct ClockRecording {
+    let recorder: LoggedProcess
+    let file: String
+
+    /// Waits for the recorder to finish; what it recorded.
+    func finish() throws -> ClockedRecording {
+      recorder.process.waitUntilExit()
+      guard recorder.process.terminationStatus == 0 else { throw HarnessError("pw_clock_recorder: \(recorder.log)") }
+      let data = try Data(contentsOf: URL(fileURLWithPath: file + ".raw"))
+      var recording = ClockedRecording(left: data.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) })
+      for line in try String(contentsOfFile: file, encoding: .utf8).split(separator: "\n") {
+        let fields = line.split(separator: " ")
+        switch fields.first {
+        case "cycle":
+          recording.cycles.append(
+            .init(now: Int64(fields[1])!, ticks: UInt64(fields[2])!, frames: Int(fields[3])!, first: Int(fields[4])!))
+        case "click": recording.clicks.append(Int64(fields[1])!)
+        default: throw HarnessError("pw_clock_recorder wrote '\(line)'")
+        }
+      }
+      return recording
+    }
+  }
+
   var fullEnvironment: [String: String] {
     childEnvironment.merging(environment) { $1 }
   }
@@ -173,5 +212,54 @@ final class PipeWireSession {
       guard Date() < deadline else { throw HarnessError("\(what) did not come up within \(timeout) s in \(runtime)") }
       usleep(50_000)
     }
+  }
+}
+
+/// What `pw_clock_recorder` recorded at the sink's monitor: the left channel, each cycle's graph
+/// clock, and when PipeWire said each of its clicks would be played.
+struct ClockedRecording {
+  struct Cycle {
+    /// CLOCK_MONOTONIC ns at the cycle's start, as `pw_stream_get_time_n` gave it.
+    var now: Int64
+    var ticks: UInt64
+    var frames: Int
+    /// The index in `left` of the cycle's first frame.
+    var first: Int
+  }
+  var left: [Float]
+  var cycles: [Cycle] = []
+  var clicks: [Int64] = []
+  static let rate = 48_000.0
+
+  /// The first frame of a run of at least `length` frames at `level` from `start`.
+  func firstRun(of level: Float, from start: Int = 0, length: Int = 64) -> Int? {
+    var run = 0
+    for index in start..<left.count {
+      run = abs(left[index] - level) < 1e-6 ? run + 1 : 0
+      if run == length { return index - length + 1 }
+    }
+    return nil
+  }
+
+  /// When the monitor handed frame `index` of `left` over (CLOCK_MONOTONIC ns): its cycle's start
+  /// plus its place in the cycle.
+  func handedOver(_ index: Int) -> Int64? {
+    guard let cycle = cycles.last(where: { $0.first <= index }), index < cycle.first + cycle.frames else { return nil }
+    return cycle.now + Int64((Double(index - cycle.first) * 1e9 / Self.rate).rounded())
+  }
+
+  /// How long after the sink played a frame the monitor hands it over, in ns, from the clicks:
+  /// each click's frame as handed over against when PipeWire said it would be played. Nil when
+  /// the clicks were not all found in silence; `spread` is the largest difference between clicks.
+  func monitorLag() -> (lag: Int64, spread: Int64)? {
+    var lags: [Int64] = []
+    var from = 0
+    for heard in clicks {
+      guard let index = left[from...].firstIndex(where: { $0 > 0.9 }), let handed = handedOver(index) else { return nil }
+      lags.append(handed - heard)
+      from = index + 1
+    }
+    guard let low = lags.min(), let high = lags.max(), lags.count == clicks.count, !lags.isEmpty else { return nil }
+    return (lags.sorted()[lags.count / 2], high - low)
   }
 }
