@@ -255,7 +255,9 @@ struct ClockedRecording {
     var lags: [Int64] = []
     var from = 0
     for heard in clicks {
-      guard let index = left[from...].firstIndex(where: { $0 > 0.9 }), let handed = handedOver(index) else { return nil }
+      guard let index = left[from...].firstIndex(where: { $0 > 0.9 }), let handed = handedOver(index) else {
+        return nil
+      }
       lags.append(handed - heard)
       from = index + 1
     }
