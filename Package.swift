@@ -31,12 +31,13 @@ let package = Package(
     .library(name: "RampProtocol", targets: ["RampProtocol"]),
     // For the fuzz target in Fuzz/, a package of its own (built with sanitizers by script/fuzz).
     .library(name: "RampDaemon", targets: ["RampDaemon"]),
-    // For rampd-web, a package of its own in Web/ (so that rampd and rampctl build without its
-    // HTTP server's dependencies): its connection to rampd, and its tests' daemon harness.
+    // For the bridges, a package of their own in Bridges/: their connection to rampd, and their
+    // tests' daemon harness.
     .library(name: "RampClient", targets: ["RampClient"]),
     .library(name: "RampTestSupport", targets: ["RampTestSupport"]),
     .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
+    .executable(name: "rampd-web", targets: ["rampd-web"]),
     .executable(name: "rampbench", targets: ["rampbench"]),
   ],
   dependencies: [
@@ -76,8 +77,8 @@ let package = Package(
     // plots, timeline scripts, refusal texts. No ArgumentParser.
     .target(name: "RampCLI", dependencies: ["RampSystem", "RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
     // A blocking connection to rampd's socket (greeting, requests, replies, events) and why a
-    // conversation failed: shared by rampctl and rampd-web (Web/),
-    // without the audio libraries.
+    // conversation failed: shared by rampctl, rampd-web and the bridges (Bridges/), without the
+    // audio libraries.
     .target(name: "RampClient", dependencies: ["RampProtocol"]),
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
@@ -136,6 +137,28 @@ let package = Package(
     // rampctl on its own, for a build tree (the package installs the link instead).
     .executableTarget(
       name: "rampctl", dependencies: ["RampCtlCommands"], path: "Sources/rampctl-main", swiftSettings: ownImportsOnly),
+    // rampd-web, the web page for a headless box: an HTTP/WebSocket server (SwiftNIO's own
+    // HTTP/1.1 and WebSocket handlers) that is a client of rampd's socket, a separate process so
+    // that rampd keeps its AF_UNIX-only sandbox. A library, so that rampd's executable can carry
+    // it as it carries rampctl (`RampdWeb.invokedName`); the page's files are embedded in the code.
+    .target(
+      name: "RampWeb",
+      dependencies: [
+        "RampSystem",
+        "RampProtocol",
+        "RampClient",
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOWebSocket", package: "swift-nio"),
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ],
+      resources: [.embedInCode("Page/page.html"), .embedInCode("Page/page.js"), .embedInCode("Page/page.css")],
+      swiftSettings: ownImportsOnly
+    ),
+    // rampd-web on its own, for a build tree (the package installs a link to rampd instead).
+    .executableTarget(
+      name: "rampd-web", dependencies: ["RampWeb"], path: "Sources/rampd-web-main", swiftSettings: ownImportsOnly),
     .executableTarget(
       name: "rampbench",
       dependencies: ["RampEngine", "RampAudio"],
@@ -178,10 +201,14 @@ let package = Package(
         "CAllocationGuard", "RampTestSupport",
       ]
     ),
-    // What the daemon tests here and rampd-web's in Web/ share: the real rampd and rampctl run as
-    // processes, a line client, script/install into a temporary root, systemd unit files.
+    // What the daemon tests, rampd-web's and the bridges' (in Bridges/) share: the real rampd and
+    // rampctl run as processes, a line client, script/install into a temporary root, systemd
+    // unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
     .testTarget(
       name: "RampAudioTests", dependencies: ["RampSystem", "RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
+      // The real rampd-web in front of the real rampd, Chromium driving its page; its systemd
+    // units, install and man page; and that it carries no ICU.
+    .testTarget(name: "RampWebTests", dependencies: ["RampWeb", "RampProtocol", "RampTestSupport"]),
   ]
 )
