@@ -70,7 +70,9 @@ struct AccessCheck: Sendable {
         let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2, parts[0].trimmingWhitespace() == name else { continue }
         let value = parts[1].trimmingWhitespace()
-        if value.count >= 2 && value.hasPrefix("\"") && value.hasSuffix("\"") { return String(value.dropFirst().dropLast()) }
+        if value.count >= 2 && value.hasPrefix("\"") && value.hasSuffix("\"") {
+          return String(value.dropFirst().dropLast())
+        }
         return value
       }
     }

@@ -22,6 +22,10 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
   /// A request line may hold at most this (rampd's default `[limits] line-length`); a longer
   /// message closes the WebSocket (1009, message too big).
   static let maximumMessage = 65_536
+  /// The longest frame SwiftNIO's decoder takes: longer than a message, so that a message too
+  /// long is read whole and answered with a close (1009) the page receives. A frame longer than
+  /// this is refused by the decoder before it is read, and the page may see the connection reset.
+  static let maximumFrame = 1 << 20
   /// Lines from rampd kept while the page reads slower than rampd writes; beyond it the oldest go.
   static let maximumWaiting = 4096
   /// How long the page has to answer a close before the connection is dropped.
@@ -192,7 +196,8 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
     data.writeString(reason)
     let channel = context.channel
     let sent = context.eventLoop.makePromise(of: Void.self)
-    context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)), promise: sent)
+    context.writeAndFlush(
+      wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)), promise: sent)
     if answering {
       sent.futureResult.whenComplete { _ in channel.close(promise: nil) }
     } else {

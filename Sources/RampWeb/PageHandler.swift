@@ -42,7 +42,8 @@ final class PageHandler: ChannelInboundHandler, RemovableChannelHandler {
         wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: reply.status, headers: headers))),
         promise: nil)
       if !reply.body.isEmpty {
-        context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: reply.body)))), promise: nil)
+        context.write(
+          wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: reply.body)))), promise: nil)
       }
       let sent = context.eventLoop.makePromise(of: Void.self)
       context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: sent)

@@ -104,7 +104,7 @@ struct WebServer {
     let access = AccessCheck(token: settings.token ?? "")
     let socket = settings.socket
     let upgrader = NIOWebSocketServerUpgrader(
-      maxFrameSize: LiveRelay.maximumMessage,
+      maxFrameSize: LiveRelay.maximumFrame,
       shouldUpgrade: { channel, head in
         // Refused or elsewhere: not upgraded, and `PageHandler` answers (401, 403, 404).
         guard head.uri.prefix(while: { $0 != "?" && $0 != "#" }) == "/live",
