@@ -209,8 +209,10 @@ let package = Package(
     .testTarget(
       name: "RampAudioTests",
       dependencies: ["RampSystem", "RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
-    // The real rampd-web in front of the real rampd, Chromium driving its page; its systemd
-    // units, install and man page; and that it carries no ICU.
-    .testTarget(name: "RampWebTests", dependencies: ["RampWeb", "RampProtocol", "RampTestSupport"]),
+    // The real rampd-web in front of the real rampd, Chromium driving its page; its access check
+    // and routes on their own; its systemd units, install and man page; and that it carries no ICU.
+    .testTarget(
+      name: "RampWebTests",
+      dependencies: ["RampWeb", "RampProtocol", "RampTestSupport", .product(name: "NIOHTTP1", package: "swift-nio")]),
   ]
 )
