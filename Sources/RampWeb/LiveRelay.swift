@@ -131,10 +131,13 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
     case .pong:
       break
     case .text, .binary:
+      // Closing: what the page sent before it read the close goes nowhere.
+      guard !closeSent else { return }
       guard partial == nil else { return close(.protocolError, reason: "a new message inside a fragmented one") }
       partial = (frame.opcode, frame.unmaskedData)
       received(fin: frame.fin)
     case .continuation:
+      guard !closeSent else { return }
       guard var message = partial else { return close(.protocolError, reason: "a continuation without a message") }
       partial = nil
       var data = frame.unmaskedData
