@@ -83,8 +83,7 @@ let package = Package(
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
     // Knows the engine's types (curves, animations), does no I/O.
-    .target(
-      name: "RampProtocol", dependencies: ["RampSystem", "RampEngine", "CRampVersion"], swiftSettings: requestPath),
+    .target(name: "RampProtocol", dependencies: ["RampSystem", "RampEngine", "CRampVersion"], swiftSettings: requestPath),
     .target(name: "CRampVersion", cSettings: versionSettings),
     // In a debug build: counts heap allocations per thread (tests prove the render path makes
     // none), and traps one on rampd's render thread. A release build compiles none of it.
@@ -207,8 +206,7 @@ let package = Package(
     // unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
     .testTarget(
-      name: "RampAudioTests",
-      dependencies: ["RampSystem", "RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
+      name: "RampAudioTests", dependencies: ["RampSystem", "RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
     // The real rampd-web in front of the real rampd, Chromium driving its page; its access check
     // and routes on their own; its systemd units, install and man page; and that it carries no ICU.
     .testTarget(
