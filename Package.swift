@@ -31,14 +31,15 @@ let package = Package(
     .library(name: "RampProtocol", targets: ["RampProtocol"]),
     // For the fuzz target in Fuzz/, a package of its own (built with sanitizers by script/fuzz).
     .library(name: "RampDaemon", targets: ["RampDaemon"]),
-    // For rampd-web, a package of its own in Web/ (so that rampd and rampctl build without its
-    // HTTP server's dependencies): its connection to rampd, and its tests' daemon harness.
+    // For the bridges, a package of their own in Bridges/: their connection to rampd, and their
+    // tests' daemon harness.
     .library(name: "RampClient", targets: ["RampClient"]),
     .library(name: "RampTestSupport", targets: ["RampTestSupport"]),
     .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
     .executable(name: "rampd-osc", targets: ["rampd-osc"]),
     .executable(name: "rampd-mqtt", targets: ["rampd-mqtt"]),
+    .executable(name: "rampd-web", targets: ["rampd-web"]),
     .executable(name: "rampbench", targets: ["rampbench"]),
   ],
   dependencies: [
@@ -78,8 +79,8 @@ let package = Package(
     // plots, timeline scripts, refusal texts. No ArgumentParser.
     .target(name: "RampCLI", dependencies: ["RampSystem", "RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
     // A blocking connection to rampd's socket (greeting, requests, replies, events) and why a
-    // conversation failed: shared by rampctl and rampd-web (Web/),
-    // without the audio libraries.
+    // conversation failed: shared by rampctl, rampd-web and the bridges (Bridges/), without the
+    // audio libraries.
     .target(name: "RampClient", dependencies: ["RampProtocol"]),
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
@@ -167,6 +168,28 @@ let package = Package(
     // Each bridge on its own, for a build tree (the package installs links to rampd instead).
     .executableTarget(name: "rampd-osc", dependencies: ["RampOSC"], path: "Sources/rampd-osc-main"),
     .executableTarget(name: "rampd-mqtt", dependencies: ["RampMQTT"], path: "Sources/rampd-mqtt-main"),
+    // rampd-web, the web page for a headless box: an HTTP/WebSocket server (SwiftNIO's own
+    // HTTP/1.1 and WebSocket handlers) that is a client of rampd's socket, a separate process so
+    // that rampd keeps its AF_UNIX-only sandbox. A library, so that rampd's executable can carry
+    // it as it carries rampctl (`RampdWeb.invokedName`); the page's files are embedded in the code.
+    .target(
+      name: "RampWeb",
+      dependencies: [
+        "RampSystem",
+        "RampProtocol",
+        "RampClient",
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOWebSocket", package: "swift-nio"),
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ],
+      resources: [.embedInCode("Page/page.html"), .embedInCode("Page/page.js"), .embedInCode("Page/page.css")],
+      swiftSettings: ownImportsOnly
+    ),
+    // rampd-web on its own, for a build tree (the package installs a link to rampd instead).
+    .executableTarget(
+      name: "rampd-web", dependencies: ["RampWeb"], path: "Sources/rampd-web-main", swiftSettings: ownImportsOnly),
     .executableTarget(
       name: "rampbench",
       dependencies: ["RampEngine", "RampAudio"],
@@ -209,8 +232,9 @@ let package = Package(
         "CAllocationGuard", "RampTestSupport",
       ]
     ),
-    // What the daemon tests here and rampd-web's in Web/ share: the real rampd and rampctl run as
-    // processes, a line client, script/install into a temporary root, systemd unit files.
+    // What the daemon tests, rampd-web's and the bridges' (in Bridges/) share: the real rampd and
+    // rampctl run as processes, a line client, script/install into a temporary root, systemd
+    // unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),
     // The real bridges in front of the real rampd, driven by liblo's oscsend and Mosquitto's
     // broker and clients.
@@ -218,5 +242,10 @@ let package = Package(
     .testTarget(name: "MQTTBridgeTests", dependencies: ["RampTestSupport", "RampProtocol"]),
     .testTarget(
       name: "RampAudioTests", dependencies: ["RampSystem", "RampAudio", "RampEngine", "CAllocationGuard", "RampTestSupport"]),
+    // The real rampd-web in front of the real rampd, Chromium driving its page; its access check
+    // and routes on their own; its systemd units, install and man page; and that it carries no ICU.
+    .testTarget(
+      name: "RampWebTests",
+      dependencies: ["RampWeb", "RampProtocol", "RampTestSupport", .product(name: "NIOHTTP1", package: "swift-nio")]),
   ]
 )

@@ -266,7 +266,7 @@ import Testing
   }
 
   /// Completions are the argument parsers' own, for both tools and all three shells (rampd-web's:
-  /// Web/Tests).
+  /// Tests/RampWebTests).
   func checkCompletions(in stage: String) throws {
     let share = "\(stage)/usr/local/share"
     for tool in ["rampd", "rampctl"] { try expectCompletions(of: tool, under: share) }

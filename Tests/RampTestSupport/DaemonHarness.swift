@@ -11,7 +11,7 @@ import Testing
 enum Executables {
   static let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
   /// Where rampd and rampctl are: next to the test bundle in the main package's build; the main
-  /// package's debug build for the tests of Web/, whose build has rampd-web only.
+  /// package's debug build for the tests of Bridges/, whose build has the bridges only.
   static let tools =
     FileManager.default.isExecutableFile(atPath: "\(directory)/rampd") ? directory : "\(Repository.root)/.build/debug"
   /// RAMPD_TEST_BINARY runs the daemon tests on another build (a release build, to measure).

@@ -1,9 +1,10 @@
 import ArgumentParser
+import Dispatch
 import FoundationEssentials
-import Hummingbird
-import HummingbirdWebSocket
-import Logging
 import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
 import RampProtocol
 import RampSystem
 
@@ -11,10 +12,14 @@ import RampSystem
   import Glibc
 #endif
 
-@main
-struct RampdWeb: AsyncParsableCommand {
-  static let configuration = CommandConfiguration(
-    commandName: "rampd-web",
+/// rampd-web's command line. Not the program's entry point: the executable rampd-web
+/// (Sources/rampd-web-main), or rampd when run by the name `rampd-web`, calls `main()`.
+public struct RampdWeb: ParsableCommand {
+  /// The name rampd-web is run by: the executable's, or a link's to rampd.
+  public static let invokedName = "rampd-web"
+
+  public static let configuration = CommandConfiguration(
+    commandName: invokedName,
     abstract: "A web page for rampd: faders, fades, meters and the event log, in a browser.",
     discussion: """
       rampd-web is a client of rampd's socket, as rampctl is: it serves one page, and a WebSocket \
@@ -51,7 +56,13 @@ struct RampdWeb: AsyncParsableCommand {
     help: "Print the page's address with its token (made now if there is none yet) and exit.")
   var showURL = false
 
-  mutating func run() async throws {
+  public init() {}
+
+  /// Parses the command line and runs, then exits: what the executable rampd-web, or rampd run
+  /// by that name, calls.
+  public static func main() { main(nil) }
+
+  public mutating func run() throws {
     let environment = ProcessInfo.processInfo.environment
     let isRoot = geteuid() == 0
     var settings: WebSettings
@@ -79,48 +90,74 @@ struct RampdWeb: AsyncParsableCommand {
       print(settings.url(port: settings.port))
       return
     }
-    try await WebServer(settings: settings).run()
+    try WebServer(settings: settings).run()
   }
 }
 
-/// The HTTP side: the page's three files and the WebSocket, behind `AccessCheck`.
+/// The server: SwiftNIO's HTTP/1.1 codec, with the upgrade of `/live` to a WebSocket, in front of
+/// `PageHandler` (the page) and `LiveRelay` (the WebSocket), on one event loop.
 struct WebServer {
   let settings: WebSettings
 
-  func run() async throws {
-    var logger = Logger(label: "rampd-web")
-    logger.logLevel = .notice
-    let router = Router(context: BasicWebSocketRequestContext.self)
+  func run() throws {
     // run() always sets a token; an empty one would admit nobody.
-    router.middlewares.add(AccessCheck(token: settings.token ?? ""))
-    router.get("/") { _, _ in Self.file(PageFiles.html, "text/html; charset=utf-8") }
-    router.get("/page.js") { _, _ in Self.file(PageFiles.script, "text/javascript; charset=utf-8") }
-    router.get("/page.css") { _, _ in Self.file(PageFiles.style, "text/css; charset=utf-8") }
-    router.get("/favicon.ico") { _, _ in Response(status: .noContent) }
+    let access = AccessCheck(token: settings.token ?? "")
     let socket = settings.socket
-    router.ws("/live") { inbound, outbound, _ in
-      try await LiveRelay(socket: socket).run(inbound: inbound, outbound: outbound)
-    }
-    let address = settings.address
-    let page = settings
-    let app = Application(
-      router: router,
-      server: .http1WebSocketUpgrade(webSocketRouter: router),
-      configuration: .init(address: .hostname(address, port: settings.port), serverName: "rampd-web"),
-      onServerRunning: { channel in
-        let url = page.url(port: channel.localAddress?.port ?? 0)
-        writeText("rampd-web: serving \(url) for rampd at \(socket)\n", to: 2)
+    let upgrader = NIOWebSocketServerUpgrader(
+      maxFrameSize: LiveRelay.maximumFrame,
+      shouldUpgrade: { channel, head in
+        // Refused or elsewhere: not upgraded, and `PageHandler` answers (401, 403, 404).
+        guard head.uri.prefix(while: { $0 != "?" && $0 != "#" }) == "/live",
+          case .admitted(let setCookie) = access.decide(head)
+        else { return channel.eventLoop.makeSucceededFuture(nil) }
+        var headers = HTTPHeaders()
+        if setCookie { headers.add(name: "Set-Cookie", value: access.cookieHeader) }
+        return channel.eventLoop.makeSucceededFuture(headers)
       },
-      logger: logger
-    )
+      upgradePipelineHandler: { channel, _ in
+        channel.eventLoop.makeCompletedFuture {
+          try channel.pipeline.syncOperations.addHandler(LiveRelay(socket: socket))
+        }
+      })
+    let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    defer { try? group.syncShutdownGracefully() }
+    let bootstrap = ServerBootstrap(group: group)
+      .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+      .childChannelInitializer { channel in
+        channel.eventLoop.makeCompletedFuture {
+          let pipeline = channel.pipeline.syncOperations
+          try pipeline.configureHTTPServerPipeline(
+            withServerUpgrade: (
+              upgraders: [upgrader],
+              completionHandler: { context in
+                _ = context.pipeline.syncOperations.removeHandler(name: PageHandler.name)
+              }
+            ))
+          try pipeline.addHandler(PageHandler(access: access), name: PageHandler.name)
+        }
+      }
+    let address = settings.address
+    let server: Channel
     do {
-      try await app.runService()
+      server = try bootstrap.bind(to: SocketAddress(ipAddress: address, port: settings.port)).wait()
     } catch let error as IOError {
       // The server's only socket error is its bind: say which address, and why, in words.
       writeText(
         "rampd-web: \(Self.listenFailure(address: address, port: settings.port, errno: error.errnoCode))\n", to: 2)
       throw ExitCode.failure
     }
+    let url = settings.url(port: server.localAddress?.port ?? 0)
+    writeText("rampd-web: serving \(url) for rampd at \(socket)\n", to: 2)
+    // SIGTERM and SIGINT close the listening socket: run() returns, and rampd-web exits 0.
+    let stopping = [SIGTERM, SIGINT].map { number in
+      signal(number, SIG_IGN)
+      let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+      source.setEventHandler { server.close(promise: nil) }
+      source.resume()
+      return source
+    }
+    try server.closeFuture.wait()
+    for source in stopping { source.cancel() }
   }
 
   /// Why listening on `address`:`port` failed, from the errno of the bind: `cannot listen on
@@ -138,22 +175,4 @@ struct WebServer {
       }
     return "cannot listen on \(host):\(port): \(reason)\(hint)"
   }
-
-  static func file(_ bytes: [UInt8], _ type: String) -> Response {
-    Response(
-      status: .ok,
-      headers: [
-        .contentType: type, .cacheControl: "no-store",
-        .contentSecurityPolicy: "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
-        .init("Referrer-Policy")!: "no-referrer", .init("X-Content-Type-Options")!: "nosniff",
-      ],
-      body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
-  }
-}
-
-/// The page's files, embedded in the binary (Sources/rampd-web/Page).
-enum PageFiles {
-  static let html = PackageResources.page_html
-  static let script = PackageResources.page_js
-  static let style = PackageResources.page_css
 }

@@ -7,6 +7,11 @@ import RampSystem
 #elseif canImport(Musl)
   import Musl
 #endif
+// C's `in_addr` and `in6_addr` are found through SwiftNIO's CNIOLinux too, whose header includes
+// <netinet/in.h>: MemberImportVisibility then wants that module named.
+#if canImport(CNIOLinux)
+  import CNIOLinux
+#endif
 
 /// What rampd-web serves, where, and to whom: its flags and environment, checked.
 ///

@@ -11,69 +11,65 @@ import Synchronization
 #endif
 
 /// One connection to rampd on behalf of one page: lines the page sends go to rampd as they are,
-/// and every line rampd sends (replies, events, observed values) comes out of `lines`.
+/// and every line rampd sends (replies, events, observed values) is handed to the function given
+/// to `start`.
 ///
 /// The blocking `DaemonConnection` does the talking: a thread of its own reads, a serial queue
 /// writes. The two touch no common state but the descriptor, so they may overlap.
 final class RampdLink: @unchecked Sendable {
   enum Output: Sendable {
     case line(String)
-    /// rampd closed the connection, or it failed: the last thing `lines` yields.
+    /// rampd closed the connection, or it failed: the last thing the reader hands on.
     case ended(String)
   }
 
   let serverVersion: String
-  let lines: AsyncStream<Output>
   private let connection: DaemonConnection
   private let writer = DispatchQueue(label: "rampd-web.link")
   private let closing = ClosingFlag()
 
-  private init(connection: DaemonConnection) {
-    self.connection = connection
+  /// Connects to rampd at `path` and reads its greeting: blocks, so not on an event loop.
+  private init(path: String) throws {
+    connection = try DaemonConnection(path: path)
     serverVersion = connection.serverVersion
-    let (lines, continuation) = AsyncStream<Output>.makeStream(bufferingPolicy: .bufferingNewest(4096))
-    self.lines = lines
     connection.isInterrupted = { [closing] in closing.isSet }
-    // The thread holds the link until it ends: a poll slice after `close()`, or when rampd goes.
+  }
+
+  /// Connects to rampd at `path` (greeting checked) off the caller's thread, then calls `done`
+  /// with the link or why there is none.
+  static func open(path: String, then done: @escaping @Sendable (Result<RampdLink, any Error>) -> Void) {
+    DispatchQueue.global().async {
+      done(Result { try RampdLink(path: path) })
+    }
+  }
+
+  /// Starts reading: each line rampd sends goes to `deliver`, then `.ended` when rampd goes away
+  /// (nothing after `close()`). The thread holds the link until it ends: a poll slice after
+  /// `close()`, or when rampd goes.
+  func start(delivering deliver: @escaping @Sendable (Output) -> Void) {
     startThread(named: "rampd-web-read") { [self] in
       while true {
-        do {
+        do throws(ClientFailure) {
           // No deadline: each read waits a poll slice, then looks at `isInterrupted`.
           guard let received = try self.connection.nextLine(until: nil) else { continue }
-          continuation.yield(.line(received.text))
+          deliver(.line(received.text))
         } catch {
           // Interrupted: the page went away and `close()` was called; nobody is listening.
-          if (error as? ClientFailure) != .interrupted { continuation.yield(.ended("\(error)")) }
-          continuation.finish()
+          if error != .interrupted { deliver(.ended("\(error)")) }
           return
         }
       }
     }
   }
 
-  /// Connects to rampd at `path` (greeting checked), off the caller's thread.
-  static func open(path: String) async throws -> RampdLink {
-    try await withCheckedThrowingContinuation { continuation in
-      DispatchQueue.global().async {
-        do {
-          continuation.resume(returning: RampdLink(connection: try DaemonConnection(path: path)))
-        } catch {
-          continuation.resume(throwing: error)
-        }
-      }
-    }
-  }
-
-  /// Sends one request line to rampd as the page wrote it.
-  func send(_ line: String) async throws {
-    try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-      writer.async { [self] in
-        do {
-          try connection.send(line: line)
-          continuation.resume()
-        } catch {
-          continuation.resume(throwing: error)
-        }
+  /// Sends one request line to rampd as the page wrote it, in order, off the caller's thread;
+  /// `done` is called with the failure, if it fails.
+  func send(_ line: String, failed: @escaping @Sendable (ClientFailure) -> Void) {
+    writer.async { [self] in
+      do throws(ClientFailure) {
+        try connection.send(line: line)
+      } catch {
+        failed(error)
       }
     }
   }

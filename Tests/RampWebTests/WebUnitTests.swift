@@ -79,3 +79,19 @@ import Testing
     try ManPage.checkRendersWithoutWarnings("rampd-web")
   }
 }
+
+/// rampd-web uses Foundation's essentials only, as rampd and rampctl do (NoICUTests): no symbol
+/// of Foundation's internationalisation, so a static build holds none of ICU's 37 MB.
+/// RAMPD_WEB_RELEASE names a static release build's directory to check for ICU's data too.
+@Suite struct WebNoICUTests {
+  @Test func usesNoInternationalisation() throws {
+    try NoICU.expectNoInternationalisation(Executables.rampdWeb)
+  }
+
+  @Test func holdsNoICUData() throws {
+    try NoICU.expectNoICUData(Executables.rampdWeb)
+    if let directory = ProcessInfo.processInfo.environment["RAMPD_WEB_RELEASE"] {
+      try NoICU.expectNoICUData("\(directory)/rampd-web")
+    }
+  }
+}

@@ -108,6 +108,98 @@ import Testing
     _ = try browser.element(#"[data-stream="back"]"#)
   }
 
+  /// The WebSocket relays one line each way: a socket the test opens from the page's own origin
+  /// gets rampd-web's `connected` line, then rampd's reply to a request it sends; two lines in one
+  /// message, or a binary message, are refused with a `web` line and the socket stays open; a
+  /// message of more than 65536 bytes closes it (1009, too big); when rampd goes away, a socket
+  /// gets `disconnected` and is closed as going away (1001).
+  @Test func theLiveSocketRelaysOneLineEachWay() throws {
+    let daemon = try DaemonProcess()
+    let web = try WebServerProcess(["--socket", daemon.socket])
+    let browser = try WebDriver()
+    try browser.open(web.url)
+    try browser.wait(for: "return document.body.dataset.state === 'live'")
+    // probe(name): a socket of the test's, its messages and its close code kept on `window`.
+    try browser.execute(
+      """
+      window.probe = (name) => {
+        const state = { lines: [], closed: null };
+        const socket = new WebSocket(`ws://${location.host}/live`);
+        socket.onmessage = (event) => state.lines.push(typeof event.data === "string" ? event.data : "(binary)");
+        socket.onclose = (event) => { state.closed = event.code; };
+        window[name] = { socket, state };
+      };
+      probe("first");
+      """)
+    func lines(_ name: String) throws -> [JSONValue] {
+      try (browser.execute("return window.\(name).state.lines").arrayValue ?? []).map {
+        try JSON.parse($0.stringValue ?? "", maxDepth: 16)
+      }
+    }
+    try browser.wait(for: "return window.first.state.lines.length >= 1")
+    let connected = try lines("first")[0]
+    #expect(connected["web"]?.stringValue == "connected", "\(connected.serialized())")
+    #expect(connected["server"]?.stringValue == "rampd")
+    #expect(connected["socket"]?.stringValue == daemon.socket)
+
+    try browser.execute(#"window.first.socket.send('{"id":41,"cmd":"get","key":"master.gain"}')"#)
+    try browser.wait(for: #"return window.first.state.lines.some((line) => JSON.parse(line).id === 41)"#)
+    let reply = try #require(try lines("first").first { $0["id"]?.int == 41 })
+    #expect(reply["ok"] == true, "\(reply.serialized())")
+    #expect(reply["result"]?["model"]?.numberValue == 1, "\(reply.serialized())")
+
+    let before = try lines("first").count
+    try browser.execute(#"window.first.socket.send('{"id":42,"cmd":"status"}\n{"id":43,"cmd":"status"}')"#)
+    try browser.execute("window.first.socket.send(new Uint8Array([123, 125]))")
+    try browser.wait(for: "return window.first.state.lines.length >= \(before + 2)")
+    let refused = try lines("first").dropFirst(before)
+    for line in refused {
+      #expect(line["web"]?.stringValue == "refused", "\(line.serialized())")
+      #expect(line["message"]?.stringValue?.contains("one request line of text") == true)
+    }
+    #expect(try browser.execute("return window.first.state.closed").isNull, "a refused message leaves it open")
+    try browser.execute(#"window.first.socket.send('{"id":44,"cmd":"get","key":"master.gain"}')"#)
+    try browser.wait(for: #"return window.first.state.lines.some((line) => JSON.parse(line).id === 44)"#)
+
+    try browser.execute(#"window.first.socket.send("x".repeat(65537))"#)
+    try browser.wait(for: "return window.first.state.closed !== null")
+    let tooBig = try browser.execute("return window.first.state.closed")
+    #expect(tooBig.int == 1009, "\(tooBig.serialized())")
+
+    try browser.execute("probe('second')")
+    try browser.wait(for: "return window.second.state.lines.length >= 1")
+    _ = daemon.stop()
+    try browser.wait(for: "return window.second.state.closed !== null")
+    #expect(try browser.execute("return window.second.state.closed").int == 1001)
+    let last = try #require(try lines("second").last)
+    #expect(last["web"]?.stringValue == "disconnected", "\(last.serialized())")
+    #expect(web.process.isRunning, "rampd-web outlives rampd")
+  }
+
+  /// An upgrade to a WebSocket is checked as any request: without the token it is refused (401),
+  /// with it from another site's page too (403), and neither is upgraded.
+  @Test func anUpgradeWithoutTheTokenIsRefused() throws {
+    let directory = try TemporaryDirectory("web-upgrade")
+    let tokenFile = "\(directory.path)/token"
+    try "\(Self.token)\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
+    let web = try WebServerProcess(["--socket", "\(directory.path)/no-rampd.sock", "--token-file", tokenFile])
+    let upgrade = [
+      ("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+      ("Sec-WebSocket-Version", "13"),
+    ]
+    let wrong = try HTTP.request(
+      port: web.port, "GET", "/live", headers: upgrade + [("Authorization", "Bearer \(Self.token)x")])
+    #expect(wrong.status == 401, "\(wrong.status) \(wrong.body)")
+    #expect(wrong.header("Sec-WebSocket-Accept") == nil)
+    let query = try HTTP.request(port: web.port, "GET", "/live?token=wrong-token-0123456789", headers: upgrade)
+    #expect(query.status == 401, "\(query.status) \(query.body)")
+    let foreign = try HTTP.request(
+      port: web.port, "GET", "/live",
+      headers: upgrade + [("Authorization", "Bearer \(Self.token)"), ("Origin", "http://evil.example")])
+    #expect(foreign.status == 403, "\(foreign.status) \(foreign.body)")
+    #expect(foreign.header("Sec-WebSocket-Accept") == nil)
+  }
+
   /// A repeating schedule refused when its time comes (a stream of its id is playing) shows on
   /// the page: its row in Schedules says when and why, and the event log has the refusal.
   @Test func aRefusedScheduleShowsOnThePage() throws {

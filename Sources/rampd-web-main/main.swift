@@ -1,0 +1,3 @@
+import RampWeb
+
+RampdWeb.main()
