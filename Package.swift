@@ -31,10 +31,6 @@ let package = Package(
     .library(name: "RampProtocol", targets: ["RampProtocol"]),
     // For the fuzz target in Fuzz/, a package of its own (built with sanitizers by script/fuzz).
     .library(name: "RampDaemon", targets: ["RampDaemon"]),
-    // For the bridges, a package of their own in Bridges/: their connection to rampd, and their
-    // tests' daemon harness.
-    .library(name: "RampClient", targets: ["RampClient"]),
-    .library(name: "RampTestSupport", targets: ["RampTestSupport"]),
     .executable(name: "rampd", targets: ["rampd"]),
     .executable(name: "rampctl", targets: ["rampctl"]),
     .executable(name: "rampd-osc", targets: ["rampd-osc"]),
@@ -79,8 +75,8 @@ let package = Package(
     // plots, timeline scripts, refusal texts. No ArgumentParser.
     .target(name: "RampCLI", dependencies: ["RampSystem", "RampEngine", "RampAudio", "RampProtocol", "RampClient"]),
     // A blocking connection to rampd's socket (greeting, requests, replies, events) and why a
-    // conversation failed: shared by rampctl, rampd-web and the bridges (Bridges/), without the
-    // audio libraries.
+    // conversation failed: shared by rampctl, rampd-web and the bridges, without the audio
+    // libraries.
     .target(name: "RampClient", dependencies: ["RampProtocol"]),
     // The wire format shared by daemon and client: JSON values, requests, replies, events, error
     // codes, the human units (2s, -6dB, 48k) the daemon's configuration and rampctl both read.
@@ -113,6 +109,7 @@ let package = Package(
         "RampCtlCommands",
         "RampOSC",
         "RampMQTT",
+        "RampWeb",
         "RampAudio",
         "CAllocationGuard",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -232,7 +229,7 @@ let package = Package(
         "CAllocationGuard", "RampTestSupport",
       ]
     ),
-    // What the daemon tests, rampd-web's and the bridges' (in Bridges/) share: the real rampd and
+    // What the daemon tests, rampd-web's and the bridges' share: the real rampd and
     // rampctl run as processes, a line client, script/install into a temporary root, systemd
     // unit files.
     .target(name: "RampTestSupport", dependencies: ["RampProtocol", "RampAudio"], path: "Tests/RampTestSupport"),

@@ -8,6 +8,7 @@ import RampDaemon
 import RampEngine
 import RampMQTT
 import RampOSC
+import RampWeb
 import RampSystem
 
 #if canImport(Glibc)
@@ -196,5 +197,6 @@ switch CommandLine.arguments.first?.split(separator: "/").last.map(String.init) 
 case RampCtl.invokedName: RampCtl.main()
 case RampdOSC.invokedName: RampdOSC.main()
 case RampdMQTT.invokedName: RampdMQTT.main()
+case RampdWeb.invokedName: RampdWeb.main()
 default: Rampd.main()
 }

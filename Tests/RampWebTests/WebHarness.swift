@@ -8,7 +8,8 @@ import RampProtocol
 #endif
 
 extension Executables {
-  static var rampdWeb: String { "\(directory)/rampd-web" }
+  /// As the package installs it: a link to rampd by that name.
+  static var rampdWeb: String { rampd(as: "rampd-web") }
 }
 
 /// A real `rampd-web` process, started on a free loopback port (`--port 0`): the port and the

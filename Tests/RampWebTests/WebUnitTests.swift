@@ -62,7 +62,7 @@ import Testing
     #expect(try install.files() == Set(Installation.documentedFiles + Installation.documentedWebFiles))
     #expect(
       try Data(contentsOf: URL(fileURLWithPath: "\(stage)/usr/local/bin/rampd-web"))
-        == Data(contentsOf: URL(fileURLWithPath: Executables.rampdWeb)))
+        == Data(contentsOf: URL(fileURLWithPath: "\(Executables.directory)/rampd-web")))
     #expect(
       try Data(contentsOf: URL(fileURLWithPath: "\(stage)/usr/local/share/man/man1/rampd-web.1"))
         == Data(contentsOf: URL(fileURLWithPath: "\(Repository.root)/docs/rampd-web.1")))
