@@ -10,7 +10,9 @@ import RampProtocol
 /// `web` member: `{"web":"connected","server":"rampd","version":…,"socket":…}` once rampd's
 /// greeting is read, `{"web":"disconnected","message":…}` when rampd cannot be reached or goes
 /// away (the WebSocket then closes), `{"web":"refused","message":…}` for a message that is not
-/// one line of text.
+/// one line of text, or one sent while more than `maximumEarly` wait for rampd's greeting. A page
+/// that reads slower than rampd writes, `maximumWaiting` lines behind, is closed (1008) rather
+/// than sent a part of what rampd said: it reconnects and reads the state afresh.
 ///
 /// The last handler of the WebSocket's pipeline, after SwiftNIO's frame decoder and encoder:
 /// everything here runs on the channel's event loop; the link's reader thread and its writer
@@ -26,8 +28,10 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
   /// long is read whole and answered with a close (1009) the page receives. A frame longer than
   /// this is refused by the decoder before it is read, and the page may see the connection reset.
   static let maximumFrame = 1 << 20
-  /// Lines from rampd kept while the page reads slower than rampd writes; beyond it the oldest go.
+  /// Lines from rampd kept while the page reads slower than rampd writes.
   static let maximumWaiting = 4096
+  /// The page's messages kept until rampd's greeting is read.
+  static let maximumEarly = 256
   /// How long the page has to answer a close before the connection is dropped.
   static let closeGrace: TimeAmount = .seconds(2)
 
@@ -95,9 +99,13 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
     case .line(let text):
       if context.channel.isWritable && waiting.isEmpty {
         send(text)
-      } else {
-        if waiting.count == Self.maximumWaiting { waiting.removeFirst() }
+      } else if waiting.count < Self.maximumWaiting {
         waiting.append(text)
+      } else {
+        // Dropping a line would leave the page believing what rampd no longer says.
+        link?.close()
+        link = nil
+        close(.policyViolation, reason: "the page fell \(Self.maximumWaiting) lines behind rampd")
       }
     case .ended(let reason):
       link = nil
@@ -170,6 +178,10 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
   /// Sends the page's line to rampd, or keeps it until rampd's greeting is read.
   private func forward(_ line: String, relay: NIOLoopBound<LiveRelay>) {
     guard let link else {
+      guard early.count < Self.maximumEarly else {
+        send(Self.webLine("refused", ["message": .string("rampd is not connected yet: \(Self.maximumEarly) messages wait")]))
+        return
+      }
       early.append(line)
       return
     }
