@@ -179,7 +179,9 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
   private func forward(_ line: String, relay: NIOLoopBound<LiveRelay>) {
     guard let link else {
       guard early.count < Self.maximumEarly else {
-        send(Self.webLine("refused", ["message": .string("rampd is not connected yet: \(Self.maximumEarly) messages wait")]))
+        send(
+          Self.webLine(
+            "refused", ["message": .string("rampd is not connected yet: \(Self.maximumEarly) messages wait")]))
         return
       }
       early.append(line)

@@ -8,8 +8,8 @@ import RampDaemon
 import RampEngine
 import RampMQTT
 import RampOSC
-import RampWeb
 import RampSystem
+import RampWeb
 
 #if canImport(Glibc)
   import Glibc

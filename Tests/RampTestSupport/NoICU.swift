@@ -29,7 +29,8 @@ enum NoICU {
   /// Expects `binary` to use no symbol of the standard library's string processing (RampSystem's
   /// `range(ofText:)` and `replacingEvery(_:with:)` stand in for what rampd used of it).
   static func expectNoStringProcessing(_ binary: String) throws {
-    try expectNoSymbol(of: stringProcessing, in: binary, "the string processing (and its regex parser in a static build)")
+    try expectNoSymbol(
+      of: stringProcessing, in: binary, "the string processing (and its regex parser in a static build)")
   }
 
   static func expectNoSymbol(of libraries: [String], in binary: String, _ what: String) throws {
