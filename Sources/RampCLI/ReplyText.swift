@@ -1,5 +1,4 @@
 import RampProtocol
-import RampSystem
 
 /// rampd's replies and events as people read them. Every function takes the `result` object as
 /// sent and tolerates members that are missing (an older daemon) or new (a newer one).
@@ -177,7 +176,7 @@ public enum ReplyText {
   /// integrated loudness.
   public static func loudness(_ value: JSONValue) -> String {
     if let unmeasured = value["unmeasured"]?.stringValue {
-      return "own level (\(unmeasured.replacingEvery("-", with: " ")))"
+      return "own level (\(unmeasured.replacing("-", with: " ")))"
     }
     let integrated = value["integrated"]?.numberValue.map { HumanUnits.trimmed($0, decimals: 1) } ?? "?"
     let trim = value["trim"]?.numberValue ?? 0

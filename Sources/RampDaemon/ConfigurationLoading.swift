@@ -400,7 +400,7 @@ struct SourceIndex {
       let line = raw.trimmingWhitespace()
       if line.isEmpty || line.hasPrefix("#") { continue }
       if line.hasPrefix("[[") {
-        guard let end = line.range(ofText: "]]") else { continue }
+        guard let end = line.firstRange(of: "]]") else { continue }
         let name = Self.normalizedKey(line[line.index(line.startIndex, offsetBy: 2)..<end.lowerBound])
         let count = arrayCounts[name, default: 0]
         arrayCounts[name] = count + 1

@@ -53,7 +53,7 @@ struct ConfigKey: Sendable {
   var path: String { "\(section).\(name)" }
   /// `RAMPD_OUTPUT_DEVICE`, `RAMPD_LIMITS_LINE_LENGTH`.
   var environmentName: String {
-    "RAMPD_" + "\(section)_\(name)".uppercased().replacingEvery("-", with: "_")
+    "RAMPD_" + "\(section)_\(name)".uppercased().replacing("-", with: "_")
   }
 }
 

@@ -157,7 +157,7 @@ public struct RampdMQTT: ParsableCommand {
   static func broker(_ text: String) throws -> (host: String, port: Int32, tls: Bool) {
     var rest = Substring(text)
     var tls = false
-    if let range = rest.range(ofText: "://") {
+    if let range = rest.firstRange(of: "://") {
       let scheme = rest[..<range.lowerBound].lowercased()
       guard scheme == "mqtt" || scheme == "mqtts" else {
         throw ValidationError("--broker: '\(text)' is not mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")

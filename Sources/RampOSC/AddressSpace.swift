@@ -292,7 +292,7 @@ private struct Arguments {
   /// A key path given as a string: `master.gain`, or `master/gain` as in an address.
   func keyPath(_ position: Int, expected: String) throws(Refusal) -> String {
     let text = try string(position, "a key path", expected: expected)
-    let key = text.replacingEvery("/", with: ".").trimming(while: { $0 == "." })
+    let key = text.replacing("/", with: ".").trimming(while: { $0 == "." })
     guard KeyPathText.isWellFormed(key) else {
       throw Refusal(
         code: "invalid-value",

@@ -94,7 +94,7 @@ final class RampdLink: @unchecked Sendable {
   private static func describe(_ failure: ClientFailure) -> String {
     switch failure {
     case .unreachable(let path, let reason): return "cannot reach rampd at \(path): \(reason)"
-    default: return "\(failure)".replacingEvery("\n", with: " ")
+    default: return "\(failure)".replacing("\n", with: " ")
     }
   }
 

@@ -298,7 +298,7 @@ public enum HumanUnits {
 
   /// Trimmed and lowercased, with the Unicode minus sign (U+2212) read as `-`.
   private static func normalized(_ text: String) -> String {
-    text.trimmingWhitespace().lowercased().replacingEvery("\u{2212}", with: "-")
+    text.trimmingWhitespace().lowercased().replacing("\u{2212}", with: "-")
   }
 
   /// A plain decimal number (`12`, `1.5`, `.5`, `2.`, `1e3`, with an optional sign), or nil.

@@ -100,7 +100,7 @@ enum Parse {
 
   /// The unit error as typed: with the ASCII minus `Arguments.prepared` replaced.
   private static func usage(_ error: UnitError) -> ValidationError {
-    ValidationError(error.description.replacingEvery("\u{2212}", with: "-"))
+    ValidationError(error.description.replacing("\u{2212}", with: "-"))
   }
 
   /// A duration that must say its unit, where a bare number is ambiguous (a sleep timer of 30

@@ -18,11 +18,6 @@ import Testing
     try NoICU.expectNoInternationalisation(binary)
   }
 
-  /// Nor the standard library's string processing, which brings a regular-expression parser.
-  @Test func rampdUsesNoStringProcessing() throws {
-    try NoICU.expectNoStringProcessing(Executables.rampd)
-  }
-
   @Test(arguments: ["rampd", "rampctl"])
   func holdsNoICUData(_ tool: String) throws {
     let binary = tool == "rampd" ? Executables.rampd : Executables.rampctl

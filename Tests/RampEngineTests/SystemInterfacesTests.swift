@@ -15,21 +15,6 @@ import Testing
     }
   }
 
-  /// `range(ofText:)` finds what the standard library's `firstRange(of:)` finds, and
-  /// `replacingEvery(_:with:)` makes what `replacing(_:with:)` makes, on the texts rampd searches
-  /// (config lines, URLs, key paths) and their edges.
-  @Test func textSearchIsTheStandardLibrarys() {
-    for (text, needle) in [
-      ("mqtt://broker:1883", "://"), ("[[stream]]", "]]"), ("[[a] ]]", "]]"), ("no", "://"), ("", "x"), ("x", ""),
-      ("aab", "ab"), ("ab", "ab"), ("a", "ab"), ("ééé", "é"), ("e\u{301}x", "e"), ("://://", "://"),
-    ] {
-      #expect(text.range(ofText: needle) == text.firstRange(of: needle), "\(text) \(needle)")
-    }
-    for (text, old, new) in [("-6dB", Character("\u{2212}"), Character("-")), ("a/b/c", "/", "."), ("", "-", " ")] {
-      #expect(text.replacingEvery(old, with: new) == text.replacing(String(old), with: String(new)), "\(text)")
-    }
-  }
-
   @Test func aStartedThreadRunsUnderItsName() throws {
     let done = DispatchSemaphore(value: 0)
     nonisolated(unsafe) var name = ""

@@ -16,30 +16,17 @@ enum NoICU {
     "libFoundation.so", "libFoundationInternationalization.so", "lib_FoundationICU.so",
   ]
 
-  /// The standard library's string processing: one object file in a static build, which brings
-  /// its regular-expression parser (1.3 MB) along with `firstRange(of:)` or `replacing(_:with:)`.
-  static let stringProcessing = ["libswift_StringProcessing.so"]
-
   /// Expects `binary` to use no symbol of Foundation's internationalisation.
   static func expectNoInternationalisation(_ binary: String) throws {
-    try expectNoSymbol(
-      of: internationalisation, in: binary, "Foundation's internationalisation (and ICU's data in a static build)")
-  }
-
-  /// Expects `binary` to use no symbol of the standard library's string processing (RampSystem's
-  /// `range(ofText:)` and `replacingEvery(_:with:)` stand in for what rampd used of it).
-  static func expectNoStringProcessing(_ binary: String) throws {
-    try expectNoSymbol(
-      of: stringProcessing, in: binary, "the string processing (and its regex parser in a static build)")
-  }
-
-  static func expectNoSymbol(of libraries: [String], in binary: String, _ what: String) throws {
     let undefined = Set(try symbols(["--dynamic", "--undefined-only", binary]))
-    for (name, path) in try sharedLibraries(binary) where libraries.contains(name) {
+    for (name, path) in try sharedLibraries(binary) where internationalisation.contains(name) {
       let used = undefined.intersection(try symbols(["--dynamic", "--defined-only", path])).sorted()
       #expect(
         used.isEmpty,
-        "\(binary) uses \(used.count) symbol(s) of \(name), \(what): \(demangled(Array(used.prefix(5))))")
+        """
+        \(binary) uses \(used.count) symbol(s) of \(name), Foundation's internationalisation (and ICU's \
+        data in a static build): \(demangled(Array(used.prefix(5))))
+        """)
     }
   }
 
