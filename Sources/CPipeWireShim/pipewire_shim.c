@@ -49,8 +49,17 @@ static void on_activation(void *data, uint64_t count)
 	(void)count;
 	int want = atomic_load_explicit(&s->want_active, memory_order_acquire);
 	if (s->stream && want != s->is_active) {
-		pw_stream_set_active(s->stream, want != 0);
+		int result = pw_stream_set_active(s->stream, want != 0);
 		s->is_active = want;
+		if (result < 0 && !s->failed) {
+			/* A stream that cannot be resumed plays nothing, and one that cannot be paused keeps the
+			   sink awake: either is the stream failing, told as its failure is. */
+			s->failed = 1;
+			snprintf(s->error, sizeof s->error, "the stream could not be made %s: %s",
+				 want ? "active" : "inactive", spa_strerror(result));
+			if (s->event)
+				s->event(s->user, RAMPD_PW_EVENT_STATE, PW_STREAM_STATE_ERROR, s->error);
+		}
 	}
 }
 
