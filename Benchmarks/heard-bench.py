@@ -410,10 +410,12 @@ def playing_on_pipewire(args, work, session, say):
     time, voluntary context switches as its wake-ups, comm as its name) and of the PipeWire daemon,
     CPU ms and wake-ups per second played; the quantum each stream asks for (node.latency, pw-dump,
     read after the window); rampd's underruns."""
-    rounds = {label: [] for label, _, _ in PIPEWIRE_PLAYERS}
+    chosen = [p for p in PIPEWIRE_PLAYERS
+              if not args.players or any(part in p[0] for part in args.players.split(";"))]
+    rounds = {label: [] for label, _, _ in chosen}
     for turn in range(args.playing_rounds):
         # Every other round in the opposite order: a load that rises or falls over the run favours no one.
-        players = PIPEWIRE_PLAYERS if turn % 2 == 0 else PIPEWIRE_PLAYERS[::-1]
+        players = chosen if turn % 2 == 0 else chosen[::-1]
         for label, x in playing_round(args, work, session, players, turn, say).items():
             rounds[label].append(x)
     results = {}
@@ -621,7 +623,10 @@ def main():
     parser.add_argument("--playing-seconds", type=float, default=40, help="its length")
     parser.add_argument("--playing-rounds", type=int, default=2, help="rounds of (p), every other one in reverse order")
     parser.add_argument("--pipewire-devices", default="pipewire-native:1024,pipewire-native:256,pipewire,pulse",
-                        help="through PipeWire, in this order: pipewire-native:<quantum>, pipewire, pulse")
+                        help="through PipeWire, in this order: pipewire-native:<quantum>, pipewire, pulse;"
+                             " none: only the playing")
+    parser.add_argument("--players", help="(p) only the players whose label contains one of these"
+                                          " (separated by ;), e.g. 'native, quantum 1024;MPD, its `pipewire`'")
     parser.add_argument("--results")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
@@ -637,6 +642,8 @@ def main():
         try:
             if "pipewire" in only:
                 for device in args.pipewire_devices.split(","):
+                    if device in ("", "none"):
+                        continue
                     device, _, quantum = device.partition(":")
                     if quantum:
                         # A change is heard about a quantum after it is sent, plus the graph's delay.

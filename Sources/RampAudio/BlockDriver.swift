@@ -99,7 +99,8 @@ struct PulledBlocks: BlockDriver {
   }
 
   mutating func deliver(_ loop: RenderLoop, _ buffers: RenderBuffers) throws(AudioError) {
-    destination.update(from: buffers.mix, count: buffers.frames * buffers.channels)
+    // Mixed there already (``RenderLoop/renderPulledBlocks(into:frames:timing:)``).
+    if buffers.mix != destination { destination.update(from: buffers.mix, count: buffers.frames * buffers.channels) }
     guard last else { return }
     loop.pulledDelivered(timing)
     if !loop.offline, let device = loop.device {

@@ -329,8 +329,10 @@ private func withOptionalCString<R>(_ string: String?, _ body: (UnsafePointer<CC
 
 private let pipeWireRender: rampd_pw_render_fn = { context, data, frames, channels, timing in
   guard let context, let data, let timing else { return }
-  Unmanaged<PipeWireStream.Context>.fromOpaque(context).takeUnretainedValue()
-    .process(data, frames: Int(frames), channels: Int(channels), timing.pointee)
+  // The stream keeps the context alive until `close` returns: no retain and release per cycle.
+  Unmanaged<PipeWireStream.Context>.fromOpaque(context)._withUnsafeGuaranteedRef {
+    $0.process(data, frames: Int(frames), channels: Int(channels), timing.pointee)
+  }
 }
 
 private let pipeWireEvent: rampd_pw_event_fn = { context, kind, value, message in

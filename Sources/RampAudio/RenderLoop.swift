@@ -244,7 +244,9 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
   ) throws(AudioError) {
     var offset = 0
     while offset < frames {
-      let block = RenderBuffers(prefixOf: blockBuffers, frames: frames - offset)
+      // Mixed straight into the output's buffer: no block of the loop's own to copy from.
+      let block = RenderBuffers(
+        prefixOf: blockBuffers, frames: frames - offset, mixingInto: buffer + offset * output.channels)
       var driver = PulledBlocks(
         destination: buffer + offset * output.channels, offset: offset, timing: timing,
         last: offset + block.frames == frames)
@@ -374,6 +376,8 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
   /// Stores each published key path's value at the block's first sample, due at `due`
   /// (monotonic nanoseconds). Allocation-free.
   func publishValues(due: Int64) {
+    // Nothing published and nothing to look up: the usual block, which need not touch the engine.
+    if !publishedHandlesStale && state.published.isEmpty { return }
     let engine = state.engine
     // Key paths are looked up (hashed) only after something may have defined or undefined one.
     let lookUp = publishedHandlesStale
@@ -442,8 +446,9 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
     var taken = 0
     var rewound = false
     // Half the retired queue is kept free too: what the commands end goes there, and a full
-    // queue would let go of it here.
-    while taken < Player.commandsPerBlock, link.events.freeSlots > link.eventReserve,
+    // queue would let go of it here. The command queue first: most blocks find it empty, and
+    // need not read where the other queues stand.
+    while taken < Player.commandsPerBlock, !link.commands.isEmpty, link.events.freeSlots > link.eventReserve,
       link.retired.freeSlots > link.retired.capacity / 2, let command = link.commands.pop()
     {
       taken += 1
@@ -586,6 +591,9 @@ final class RenderLoop: PulledRender, @unchecked Sendable {
   /// first write and writes it once its own buffer fills; a device reopened on schedule was
   /// never lost).
   func devicePlays(_ device: any AudioOutput) {
+    // Each block: the flags first, so a device that plays as it should costs no copy of its
+    // `negotiated` (a String with it) through the existential.
+    guard (waiting && !onFallback) || !link.healthy.load(ordering: .relaxed) else { return }
     if framesSinceOpen >= 2 * device.negotiated.bufferFrames {
       if waiting && !onFallback {
         waiting = false
@@ -702,12 +710,13 @@ struct RenderBuffers {
     ramp = .allocate(capacity: frames)
   }
 
-  /// The first `frames` frames of `buffers` (at most theirs), in the same memory: a shorter
-  /// block without allocating one. Never deallocated itself.
-  init(prefixOf buffers: RenderBuffers, frames: Int) {
+  /// The first `frames` frames of `buffers` (at most theirs), in the same memory but mixed into
+  /// `mix` (room for as many frames: a pulled output's own buffer): a shorter block without
+  /// allocating one. Never deallocated itself.
+  init(prefixOf buffers: RenderBuffers, frames: Int, mixingInto mix: UnsafeMutablePointer<Float>) {
     self.frames = min(frames, buffers.frames)
     channels = buffers.channels
-    mix = buffers.mix
+    self.mix = mix
     audio = buffers.audio
     gain = buffers.gain
     ramp = buffers.ramp

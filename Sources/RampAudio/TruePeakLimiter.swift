@@ -96,8 +96,6 @@ public final class TruePeakLimiter {
   private let window: UnsafeMutablePointer<Float>
   private let peaks: UnsafeMutablePointer<Float>
   private let sums: UnsafeMutablePointer<Float>
-  /// A run of the delay line, as `passThrough` swaps it with the audio.
-  private let swapScratch: UnsafeMutablePointer<Float>
 
   /// The rest of the state, copied beside the block.
   struct Cursor {
@@ -173,8 +171,6 @@ public final class TruePeakLimiter {
     peaks.initialize(repeating: 0, count: Self.chunkFrames)
     sums = .allocate(capacity: Self.chunkFrames)
     sums.initialize(repeating: 0, count: Self.chunkFrames)
-    swapScratch = .allocate(capacity: channels * latencyFrames)
-    swapScratch.initialize(repeating: 0, count: channels * latencyFrames)
     savedCursors = .allocate(capacity: max(checkpoints, 1))
     savedCursors.initialize(repeating: Cursor(), count: max(checkpoints, 1))
     savedStates = .allocate(byteCount: max(checkpoints, 1) * stateBytes, alignment: MemoryLayout<Double>.alignment)
@@ -188,7 +184,6 @@ public final class TruePeakLimiter {
     window.deallocate()
     peaks.deallocate()
     sums.deallocate()
-    swapScratch.deallocate()
     savedCursors.deallocate()
     savedStates.deallocate()
   }
@@ -295,18 +290,21 @@ public final class TruePeakLimiter {
   /// `boundFactor`: no sample and no interpolated point between them can then reach the ceiling.
   private func isQuiet(_ samples: UnsafeMutablePointer<Float>, frames: Int) -> Bool {
     let bound = ceiling / boundFactor
+    // Counted over every sample, without a branch per sample, so that the loop is vectorised
+    // (the usual answer is yes: each sample is read anyway). A NaN is over nothing, as before.
+    var over: UInt32 = 0
     var index = 0
     let count = frames * channels
     while index < count {
-      if samples[index].magnitude > bound { return false }
+      over |= samples[index].magnitude > bound ? 1 : 0
       index += 1
     }
     index = 0
     while index < channels * (Self.filterSpan - 1) {
-      if history[index].magnitude > bound { return false }
+      over |= history[index].magnitude > bound ? 1 : 0
       index += 1
     }
-    return true
+    return over == 0
   }
 
   /// Keeps the last `filterSpan` − 1 samples of each channel, as `findPeaks` does.
@@ -450,9 +448,14 @@ public final class TruePeakLimiter {
       let run = min(frames - done, latencyFrames - cursor.delayPosition)
       let line = delay + cursor.delayPosition * channels
       let audio = samples + done * channels
-      swapScratch.update(from: audio, count: run * channels)
-      audio.update(from: line, count: run * channels)
-      line.update(from: swapScratch, count: run * channels)
+      // Swapped in place, sample by sample (vectorised): no copy through a scratch run.
+      var index = 0
+      while index < run * channels {
+        let sample = audio[index]
+        audio[index] = line[index]
+        line[index] = sample
+        index += 1
+      }
       done += run
       cursor.delayPosition = cursor.delayPosition + run == latencyFrames ? 0 : cursor.delayPosition + run
     }
