@@ -138,6 +138,53 @@ import Testing
     }
   }
 
+  /// `set` → played, by the sink's clock (`pw_clock_recorder`, as above): twenty `set`s of the
+  /// master at random phases against the cycle are each played a quantum or less after they are
+  /// sent, give or take the request's own way to the render step: the median within the
+  /// quantum and 5 ms, none before it was sent.
+  @Test(arguments: [1024, 256])
+  func aSetIsPlayedAboutAQuantumAfterItIsSent(quantum: Int) throws {
+    let session = try PipeWireSession()
+    let recording = try session.startClockRecording(seconds: 6, clicks: 4, quantum: quantum)
+    usleep(2_200_000)
+    let daemon = try DaemonProcess(
+      name: "native-set-clock-\(quantum)", periodMs: 20, bufferMs: 100,
+      environment: session.environment.merging([
+        "RAMPD_OUTPUT_DEVICE": Self.device, "RAMPD_OUTPUT_PIPEWIRE_QUANTUM": "\(quantum)",
+      ]) { $1 }, pacing: "device")
+    let client = try daemon.client()
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    usleep(500_000)
+    var sent: [(nanoseconds: Int64, level: Float)] = []
+    for index in 0..<20 {
+      let gain = index % 2 == 0 ? 0.5 : 1
+      var now = timespec()
+      clock_gettime(CLOCK_MONOTONIC, &now)
+      sent.append((Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec), Float(gain * 0.5)))
+      #expect(try client.request(["cmd": "set", "key": "master.gain", "value": .number(gain), "duration": 0]).isOK)
+      usleep(UInt32.random(in: 80_000...120_000))
+    }
+    let heard = try recording.finish()
+    #expect(daemon.stop() == 0)
+
+    let (lag, _) = try #require(heard.monitorLag(), "the clicks were not all found: \(heard.clicks)")
+    var from = 0
+    var latencies: [Double] = []
+    for (nanoseconds, level) in sent {
+      let index = try #require(heard.firstRun(of: level, from: from, length: 32), "\(level) never heard")
+      let played = try #require(heard.handedOver(index)) - lag
+      latencies.append(Double(played - nanoseconds) / 1e9)
+      from = index
+    }
+    let quantumSeconds = Double(quantum) / 48_000
+    print(
+      "native \(quantum): a set played \(medianAndP99(latencies)), from \(latencies.min()! * 1000) to"
+        + " \(latencies.max()! * 1000) ms after it was sent (a quantum is \(quantumSeconds * 1000) ms)")
+    #expect(latencies.allSatisfy { $0 > 0 }, "a set played before it was sent: \(latencies)")
+    #expect(percentile(latencies, 0.5) <= quantumSeconds + 0.005, "\(latencies)")
+  }
+
   /// PipeWire killed while rampd plays: `device-failed`, `status` answers `failed` through the
   /// outage and rampd takes next to no CPU; PipeWire back: `device-recovered` within 3 s and the
   /// sink hears the stream at the level set meanwhile.
