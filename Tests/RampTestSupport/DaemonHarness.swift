@@ -10,8 +10,8 @@ import Testing
 /// The built executables (`swift build --build-tests` builds them next to the test bundle).
 enum Executables {
   static let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
-  /// Where rampd and rampctl are: next to the test bundle in the main package's build; the main
-  /// package's debug build for the tests of Bridges/, whose build has the bridges only.
+  /// Where rampd and rampctl are: next to the test bundle in the main package's build, else the
+  /// main package's debug build (for a test bundle built elsewhere, as the fuzzer's).
   static let tools =
     FileManager.default.isExecutableFile(atPath: "\(directory)/rampd") ? directory : "\(Repository.root)/.build/debug"
   /// RAMPD_TEST_BINARY runs the daemon tests on another build (a release build, to measure).
