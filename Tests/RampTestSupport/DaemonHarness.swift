@@ -10,14 +10,13 @@ import Testing
 /// The built executables (`swift build --build-tests` builds them next to the test bundle).
 enum Executables {
   static let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path
-  /// Where rampd and rampctl are: next to the test bundle in the main package's build, else the
-  /// main package's debug build (for a test bundle built elsewhere, as the fuzzer's).
+  /// Where rampd and rampctl are: next to the test bundle, else the main package's debug build.
   static let tools =
     FileManager.default.isExecutableFile(atPath: "\(directory)/rampd") ? directory : "\(Repository.root)/.build/debug"
   /// RAMPD_TEST_BINARY runs the daemon tests on another build (a release build, to measure).
   static var rampd: String { ProcessInfo.processInfo.environment["RAMPD_TEST_BINARY"] ?? "\(tools)/rampd" }
   static var rampctl: String { "\(tools)/rampctl" }
-  /// rampd's executable under the name of another tool it carries (rampd-osc, rampd-mqtt), as
+  /// rampd's executable under the name of another tool it carries (rampd-web, rampd-osc, rampd-mqtt), as
   /// the package installs it: a link to `rampd` (RAMPD_TEST_BINARY's when set) by that name.
   static func rampd(as tool: String) -> String {
     let link = "\(toolLinks)/\(tool)"
