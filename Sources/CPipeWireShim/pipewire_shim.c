@@ -32,8 +32,10 @@ struct rampd_pw_stream {
 	int failed;
 	char error[256];
 	int initialized;
-	/* The data thread's alone: whether it has been given rampd's name for it. */
+	/* The data thread's alone: whether it has been given rampd's name for it, and the cycles
+	   since the last render that had no buffer to fill. */
 	int data_thread_named;
+	uint32_t missed_cycles;
 	/* Whether the stream is to be active: stored by any thread (the render thread at its idle
 	   edges), applied on the loop's thread when `activation` is signalled. */
 	atomic_int want_active;
@@ -107,11 +109,14 @@ static void on_process(void *data)
 		pthread_setname_np(pthread_self(), "rampd-pw-data");
 	}
 	struct pw_buffer *b = pw_stream_dequeue_buffer(s->stream);
-	if (b == NULL)
+	if (b == NULL) {
+		s->missed_cycles++;
 		return;
+	}
 	struct spa_data *d = &b->buffer->datas[0];
 	if (d->data == NULL || d->maxsize < s->stride) {
 		pw_stream_queue_buffer(s->stream, b);
+		s->missed_cycles++;
 		return;
 	}
 	uint32_t frames = d->maxsize / s->stride;
@@ -130,7 +135,9 @@ static void on_process(void *data)
 		.buffered = time.buffered,
 		.queued_buffers = time.queued_buffers,
 		.avail_buffers = time.avail_buffers,
+		.missed_cycles = s->missed_cycles,
 	};
+	s->missed_cycles = 0;
 	s->render(s->user, d->data, frames, s->channels, &timing);
 	d->chunk->offset = 0;
 	d->chunk->stride = (int32_t)s->stride;

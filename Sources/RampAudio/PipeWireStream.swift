@@ -244,6 +244,8 @@ public final class PipeWireStream {
     var lastQueuedBuffers: UInt32 = 0
     var lastBuffers: UInt32 = 0
     var lastQueued: UInt64 = 0
+    var lastNow: Int64 = 0
+    var lastRate: (UInt32, UInt32) = (0, 0)
 
     init(render: @escaping Render, events: @escaping @Sendable (PipeWireStreamEvent) -> Void) {
       self.render = render
@@ -271,13 +273,21 @@ public final class PipeWireStream {
         availableBuffers: time.avail_buffers, firstFrame: nextFrame, frames: frames, streamRate: rate,
         skippedTicks: 0)
       let buffers = time.queued_buffers &+ time.avail_buffers
-      if resync.exchange(false, ordering: .acquiring) || lastFrames == 0 || !timing.isValid {
+      let graphRate = timing.isValid ? Double(time.rate_denom) / Double(time.rate_num) : 0
+      // The ticks moved as far as the clock did, give or take a block: else they are another
+      // driver's (the graph changed drivers or rates), a new run to compare with, no gap.
+      let elapsed = Double(time.now - lastNow) * graphRate / 1e9
+      let sameClock =
+        (time.rate_num, time.rate_denom) == lastRate
+        && abs(Double(time.ticks &- lastTicks) - elapsed) < Double(lastFrames) * graphRate / Double(max(rate, 1))
+      if resync.exchange(false, ordering: .acquiring) || lastFrames == 0 || !timing.isValid || !sameClock {
         // Nothing to compare with.
       } else {
         var gap = false
-        // The block before covered lastFrames of the stream: that many ticks at the graph's rate.
-        let graphRate = Double(time.rate_denom) / Double(time.rate_num)
-        let expected = UInt64((Double(lastFrames) * graphRate / Double(rate)).rounded())
+        // The block before covered lastFrames of the stream, and the cycles that found no buffer
+        // to fill played what was queued (the last block's size each): that many ticks.
+        let covered = Double(lastFrames) * Double(1 + time.missed_cycles)
+        let expected = UInt64((covered * graphRate / Double(rate)).rounded())
         let moved = time.ticks &- lastTicks
         // A resampled stream's blocks vary by a few frames about the quantum: a gap is more.
         if moved > expected + max(expected / 4, 8) && moved < 1 << 40 {
@@ -297,6 +307,8 @@ public final class PipeWireStream {
       lastQueuedBuffers = time.queued_buffers
       lastBuffers = buffers
       lastQueued = time.queued
+      lastNow = time.now
+      lastRate = (time.rate_num, time.rate_denom)
       lastTicks = time.ticks
       lastFrames = frames
       nextFrame &+= UInt64(frames)

@@ -10,7 +10,7 @@ import RampProtocol
 /// `web` member: `{"web":"connected","server":"rampd","version":…,"socket":…}` once rampd's
 /// greeting is read, `{"web":"disconnected","message":…}` when rampd cannot be reached or goes
 /// away (the WebSocket then closes), `{"web":"refused","message":…}` for a message that is not
-/// one line of text, or one sent while more than `maximumEarly` wait for rampd's greeting. A page
+/// one line of text, or one sent while `maximumEarly` wait for rampd's greeting or to be written to rampd. A page
 /// that reads slower than rampd writes, `maximumWaiting` lines behind, is closed (1008) rather
 /// than sent a part of what rampd said: it reconnects and reads the state afresh.
 ///
@@ -30,7 +30,7 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
   static let maximumFrame = 1 << 20
   /// Lines from rampd kept while the page reads slower than rampd writes.
   static let maximumWaiting = 4096
-  /// The page's messages kept until rampd's greeting is read.
+  /// The page's messages kept until rampd's greeting is read, or not yet written to rampd.
   static let maximumEarly = 256
   /// How long the page has to answer a close before the connection is dropped.
   static let closeGrace: TimeAmount = .seconds(2)
@@ -108,6 +108,7 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
         close(.policyViolation, reason: "the page fell \(Self.maximumWaiting) lines behind rampd")
       }
     case .ended(let reason):
+      link?.close()
       link = nil
       while let line = waiting.popFirst() { send(line, flush: false) }
       send(Self.webLine("disconnected", ["message": .string(reason)]))
@@ -185,6 +186,13 @@ final class LiveRelay: ChannelInboundHandler, RemovableChannelHandler {
         return
       }
       early.append(line)
+      return
+    }
+    guard link.sendsWaiting < Self.maximumEarly else {
+      send(
+        Self.webLine(
+          "refused", ["message": .string("rampd reads slower than the page sends: \(Self.maximumEarly) messages wait")])
+      )
       return
     }
     link.send(line) { failure in relay.eventLoop.execute { relay.value.fromRampd(.ended("\(failure)")) } }

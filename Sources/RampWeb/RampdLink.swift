@@ -27,6 +27,10 @@ final class RampdLink: @unchecked Sendable {
   private let connection: DaemonConnection
   private let writer = DispatchQueue(label: "rampd-web.link")
   private let closing = ClosingFlag()
+  private let inFlight = Atomic<Int>(0)
+
+  /// Lines given to `send` not yet written (rampd reads slower than the page writes).
+  var sendsWaiting: Int { inFlight.load(ordering: .relaxed) }
 
   /// Connects to rampd at `path` and reads its greeting: blocks, so not on an event loop.
   private init(path: String) throws {
@@ -64,8 +68,12 @@ final class RampdLink: @unchecked Sendable {
 
   /// Sends one request line to rampd as the page wrote it, in order, off the caller's thread;
   /// `done` is called with the failure, if it fails.
+  /// Nothing is written after `close()`.
   func send(_ line: String, failed: @escaping @Sendable (ClientFailure) -> Void) {
+    inFlight.add(1, ordering: .relaxed)
     writer.async { [self] in
+      defer { inFlight.subtract(1, ordering: .relaxed) }
+      guard !closing.isSet else { return }
       do throws(ClientFailure) {
         try connection.send(line: line)
       } catch {

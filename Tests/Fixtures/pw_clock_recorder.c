@@ -15,7 +15,7 @@
  * how far behind the sink the monitor hands its frames over (a cycle, on PipeWire 0.3.65: so the
  * quantum must not change after the clicks).
  *
- * It runs SECONDS seconds, then writes OUT (text): a line per capture cycle
+ * It runs until SIGTERM or SIGINT, or SECONDS seconds at most, then writes OUT (text): a line per capture cycle
  * `cycle NOW_NS TICKS FRAMES FIRST_FRAME` and a line per click `click HEARD_NS`. Exit status 0,
  * or 1 with a message when a stream failed or a buffer overflowed.
  */
@@ -23,6 +23,7 @@
 #include <spa/param/audio/format-utils.h>
 #include <spa/pod/builder.h>
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,13 @@ int main(int argc, char *argv[])
 	if (samples == NULL || cycles == NULL)
 		return 1;
 
+	/* Blocked here, so in every thread PipeWire starts: the main thread waits for them. */
+	sigset_t stop;
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL);
+
 	pw_init(&argc, &argv);
 	struct pw_thread_loop *loop = pw_thread_loop_new("clock-recorder", NULL);
 	pw_thread_loop_lock(loop);
@@ -176,7 +184,8 @@ int main(int argc, char *argv[])
 	player = connect_stream(loop, "rampd-test-clicker", sink, 0, &play_events, SPA_DIRECTION_OUTPUT);
 	pw_thread_loop_unlock(loop);
 
-	usleep((useconds_t)(seconds * 1e6));
+	struct timespec most = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
+	sigtimedwait(&stop, NULL, &most);
 
 	pw_thread_loop_lock(loop);
 	pw_stream_destroy(capture);

@@ -102,6 +102,7 @@ import Testing
     // The first sample below 1 once the stream's start ramp is over: the fade's sample 1 of 48,000.
     let playing = try #require(left.firstIndex(of: 1))
     let begin = try #require(left[playing...].firstIndex { $0 < 1 })
+    try #require(left.count >= begin + 47_990, "the fade was not played whole: \(left.count - begin) frames")
     var worst = 0.0
     for k in stride(from: 1, to: 47_990, by: 7) {
       let expected = pow(10, -60 * Double(k) / 48_000 / 20)

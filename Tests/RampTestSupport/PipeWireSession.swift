@@ -150,7 +150,7 @@ final class PipeWireSession {
     }
   }
 
-  /// Starts recording the null sink's monitor for `seconds` with `Tests/Fixtures/pw_clock_recorder.c`,
+  /// Starts recording the null sink's monitor, for `seconds` at most, with `Tests/Fixtures/pw_clock_recorder.c`,
   /// which stamps every cycle with the graph's clock and first plays `clicks` clicks of its own
   /// to calibrate the monitor against (every 25 cycles from the 10th), asking for a quantum of
   /// `quantum` frames (the monitor lags a cycle: the quantum must stay what it was then).
@@ -169,8 +169,9 @@ final class PipeWireSession {
     let recorder: LoggedProcess
     let file: String
 
-    /// Waits for the recorder to finish; what it recorded.
+    /// Stops the recorder (SIGTERM); what it recorded.
     func finish() throws -> ClockedRecording {
+      recorder.process.terminate()
       recorder.process.waitUntilExit()
       guard recorder.process.terminationStatus == 0 else { throw HarnessError("pw_clock_recorder: \(recorder.log)") }
       let data = try Data(contentsOf: URL(fileURLWithPath: file + ".raw"))

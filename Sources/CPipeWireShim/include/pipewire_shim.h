@@ -20,6 +20,9 @@ typedef struct rampd_pw_timing {
 	uint64_t buffered;
 	uint32_t queued_buffers;
 	uint32_t avail_buffers;
+	/* Cycles since the last render in which the stream had no free buffer to fill: the sink
+	   played what was queued, so they are no gap. */
+	uint32_t missed_cycles;
 } rampd_pw_timing;
 
 /* Called on PipeWire's real-time data thread for each buffer: fill `frames` interleaved frames of
