@@ -82,19 +82,9 @@ import Testing
   /// later.
   @Test(arguments: [1024, 256])
   func atIsPlayedByTheSinkAtItsInstant(quantum: Int) throws {
-    let session = try PipeWireSession()
-    let recording = try session.startClockRecording(seconds: 60, clicks: 4, quantum: quantum)
-    // The clicks (within 2 s) in silence first, then rampd.
-    usleep(2_200_000)
-    let daemon = try DaemonProcess(
-      name: "native-at-clock-\(quantum)", periodMs: 20, bufferMs: 100,
-      environment: session.environment.merging([
-        "RAMPD_OUTPUT_DEVICE": Self.device, "RAMPD_OUTPUT_PIPEWIRE_QUANTUM": "\(quantum)",
-      ]) { $1 }, pacing: "device")
-    let client = try daemon.client()
-    let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
-    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
-    usleep(500_000)
+    let (session, recording, daemon, client) = try Self.clockRecordedConstant(quantum: quantum, name: "native-at-clock")
+    // PipeWire lives until the test ends.
+    defer { withExtendedLifetime(session) {} }
     // Whole milliseconds (the RFC 3339 text carries them), on CLOCK_MONOTONIC through the
     // difference between the two clocks read now.
     let stamp = ISO8601DateFormatter()
@@ -145,24 +135,36 @@ import Testing
     }
   }
 
+  /// A PipeWire of its own with its sink recorded by `pw_clock_recorder` (its clicks first, in
+  /// silence), then rampd natively at `quantum` frames playing a constant 0.5 in a loop.
+  static func clockRecordedConstant(
+    quantum: Int, name: String
+  ) throws -> (PipeWireSession, PipeWireSession.ClockRecording, DaemonProcess, LineClient) {
+    let session = try PipeWireSession(name: name)
+    let recording = try session.startClockRecording(seconds: 60, clicks: 4, quantum: quantum)
+    usleep(2_200_000)
+    let daemon = try DaemonProcess(
+      name: "\(name)-\(quantum)", periodMs: 20, bufferMs: 100,
+      environment: session.environment.merging([
+        "RAMPD_OUTPUT_DEVICE": device, "RAMPD_OUTPUT_PIPEWIRE_QUANTUM": "\(quantum)",
+      ]) { $1 }, pacing: "device")
+    let client = try daemon.client()
+    let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
+    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
+    usleep(500_000)
+    return (session, recording, daemon, client)
+  }
+
   /// `set` → played, by the sink's clock (`pw_clock_recorder`, as above): twenty `set`s of the
   /// master at random phases against the cycle are each played a quantum or less after they are
   /// sent, give or take the request's own way to the render step: the median within the
   /// quantum and 5 ms, none before it was sent.
   @Test(arguments: [1024, 256])
   func aSetIsPlayedAboutAQuantumAfterItIsSent(quantum: Int) throws {
-    let session = try PipeWireSession()
-    let recording = try session.startClockRecording(seconds: 60, clicks: 4, quantum: quantum)
-    usleep(2_200_000)
-    let daemon = try DaemonProcess(
-      name: "native-set-clock-\(quantum)", periodMs: 20, bufferMs: 100,
-      environment: session.environment.merging([
-        "RAMPD_OUTPUT_DEVICE": Self.device, "RAMPD_OUTPUT_PIPEWIRE_QUANTUM": "\(quantum)",
-      ]) { $1 }, pacing: "device")
-    let client = try daemon.client()
-    let file = try daemon.constantFile("probe", seconds: 2, left: 0.5, right: 0.5)
-    #expect(try client.request(["cmd": "play", "path": .string(file), "stream": "probe", "loop": true]).isOK)
-    usleep(500_000)
+    let (session, recording, daemon, client) = try Self.clockRecordedConstant(
+      quantum: quantum, name: "native-set-clock")
+    // PipeWire lives until the test ends.
+    defer { withExtendedLifetime(session) {} }
     var sent: [(nanoseconds: Int64, level: Float)] = []
     for index in 0..<20 {
       let gain = index % 2 == 0 ? 0.5 : 1
